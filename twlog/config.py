@@ -1,0 +1,67 @@
+# -*- test-case-name: tests.storage.test_manager -*-
+"""Configuration objects: frozen, built once (by twistd's Options or a command), passed down."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+HOUR_MS = 3600 * 1000
+
+
+def _frozen_mapping(value: Mapping[str, int] | None) -> Mapping[str, int]:
+    from types import MappingProxyType
+
+    return MappingProxyType(dict(value or {}))
+
+
+@attrs.frozen
+class LogConfig:
+    """How a broker stores partitions: where, how big the segments, when to flush and delete."""
+
+    #: The directory holding one sub-directory per partition, C{<topic>-<partition>}.
+    log_dir: str
+    #: Partitions of a new topic on this broker ...
+    num_partitions: int = 1
+    #: ... unless the topic is named here.
+    topic_partitions: Mapping[str, int] = attrs.field(factory=dict, converter=_frozen_mapping)
+    #: A segment rolls when an append would take it past this size.
+    segment_bytes: int = 1024**3
+    #: fsync after this many messages have been appended since the last flush ...
+    flush_messages: int = 10_000
+    #: ... or this long after the first unflushed append, whichever comes first.
+    flush_interval_ms: int = 1_000
+    #: Segments last modified longer ago than this are deleted.
+    retention_ms: int = 168 * HOUR_MS
+    #: Oldest segments are deleted while a partition is larger than this (-1: no cap).
+    retention_bytes: int = -1
+    #: How often retention runs.
+    retention_check_interval_ms: int = 5 * 60 * 1000
+    #: The largest single message (entry) accepted, compressed wrappers included.
+    max_message_bytes: int = 1_000_000
+
+    def __attrs_post_init__(self) -> None:
+        problems = []
+        if self.num_partitions < 1:
+            problems.append("num_partitions must be at least 1")
+        if any(n < 1 for n in self.topic_partitions.values()):
+            problems.append("every per-topic partition count must be at least 1")
+        if self.segment_bytes < 1024:
+            problems.append("segment_bytes must be at least 1024")
+        if self.flush_messages < 1:
+            problems.append("flush_messages must be at least 1")
+        if self.flush_interval_ms < 0:
+            problems.append("flush_interval_ms must not be negative")
+        if self.retention_ms < 0:
+            problems.append("retention_ms must not be negative")
+        if self.retention_check_interval_ms <= 0:
+            problems.append("retention_check_interval_ms must be positive")
+        if not 9 <= self.max_message_bytes <= self.segment_bytes:
+            problems.append("max_message_bytes must be between 9 and segment_bytes")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def partitions_for(self, topic: str) -> int:
+        """The partition count a new C{topic} gets on this broker."""
+        return self.topic_partitions.get(topic, self.num_partitions)

@@ -1,0 +1,87 @@
+# -*- test-case-name: tests.test_errors -*-
+"""Typed exceptions, and the one table that maps them to wire error codes.
+
+Codes exist only at the edges: a server sends C{getattr(exc, "code", UNKNOWN)},
+a client turns a code back into an exception with L{error_for_code}.  Codes 0-4
+are Kafka 0.7's; the rest are twlog's additions.
+"""
+
+from __future__ import annotations
+
+UNKNOWN = -1
+NO_ERROR = 0
+
+ERRORS: dict[int, type["BrokerError"]] = {}
+
+
+def _wire(code: int):
+    """Record C{cls} as the exception for wire error C{code} (once per code)."""
+
+    def register(cls: type[BrokerError]) -> type[BrokerError]:
+        assert code not in ERRORS, code
+        ERRORS[code] = cls
+        cls.code = code
+        return cls
+
+    return register
+
+
+def error_for_code(code: int, message: str = "") -> "BrokerError":
+    """The exception a client raises for a wire error C{code}."""
+    cls = ERRORS.get(code, BrokerError)
+    return cls(message or f"{cls.__name__} (error code {code})")
+
+
+class TwlogError(Exception):
+    """Base class of every error twlog raises on purpose."""
+
+
+class BrokerError(TwlogError):
+    """An error with a wire code; the catch-all is UNKNOWN (-1)."""
+
+    code = UNKNOWN
+    retriable = False
+
+
+@_wire(1)
+class OffsetOutOfRange(BrokerError):
+    """The offset is before the log's first message or past its end."""
+
+
+@_wire(2)
+class InvalidMessage(BrokerError):
+    """A message is malformed: bad size, unknown magic or codec, or a CRC mismatch."""
+
+
+@_wire(3)
+class WrongPartition(BrokerError):
+    """The partition number is outside the topic's partitions on this broker."""
+
+
+@_wire(4)
+class InvalidFetchSize(BrokerError):
+    """The fetch size is negative or zero."""
+
+
+@_wire(5)
+class InvalidTopic(BrokerError):
+    """The topic name is empty, too long, or has characters a directory name must not have."""
+
+
+@_wire(6)
+class MessageSizeTooLarge(BrokerError):
+    """A message or message set exceeds the configured maximum size."""
+
+
+@_wire(7)
+class FetchSizeTooSmall(BrokerError):
+    """The next message at the fetch offset is larger than the fetch size asked for."""
+
+
+@_wire(8)
+class OffsetNotOnBoundary(BrokerError):
+    """The offset lies inside the log but does not start a message."""
+
+
+class CorruptLog(TwlogError):
+    """A partition's files cannot be opened safely (a gap between segments, a bad name)."""

@@ -1,0 +1,246 @@
+# -*- test-case-name: tests.storage.test_manager -*-
+"""The broker's log directory: every partition log in it, and the work that spans them.
+
+L{LogManager} owns one log directory.  It opens (and, after an unclean
+shutdown, recovers) every C{<topic>-<partition>} log in it, creates topics on
+their first write, validates topic names so that no path escapes the
+directory, runs retention periodically, and on a clean stop flushes every log
+and leaves the clean-shutdown marker that lets the next start skip recovery.
+It does no network or ZooKeeper work.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from functools import partial
+
+from twisted.internet.defer import Deferred, DeferredList, gatherResults, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from twlog.config import LogConfig
+from twlog.errors import InvalidTopic, TwlogError, WrongPartition
+from twlog.storage.log import Log, ThreadRunner
+from twlog.storage.segment import Segment
+
+CLEAN_SHUTDOWN_MARKER = ".twlog-clean-shutdown"
+LOCK_FILE = ".lock"
+MAX_TOPIC_LENGTH = 249
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def validate_topic(topic: str) -> str:
+    """Return C{topic} if it is a safe directory name; raise L{InvalidTopic} naming what is wrong.
+
+    Allowed: 1 to 249 of C{A-Z a-z 0-9 . _ -}, and not C{.} or C{..}.
+    """
+    if not isinstance(topic, str) or not topic:
+        raise InvalidTopic("the topic name is empty")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopic(f"the topic name is {len(topic)} characters long; the limit is {MAX_TOPIC_LENGTH}")
+    if topic in (".", ".."):
+        raise InvalidTopic(f"{topic!r} is not a valid topic name")
+    if not _TOPIC.match(topic):
+        raise InvalidTopic(f"the topic name {topic!r} may only contain letters, digits, '.', '_' and '-'")
+    return topic
+
+
+def partition_directory(topic: str, partition: int) -> str:
+    """The directory name of a partition: C{<topic>-<partition>}."""
+    return f"{topic}-{partition}"
+
+
+def parse_partition_directory(name: str) -> tuple[str, int] | None:
+    """The (topic, partition) a directory name encodes, or None if it is not a partition directory."""
+    topic, sep, number = name.rpartition("-")
+    if not sep or not number.isdigit() or number != str(int(number)):
+        return None
+    try:
+        return validate_topic(topic), int(number)
+    except InvalidTopic:
+        return None
+
+
+class LogDirectoryInUse(TwlogError):
+    """Another process holds the log directory's lock."""
+
+
+class LogManager:
+    """All partition logs under C{config.log_dir}, and their recovery, retention and shutdown."""
+
+    _log = Logger()
+
+    def __init__(self, config: LogConfig, clock: IReactorTime, run_in_thread: ThreadRunner) -> None:
+        self.config = config
+        self._clock = clock
+        self._run_in_thread = run_in_thread
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._partition_counts: dict[str, int] = {}
+        self._lock_fd = -1
+        self._retention = LoopingCall(self.run_retention)
+        self._retention.clock = clock
+        self.recovered = False
+        self._topic_listeners: list = []
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Lock the directory, open every log in it (recovering them after an unclean stop), start retention.
+
+        @raise LogDirectoryInUse: another broker runs on this directory.
+        @raise CorruptLog: a partition cannot be opened safely.
+        """
+        log_dir = self.config.log_dir
+        os.makedirs(log_dir, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise LogDirectoryInUse(f"{log_dir} is in use by another twlog broker") from None
+        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)
+        clean = os.path.exists(marker)
+        self.recovered = not clean
+        try:
+            for name in sorted(os.listdir(log_dir)):
+                path = os.path.join(log_dir, name)
+                parsed = parse_partition_directory(name)
+                if parsed is None or not os.path.isdir(path):
+                    if not name.startswith(".") and os.path.isdir(path):
+                        self._log.warn("ignoring {path}: not a <topic>-<partition> directory", path=path)
+                    continue
+                topic, partition = parsed
+                self._logs[parsed] = self._open_log(path, recover=not clean)
+                self._partition_counts[topic] = max(
+                    self._partition_counts.get(topic, 0), partition + 1, self.config.partitions_for(topic)
+                )
+        except BaseException:
+            self._close_all()
+            raise
+        if clean:
+            os.unlink(marker)
+        else:
+            self._log.info("{log_dir}: no clean-shutdown marker; recovered {count} logs",
+                           log_dir=log_dir, count=len(self._logs))
+        self._retention.start(self.config.retention_check_interval_ms / 1000, now=False)
+
+    def stop(self) -> Deferred[None]:
+        """Flush every log, close them, and leave the clean-shutdown marker."""
+        if self._retention.running:
+            self._retention.stop()
+        d = self.flush_all()
+
+        def close(_: object) -> None:
+            self._close_all()
+            with open(os.path.join(self.config.log_dir, CLEAN_SHUTDOWN_MARKER), "w"):
+                pass
+
+        def failed(failure):
+            self._log.failure("flush at shutdown failed; leaving no clean-shutdown marker", failure)
+            self._close_all()
+
+        return d.addCallbacks(close, failed)
+
+    def _close_all(self) -> None:
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _open_log(self, path: str, recover: bool) -> Log:
+        return Log.open(path, self.config, self._clock, self._run_in_thread, recover=recover)
+
+    # -- topics and partitions ---------------------------------------------
+
+    def topics(self) -> dict[str, int]:
+        """Every topic on this broker and its partition count."""
+        return dict(self._partition_counts)
+
+    def partition_count(self, topic: str) -> int:
+        """The partitions C{topic} has here, or would get on its first write."""
+        return self._partition_counts.get(topic) or self.config.partitions_for(topic)
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        """The log of a partition, or None if nothing was written to it yet."""
+        return self._logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int) -> Log:
+        """The log of a partition, created on the first write to it.
+
+        @raise InvalidTopic: the name is unsafe as a directory name.
+        @raise WrongPartition: C{partition} is outside the topic's partitions.
+        """
+        log = self._logs.get((topic, partition))
+        if log is not None:
+            return log
+        validate_topic(topic)
+        count = self.partition_count(topic)
+        if not 0 <= partition < count:
+            raise WrongPartition(f"partition {partition} of {topic!r} is outside [0, {count - 1}]")
+        path = os.path.join(self.config.log_dir, partition_directory(topic, partition))
+        root = os.path.realpath(self.config.log_dir)
+        if os.path.dirname(os.path.realpath(path)) != root:  # defence in depth; validate_topic forbids this
+            raise InvalidTopic(f"the topic name {topic!r} would leave the log directory")
+        new_topic = topic not in self._partition_counts
+        log = self._logs[(topic, partition)] = self._open_log(path, recover=False)
+        self._partition_counts[topic] = count
+        if new_topic:
+            self._log.info("created topic {topic} with {count} partitions", topic=topic, count=count)
+            for listener in list(self._topic_listeners):
+                listener(topic, count)
+        return log
+
+    def add_topic_listener(self, listener) -> None:
+        """Call C{listener(topic, partition_count)} when a topic is created here (for registration)."""
+        self._topic_listeners.append(listener)
+
+    def logs(self) -> dict[tuple[str, int], Log]:
+        """Every open log, by (topic, partition)."""
+        return dict(self._logs)
+
+    # -- flushing and retention --------------------------------------------
+
+    def flush_all(self) -> Deferred[list]:
+        """Flush every log; fire when all their fsyncs are done."""
+        return gatherResults([log.flush() for log in self._logs.values()], consumeErrors=True)
+
+    def run_retention(self) -> Deferred[int]:
+        """Delete, in a pool thread, the segments that retention expires; fire with how many."""
+        now_ms = int(self._clock.seconds() * 1000)
+        expired: list[Segment] = []
+        for log in self._logs.values():
+            expired.extend(log.expire_segments(now_ms))
+        if not expired:
+            return succeed(0)
+        for segment in expired:
+            self._log.info("retention deletes {path}", path=segment.path)
+        d = DeferredList([self._run_in_thread(_delete_segment, segment) for segment in expired], consumeErrors=True)
+
+        def report(results: list) -> int:
+            for ok, value in results:
+                if not ok:
+                    self._log.failure("deleting an expired segment failed", value)
+            return len(expired)
+
+        return d.addCallback(report)
+
+
+def _delete_segment(segment: Segment) -> None:
+    """Unlink an expired segment.  Its descriptor stays open until nothing refers to it."""
+    try:
+        os.unlink(segment.path)
+    except FileNotFoundError:
+        pass
+
+
+def thread_pool_runner(reactor) -> ThreadRunner:
+    """The default L{ThreadRunner}: the reactor's thread pool."""
+    from twisted.internet.threads import deferToThreadPool
+
+    return partial(deferToThreadPool, reactor, reactor.getThreadPool())

@@ -1,0 +1,120 @@
+# -*- test-case-name: tests.storage.test_log -*-
+"""One segment file of a partition log, and the file regions handed out for zero-copy reads.
+
+A segment is named by the logical offset of its first byte, zero-padded to 20
+digits: C{00000000000000000000.log}.  It is only ever appended to (by the
+reactor thread) and fsynced (by a pool thread); readers get L{FileRegion}s,
+which a sendfile producer can write without the bytes entering Python.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import attrs
+
+SEGMENT_SUFFIX = ".log"
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+
+
+def segment_name(base_offset: int) -> str:
+    """The file name of the segment whose first byte is at C{base_offset}."""
+    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset a segment file name encodes, or None if C{name} is not a segment."""
+    match = _SEGMENT_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+class Segment:
+    """An open segment file: its base offset, its size, and the descriptor used to write and read it.
+
+    The descriptor stays open for as long as anything (the log, or a
+    L{FileRegion} being sent) refers to the segment, so retention can unlink a
+    segment while a fetch from it is still being written to a socket.
+    """
+
+    def __init__(self, path: str, base_offset: int, fd: int, size: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.fd = fd
+        self.size = size
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int, create: bool = False) -> "Segment":
+        """Open (or create) the segment of C{directory} that starts at C{base_offset}."""
+        path = os.path.join(directory, segment_name(base_offset))
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o644)
+        return cls(path, base_offset, fd, os.fstat(fd).st_size)
+
+    @property
+    def end_offset(self) -> int:
+        """The logical offset just past this segment's last written byte."""
+        return self.base_offset + self.size
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Write C{data} at the end of the file (to the page cache; durability is L{fsync}'s job)."""
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            self.size += written
+            view = view[written:]
+
+    def pread(self, position: int, length: int) -> bytes:
+        """Read up to C{length} bytes at file C{position}."""
+        return os.pread(self.fd, length, position)
+
+    def fsync(self) -> None:
+        """Force the file's data to disk.  Blocking: call it from a pool thread."""
+        if self.fd >= 0:
+            os.fsync(self.fd)
+
+    def truncate(self, size: int) -> None:
+        """Cut the file to C{size} bytes and make that durable."""
+        os.ftruncate(self.fd, size)
+        os.fsync(self.fd)
+        self.size = size
+
+    def mtime_ms(self) -> int:
+        """The file's last modification time, in milliseconds since the epoch."""
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    def close(self) -> None:
+        """Close the descriptor (idempotent)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Segment {self.path} size={self.size}>"
+
+
+@attrs.frozen
+class FileRegion:
+    """C{length} bytes of C{segment}'s file from C{position}: what a fetch sends, zero-copy.
+
+    C{offset} is the logical log offset of the region's first byte.
+    """
+
+    segment: Segment | None
+    position: int
+    length: int
+    offset: int
+
+    def fileno(self) -> int:
+        """The descriptor to sendfile from."""
+        assert self.segment is not None
+        return self.segment.fd
+
+    def read(self) -> bytes:
+        """The region's bytes, copied into memory (for tests, tools and non-sendfile paths)."""
+        if self.segment is None or self.length == 0:
+            return b""
+        return self.segment.pread(self.position, self.length)
