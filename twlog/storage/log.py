@@ -86,6 +86,7 @@ class Log:
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._config = config
+        self._max_message_bytes = min(config.max_message_bytes, config.segment_bytes)
         self._clock = clock
         self._run_in_thread = run_in_thread
         self.flushed_offset = segments[-1].end_offset
@@ -225,7 +226,7 @@ class Log:
                 f"a message set of {size} bytes does not fit in a segment of {self._config.segment_bytes} bytes"
             )
         if count is None:
-            count = validate_message_set(message_set, self._config.max_message_bytes)
+            count = validate_message_set(message_set, self._max_message_bytes)
         if count == 0:
             return AppendResult(self.end_offset, self.end_offset, 0)
         active = self._segments[-1]
