@@ -1,0 +1,299 @@
+"""Tests for twlog.storage.log: appends, rolls, reads and the flush policy of one partition."""
+
+from __future__ import annotations
+
+import os
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.config import LogConfig
+from twlog.errors import (
+    FetchSizeTooSmall,
+    InvalidFetchSize,
+    InvalidMessage,
+    MessageSizeTooLarge,
+    OffsetNotOnBoundary,
+    OffsetOutOfRange,
+)
+from twlog.storage.log import Log
+from twlog.storage.message import encode_message, encode_message_set, iter_messages
+from twlog.storage.segment import parse_segment_name, segment_name
+
+from ..fakes import ManualRunner, run_now
+
+MSG = 100  # payload bytes; each entry is 109 bytes on disk
+
+
+def payloads(n: int, start: int = 0) -> list[bytes]:
+    """n distinct 100-byte payloads."""
+    return [(b"%08d" % i).ljust(MSG, b".") for i in range(start, start + n)]
+
+
+class LogTestMixin:
+    def open_log(self, runner=run_now, **overrides) -> Log:
+        settings = dict(segment_bytes=1090, flush_messages=1_000_000, flush_interval_ms=1000)
+        settings.update(overrides)
+        self.directory = self.mktemp()
+        self.clock = Clock()
+        log = Log.open(self.directory, LogConfig(self.directory, **settings), self.clock, runner)
+        self.addCleanup(log.close)
+        return log
+
+    def read_all(self, log: Log, offset: int = 0, max_bytes: int = 4096) -> list[bytes]:
+        """Every visible payload from C{offset}, fetch by fetch, as a consumer would."""
+        out = []
+        while True:
+            region = log.read(offset, max_bytes)
+            messages = list(iter_messages(region.read(), region.offset))
+            if not messages:
+                return out
+            out.extend(m.payload for m in messages)
+            offset = messages[-1].next_offset
+
+
+class AppendTests(LogTestMixin, SynchronousTestCase):
+    def test_new_log_starts_at_zero(self) -> None:
+        """A new log has one empty segment named by base offset 0."""
+        log = self.open_log()
+        self.assertEqual((log.start_offset, log.end_offset, log.flushed_offset), (0, 0, 0))
+        self.assertEqual(os.listdir(self.directory), [segment_name(0)])
+        self.assertEqual(segment_name(0), "00000000000000000000.log")
+
+    def test_append_returns_byte_offsets(self) -> None:
+        """Offsets are byte positions: each append starts where the previous ended."""
+        log = self.open_log()
+        first = log.append(encode_message_set(payloads(2)))
+        second = log.append(encode_message_set(payloads(1)))
+        self.assertEqual(first, (0, 218, 2))
+        self.assertEqual(second, (218, 327, 1))
+        self.assertEqual(log.end_offset, 327)
+
+    def test_invalid_set_writes_nothing(self) -> None:
+        """A set with a bad CRC is rejected whole and the file is unchanged."""
+        log = self.open_log()
+        data = bytearray(encode_message_set(payloads(3)))
+        data[-1] ^= 0xFF
+        self.assertRaises(InvalidMessage, log.append, bytes(data))
+        self.assertEqual(log.end_offset, 0)
+        self.assertEqual(os.path.getsize(os.path.join(self.directory, segment_name(0))), 0)
+
+    def test_partial_set_rejected(self) -> None:
+        """A set ending in a partial message is rejected."""
+        log = self.open_log()
+        self.assertRaises(InvalidMessage, log.append, encode_message_set(payloads(2))[:-1])
+        self.assertEqual(log.end_offset, 0)
+
+    def test_message_above_max_rejected(self) -> None:
+        """A message larger than max_message_bytes is rejected even if well formed."""
+        log = self.open_log(max_message_bytes=50)
+        self.assertRaises(InvalidMessage, log.append, encode_message(b"x" * 60))
+
+    def test_set_larger_than_segment_rejected(self) -> None:
+        """A set that cannot fit in one segment is MessageSizeTooLarge."""
+        log = self.open_log()
+        self.assertRaises(MessageSizeTooLarge, log.append, encode_message_set(payloads(11)))
+
+    def test_empty_set_is_a_no_op(self) -> None:
+        """Appending nothing writes nothing and schedules no flush."""
+        log = self.open_log()
+        self.assertEqual(log.append(b""), (0, 0, 0))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_roll_at_segment_size(self) -> None:
+        """A segment rolls when the next append would pass segment_bytes; files are named by base offset."""
+        log = self.open_log()
+        for i in range(25):
+            log.append(encode_message(payloads(1, i)[0]))
+        # 10 entries of 109 bytes fit in 1090 bytes.
+        self.assertEqual([s.base_offset for s in log.segments], [0, 1090, 2180])
+        self.assertEqual(sorted(parse_segment_name(n) for n in os.listdir(self.directory)), [0, 1090, 2180])
+        self.assertTrue(all(s.size <= 1090 for s in log.segments))
+
+    def test_sets_never_straddle_segments(self) -> None:
+        """A set that would cross the segment size goes whole into the next segment."""
+        log = self.open_log()
+        log.append(encode_message_set(payloads(7)))
+        result = log.append(encode_message_set(payloads(5)))
+        self.assertEqual(result.offset, 763)
+        self.assertEqual([s.base_offset for s in log.segments], [0, 763])
+
+    def test_closed_log_refuses_appends(self) -> None:
+        """Appending to a closed log is an error, not a write to a closed descriptor."""
+        log = self.open_log()
+        log.close()
+        self.assertRaises(RuntimeError, log.append, encode_message(b"x"))
+
+
+class FlushTests(LogTestMixin, SynchronousTestCase):
+    def test_unflushed_data_is_invisible(self) -> None:
+        """Appended but unflushed messages are neither readable nor the latest offset."""
+        log = self.open_log()
+        log.append(encode_message_set(payloads(3)))
+        self.assertEqual(log.flushed_offset, 0)
+        self.assertEqual(log.read(0, 4096).length, 0)
+        self.assertEqual(log.offsets_before(-1, 1, 0), [0])
+        self.successResultOf(log.flush())
+        self.assertEqual(self.read_all(log), payloads(3))
+        self.assertEqual(log.offsets_before(-1, 1, 0), [327])
+
+    def test_flush_by_count(self) -> None:
+        """Reaching flush_messages flushes at once."""
+        log = self.open_log(flush_messages=5)
+        log.append(encode_message_set(payloads(4)))
+        self.assertEqual(log.flushed_offset, 0)
+        log.append(encode_message_set(payloads(1)))
+        self.assertEqual(log.flushed_offset, 545)
+        self.assertEqual(log.unflushed_messages, 0)
+
+    def test_flush_by_time(self) -> None:
+        """Data is flushed flush_interval_ms after the first unflushed append."""
+        log = self.open_log(flush_interval_ms=500)
+        log.append(encode_message(b"a"))
+        self.clock.advance(0.3)
+        log.append(encode_message(b"b"))
+        self.clock.advance(0.19)
+        self.assertEqual(log.flushed_offset, 0)
+        self.clock.advance(0.01)
+        self.assertEqual(log.flushed_offset, 20)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_append_does_not_wait_for_fsync(self) -> None:
+        """While an fsync is in flight, appends continue and data stays invisible until it completes."""
+        runner = ManualRunner()
+        log = self.open_log(runner)
+        log.append(encode_message_set(payloads(2)))
+        d = log.flush()
+        self.assertNoResult(d)
+        log.append(encode_message_set(payloads(1)))  # does not block
+        self.assertEqual(log.end_offset, 327)
+        self.assertEqual(log.flushed_offset, 0)
+        runner.run_one()
+        self.assertEqual(self.successResultOf(d), 218)
+        self.assertEqual(log.flushed_offset, 218)
+
+    def test_flushes_coalesce(self) -> None:
+        """Flushes asked for during an fsync become one more fsync that covers everything."""
+        runner = ManualRunner()
+        log = self.open_log(runner)
+        log.append(encode_message(b"a"))
+        first = log.flush()
+        log.append(encode_message(b"b"))
+        second, third = log.flush(), log.flush()
+        self.assertEqual(len(runner.pending), 1)
+        runner.run_one()
+        self.assertEqual(self.successResultOf(first), 10)
+        self.assertEqual(len(runner.pending), 1)
+        runner.run_one()
+        self.assertEqual((self.successResultOf(second), self.successResultOf(third)), (20, 20))
+
+    def test_flush_with_nothing_new(self) -> None:
+        """Flushing a clean log fires at once with the flushed offset."""
+        log = self.open_log()
+        self.assertEqual(self.successResultOf(log.flush()), 0)
+
+    def test_fsync_failure_keeps_data_invisible(self) -> None:
+        """A failed fsync leaves the flushed mark where it was; the next flush retries the same data."""
+        runner = ManualRunner()
+        log = self.open_log(runner)
+        log.append(encode_message(b"a"))
+        d = log.flush()
+        runner.fail_one(OSError(5, "Input/output error"))
+        self.failureResultOf(d, OSError)
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+        self.assertEqual(log.flushed_offset, 0)
+        d = log.flush()
+        runner.run_one()
+        self.assertEqual(self.successResultOf(d), 10)
+
+    def test_roll_flushes_both_segments(self) -> None:
+        """A flush after a roll fsyncs the old segment too, and makes data in both visible."""
+        log = self.open_log()
+        for i in range(15):
+            log.append(encode_message(payloads(1, i)[0]))
+        self.successResultOf(log.flush())
+        self.assertEqual(self.read_all(log), payloads(15))
+
+    def test_flush_listener(self) -> None:
+        """Flush listeners hear each move of the flushed offset."""
+        log = self.open_log()
+        seen = []
+        log.add_flush_listener(lambda l: seen.append(l.flushed_offset))
+        log.append(encode_message(b"a"))
+        log.flush()
+        log.flush()
+        self.assertEqual(seen, [10])
+        log.remove_flush_listener(log._flush_listeners[0])
+
+
+class ReadTests(LogTestMixin, SynchronousTestCase):
+    def setUp(self) -> None:
+        self.log = self.open_log()
+        for i in range(25):
+            self.log.append(encode_message(payloads(1, i)[0]))
+        self.successResultOf(self.log.flush())
+        self.offsets = [i * 109 for i in range(25)]
+
+    def test_read_back_byte_identical(self) -> None:
+        """Reading from 0 returns every message, across segment rolls."""
+        self.assertEqual(self.read_all(self.log), payloads(25))
+
+    def test_read_first_middle_and_segment_start(self) -> None:
+        """A read at any message offset starts with that message."""
+        for i in (0, 7, 10, 19, 24):
+            region = self.log.read(self.offsets[i], 109)
+            (m,) = iter_messages(region.read(), region.offset)
+            self.assertEqual((m.offset, m.payload), (self.offsets[i], payloads(1, i)[0]))
+
+    def test_read_never_crosses_a_segment(self) -> None:
+        """A read stops at the end of its segment even with room to spare."""
+        region = self.log.read(872, 100_000)
+        self.assertEqual((region.position, region.length), (872, 1090 - 872))
+
+    def test_read_at_exact_end_is_empty(self) -> None:
+        """A read at the flushed end is an empty region, not an error."""
+        region = self.log.read(self.log.end_offset, 1000)
+        self.assertEqual(region.length, 0)
+        self.assertEqual(region.read(), b"")
+
+    def test_read_past_end(self) -> None:
+        """A read past the end is OffsetOutOfRange naming the valid range."""
+        e = self.assertRaises(OffsetOutOfRange, self.log.read, self.log.end_offset + 1, 1000)
+        self.assertIn("[0, 2725]", str(e))
+
+    def test_read_before_start(self) -> None:
+        """A negative offset is OffsetOutOfRange."""
+        self.assertRaises(OffsetOutOfRange, self.log.read, -1, 1000)
+
+    def test_read_not_on_boundary(self) -> None:
+        """An offset inside a message is OffsetNotOnBoundary, at every position of a message."""
+        for offset in range(110, 218):
+            self.assertRaises(OffsetNotOnBoundary, self.log.read, offset, 1000)
+
+    def test_message_larger_than_max_bytes(self) -> None:
+        """A fetch smaller than the next message is FetchSizeTooSmall, never an empty result."""
+        e = self.assertRaises(FetchSizeTooSmall, self.log.read, 109, 50)
+        self.assertIn("109 bytes, larger than the fetch size 50", str(e))
+
+    def test_partial_last_message(self) -> None:
+        """A read may end inside a message; the reader drops the partial entry."""
+        region = self.log.read(0, 300)
+        self.assertEqual(region.length, 300)
+        self.assertEqual(len(list(iter_messages(region.read(), 0))), 2)
+
+    def test_invalid_fetch_size(self) -> None:
+        """A zero or negative fetch size is InvalidFetchSize."""
+        self.assertRaises(InvalidFetchSize, self.log.read, 0, 0)
+
+    def test_unflushed_tail_reads_empty(self) -> None:
+        """An offset in the written but unflushed tail reads as empty, not out of range."""
+        end = self.log.end_offset
+        self.log.append(encode_message_set(payloads(2)))
+        self.assertEqual(self.log.read(end, 1000).length, 0)
+        self.assertEqual(self.log.read(end + 109, 1000).length, 0)
+
+    def test_region_names_file_and_position(self) -> None:
+        """A region is a (file descriptor, position, length) view for sendfile."""
+        region = self.log.read(1090, 500)
+        self.assertEqual(os.pread(region.fileno(), region.length, region.position), region.read())
+        self.assertEqual(region.offset, 1090)
