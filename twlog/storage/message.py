@@ -102,46 +102,59 @@ def scan(buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFF
     A message is valid when its size is sane (at least the header, at most
     C{max_message_bytes}), its magic and codec are known, and its CRC matches.
     Compressed wrappers are checked as one message; their insides are not
-    decompressed here.  No per-message object is built.
+    decompressed here.  No per-message object is built: the loop is the
+    broker's hottest, so the common case (magic 0, all well) takes one
+    C{unpack_from} and one CRC, and only a failure pays for a diagnosis.
     """
     n = len(buf)
-    view = memoryview(buf)
     unpack0 = _HEADER0.unpack_from
     check = crc32
     pos = 0
     count = 0
     while pos < n:
         if n - pos < 9:
-            return ScanResult(pos, count, f"partial message header at byte {pos}", 9)
+            return _diagnose(buf, pos, count, max_message_bytes)
         size, magic, crc = unpack0(buf, pos)
         end = pos + 4 + size
-        if size < MIN_MESSAGE_BYTES:
-            return ScanResult(pos, count, f"message size {size} at byte {pos} is below the minimum {MIN_MESSAGE_BYTES}")
-        if size > max_message_bytes:
-            return ScanResult(
-                pos, count, f"message size {size} at byte {pos} exceeds the maximum {max_message_bytes}"
-            )
-        if end > n:
-            return ScanResult(
-                pos, count, f"partial message at byte {pos}: {size} bytes announced, {n - pos - 4} present", size + 4
-            )
+        if size < MIN_MESSAGE_BYTES or size > max_message_bytes or end > n:
+            return _diagnose(buf, pos, count, max_message_bytes)
         if magic == MAGIC_PLAIN:
-            start = pos + 9
-        elif magic == MAGIC_ATTRIBUTES:
-            if size < 6:
-                return ScanResult(pos, count, f"magic-1 message at byte {pos} is too short")
-            attributes = buf[pos + 5]
-            if attributes & ~CODEC_MASK or (attributes & CODEC_MASK) not in _CODECS:
-                return ScanResult(pos, count, f"unknown attributes {attributes:#x} at byte {pos}")
-            crc = _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
-            start = pos + 10
-        else:
-            return ScanResult(pos, count, f"unknown magic {magic} at byte {pos}")
-        if check(view[start:end]) != crc:
-            return ScanResult(pos, count, f"CRC mismatch in message at byte {pos}")
+            if check(buf[pos + 9 : end]) != crc:
+                return _diagnose(buf, pos, count, max_message_bytes)
+        elif (
+            magic != MAGIC_ATTRIBUTES
+            or size < 6
+            or buf[pos + 5] not in _CODECS
+            or check(buf[pos + 10 : end]) != _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
+        ):
+            return _diagnose(buf, pos, count, max_message_bytes)
         pos = end
         count += 1
     return ScanResult(pos, count, None)
+
+
+def _diagnose(buf: bytes | bytearray | memoryview, pos: int, count: int, max_message_bytes: int) -> ScanResult:
+    """Say why the entry at C{pos} stopped L{scan}."""
+    n = len(buf)
+    if n - pos < 9:
+        return ScanResult(pos, count, f"partial message header at byte {pos}", 9)
+    size, magic, _ = _HEADER0.unpack_from(buf, pos)
+    if size < MIN_MESSAGE_BYTES:
+        return ScanResult(pos, count, f"message size {size} at byte {pos} is below the minimum {MIN_MESSAGE_BYTES}")
+    if size > max_message_bytes:
+        return ScanResult(pos, count, f"message size {size} at byte {pos} exceeds the maximum {max_message_bytes}")
+    if pos + 4 + size > n:
+        return ScanResult(
+            pos, count, f"partial message at byte {pos}: {size} bytes announced, {n - pos - 4} present", size + 4
+        )
+    if magic not in (MAGIC_PLAIN, MAGIC_ATTRIBUTES):
+        return ScanResult(pos, count, f"unknown magic {magic} at byte {pos}")
+    if magic == MAGIC_ATTRIBUTES:
+        if size < 6:
+            return ScanResult(pos, count, f"magic-1 message at byte {pos} is too short")
+        if buf[pos + 5] not in _CODECS:
+            return ScanResult(pos, count, f"unknown attributes {buf[pos + 5]:#x} at byte {pos}")
+    return ScanResult(pos, count, f"CRC mismatch in message at byte {pos}")
 
 
 def validate_message_set(buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFFF) -> int:
@@ -175,8 +188,9 @@ def iter_messages(
         limit), so any partial entry is an error.
     @raise InvalidMessage: on a CRC mismatch or malformed entry.
     """
+    if not isinstance(buf, bytes):
+        buf = bytes(buf)
     n = len(buf)
-    view = memoryview(buf)
     pos = 0
     while pos < n:
         if n - pos < 4:
@@ -202,13 +216,13 @@ def iter_messages(
             start = pos + 10
         else:
             raise InvalidMessage(f"unknown magic {magic} at offset {offset + pos}")
-        payload = view[start:end]
+        payload = buf[start:end]
         if crc32(payload) != crc:
             raise InvalidMessage(f"CRC mismatch in the message at offset {offset + pos}")
         if codec == CODEC_NONE or not deep:
-            yield MessageAndOffset(offset + pos, offset + end, bytes(payload))
+            yield MessageAndOffset(offset + pos, offset + end, payload)
         else:
-            inner = list(iter_messages(decompress(codec, bytes(payload)), 0, deep=True, whole_buffer=True))
+            inner = list(iter_messages(decompress(codec, payload), 0, deep=True, whole_buffer=True))
             for i, message in enumerate(inner):
                 last = i == len(inner) - 1
                 yield MessageAndOffset(offset + pos, offset + end if last else offset + pos, message.payload)
