@@ -215,7 +215,10 @@ class LogManager:
         now_ms = int(self._clock.seconds() * 1000)
         expired: list[Segment] = []
         for log in self._logs.values():
-            expired.extend(log.expire_segments(now_ms))
+            try:
+                expired.extend(log.expire_segments(now_ms))
+            except Exception:  # one bad partition must not stop retention for the others
+                self._log.failure("retention failed in {directory}", directory=log.directory)
         if not expired:
             return succeed(0)
         for segment in expired:
