@@ -18,7 +18,7 @@ from twlog.errors import CorruptLog
 from twlog.storage import log as log_module
 from twlog.storage.log import Log
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER, LogDirectoryInUse, LogManager
-from twlog.storage.message import encode_message, encode_message_set, iter_messages
+from twlog.storage.message import CODEC_GZIP, encode_message, encode_message_set, iter_messages
 from twlog.storage.segment import segment_name
 
 from ..fakes import ManualRunner, run_now
@@ -262,8 +262,6 @@ class TornWriteTests(RecoveryMixin, SynchronousTestCase):
 
     def test_compressed_wrapper_survives(self) -> None:
         """A valid compressed wrapper is kept whole, and a torn one is cut."""
-        from twlog.storage.message import CODEC_GZIP
-
         wrapper = encode_message_set(payloads(5), CODEC_GZIP)
         log, path = self.recovered_log(wrapper + wrapper[:-3])
         self.assertEqual(os.path.getsize(path), len(wrapper))

@@ -163,7 +163,7 @@ class Log:
             chunk = segment.pread(read_pos, _RECOVERY_CHUNK) if read_pos < file_size else b""
             read_pos += len(chunk)
             buf = pending + chunk if pending else chunk
-            result = scan(buf, limit)
+            result = scan(buf, limit, origin=valid)
             valid += result.valid_bytes
             if result.problem is None:
                 pending = b""
@@ -386,11 +386,13 @@ class Log:
 
         C{time_ms} is L{LATEST_TIME} (the flushed end), L{EARLIEST_TIME} (the
         first offset), or a time: the start offsets of the segments last
-        modified at or before it.
+        modified at or before it.  Offsets past the flushed end are never
+        answered, not even the base of a rolled but unflushed segment.
         """
-        entries = [(s.base_offset, s.mtime_ms()) for s in self._segments]
-        if self.flushed_offset > self._segments[-1].base_offset:
-            entries.append((self.flushed_offset, now_ms))
+        visible = self.flushed_offset
+        entries = [(s.base_offset, s.mtime_ms()) for s in self._segments if s.base_offset <= visible]
+        if visible > entries[-1][0]:
+            entries.append((visible, now_ms))
         if time_ms == LATEST_TIME:
             start = len(entries) - 1
         elif time_ms == EARLIEST_TIME:

@@ -16,7 +16,7 @@ import os
 import re
 from functools import partial
 
-from twisted.internet.defer import Deferred, DeferredList, gatherResults, succeed
+from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -94,14 +94,16 @@ class LogManager:
         @raise CorruptLog: a partition cannot be opened safely.
         """
         log_dir = self.config.log_dir
+        if self._lock_fd >= 0:
+            raise LogDirectoryInUse(f"{log_dir} is already open in this log manager")
         os.makedirs(log_dir, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        lock_fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+            os.close(lock_fd)
             raise LogDirectoryInUse(f"{log_dir} is in use by another twlog broker") from None
+        self._lock_fd = lock_fd
         marker = os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)
         clean = os.path.exists(marker)
         self.recovered = not clean
@@ -211,35 +213,52 @@ class LogManager:
         return gatherResults([log.flush() for log in self._logs.values()], consumeErrors=True)
 
     def run_retention(self) -> Deferred[int]:
-        """Delete, in a pool thread, the segments that retention expires; fire with how many."""
+        """Delete, in a pool thread, the segments that retention expires; fire with how many went."""
         now_ms = int(self._clock.seconds() * 1000)
-        expired: list[Segment] = []
+        runs: list[Deferred[int]] = []
         for log in self._logs.values():
             try:
-                expired.extend(log.expire_segments(now_ms))
+                expired = log.expire_segments(now_ms)
             except Exception:  # one bad partition must not stop retention for the others
                 self._log.failure("retention failed in {directory}", directory=log.directory)
-        if not expired:
+                continue
+            if expired:
+                for segment in expired:
+                    self._log.info("retention deletes {path}", path=segment.path)
+                runs.append(self._run_in_thread(_delete_segments, expired).addCallback(self._deleted, expired))
+        if not runs:
             return succeed(0)
-        for segment in expired:
-            self._log.info("retention deletes {path}", path=segment.path)
-        d = DeferredList([self._run_in_thread(_delete_segment, segment) for segment in expired], consumeErrors=True)
+        return gatherResults(runs, consumeErrors=True).addCallbacks(sum, self._deletion_failed)
 
-        def report(results: list) -> int:
-            for ok, value in results:
-                if not ok:
-                    self._log.failure("deleting an expired segment failed", value)
-            return len(expired)
+    def _deleted(self, deleted: int, expired: list[Segment]) -> int:
+        if deleted < len(expired):
+            self._log.warn(
+                "retention could not delete {path}; it and {left} newer expired segments stay on disk"
+                " until the next start",
+                path=expired[deleted].path, left=len(expired) - deleted - 1,
+            )
+        return deleted
 
-        return d.addCallback(report)
+    def _deletion_failed(self, failure) -> int:
+        self._log.failure("retention failed to delete segments", failure)
+        return 0
 
 
-def _delete_segment(segment: Segment) -> None:
-    """Unlink an expired segment.  Its descriptor stays open until nothing refers to it."""
-    try:
-        os.unlink(segment.path)
-    except FileNotFoundError:
-        pass
+def _delete_segments(segments: list[Segment]) -> int:
+    """Unlink expired segments oldest first, stopping at the first failure; return how many went.
+
+    Deleting in order, one at a time, means a crash or an error leaves a
+    contiguous log behind: never a gap that a restart would refuse to open.
+    A segment's descriptor stays open until nothing refers to it.
+    """
+    for deleted, segment in enumerate(segments):
+        try:
+            os.unlink(segment.path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return deleted
+    return len(segments)
 
 
 def thread_pool_runner(reactor) -> ThreadRunner:

@@ -96,13 +96,14 @@ def encode_message_set(payloads: Iterable[bytes], codec: int = CODEC_NONE) -> by
 # -- validation -------------------------------------------------------------
 
 
-def scan(buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFFF) -> ScanResult:
+def scan(buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFFF, origin: int = 0) -> ScanResult:
     """Walk the entries of C{buf} and stop at the first one that is not a whole, valid message.
 
     A message is valid when its size is sane (at least the header, at most
     C{max_message_bytes}), its magic and codec are known, and its CRC matches.
     Compressed wrappers are checked as one message; their insides are not
-    decompressed here.  No per-message object is built: the loop is the
+    decompressed here.  Problems name byte positions counted from C{origin}
+    (the position of C{buf} in a larger file).  No per-message object is built: the loop is the
     broker's hottest, so the common case (magic 0, all well) takes one
     C{unpack_from} and one CRC, and only a failure pays for a diagnosis.
     """
@@ -113,28 +114,37 @@ def scan(buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFF
     count = 0
     while pos < n:
         if n - pos < 9:
-            return _diagnose(buf, pos, count, max_message_bytes)
+            return _diagnose(buf, pos, count, max_message_bytes, origin)
         size, magic, crc = unpack0(buf, pos)
         end = pos + 4 + size
         if size < MIN_MESSAGE_BYTES or size > max_message_bytes or end > n:
-            return _diagnose(buf, pos, count, max_message_bytes)
+            return _diagnose(buf, pos, count, max_message_bytes, origin)
         if magic == MAGIC_PLAIN:
             if check(buf[pos + 9 : end]) != crc:
-                return _diagnose(buf, pos, count, max_message_bytes)
+                return _diagnose(buf, pos, count, max_message_bytes, origin)
         elif (
             magic != MAGIC_ATTRIBUTES
             or size < 6
             or buf[pos + 5] not in _CODECS
             or check(buf[pos + 10 : end]) != _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
         ):
-            return _diagnose(buf, pos, count, max_message_bytes)
+            return _diagnose(buf, pos, count, max_message_bytes, origin)
         pos = end
         count += 1
     return ScanResult(pos, count, None)
 
 
-def _diagnose(buf: bytes | bytearray | memoryview, pos: int, count: int, max_message_bytes: int) -> ScanResult:
+def _diagnose(
+    buf: bytes | bytearray | memoryview, pos: int, count: int, max_message_bytes: int, origin: int
+) -> ScanResult:
     """Say why the entry at C{pos} stopped L{scan}."""
+    result = _diagnosis(buf, pos, count, max_message_bytes)
+    if origin:
+        result = result._replace(problem=result.problem.replace(f"at byte {pos}", f"at byte {origin + pos}"))
+    return result
+
+
+def _diagnosis(buf: bytes | bytearray | memoryview, pos: int, count: int, max_message_bytes: int) -> ScanResult:
     n = len(buf)
     if n - pos < 9:
         return ScanResult(pos, count, f"partial message header at byte {pos}", 9)

@@ -1,0 +1,435 @@
+"""Tests for retention (by age and by size) and for OFFSETS: the offsets of a partition before a time."""
+
+from __future__ import annotations
+
+import os
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.config import HOUR_MS, LogConfig
+from twlog.errors import OffsetOutOfRange
+from twlog.storage.log import EARLIEST_TIME, LATEST_TIME, Log
+from twlog.storage.manager import LogManager
+from twlog.storage.message import encode_message_set, iter_messages
+from twlog.storage.segment import segment_name
+
+from ..fakes import ManualRunner, run_now
+
+MSG = 100  # payload bytes; each entry is 109 bytes on disk
+ENTRY = MSG + 9
+SEGMENT = 1090  # ten entries per segment
+#: The fake clock's "now", in ms.  Segment mtimes are set relative to it.
+NOW_MS = 1_700_000_000_000
+MINUTE_MS = 60 * 1000
+
+
+def payloads(n: int, start: int = 0) -> list[bytes]:
+    """n distinct 100-byte payloads."""
+    return [(b"%08d" % i).ljust(MSG, b".") for i in range(start, start + n)]
+
+
+def read_all(log: Log, offset: int, max_bytes: int = 4096) -> list[bytes]:
+    """Every visible payload from C{offset}, fetch by fetch, as a consumer would."""
+    out = []
+    while True:
+        region = log.read(offset, max_bytes)
+        messages = list(iter_messages(region.read(), region.offset))
+        if not messages:
+            return out
+        out.extend(m.payload for m in messages)
+        offset = messages[-1].next_offset
+
+
+def set_mtime(path: str, mtime_ms: int) -> None:
+    """Make C{path} look last modified at C{mtime_ms}."""
+    ns = mtime_ms * 1_000_000
+    os.utime(path, ns=(ns, ns))
+
+
+class RetentionMixin:
+    def start_manager(self, runner=run_now, **overrides) -> LogManager:
+        """A started manager with small segments, whose clock reads NOW_MS."""
+        settings = dict(segment_bytes=SEGMENT, flush_messages=1_000_000, retention_ms=HOUR_MS)
+        settings.update(overrides)
+        self.log_dir = self.mktemp()
+        self.clock = Clock()
+        self.clock.advance(NOW_MS / 1000)
+        manager = LogManager(LogConfig(self.log_dir, **settings), self.clock, runner)
+        manager.start()
+        self.addCleanup(manager._close_all)
+        return manager
+
+    def fill(self, log: Log, count: int, start: int = 0, flush: bool = True) -> None:
+        """Append C{count} messages one per append (so segments fill to ten), then flush."""
+        for i in range(start, start + count):
+            log.append(encode_message_set(payloads(1, i)))
+        if flush:
+            self.successResultOf(log.flush())
+
+    def age(self, log: Log, *ages_ms: int) -> None:
+        """Set the mtime of each segment, oldest first, to C{NOW_MS - age}."""
+        segments = log.segments
+        self.assertEqual(len(segments), len(ages_ms))
+        for segment, age in zip(segments, ages_ms):
+            set_mtime(segment.path, NOW_MS - age)
+
+    def files(self, log: Log) -> list[str]:
+        return sorted(name for name in os.listdir(log.directory) if name.endswith(".log"))
+
+    def bases(self, log: Log) -> list[int]:
+        return [s.base_offset for s in log.segments]
+
+
+class TimeRetentionTests(RetentionMixin, SynchronousTestCase):
+    def setUp(self) -> None:
+        self.manager = self.start_manager()
+        self.log = self.manager.get_or_create_log("t", 0)
+        self.fill(self.log, 25)  # segments at 0, 1090, 2180 (the active one, 5 messages)
+        self.assertEqual(self.bases(self.log), [0, 1090, 2180])
+
+    def test_expired_segments_are_deleted(self) -> None:
+        """Segments last modified longer ago than retention_ms go from disk and from the index."""
+        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 10 * MINUTE_MS)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 2)
+        self.assertEqual(self.files(self.log), [segment_name(2180)])
+        self.assertEqual(self.bases(self.log), [2180])
+        self.assertEqual(self.log.start_offset, 2180)
+        self.assertEqual(self.log.end_offset, 2180 + 5 * ENTRY)
+        self.assertEqual(read_all(self.log, 2180), payloads(5, 20))
+
+    def test_young_segments_are_kept(self) -> None:
+        """Nothing younger than retention_ms is deleted."""
+        self.age(self.log, HOUR_MS - 1, 30 * MINUTE_MS, MINUTE_MS)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 0)
+        self.assertEqual(self.files(self.log), [segment_name(b) for b in (0, 1090, 2180)])
+        self.assertEqual(self.log.start_offset, 0)
+
+    def test_exactly_retention_ms_old_is_kept(self) -> None:
+        """A segment exactly retention_ms old is not yet expired."""
+        self.age(self.log, HOUR_MS, HOUR_MS, MINUTE_MS)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 0)
+
+    def test_deletes_only_a_prefix(self) -> None:
+        """Retention deletes the oldest segments in order and stops at the first young one, leaving no gap."""
+        self.fill(self.log, 10, 25)  # rolls: 2180 is no longer active
+        self.age(self.log, 3 * HOUR_MS, 10 * MINUTE_MS, 2 * HOUR_MS, MINUTE_MS)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 1)
+        self.assertEqual(self.bases(self.log), [1090, 2180, 3270])
+
+    def test_looping_call_runs_retention(self) -> None:
+        """Retention runs every retention_check_interval_ms of clock time, not before."""
+        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 10 * MINUTE_MS)
+        interval = self.manager.config.retention_check_interval_ms / 1000
+        self.clock.advance(interval - 0.001)
+        self.assertEqual(self.bases(self.log), [0, 1090, 2180])
+        # The clock moved, so the segments are a little older; they stay past the cutoff.
+        self.clock.advance(0.001)
+        self.assertEqual(self.bases(self.log), [2180])
+        self.assertEqual(self.files(self.log), [segment_name(2180)])
+
+    def test_clock_moving_expires_segments(self) -> None:
+        """A segment young at one periodic check is deleted by a later one, once the clock passes its expiry."""
+        self.age(self.log, 50 * MINUTE_MS, 20 * MINUTE_MS, MINUTE_MS)
+        self.clock.advance(5 * 60)  # a check: the first segment is 55 minutes old
+        self.assertEqual(self.bases(self.log), [0, 1090, 2180])
+        self.clock.advance(5 * 60)  # a check: exactly 60 minutes old, not older
+        self.assertEqual(self.bases(self.log), [0, 1090, 2180])
+        self.clock.advance(5 * 60)  # a check: 65 minutes old
+        self.assertEqual(self.bases(self.log), [1090, 2180])
+        self.assertEqual(self.files(self.log), [segment_name(1090), segment_name(2180)])
+
+    def test_expired_active_segment_with_unflushed_data_is_kept(self) -> None:
+        """The active segment is never deleted: with unflushed data it stays, whatever its age."""
+        self.fill(self.log, 2, 25, flush=False)
+        self.age(self.log, 3 * HOUR_MS, 3 * HOUR_MS, 3 * HOUR_MS)
+        end = self.log.end_offset
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 2)
+        self.assertEqual(self.bases(self.log), [2180])
+        self.assertEqual(self.files(self.log), [segment_name(2180)])
+        self.assertEqual(self.log.end_offset, end)
+        self.successResultOf(self.log.flush())
+        self.assertEqual(read_all(self.log, 2180), payloads(7, 20))
+
+    def test_expired_active_segment_rolls_first(self) -> None:
+        """A fully flushed, expired active segment is replaced by an empty one at the end, so offsets never go back."""
+        end = self.log.end_offset
+        self.age(self.log, 3 * HOUR_MS, 3 * HOUR_MS, 2 * HOUR_MS)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 3)
+        self.assertEqual(self.files(self.log), [segment_name(end)])
+        self.assertEqual(self.bases(self.log), [end])
+        self.assertEqual((self.log.start_offset, self.log.end_offset, self.log.flushed_offset), (end, end, end))
+        self.assertEqual(self.log.read(end, 4096).length, 0)
+        result = self.log.append(encode_message_set(payloads(2, 100)))
+        self.assertEqual(result.offset, end)
+        self.successResultOf(self.log.flush())
+        self.assertEqual(read_all(self.log, end), payloads(2, 100))
+
+    def test_empty_active_segment_is_not_rolled_again(self) -> None:
+        """Once an empty segment is active, later checks neither roll nor delete anything."""
+        self.age(self.log, 3 * HOUR_MS, 3 * HOUR_MS, 2 * HOUR_MS)
+        self.successResultOf(self.manager.run_retention())
+        end = self.log.end_offset
+        self.age(self.log, 5 * HOUR_MS)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 0)
+        self.assertEqual(self.bases(self.log), [end])
+        self.assertEqual(self.files(self.log), [segment_name(end)])
+
+    def test_offsets_survive_restart_after_everything_expired(self) -> None:
+        """After all data expired and the manager stopped cleanly, the log reopens at the same end offset."""
+        end = self.log.end_offset
+        self.age(self.log, 3 * HOUR_MS, 3 * HOUR_MS, 2 * HOUR_MS)
+        self.successResultOf(self.manager.run_retention())
+        self.successResultOf(self.manager.stop())
+        manager = LogManager(self.manager.config, self.clock, run_now)
+        manager.start()
+        self.addCleanup(manager._close_all)
+        log = manager.get_log("t", 0)
+        self.assertEqual((log.start_offset, log.end_offset), (end, end))
+        self.assertEqual(log.append(encode_message_set(payloads(1))).offset, end)
+
+    def test_reads_before_the_new_start(self) -> None:
+        """Reads before the new start get OffsetOutOfRange; a read at the new start works."""
+        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 10 * MINUTE_MS)
+        self.successResultOf(self.manager.run_retention())
+        for offset in (0, ENTRY, 1090, 2180 - ENTRY):
+            self.assertRaises(OffsetOutOfRange, self.log.read, offset, 4096)
+        region = self.log.read(2180, 4096)
+        self.assertEqual(region.offset, 2180)
+        self.assertEqual([m.payload for m in iter_messages(region.read(), 2180)], payloads(5, 20))
+
+    def test_region_outlives_deletion(self) -> None:
+        """A region handed out before its segment was deleted can still be read (the descriptor stays open)."""
+        region = self.log.read(0, 4096)
+        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 10 * MINUTE_MS)
+        self.successResultOf(self.manager.run_retention())
+        self.assertNotIn(segment_name(0), self.files(self.log))
+        self.assertEqual([m.payload for m in iter_messages(region.read(), 0)], payloads(10))
+
+    def test_every_partition(self) -> None:
+        """One retention run covers every partition and reports the total deleted."""
+        other = self.manager.get_or_create_log("u", 0)
+        self.fill(other, 15)
+        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 10 * MINUTE_MS)
+        self.age(other, 3 * HOUR_MS, 10 * MINUTE_MS)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 3)
+        self.assertEqual(self.bases(self.log), [2180])
+        self.assertEqual(self.bases(other), [1090])
+
+
+class DeletionTests(RetentionMixin, SynchronousTestCase):
+    """Deleting expired files happens on pool threads; whatever becomes of it, the partition must reopen."""
+
+    def setUp(self) -> None:
+        self.runner = ManualRunner()
+        self.manager = self.start_manager(self.runner)
+        self.log = self.manager.get_or_create_log("t", 0)
+        for i in range(25):
+            self.log.append(encode_message_set(payloads(1, i)))
+        d = self.log.flush()
+        self.runner.run_all()
+        self.successResultOf(d)
+        self.end = self.log.end_offset
+        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 10 * MINUTE_MS)
+
+    def restart(self) -> Log:
+        """Start a new manager on the directory and return the partition's log."""
+        manager = LogManager(self.manager.config, self.clock, run_now)
+        manager.start()
+        self.addCleanup(manager._close_all)
+        return manager.get_log("t", 0)
+
+    def test_files_go_only_when_the_pool_runs(self) -> None:
+        """run_retention takes segments off the index at once and fires once the pool has unlinked them."""
+        d = self.manager.run_retention()
+        self.assertEqual(self.bases(self.log), [2180])
+        self.assertNoResult(d)
+        self.runner.run_all()
+        self.assertEqual(self.successResultOf(d), 2)
+        self.assertEqual(self.files(self.log), [segment_name(2180)])
+
+    def test_failed_deletion_leaves_no_gap(self) -> None:
+        """When unlinking the oldest expired segment fails, the partition still opens on the next start."""
+        d = self.manager.run_retention()
+        self.runner.fail_one(PermissionError("unlink refused"))
+        self.runner.run_all()
+        self.successResultOf(d)
+        self.assertTrue(self.flushLoggedErrors(PermissionError))
+        self.successResultOf(self.manager.stop())
+        log = self.restart()
+        self.assertEqual(log.end_offset, self.end)
+        self.assertEqual(read_all(log, 2180), payloads(5, 20))
+
+    def test_crash_between_deletions_leaves_no_gap(self) -> None:
+        """A crash after the pool unlinked a younger expired segment but not an older one leaves a partition that opens."""
+        self.manager.run_retention()
+        self.runner.pending.reverse()  # pool threads may run the unlinks in any order
+        self.runner.run_one()
+        self.manager._close_all()  # crash: no marker, the older unlink never ran
+        log = self.restart()
+        self.assertEqual(log.end_offset, self.end)
+        self.assertEqual(read_all(log, 2180), payloads(5, 20))
+
+
+class SizeRetentionTests(RetentionMixin, SynchronousTestCase):
+    def make_log(self, retention_bytes: int, count: int = 35) -> Log:
+        """A partition of C{count} young messages (segments at 0, 1090, 2180, 3270) under a size cap."""
+        self.manager = self.start_manager(retention_bytes=retention_bytes)
+        log = self.manager.get_or_create_log("t", 0)
+        self.fill(log, count)
+        self.age(log, *[MINUTE_MS] * len(log.segments))
+        return log
+
+    def test_under_the_cap_nothing_goes(self) -> None:
+        """A partition at or under retention_bytes keeps every segment."""
+        log = self.make_log(retention_bytes=3 * SEGMENT + 5 * ENTRY)
+        self.assertEqual(log.size_bytes(), 3 * SEGMENT + 5 * ENTRY)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 0)
+        self.assertEqual(self.bases(log), [0, 1090, 2180, 3270])
+
+    def test_oldest_go_until_under_the_cap(self) -> None:
+        """The oldest segments are deleted until the partition fits under retention_bytes."""
+        log = self.make_log(retention_bytes=2 * SEGMENT)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 2)
+        self.assertEqual(self.bases(log), [2180, 3270])
+        self.assertEqual(self.files(log), [segment_name(2180), segment_name(3270)])
+        self.assertLessEqual(log.size_bytes(), 2 * SEGMENT)
+        self.assertEqual(read_all(log, 2180), payloads(15, 20))
+
+    def test_one_byte_over(self) -> None:
+        """A partition one byte over the cap loses its oldest segment."""
+        log = self.make_log(retention_bytes=3 * SEGMENT + 5 * ENTRY - 1)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 1)
+        self.assertEqual(self.bases(log), [1090, 2180, 3270])
+
+    def test_active_segment_is_never_deleted(self) -> None:
+        """A cap of zero deletes every segment but the active one, and the end offset stays."""
+        log = self.make_log(retention_bytes=0)
+        end = log.end_offset
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 3)
+        self.assertEqual(self.bases(log), [3270])
+        self.assertEqual(log.end_offset, end)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 0)
+        self.assertEqual(log.append(encode_message_set(payloads(1))).offset, end)
+
+    def test_reads_before_the_new_start(self) -> None:
+        """After the size cap deletes segments, reads before the new start are out of range."""
+        log = self.make_log(retention_bytes=2 * SEGMENT)
+        self.successResultOf(self.manager.run_retention())
+        self.assertRaises(OffsetOutOfRange, log.read, 1090, 4096)
+        self.assertEqual(read_all(log, log.start_offset)[:1], payloads(1, 20))
+
+    def test_no_cap_by_default(self) -> None:
+        """With the default retention_bytes (-1) size never deletes anything."""
+        self.manager = self.start_manager()
+        log = self.manager.get_or_create_log("t", 0)
+        self.fill(log, 35)
+        self.age(log, *[MINUTE_MS] * 4)
+        self.assertEqual(self.successResultOf(self.manager.run_retention()), 0)
+
+
+class OffsetsBeforeTests(RetentionMixin, SynchronousTestCase):
+    def setUp(self) -> None:
+        self.manager = self.start_manager()
+        self.log = self.manager.get_or_create_log("t", 0)
+
+    def aged_log(self) -> Log:
+        """Segments at 0, 1090, 2180, 3270 last modified 40, 30, 20 and 10 minutes ago, all flushed."""
+        self.fill(self.log, 35)
+        self.age(self.log, 40 * MINUTE_MS, 30 * MINUTE_MS, 20 * MINUTE_MS, 10 * MINUTE_MS)
+        return self.log
+
+    def test_empty_log(self) -> None:
+        """A new, empty log answers 0 for both the latest and the earliest offset."""
+        self.assertEqual(self.log.offsets_before(LATEST_TIME, 10, NOW_MS), [0])
+        self.assertEqual(self.log.offsets_before(EARLIEST_TIME, 10, NOW_MS), [0])
+
+    def test_latest_is_the_flushed_end(self) -> None:
+        """LATEST_TIME answers the flushed end; unflushed appends do not move it until the flush."""
+        self.fill(self.log, 3)
+        flushed = self.log.end_offset
+        self.fill(self.log, 2, 3, flush=False)
+        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [flushed])
+        self.successResultOf(self.log.flush())
+        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [5 * ENTRY])
+
+    def test_latest_ignores_unflushed_rolled_segment(self) -> None:
+        """LATEST_TIME is the flushed end even when unflushed appends have rolled a new segment."""
+        self.fill(self.log, 5)
+        self.fill(self.log, 10, 5, flush=False)  # rolls to 1090 with nothing flushed past 545
+        self.assertEqual(self.bases(self.log), [0, 1090])
+        self.assertEqual(self.log.flushed_offset, 5 * ENTRY)
+        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [5 * ENTRY])
+
+    def test_no_offset_past_the_flushed_end(self) -> None:
+        """No OFFSETS answer names an offset past the flushed end, whatever the time asked."""
+        self.fill(self.log, 5)
+        self.fill(self.log, 10, 5, flush=False)  # rolls to 1090 with nothing flushed past 545
+        self.age(self.log, 10 * MINUTE_MS, 5 * MINUTE_MS)
+        beyond = [
+            (time_ms, offset)
+            for time_ms in (NOW_MS - 5 * MINUTE_MS, NOW_MS, NOW_MS + HOUR_MS, LATEST_TIME, EARLIEST_TIME)
+            for offset in self.log.offsets_before(time_ms, 10, NOW_MS)
+            if offset > self.log.flushed_offset
+        ]
+        self.assertEqual(beyond, [])
+
+    def test_latest_after_a_timed_flush(self) -> None:
+        """Once the clock passes flush_interval_ms the appended data counts for LATEST_TIME."""
+        self.fill(self.log, 3, flush=False)
+        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [0])
+        self.clock.advance(self.manager.config.flush_interval_ms / 1000)
+        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [3 * ENTRY])
+
+    def test_earliest_is_the_first_offset(self) -> None:
+        """EARLIEST_TIME answers the first offset still on disk."""
+        self.aged_log()
+        self.assertEqual(self.log.offsets_before(EARLIEST_TIME, 10, NOW_MS), [0])
+
+    def test_earliest_after_retention(self) -> None:
+        """After retention EARLIEST_TIME answers the new start, and reading there works."""
+        self.aged_log()
+        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 20 * MINUTE_MS, 10 * MINUTE_MS)
+        self.successResultOf(self.manager.run_retention())
+        [earliest] = self.log.offsets_before(EARLIEST_TIME, 10, NOW_MS)
+        self.assertEqual(earliest, 2180)
+        self.assertEqual(read_all(self.log, earliest), payloads(15, 20))
+        self.assertRaises(OffsetOutOfRange, self.log.read, earliest - ENTRY, 4096)
+
+    def test_time_between_segments(self) -> None:
+        """A time answers the base offsets of the segments last modified at or before it, newest first."""
+        self.aged_log()
+        self.assertEqual(self.log.offsets_before(NOW_MS - 25 * MINUTE_MS, 10, NOW_MS), [1090, 0])
+        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 10, NOW_MS), [2180, 1090, 0])
+
+    def test_time_equal_to_mtime_is_included(self) -> None:
+        """A segment last modified exactly at the time asked is included."""
+        self.aged_log()
+        self.assertEqual(self.log.offsets_before(NOW_MS - 30 * MINUTE_MS, 10, NOW_MS), [1090, 0])
+        self.assertEqual(self.log.offsets_before(NOW_MS - 30 * MINUTE_MS - 1, 10, NOW_MS), [0])
+
+    def test_max_offsets_bounds_the_answer(self) -> None:
+        """At most max_offsets offsets come back, the newest ones."""
+        self.aged_log()
+        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 2, NOW_MS), [2180, 1090])
+        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 1, NOW_MS), [2180])
+        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 0, NOW_MS), [])
+
+    def test_time_before_every_segment(self) -> None:
+        """A time before every segment's modification answers nothing."""
+        self.aged_log()
+        self.assertEqual(self.log.offsets_before(NOW_MS - 41 * MINUTE_MS, 10, NOW_MS), [])
+
+    def test_now_includes_the_flushed_end(self) -> None:
+        """A time at or after now answers the flushed end first, then every segment's base offset."""
+        log = self.aged_log()
+        self.assertEqual(log.offsets_before(NOW_MS, 10, NOW_MS), [log.flushed_offset, 3270, 2180, 1090, 0])
+        self.assertEqual(log.offsets_before(NOW_MS, 2, NOW_MS), [log.flushed_offset, 3270])
+
+    def test_after_time_retention_times_still_map(self) -> None:
+        """After retention, a time before the remaining segments answers nothing and later times the survivors."""
+        self.aged_log()
+        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 20 * MINUTE_MS, 10 * MINUTE_MS)
+        self.successResultOf(self.manager.run_retention())
+        self.assertEqual(self.log.offsets_before(NOW_MS - 2 * HOUR_MS, 10, NOW_MS), [])
+        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 10, NOW_MS), [2180])
