@@ -319,6 +319,21 @@ class SizeRetentionTests(RetentionMixin, SynchronousTestCase):
         self.assertRaises(OffsetOutOfRange, log.read, 1090, 4096)
         self.assertEqual(read_all(log, log.start_offset)[:1], payloads(1, 20))
 
+    def test_unflushed_data_and_the_cap(self) -> None:
+        """Size retention over data not yet flushed leaves OFFSETS answering, with EARLIEST never past LATEST."""
+        self.manager = self.start_manager(retention_bytes=0)
+        log = self.manager.get_or_create_log("t", 0)
+        self.fill(log, 25, flush=False)  # segments at 0, 1090, 2180, nothing flushed
+        self.age(log, MINUTE_MS, MINUTE_MS, MINUTE_MS)
+        self.successResultOf(self.manager.run_retention())
+        [earliest] = log.offsets_before(EARLIEST_TIME, 1, NOW_MS)
+        [latest] = log.offsets_before(LATEST_TIME, 1, NOW_MS)
+        self.assertLessEqual(earliest, latest)
+        self.successResultOf(log.flush())
+        [earliest] = log.offsets_before(EARLIEST_TIME, 1, NOW_MS)
+        self.assertEqual(log.offsets_before(LATEST_TIME, 1, NOW_MS), [log.end_offset])
+        self.assertEqual(read_all(log, earliest)[-1:], payloads(1, 24))
+
     def test_no_cap_by_default(self) -> None:
         """With the default retention_bytes (-1) size never deletes anything."""
         self.manager = self.start_manager()

@@ -225,10 +225,11 @@ class LogManager:
             if expired:
                 for segment in expired:
                     self._log.info("retention deletes {path}", path=segment.path)
-                runs.append(self._run_in_thread(_delete_segments, expired).addCallback(self._deleted, expired))
+                d = self._run_in_thread(_delete_segments, expired)
+                runs.append(d.addCallbacks(self._deleted, self._deletion_failed, callbackArgs=(expired,)))
         if not runs:
             return succeed(0)
-        return gatherResults(runs, consumeErrors=True).addCallbacks(sum, self._deletion_failed)
+        return gatherResults(runs).addCallback(sum)
 
     def _deleted(self, deleted: int, expired: list[Segment]) -> int:
         if deleted < len(expired):
