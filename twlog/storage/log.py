@@ -391,7 +391,7 @@ class Log:
         """
         visible = self.flushed_offset
         entries = [(s.base_offset, s.mtime_ms()) for s in self._segments if s.base_offset <= visible]
-        if visible > entries[-1][0]:
+        if not entries or visible > entries[-1][0]:
             entries.append((visible, now_ms))
         if time_ms == LATEST_TIME:
             start = len(entries) - 1
@@ -416,8 +416,8 @@ class Log:
         """Take off the index the segments retention wants gone; the caller deletes their files.
 
         Old segments go when last modified more than C{retention_ms} ago, then
-        the oldest while the log exceeds C{retention_bytes}.  The active
-        segment is never deleted: when it too has expired, and holds only
+        the oldest while the log exceeds C{retention_bytes}.  Neither the
+        active segment nor one holding unflushed data is deleted: when it too has expired, and holds only
         flushed data, a new empty segment is rolled at the end first, so
         offsets never go back.
         """
@@ -427,15 +427,19 @@ class Log:
         if active.size and self.flushed_offset == self.end_offset and active.mtime_ms() < cutoff:
             self._roll()
         removed: list[Segment] = []
-        while len(self._segments) > 1 and self._segments[0].mtime_ms() < cutoff:
+        while self._deletable() and self._segments[0].mtime_ms() < cutoff:
             removed.append(self._pop_oldest())
         if config.retention_bytes >= 0:
             total = self.size_bytes()
-            while len(self._segments) > 1 and total > config.retention_bytes:
+            while self._deletable() and total > config.retention_bytes:
                 segment = self._pop_oldest()
                 total -= segment.size
                 removed.append(segment)
         return removed
+
+    def _deletable(self) -> bool:
+        """Whether the oldest segment may go: not the active one, and holding only flushed data."""
+        return len(self._segments) > 1 and self._segments[0].end_offset <= self.flushed_offset
 
     def _pop_oldest(self) -> Segment:
         self._bases.pop(0)

@@ -125,6 +125,7 @@ class LogManager:
             raise
         if clean:
             os.unlink(marker)
+            _fsync_directory(log_dir)  # the marker must not come back after a power loss
         else:
             self._log.info("{log_dir}: no clean-shutdown marker; recovered {count} logs",
                            log_dir=log_dir, count=len(self._logs))
@@ -137,9 +138,7 @@ class LogManager:
         d = self.flush_all()
 
         def close(_: object) -> None:
-            self._close_all()
-            with open(os.path.join(self.config.log_dir, CLEAN_SHUTDOWN_MARKER), "w"):
-                pass
+            self._close_all(write_marker=True)
 
         def failed(failure):
             self._log.failure("flush at shutdown failed; leaving no clean-shutdown marker", failure)
@@ -147,10 +146,15 @@ class LogManager:
 
         return d.addCallbacks(close, failed)
 
-    def _close_all(self) -> None:
+    def _close_all(self, write_marker: bool = False) -> None:
+        """Close every log; with C{write_marker}, leave the clean-shutdown marker; then unlock."""
         for log in self._logs.values():
             log.close()
         self._logs.clear()
+        if write_marker:
+            with open(os.path.join(self.config.log_dir, CLEAN_SHUTDOWN_MARKER), "w"):
+                pass
+            _fsync_directory(self.config.log_dir)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -243,6 +247,15 @@ class LogManager:
     def _deletion_failed(self, failure) -> int:
         self._log.failure("retention failed to delete segments", failure)
         return 0
+
+
+def _fsync_directory(path: str) -> None:
+    """Make a directory's entries (a created or removed file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _delete_segments(segments: list[Segment]) -> int:
