@@ -21,13 +21,7 @@ from twlog.storage.message import encode_message, encode_message_set, iter_messa
 from twlog.storage.segment import parse_segment_name, segment_name
 
 from ..fakes import ManualRunner, run_now
-
-MSG = 100  # payload bytes; each entry is 109 bytes on disk
-
-
-def payloads(n: int, start: int = 0) -> list[bytes]:
-    """n distinct 100-byte payloads."""
-    return [(b"%08d" % i).ljust(MSG, b".") for i in range(start, start + n)]
+from .support import payloads, read_all
 
 
 class LogTestMixin:
@@ -39,17 +33,6 @@ class LogTestMixin:
         log = Log.open(self.directory, LogConfig(self.directory, **settings), self.clock, runner)
         self.addCleanup(log.close)
         return log
-
-    def read_all(self, log: Log, offset: int = 0, max_bytes: int = 4096) -> list[bytes]:
-        """Every visible payload from C{offset}, fetch by fetch, as a consumer would."""
-        out = []
-        while True:
-            region = log.read(offset, max_bytes)
-            messages = list(iter_messages(region.read(), region.offset))
-            if not messages:
-                return out
-            out.extend(m.payload for m in messages)
-            offset = messages[-1].next_offset
 
 
 class AppendTests(LogTestMixin, SynchronousTestCase):
@@ -134,7 +117,7 @@ class FlushTests(LogTestMixin, SynchronousTestCase):
         self.assertEqual(log.read(0, 4096).length, 0)
         self.assertEqual(log.offsets_before(-1, 1, 0), [0])
         self.successResultOf(log.flush())
-        self.assertEqual(self.read_all(log), payloads(3))
+        self.assertEqual(read_all(log), payloads(3))
         self.assertEqual(log.offsets_before(-1, 1, 0), [327])
 
     def test_flush_by_count(self) -> None:
@@ -212,13 +195,13 @@ class FlushTests(LogTestMixin, SynchronousTestCase):
         for i in range(15):
             log.append(encode_message(payloads(1, i)[0]))
         self.successResultOf(log.flush())
-        self.assertEqual(self.read_all(log), payloads(15))
+        self.assertEqual(read_all(log), payloads(15))
 
     def test_flush_listener(self) -> None:
         """Flush listeners hear each move of the flushed offset."""
         log = self.open_log()
         seen = []
-        log.add_flush_listener(lambda l: seen.append(l.flushed_offset))
+        log.add_flush_listener(lambda log_: seen.append(log_.flushed_offset))
         log.append(encode_message(b"a"))
         log.flush()
         log.flush()
@@ -236,7 +219,7 @@ class ReadTests(LogTestMixin, SynchronousTestCase):
 
     def test_read_back_byte_identical(self) -> None:
         """Reading from 0 returns every message, across segment rolls."""
-        self.assertEqual(self.read_all(self.log), payloads(25))
+        self.assertEqual(read_all(self.log), payloads(25))
 
     def test_read_first_middle_and_segment_start(self) -> None:
         """A read at any message offset starts with that message."""

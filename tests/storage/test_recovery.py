@@ -18,23 +18,20 @@ from twlog.errors import CorruptLog
 from twlog.storage import log as log_module
 from twlog.storage.log import Log
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER, LogDirectoryInUse, LogManager
-from twlog.storage.message import CODEC_GZIP, encode_message, encode_message_set, iter_messages
+from twlog.storage.message import (
+    CODEC_GZIP,
+    encode_message,
+    encode_message_set,
+)
 from twlog.storage.segment import segment_name
 
 from ..fakes import ManualRunner, run_now
-
-MSG = 100  # payload bytes; each entry is 109 bytes on disk
-ENTRY = MSG + 9
+from .support import ENTRY, payloads, read_all
 
 payload_lists = st.lists(st.binary(max_size=300), min_size=1, max_size=30)
 #: None keeps the module's 8 MiB recovery chunk; a small number makes entries straddle chunks.
 chunk_sizes = st.one_of(st.none(), st.integers(min_value=1, max_value=97))
 base_offsets = st.sampled_from([0, 1090, 10**12])
-
-
-def payloads(n: int, start: int = 0) -> list[bytes]:
-    """n distinct 100-byte payloads."""
-    return [(b"%08d" % i).ljust(MSG, b".") for i in range(start, start + n)]
 
 
 def boundaries(items: list[bytes]) -> list[int]:
@@ -59,19 +56,6 @@ def open_log(directory: str, recover: bool = True, **overrides) -> Log:
     settings_ = dict(segment_bytes=64 * 1024, flush_messages=1_000_000)
     settings_.update(overrides)
     return Log.open(directory, LogConfig(directory, **settings_), Clock(), run_now, recover=recover)
-
-
-def read_all(log: Log, offset: int | None = None, max_bytes: int = 4096) -> list[bytes]:
-    """Every visible payload from C{offset} (default: the start), fetch by fetch."""
-    offset = log.start_offset if offset is None else offset
-    out = []
-    while True:
-        region = log.read(offset, max_bytes)
-        messages = list(iter_messages(region.read(), region.offset))
-        if not messages:
-            return out
-        out.extend(m.payload for m in messages)
-        offset = messages[-1].next_offset
 
 
 def file_bytes(path: str) -> bytes:
@@ -136,7 +120,7 @@ class TornWriteTests(RecoveryMixin, SynchronousTestCase):
     @settings(max_examples=60, deadline=None)
     @given(items=payload_lists, chunk=chunk_sizes, data=st.data())
     def test_flipped_byte_truncates_at_its_message(self, items, chunk, data) -> None:
-        """A byte flipped anywhere truncates the segment at the start of the message holding it; earlier ones stay byte-identical."""
+        """A flipped byte truncates the segment where its message starts; earlier messages stay byte-identical."""
         full = encode_message_set(items)
         position = data.draw(st.integers(min_value=0, max_value=len(full) - 1), label="position")
         flip = data.draw(st.integers(min_value=1, max_value=255), label="xor")
@@ -268,7 +252,7 @@ class TornWriteTests(RecoveryMixin, SynchronousTestCase):
         self.assertEqual(read_all(log), payloads(5))
 
     def test_reason_names_file_position_across_chunks(self) -> None:
-        """The truncation reason names the file position of the bad message even when it lies past the first read chunk."""
+        """The truncation reason names the bad message's file position, even past the first read chunk."""
         items = payloads(20)
         data = bytearray(encode_message_set(items))
         data[13 * ENTRY + 30] ^= 0xFF

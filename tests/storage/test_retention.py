@@ -15,30 +15,12 @@ from twlog.storage.message import encode_message_set, iter_messages
 from twlog.storage.segment import segment_name
 
 from ..fakes import ManualRunner, run_now
+from .support import ENTRY, payloads, read_all
 
-MSG = 100  # payload bytes; each entry is 109 bytes on disk
-ENTRY = MSG + 9
 SEGMENT = 1090  # ten entries per segment
 #: The fake clock's "now", in ms.  Segment mtimes are set relative to it.
 NOW_MS = 1_700_000_000_000
 MINUTE_MS = 60 * 1000
-
-
-def payloads(n: int, start: int = 0) -> list[bytes]:
-    """n distinct 100-byte payloads."""
-    return [(b"%08d" % i).ljust(MSG, b".") for i in range(start, start + n)]
-
-
-def read_all(log: Log, offset: int, max_bytes: int = 4096) -> list[bytes]:
-    """Every visible payload from C{offset}, fetch by fetch, as a consumer would."""
-    out = []
-    while True:
-        region = log.read(offset, max_bytes)
-        messages = list(iter_messages(region.read(), region.offset))
-        if not messages:
-            return out
-        out.extend(m.payload for m in messages)
-        offset = messages[-1].next_offset
 
 
 def set_mtime(path: str, mtime_ms: int) -> None:
@@ -261,7 +243,7 @@ class DeletionTests(RetentionMixin, SynchronousTestCase):
         self.assertEqual(read_all(log, 2180), payloads(5, 20))
 
     def test_crash_between_deletions_leaves_no_gap(self) -> None:
-        """A crash after the pool unlinked a younger expired segment but not an older one leaves a partition that opens."""
+        """A crash after unlinking a younger expired segment but not an older one leaves a partition that opens."""
         self.manager.run_retention()
         self.runner.pending.reverse()  # pool threads may run the unlinks in any order
         self.runner.run_one()
