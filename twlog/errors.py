@@ -85,3 +85,36 @@ class OffsetNotOnBoundary(BrokerError):
 
 class CorruptLog(TwlogError):
     """A partition's files cannot be opened safely (a gap between segments, a bad name)."""
+
+
+@_wire(9)
+class RequestTimedOut(BrokerError):
+    """The broker could not do what the request asked (an acknowledged flush) within its timeout."""
+
+    retriable = True
+
+
+@_wire(10)
+class RequestTooLarge(BrokerError):
+    """The request frame is larger than the broker accepts."""
+
+
+class MalformedRequest(TwlogError):
+    """The peer sent bytes that do not parse as a request or response (a protocol error, not a user error)."""
+
+
+class ConnectionFailed(TwlogError):
+    """The broker could not be reached, or the connection to it was lost before an answer came."""
+
+    retriable = True
+
+
+class BrokerTimeout(TwlogError):
+    """No answer came from the broker within the timeout."""
+
+    retriable = True
+
+
+@_wire(11)
+class InvalidRequest(BrokerError):
+    """The request could not be parsed (unknown type, truncated body); the broker closes the connection after it."""
