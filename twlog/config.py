@@ -66,3 +66,50 @@ class LogConfig:
     def partitions_for(self, topic: str) -> int:
         """The partition count a new C{topic} gets on this broker."""
         return self.topic_partitions.get(topic, self.num_partitions)
+
+
+@attrs.frozen
+class BrokerConfig:
+    """A broker: its identity and address, its storage, and the limits it puts on clients."""
+
+    log: LogConfig
+    broker_id: int = 0
+    #: TCP port to listen on (0: any free port).
+    port: int = 9092
+    #: Interface to listen on; "0.0.0.0" (or "::") for every interface.
+    interface: str = "127.0.0.1"
+    #: The host name clients should use to reach this broker (default: the interface, or the
+    #: machine's name when listening on every interface).
+    host: str | None = None
+    #: Frames larger than this are refused before they are buffered.
+    max_request_bytes: int = 100 * 1024 * 1024
+    #: Requests awaiting their response on one connection before the broker stops reading from it.
+    max_pending_requests: int = 128
+    #: The longest a waiting fetch is held, whatever the client asks.
+    max_fetch_wait_ms: int = 30_000
+    #: ZooKeeper connect string ("host:port[,host:port...]"), or None to run on its own.
+    zookeeper: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        problems = []
+        if self.broker_id < 0:
+            problems.append("broker_id must not be negative")
+        if not 0 <= self.port <= 65535:
+            problems.append("port must be between 0 and 65535")
+        if self.max_request_bytes < 1024:
+            problems.append("max_request_bytes must be at least 1024")
+        if self.max_pending_requests < 1:
+            problems.append("max_pending_requests must be at least 1")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def advertised_host(self) -> str:
+        """The host name this broker tells clients to connect to."""
+        if self.host:
+            return self.host
+        if self.interface in ("", "0.0.0.0", "::"):
+            import socket
+
+            return socket.getfqdn()
+        return self.interface

@@ -246,9 +246,13 @@ def _write_fetch(f: FetchRequest) -> bytes:
     return write_str(f.topic) + _FETCH_TAIL.pack(f.partition, f.offset, f.max_bytes)
 
 
-def _read_many(buf: bytes, pos: int, count: int, reader) -> tuple[tuple, int]:
+def _check_count(count: int) -> None:
     if count < 0:
         raise MalformedRequest(f"negative count {count}")
+
+
+def _read_many(buf: bytes, pos: int, count: int, reader) -> tuple[tuple, int]:
+    _check_count(count)
     items = []
     for _ in range(count):
         item, pos = reader(buf, pos)
@@ -282,6 +286,8 @@ def decode_request(frame: bytes) -> Request:
     elif kind == ACK_PRODUCE:
         _need(frame, pos, 7, "acknowledged produce request")
         ack, timeout_ms, count = _ACK_HEAD.unpack_from(frame, pos)
+        if ack not in (ACK_NONE, ACK_APPENDED, ACK_FLUSHED):
+            raise MalformedRequest(f"unknown acknowledgement mode {ack}")
         produces, pos = _read_many(frame, pos + 7, count, _read_produce)
         request = AckProduceRequest(ack, timeout_ms, produces)
     elif kind == WAIT_FETCH:
@@ -448,6 +454,7 @@ def decode_ack_produce_response(frame: bytes) -> tuple[int, tuple[ProduceResult,
     if pos == len(frame):
         return error, ()
     count, pos = read_int16(frame, pos)
+    _check_count(count)
     results = []
     for _ in range(count):
         topic, pos = read_str(frame, pos)
@@ -468,6 +475,7 @@ def decode_metadata_response(frame: bytes) -> tuple[int, MetadataResponse | None
     host, pos = read_str(frame, pos)
     port, pos = read_int32(frame, pos)
     count, pos = read_int16(frame, pos)
+    _check_count(count)
     topics = []
     for _ in range(count):
         topic, pos = read_str(frame, pos)

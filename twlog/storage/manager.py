@@ -84,6 +84,7 @@ class LogManager:
         self._retention.clock = clock
         self.recovered = False
         self._topic_listeners: list = []
+        self._flush_listeners: list = []
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -116,7 +117,7 @@ class LogManager:
                         self._log.warn("ignoring {path}: not a <topic>-<partition> directory", path=path)
                     continue
                 topic, partition = parsed
-                self._logs[parsed] = self._open_log(path, recover=not clean)
+                self._logs[parsed] = self._open_log(path, parsed, recover=not clean)
                 self._partition_counts[topic] = max(
                     self._partition_counts.get(topic, 0), partition + 1, self.config.partitions_for(topic)
                 )
@@ -126,10 +127,15 @@ class LogManager:
         if clean:
             os.unlink(marker)
             _fsync_directory(log_dir)  # the marker must not come back after a power loss
-        else:
+        elif self._logs:
             self._log.info("{log_dir}: no clean-shutdown marker; recovered {count} logs",
                            log_dir=log_dir, count=len(self._logs))
         self._retention.start(self.config.retention_check_interval_ms / 1000, now=False)
+
+    @property
+    def running(self) -> bool:
+        """Whether the directory is open (started and not yet stopped)."""
+        return self._lock_fd >= 0
 
     def stop(self) -> Deferred[None]:
         """Flush every log, close them, and leave the clean-shutdown marker."""
@@ -159,8 +165,17 @@ class LogManager:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    def _open_log(self, path: str, recover: bool) -> Log:
-        return Log.open(path, self.config, self._clock, self._run_in_thread, recover=recover)
+    def _open_log(self, path: str, key: tuple[str, int], recover: bool) -> Log:
+        log = Log.open(path, self.config, self._clock, self._run_in_thread, recover=recover)
+        log.add_flush_listener(lambda log: self._flushed(key, log))
+        return log
+
+    def _flushed(self, key: tuple[str, int], log: Log) -> None:
+        for listener in list(self._flush_listeners):
+            try:
+                listener(key[0], key[1], log)
+            except Exception:
+                self._log.failure("flush listener failed")
 
     # -- topics and partitions ---------------------------------------------
 
@@ -194,7 +209,7 @@ class LogManager:
         if os.path.dirname(os.path.realpath(path)) != root:  # defence in depth; validate_topic forbids this
             raise InvalidTopic(f"the topic name {topic!r} would leave the log directory")
         new_topic = topic not in self._partition_counts
-        log = self._logs[(topic, partition)] = self._open_log(path, recover=False)
+        log = self._logs[(topic, partition)] = self._open_log(path, (topic, partition), recover=False)
         self._partition_counts[topic] = count
         if new_topic:
             self._log.info("created topic {topic} with {count} partitions", topic=topic, count=count)
@@ -205,6 +220,10 @@ class LogManager:
     def add_topic_listener(self, listener) -> None:
         """Call C{listener(topic, partition_count)} when a topic is created here (for registration)."""
         self._topic_listeners.append(listener)
+
+    def add_flush_listener(self, listener) -> None:
+        """Call C{listener(topic, partition, log)} whenever a log's flushed offset moves (wakes waiting fetches)."""
+        self._flush_listeners.append(listener)
 
     def logs(self) -> dict[tuple[str, int], Log]:
         """Every open log, by (topic, partition)."""

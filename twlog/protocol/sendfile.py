@@ -1,0 +1,180 @@
+# -*- test-case-name: tests.protocol.test_sendfile -*-
+"""Writing responses that carry log bytes: sendfile(2) on plain TCP, read-and-write elsewhere.
+
+Twisted has no sendfile API, so L{ResponseSender} registers itself on the
+transport as a pull producer.  Twisted resumes a pull producer when it is
+registered and each time the transport's write buffer has drained
+(C{twisted.internet.abstract.FileDescriptor.doWrite}); the sender calls
+sendfile only then, so log bytes never overtake bytes already buffered (the
+response header, earlier responses).  When the socket is full, sendfile
+raises C{EAGAIN}; the sender asks the transport to watch for writability
+(C{startWriting}) and Twisted resumes it when the socket can take more.
+
+This leans on Twisted internals (the buffer attributes and C{doWrite}'s
+producer call), so Twisted's version is pinned in setup.cfg and the TCP path
+is covered by real-socket tests.  Over TLS, or on a transport that is not a
+plain TCP connection, log bytes are read in chunks and written instead.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections import deque
+from collections.abc import Iterable
+
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IPullProducer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from twlog.storage.segment import FileRegion
+
+#: Bytes read per chunk on the fallback path.
+CHUNK_BYTES = 256 * 1024
+#: A response counts as written once at most this much of it waits in the transport's buffer.
+HIGH_WATER_BYTES = 256 * 1024
+
+#: The system call, looked up through the module so tests can count its use.
+sendfile = getattr(os, "sendfile", None)
+
+_FALLBACK_ERRNOS = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK}
+
+
+def buffered_bytes(transport) -> int:
+    """Bytes waiting in a Twisted transport's write buffer (0 if it does not say)."""
+    data = getattr(transport, "dataBuffer", None)
+    if data is None:
+        return 0
+    return len(data) - getattr(transport, "offset", 0) + getattr(transport, "_tempDataLen", 0)
+
+
+def can_sendfile(transport) -> bool:
+    """Whether log bytes may go to C{transport} with sendfile: a plain, non-TLS TCP connection."""
+    from twisted.internet import tcp
+
+    return sendfile is not None and isinstance(transport, tcp.Connection) and not getattr(transport, "TLS", False)
+
+
+@implementer(IPullProducer)
+class ResponseSender:
+    """Write one response, made of bytes and L{FileRegion}s, to a transport in order.
+
+    L{start} returns a Deferred that fires once the whole response is handed to
+    the kernel (sendfile) or to the transport with at most L{HIGH_WATER_BYTES}
+    still buffered, so a connection whose peer does not read holds a bounded
+    amount of memory.  It errbacks if the connection goes away first.
+    """
+
+    _log = Logger()
+
+    def __init__(self, transport, parts: Iterable[bytes | FileRegion], use_sendfile: bool | None = None) -> None:
+        self._transport = transport
+        self._parts: deque[bytes | FileRegion] = deque(
+            p for p in parts if (p.length if isinstance(p, FileRegion) else len(p))
+        )
+        self._use_sendfile = can_sendfile(transport) if use_sendfile is None else use_sendfile
+        self._region_done = 0  # bytes of the head region already sent
+        self._done: Deferred[None] = Deferred()
+        self._finished = False
+        #: Bytes this sender wrote with sendfile, and with write (for tests and measurements).
+        self.sendfile_bytes = 0
+        self.copied_bytes = 0
+
+    def start(self) -> Deferred[None]:
+        """Start writing; the Deferred fires when the response is out (see the class docstring)."""
+        self._transport.registerProducer(self, False)
+        return self._done
+
+    # IPullProducer
+
+    def resumeProducing(self) -> None:
+        """Write as much as the transport takes now."""
+        try:
+            self._produce()
+        except Exception:
+            self._fail(Failure())
+
+    def stopProducing(self) -> None:
+        """The connection is gone: give up."""
+        self._fail(Failure(ConnectionDone("the connection closed before the response was written")))
+
+    # internals
+
+    def _produce(self) -> None:
+        transport = self._transport
+        while self._parts and not self._finished:
+            part = self._parts[0]
+            if isinstance(part, bytes):
+                transport.write(part)
+                self._parts.popleft()
+                continue
+            if buffered_bytes(transport):
+                return  # resumed once the buffer has drained
+            if not self._send_region(part):
+                return
+        if self._finished:
+            return
+        if buffered_bytes(transport) > HIGH_WATER_BYTES:
+            return  # resumed once the buffer has drained
+        self._finish()
+
+    def _send_region(self, region: FileRegion) -> bool:
+        """Send (some of) the head region; True when it is done and the next part may go."""
+        remaining = region.length - self._region_done
+        position = region.position + self._region_done
+        if remaining <= 0:
+            self._next_region()
+            return True
+        if self._use_sendfile:
+            try:
+                sent = sendfile(self._transport.getHandle().fileno(), region.fileno(), position, remaining)
+            except BlockingIOError:
+                self._transport.startWriting()  # resumed when the socket is writable again
+                return False
+            except OSError as e:
+                if e.errno not in _FALLBACK_ERRNOS:
+                    raise
+                self._log.info("sendfile unavailable ({error}); copying log bytes instead", error=e.strerror)
+                self._use_sendfile = False
+                return True
+            if sent == 0:  # the file is shorter than the region: never send made-up bytes
+                raise OSError(errno.EIO, f"log segment ended early at position {position}")
+            self.sendfile_bytes += sent
+            self._region_done += sent
+            if sent < remaining:
+                self._transport.startWriting()
+                return False
+            self._next_region()
+            return True
+        data = os.pread(region.fileno(), min(remaining, CHUNK_BYTES), position)
+        if not data:
+            raise OSError(errno.EIO, f"log segment ended early at position {position}")
+        self._transport.write(data)
+        self.copied_bytes += len(data)
+        self._region_done += len(data)
+        if self._region_done >= region.length:
+            self._next_region()
+        return False  # resumed once the chunk has drained
+
+    def _next_region(self) -> None:
+        self._parts.popleft()
+        self._region_done = 0
+
+    def _finish(self) -> None:
+        self._finished = True
+        self._transport.unregisterProducer()
+        self._done.callback(None)
+
+    def _fail(self, failure: Failure) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._parts.clear()
+        try:
+            self._transport.unregisterProducer()
+        except Exception:
+            pass
+        self._done.errback(failure)

@@ -1,0 +1,185 @@
+# -*- test-case-name: tests.integration.test_twistd -*-
+"""C{twistd twlog}: the broker's command-line options and service tree.
+
+The service tree is a MultiService: the log directory (opened, recovered,
+flushed and closed cleanly) and the TCP listener.  Children start in order and
+stop in reverse, so on SIGTERM the broker stops accepting, then flushes every
+log and leaves the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+from twisted.application.service import MultiService, Service
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+from twisted.logger import Logger
+from twisted.python import usage
+from typing_extensions import override
+
+from twlog.config import HOUR_MS, BrokerConfig, LogConfig
+from twlog.errors import TwlogError
+from twlog.protocol.server import Broker, BrokerFactory
+from twlog.storage.manager import LogManager, thread_pool_runner, validate_topic
+
+
+def _int(name: str, minimum: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).replace("_", ""))
+        except ValueError:
+            raise usage.UsageError(f"--{name} must be a whole number, not {text!r}") from None
+        if minimum is not None and value < minimum:
+            raise usage.UsageError(f"--{name} must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def parse_topic_partitions(text: str) -> dict[str, int]:
+    """C{"clicks:8,views:4"} as C{{"clicks": 8, "views": 4}}."""
+    result = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        topic, sep, count = item.rpartition(":")
+        if not sep:
+            raise usage.UsageError(f"--topic-partitions wants TOPIC:COUNT items, not {item!r}")
+        try:
+            validate_topic(topic)
+        except TwlogError as e:
+            raise usage.UsageError(f"--topic-partitions: {e}") from None
+        result[topic] = _int("topic-partitions", 1)(count)
+    return result
+
+
+class Options(usage.Options):
+    """Options of C{twistd twlog}."""
+
+    synopsis = "[options]"
+    longdesc = (
+        "Run a twlog broker: topics split into partitions, each an append-only log of segment files "
+        "under --log-dir, served over twlog's binary protocol (Kafka 0.7 compatible) on --port."
+    )
+    optParameters = [
+        ["port", "p", 9092, "TCP port to listen on (0: any free port).", _int("port", 0)],
+        ["interface", None, "127.0.0.1", "Interface to listen on; 0.0.0.0 for every IPv4 interface."],
+        ["host", None, None, "Host name clients should use to reach this broker (default: the interface)."],
+        ["log-dir", "d", "twlog-data", "Directory for the partition logs (created if missing)."],
+        ["broker-id", "b", 0, "This broker's id, unique in its cluster.", _int("broker-id", 0)],
+        ["num-partitions", "n", 1, "Partitions of a new topic on this broker.", _int("num-partitions", 1)],
+        ["topic-partitions", None, "", "Per-topic partition counts, e.g. clicks:8,views:4.", parse_topic_partitions],
+        ["segment-bytes", None, 1024**3, "Roll a segment file at this size.", _int("segment-bytes", 1024)],
+        ["flush-messages", None, 10_000, "fsync after this many messages...", _int("flush-messages", 1)],
+        ["flush-interval-ms", None, 1000, "...or this long after the first unflushed one.",
+         _int("flush-interval-ms", 0)],
+        ["retention-hours", None, 168, "Delete segments last modified longer ago than this.",
+         _int("retention-hours", 0)],
+        ["retention-bytes", None, -1, "Delete the oldest segments while a partition is larger (-1: no cap).",
+         _int("retention-bytes", -1)],
+        ["retention-check-interval-ms", None, 300_000, "How often retention runs.",
+         _int("retention-check-interval-ms", 1)],
+        ["max-message-bytes", None, 1_000_000, "Largest message accepted.", _int("max-message-bytes", 9)],
+        ["max-request-bytes", None, 100 * 1024 * 1024, "Largest request frame accepted.",
+         _int("max-request-bytes", 1024)],
+        ["zookeeper", "z", None, "ZooKeeper connect string host:port[,...] (not supported yet)."],
+    ]
+
+    @override
+    def postOptions(self) -> None:
+        if self["zookeeper"]:
+            raise usage.UsageError(
+                "--zookeeper: ZooKeeper registration is not implemented yet; run without it (standalone)"
+            )
+        try:
+            log = LogConfig(
+                log_dir=self["log-dir"],
+                num_partitions=self["num-partitions"],
+                topic_partitions=self["topic-partitions"] or {},
+                segment_bytes=self["segment-bytes"],
+                flush_messages=self["flush-messages"],
+                flush_interval_ms=self["flush-interval-ms"],
+                retention_ms=self["retention-hours"] * HOUR_MS,
+                retention_bytes=self["retention-bytes"],
+                retention_check_interval_ms=self["retention-check-interval-ms"],
+                max_message_bytes=self["max-message-bytes"],
+            )
+            self.config = BrokerConfig(
+                log=log,
+                broker_id=self["broker-id"],
+                port=self["port"],
+                interface=self["interface"],
+                host=self["host"],
+                max_request_bytes=self["max-request-bytes"],
+                zookeeper=self["zookeeper"],
+            )
+        except ValueError as e:
+            raise usage.UsageError(str(e)) from None
+
+
+class BrokerService(Service):
+    """The broker: opens the log directory, listens, and on stop closes both cleanly."""
+
+    _log = Logger()
+
+    def __init__(self, config: BrokerConfig, reactor=None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        self._reactor = reactor
+        self.config = config
+        self.logs = LogManager(config.log, reactor, thread_pool_runner(reactor))
+        self.broker = Broker(self.logs, config, reactor)
+        self.factory = BrokerFactory(self.broker)
+        self.port = None
+        #: Fires with the listening port once the broker accepts connections.
+        self.listening: Deferred = Deferred()
+
+    @override
+    def startService(self) -> None:
+        super().startService()
+        try:
+            self.logs.start()
+        except (TwlogError, OSError) as e:
+            self._log.critical("cannot start the broker: {error}", error=e)
+            self._reactor.callWhenRunning(self._reactor.stop)
+            self.listening.errback(e)
+            return
+        self._log.info(
+            "broker {id}: {count} partitions under {log_dir}{recovered}",
+            id=self.config.broker_id, count=len(self.logs.logs()), log_dir=self.config.log.log_dir,
+            recovered=" (recovered after an unclean shutdown)" if self.logs.recovered and self.logs.logs() else "",
+        )
+        endpoint_class = TCP6ServerEndpoint if ":" in self.config.interface else TCP4ServerEndpoint
+        endpoint = endpoint_class(self._reactor, self.config.port, interface=self.config.interface)
+        d = endpoint.listen(self.factory)
+        d.addCallbacks(self._listening, self._cannot_listen)
+
+    def _listening(self, port) -> None:
+        self.port = port
+        self.broker.port = port.getHost().port
+        self._log.info("broker {id} listening on {host}:{port}", id=self.config.broker_id,
+                       host=self.config.interface, port=self.broker.port)
+        self.listening.callback(port)
+
+    def _cannot_listen(self, failure) -> None:
+        self._log.critical("cannot listen on {interface}:{port}: {error}", interface=self.config.interface,
+                           port=self.config.port, error=failure.getErrorMessage())
+        self.listening.errback(failure)
+        self._reactor.callWhenRunning(self._reactor.stop)
+
+    @override
+    def stopService(self) -> Deferred:
+        super().stopService()
+        stops = []
+        if self.port is not None:
+            stops.append(self.port.stopListening())
+            self.port = None
+        d = DeferredList(stops)
+        if self.logs.running:
+            d.addCallback(lambda _: self.logs.stop())
+            d.addCallback(lambda _: self._log.info("broker {id} stopped cleanly", id=self.config.broker_id))
+        return d
+
+
+def makeService(options: Options) -> MultiService:
+    """The service tree twistd runs for C{twistd twlog}."""
+    top = MultiService()
+    BrokerService(options.config).setServiceParent(top)
+    return top
