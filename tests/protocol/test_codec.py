@@ -197,7 +197,11 @@ requests = st.one_of(
     st.builds(MultiProduceRequest, st.lists(produces, max_size=5).map(tuple)),
     st.builds(OffsetsRequest, strings, int32s, int64s, int32s),
     st.builds(
-        AckProduceRequest, st.sampled_from([ACK_NONE, ACK_APPENDED, ACK_FLUSHED]), int32s, st.lists(produces, max_size=5).map(tuple)),
+        AckProduceRequest,
+        st.sampled_from([ACK_NONE, ACK_APPENDED, ACK_FLUSHED]),
+        int32s,
+        st.lists(produces, max_size=5).map(tuple),
+    ),
     st.builds(WaitFetchRequest, int32s, int32s, st.lists(fetches, max_size=5).map(tuple)),
     st.builds(MetadataRequest, st.lists(strings, max_size=5).map(tuple)),
 )
