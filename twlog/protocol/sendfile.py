@@ -79,6 +79,7 @@ class ResponseSender:
         self._region_done = 0  # bytes of the head region already sent
         self._done: Deferred[None] = Deferred()
         self._finished = False
+        self._resumed = False
         #: Bytes this sender wrote with sendfile, and with write (for tests and measurements).
         self.sendfile_bytes = 0
         self.copied_bytes = 0
@@ -86,12 +87,17 @@ class ResponseSender:
     def start(self) -> Deferred[None]:
         """Start writing; the Deferred fires when the response is out (see the class docstring)."""
         self._transport.registerProducer(self, False)
+        if not self._resumed and not self._finished:
+            # Twisted's TCP transports resume a pull producer on registration;
+            # others (test transports) may not.
+            self.resumeProducing()
         return self._done
 
     # IPullProducer
 
     def resumeProducing(self) -> None:
         """Write as much as the transport takes now."""
+        self._resumed = True
         try:
             self._produce()
         except Exception:
@@ -111,8 +117,8 @@ class ResponseSender:
                 transport.write(part)
                 self._parts.popleft()
                 continue
-            if buffered_bytes(transport):
-                return  # resumed once the buffer has drained
+            if self._use_sendfile and buffered_bytes(transport):
+                return  # sendfile must not overtake buffered bytes: resumed once they have drained
             if not self._send_region(part):
                 return
         if self._finished:
@@ -157,7 +163,9 @@ class ResponseSender:
         self._region_done += len(data)
         if self._region_done >= region.length:
             self._next_region()
-        return False  # resumed once the chunk has drained
+        # Carry on while the transport's buffer stays small; a Twisted TCP
+        # transport that reports a larger one resumes us once it has drained.
+        return buffered_bytes(self._transport) <= HIGH_WATER_BYTES
 
     def _next_region(self) -> None:
         self._parts.popleft()

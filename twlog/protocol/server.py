@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
@@ -356,6 +356,8 @@ class BrokerProtocol(Int32StringReceiver):
             self.pauseProducing()
 
     def _failed(self, failure: Failure) -> bytes:
+        if failure.check(CancelledError):  # the connection went away while the answer was pending
+            return b""
         code = error_code(failure)
         if code == UNKNOWN:
             self._log.failure("request from {peer} failed", failure, peer=self.peer)

@@ -1,0 +1,348 @@
+"""Unit tests for twlog.protocol.server: request handling and the connection protocol, without a network."""
+
+from __future__ import annotations
+
+import struct
+
+import attrs
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.config import BrokerConfig, LogConfig
+from twlog.errors import (
+    FetchSizeTooSmall,
+    InvalidFetchSize,
+    InvalidMessage,
+    InvalidRequest,
+    InvalidTopic,
+    OffsetNotOnBoundary,
+    OffsetOutOfRange,
+    RequestTimedOut,
+    RequestTooLarge,
+    WrongPartition,
+)
+from twlog.protocol import codec
+from twlog.protocol.codec import (
+    ACK_APPENDED,
+    ACK_FLUSHED,
+    ACK_NONE,
+    AckProduceRequest,
+    FetchRequest,
+    MetadataRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceRequest,
+    WaitFetchRequest,
+)
+from twlog.protocol.server import Broker, BrokerFactory
+from twlog.storage.manager import LogManager
+from twlog.storage.message import encode_message_set, iter_messages
+
+from ..fakes import ManualRunner, run_now
+
+
+def frame(request) -> bytes:
+    """A request as it travels: size prefix and frame."""
+    data = codec.encode_request(request)
+    return struct.pack(">i", len(data)) + data
+
+
+def responses(data: bytes) -> list[bytes]:
+    """Split a byte stream into response frames (size prefixes removed)."""
+    out, pos = [], 0
+    while pos < len(data):
+        (size,) = struct.unpack_from(">i", data, pos)
+        out.append(data[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    assert pos == len(data), "a partial response"
+    return out
+
+
+class BrokerTestMixin:
+    def make_broker(self, runner=run_now, **overrides) -> Broker:
+        log_settings = dict(flush_messages=1, segment_bytes=4096, num_partitions=2)
+        broker_settings = {}
+        log_fields = {f.name for f in attrs.fields(LogConfig)}
+        for key, value in overrides.items():
+            (log_settings if key in log_fields else broker_settings)[key] = value
+        self.clock = Clock()
+        self.log_dir = self.mktemp()
+        config = BrokerConfig(log=LogConfig(self.log_dir, **log_settings), port=0, **broker_settings)
+        self.logs = LogManager(config.log, self.clock, runner)
+        self.logs.start()
+        self.addCleanup(self.logs._close_all)
+        self.broker = Broker(self.logs, config, self.clock)
+        return self.broker
+
+    def connect(self):
+        """A protocol on a StringTransport, like one client connection."""
+        protocol = BrokerFactory(self.broker).buildProtocol(None)
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return protocol, transport
+
+    def fetched(self, response) -> tuple[int, list[bytes]]:
+        """Decode a FETCH handler's parts into (error, payloads)."""
+        data = b"".join(p if isinstance(p, bytes) else p.read() for p in response)
+        result = codec.decode_fetch_response(data[4:])
+        return result.error, [m.payload for m in iter_messages(result.messages, 0)]
+
+
+class HandlerTests(BrokerTestMixin, SynchronousTestCase):
+    def setUp(self) -> None:
+        self.make_broker()
+
+    def test_produce_then_fetch(self) -> None:
+        """A produced set can be fetched back byte for byte once flushed."""
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a", b"b"])))
+        self.assertEqual(self.fetched(self.broker.fetch(FetchRequest("t", 0, 0, 1000))), (0, [b"a", b"b"]))
+
+    def test_produce_with_bad_crc_is_logged_and_dropped(self) -> None:
+        """A fire-and-forget set with a CRC mismatch is logged and writes nothing."""
+        data = bytearray(encode_message_set([b"abc"]))
+        data[-1] ^= 1
+        self.broker.produce(ProduceRequest("t", 0, bytes(data)), "1.2.3.4:5")
+        self.assertEqual(self.logs.get_log("t", 0).end_offset, 0)
+
+    def test_ack_produce_reports_offsets(self) -> None:
+        """An appended-ack produce answers with each set's offsets, and per-set errors."""
+        request = AckProduceRequest(
+            ACK_APPENDED,
+            1000,
+            (
+                ProduceRequest("t", 0, encode_message_set([b"x" * 10])),
+                ProduceRequest("t", 0, encode_message_set([b"y"])),
+                ProduceRequest("t", 9, encode_message_set([b"z"])),
+                ProduceRequest("../t", 0, encode_message_set([b"z"])),
+            ),
+        )
+        error, results = codec.decode_ack_produce_response(self.broker.ack_produce(request))
+        self.assertEqual(error, 0)
+        self.assertEqual([(r.error, r.offset, r.next_offset) for r in results],
+                         [(0, 0, 19), (0, 19, 29), (WrongPartition.code, -1, -1), (InvalidTopic.code, -1, -1)])
+
+    def test_fetch_errors(self) -> None:
+        """Fetch errors come back as codes: topic, partition, offset, size, boundary."""
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a" * 100, b"b"])))
+        cases = {
+            FetchRequest("bad/topic", 0, 0, 100): InvalidTopic.code,
+            FetchRequest("t", 2, 0, 100): WrongPartition.code,
+            FetchRequest("t", -1, 0, 100): WrongPartition.code,
+            FetchRequest("t", 0, 500, 100): OffsetOutOfRange.code,
+            FetchRequest("t", 0, -5, 100): OffsetOutOfRange.code,
+            FetchRequest("t", 0, 3, 100): OffsetNotOnBoundary.code,
+            FetchRequest("t", 0, 0, 50): FetchSizeTooSmall.code,
+            FetchRequest("t", 0, 0, 0): InvalidFetchSize.code,
+            FetchRequest("t", 1, 7, 100): OffsetOutOfRange.code,  # partition never written: empty at 0
+        }
+        for request, code in cases.items():
+            self.assertEqual(self.fetched(self.broker.fetch(request))[0], code, request)
+
+    def test_fetch_of_unwritten_partition(self) -> None:
+        """A partition nobody wrote to reads as an empty log at offset 0."""
+        self.assertEqual(self.fetched(self.broker.fetch(FetchRequest("new", 1, 0, 100))), (0, []))
+
+    def test_multifetch_parts_in_order(self) -> None:
+        """MULTIFETCH answers each fetch in order, errors included."""
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"zero"])))
+        self.broker.produce(ProduceRequest("t", 1, encode_message_set([b"one"])))
+        parts = self.broker.multifetch(
+            MultiFetchRequest((FetchRequest("t", 1, 0, 100), FetchRequest("t", 5, 0, 100), FetchRequest("t", 0, 0, 100)))
+        )
+        data = b"".join(p if isinstance(p, bytes) else p.read() for p in parts)
+        error, results = codec.decode_multifetch_response(data[4:])
+        self.assertEqual(error, 0)
+        self.assertEqual([r.error for r in results], [0, WrongPartition.code, 0])
+        self.assertEqual([m.payload for m in iter_messages(results[2].messages, 0)], [b"zero"])
+
+    def test_offsets(self) -> None:
+        """OFFSETS answers latest and earliest, and [0] for an unwritten partition."""
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
+        latest = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 0, -1, 5)))
+        earliest = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 0, -2, 5)))
+        fresh = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 1, -1, 5)))
+        bad = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 7, -1, 5)))
+        self.assertEqual((latest, earliest, fresh), ((0, (10, 0)), (0, (0,)), (0, (0,))))
+        self.assertEqual(bad, (WrongPartition.code, ()))
+
+    def test_metadata(self) -> None:
+        """METADATA names this broker and each topic's partition count (the count a new topic would get)."""
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
+        self.broker.port = 9999
+        _, everything = codec.decode_metadata_response(self.broker.metadata(MetadataRequest()))
+        self.assertEqual((everything.broker_id, everything.host, everything.port), (0, "127.0.0.1", 9999))
+        self.assertEqual([(t.topic, t.partitions) for t in everything.topics], [("t", 2)])
+        _, named = codec.decode_metadata_response(self.broker.metadata(MetadataRequest(("new", "a/b"))))
+        self.assertEqual([(t.topic, t.error, t.partitions) for t in named.topics],
+                         [("new", 0, 2), ("a/b", InvalidTopic.code, 0)])
+
+
+class WaitingFetchTests(BrokerTestMixin, SynchronousTestCase):
+    def setUp(self) -> None:
+        self.make_broker(flush_messages=1000, flush_interval_ms=100)
+
+    def wait(self, offset=0, min_bytes=1, max_wait_ms=5000):
+        return self.broker.wait_fetch(WaitFetchRequest(max_wait_ms, min_bytes, (FetchRequest("t", 0, offset, 1000),)))
+
+    def test_answers_at_once_when_data_is_there(self) -> None:
+        """A waiting fetch with enough readable bytes is answered immediately."""
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
+        self.clock.advance(0.1)
+        self.assertIsInstance(self.wait(), list)
+
+    def test_wakes_on_flush(self) -> None:
+        """A waiting fetch is answered when a flush makes data visible, not before."""
+        d = self.wait()
+        self.assertNoResult(d)
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
+        self.assertNoResult(d)  # appended but not flushed: still invisible
+        self.clock.advance(0.1)
+        parts = self.successResultOf(d)
+        self.assertEqual(len(parts), 3)  # outer header, part header, region
+        self.assertEqual(self.broker.waiting_fetches(), 0)
+
+    def test_min_bytes(self) -> None:
+        """The broker holds the fetch until min_bytes are readable."""
+        d = self.wait(min_bytes=25)
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
+        self.clock.advance(0.1)
+        self.assertNoResult(d)
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"b" * 10])))
+        self.clock.advance(0.1)
+        self.successResultOf(d)
+
+    def test_times_out_empty(self) -> None:
+        """With no data, the fetch is answered empty after max_wait_ms."""
+        d = self.wait(max_wait_ms=300)
+        self.clock.advance(0.299)
+        self.assertNoResult(d)
+        self.clock.advance(0.001)
+        data = b"".join(p if isinstance(p, bytes) else p.read() for p in self.successResultOf(d))
+        self.assertEqual(codec.decode_multifetch_response(data[4:]), (0, (codec.FetchResult(0, b""),)))
+
+    def test_wait_is_capped(self) -> None:
+        """A client cannot hold a fetch longer than max_fetch_wait_ms."""
+        self.make_broker(max_fetch_wait_ms=1000)
+        d = self.wait(max_wait_ms=2**31 - 1)
+        self.clock.advance(1.0)
+        self.successResultOf(d)
+
+    def test_error_answers_at_once(self) -> None:
+        """A waiting fetch with a bad offset is answered at once with the error."""
+        d = self.broker.wait_fetch(WaitFetchRequest(5000, 1, (FetchRequest("t", 0, 77, 1000),)))
+        self.assertIsInstance(d, list)
+
+    def test_cancel_forgets_the_waiter(self) -> None:
+        """Cancelling (the client went away) removes the waiter and its timer."""
+        d = self.wait()
+        d.cancel()
+        self.failureResultOf(d)
+        self.assertEqual(self.broker.waiting_fetches(), 0)
+        self.assertEqual([c for c in self.clock.getDelayedCalls() if c.func == self.broker._wake], [])
+
+
+class AckFlushedTests(BrokerTestMixin, SynchronousTestCase):
+    def test_answers_after_fsync(self) -> None:
+        """A flushed-ack produce is answered only when the fsync completes."""
+        runner = ManualRunner()
+        self.make_broker(runner, flush_messages=1000)
+        d = self.broker.ack_produce(
+            AckProduceRequest(ACK_FLUSHED, 5000, (ProduceRequest("t", 0, encode_message_set([b"a"])),))
+        )
+        self.assertNoResult(d)
+        runner.run_all()
+        self.assertEqual(codec.decode_ack_produce_response(self.successResultOf(d))[1][0].error, 0)
+
+    def test_times_out(self) -> None:
+        """A flushed-ack produce whose fsync does not finish in time reports RequestTimedOut for that set."""
+        runner = ManualRunner()
+        self.make_broker(runner, flush_messages=1000)
+        d = self.broker.ack_produce(
+            AckProduceRequest(ACK_FLUSHED, 200, (ProduceRequest("t", 0, encode_message_set([b"a"])),))
+        )
+        self.clock.advance(0.2)
+        (result,) = codec.decode_ack_produce_response(self.successResultOf(d))[1]
+        self.assertEqual((result.error, result.offset), (RequestTimedOut.code, 0))
+
+
+class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
+    def setUp(self) -> None:
+        self.make_broker(flush_messages=1000, flush_interval_ms=100, max_pending_requests=4,
+                         max_request_bytes=2048)
+        self.protocol, self.transport = self.connect()
+
+    def test_responses_in_request_order(self) -> None:
+        """A slow (waiting) fetch holds back the responses after it, which then come in order."""
+        self.protocol.dataReceived(
+            frame(WaitFetchRequest(1000, 1, (FetchRequest("t", 0, 0, 100),)))
+            + frame(OffsetsRequest("t", 0, -2, 1))
+            + frame(MetadataRequest())
+        )
+        self.assertEqual(self.transport.value(), b"")
+        self.protocol.dataReceived(frame(ProduceRequest("t", 0, encode_message_set([b"hello"]))))
+        self.clock.advance(0.1)
+        first, second, third = responses(self.transport.value())
+        error, (part,) = codec.decode_multifetch_response(first)
+        self.assertEqual([m.payload for m in iter_messages(part.messages, 0)], [b"hello"])
+        self.assertEqual(codec.decode_offsets_response(second), (0, (0,)))
+        self.assertEqual(codec.decode_metadata_response(third)[0], 0)
+
+    def test_produce_gets_no_response(self) -> None:
+        """PRODUCE, MULTIPRODUCE and ACK_PRODUCE with no ack are answered with nothing."""
+        data = encode_message_set([b"a"])
+        self.protocol.dataReceived(
+            frame(ProduceRequest("t", 0, data))
+            + frame(MultiProduceRequest((ProduceRequest("t", 1, data),)))
+            + frame(AckProduceRequest(ACK_NONE, 0, (ProduceRequest("t", 0, data),)))
+        )
+        self.assertEqual(self.transport.value(), b"")
+        self.assertEqual(self.logs.get_log("t", 0).end_offset, 20)
+
+    def test_malformed_frame_closes_after_answering(self) -> None:
+        """A frame that does not parse gets InvalidRequest after earlier answers, then the connection closes."""
+        self.protocol.dataReceived(frame(OffsetsRequest("t", 0, -2, 1)) + struct.pack(">ih", 2, 99))
+        first, second = responses(self.transport.value())
+        self.assertEqual(codec.decode_error(second), InvalidRequest.code)
+        self.assertTrue(self.transport.disconnecting)
+
+    def test_truncated_body(self) -> None:
+        """A frame whose body stops short is InvalidRequest, never a crash."""
+        data = codec.encode_request(FetchRequest("t", 0, 0, 100))[:-3]
+        self.protocol.dataReceived(struct.pack(">i", len(data)) + data)
+        self.assertEqual(codec.decode_error(responses(self.transport.value())[0]), InvalidRequest.code)
+
+    def test_oversize_frame_refused_before_buffering(self) -> None:
+        """A size prefix over max_request_bytes is refused at once, before its body arrives."""
+        self.protocol.dataReceived(struct.pack(">i", 10_000_000) + b"\x00\x00")
+        (response,) = responses(self.transport.value())
+        self.assertEqual(codec.decode_error(response), RequestTooLarge.code)
+        self.assertTrue(self.transport.disconnecting)
+        self.assertLess(len(self.protocol._unprocessed), 100)
+
+    def test_invalid_produce_in_ack_mode(self) -> None:
+        """An acknowledged produce with a corrupt set gets InvalidMessage for it and the connection stays open."""
+        data = bytearray(encode_message_set([b"abc"]))
+        data[-1] ^= 1
+        self.protocol.dataReceived(frame(AckProduceRequest(ACK_APPENDED, 100, (ProduceRequest("t", 0, bytes(data)),))))
+        _, (result,) = codec.decode_ack_produce_response(responses(self.transport.value())[0])
+        self.assertEqual(result.error, InvalidMessage.code)
+        self.assertFalse(self.transport.disconnecting)
+
+    def test_back_pressure(self) -> None:
+        """With max_pending_requests unanswered, the broker stops reading; it resumes as they are answered."""
+        wait = frame(WaitFetchRequest(1000, 1, (FetchRequest("t", 0, 0, 100),)))
+        self.protocol.dataReceived(wait * 4 + frame(MetadataRequest()))
+        self.assertEqual(self.transport.producerState, "paused")
+        self.assertEqual(len(self.protocol._slots), 4)  # the fifth waits, unparsed
+        self.clock.advance(1.0)
+        self.assertEqual(self.transport.producerState, "producing")
+        self.assertEqual(len(responses(self.transport.value())), 5)
+
+    def test_connection_lost_cancels_waiting_fetches(self) -> None:
+        """A client that goes away leaves no waiting fetch behind."""
+        self.protocol.dataReceived(frame(WaitFetchRequest(1000, 1, (FetchRequest("t", 0, 0, 100),))))
+        self.assertEqual(self.broker.waiting_fetches(), 1)
+        self.protocol.connectionLost(None)
+        self.assertEqual(self.broker.waiting_fetches(), 0)
