@@ -120,8 +120,10 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
         )
         error, results = codec.decode_ack_produce_response(self.broker.ack_produce(request))
         self.assertEqual(error, 0)
-        self.assertEqual([(r.error, r.offset, r.next_offset) for r in results],
-                         [(0, 0, 19), (0, 19, 29), (WrongPartition.code, -1, -1), (InvalidTopic.code, -1, -1)])
+        self.assertEqual(
+            [(r.error, r.offset, r.next_offset) for r in results],
+            [(0, 0, 19), (0, 19, 29), (WrongPartition.code, -1, -1), (InvalidTopic.code, -1, -1)],
+        )
 
     def test_fetch_errors(self) -> None:
         """Fetch errors come back as codes: topic, partition, offset, size, boundary."""
@@ -149,7 +151,9 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
         self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"zero"])))
         self.broker.produce(ProduceRequest("t", 1, encode_message_set([b"one"])))
         parts = self.broker.multifetch(
-            MultiFetchRequest((FetchRequest("t", 1, 0, 100), FetchRequest("t", 5, 0, 100), FetchRequest("t", 0, 0, 100)))
+            MultiFetchRequest(
+                (FetchRequest("t", 1, 0, 100), FetchRequest("t", 5, 0, 100), FetchRequest("t", 0, 0, 100))
+            )
         )
         data = b"".join(p if isinstance(p, bytes) else p.read() for p in parts)
         error, results = codec.decode_multifetch_response(data[4:])
@@ -175,8 +179,9 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
         self.assertEqual((everything.broker_id, everything.host, everything.port), (0, "127.0.0.1", 9999))
         self.assertEqual([(t.topic, t.partitions) for t in everything.topics], [("t", 2)])
         _, named = codec.decode_metadata_response(self.broker.metadata(MetadataRequest(("new", "a/b"))))
-        self.assertEqual([(t.topic, t.error, t.partitions) for t in named.topics],
-                         [("new", 0, 2), ("a/b", InvalidTopic.code, 0)])
+        self.assertEqual(
+            [(t.topic, t.error, t.partitions) for t in named.topics], [("new", 0, 2), ("a/b", InvalidTopic.code, 0)]
+        )
 
 
 class WaitingFetchTests(BrokerTestMixin, SynchronousTestCase):
@@ -269,8 +274,7 @@ class AckFlushedTests(BrokerTestMixin, SynchronousTestCase):
 
 class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
     def setUp(self) -> None:
-        self.make_broker(flush_messages=1000, flush_interval_ms=100, max_pending_requests=4,
-                         max_request_bytes=2048)
+        self.make_broker(flush_messages=1000, flush_interval_ms=100, max_pending_requests=4, max_request_bytes=2048)
         self.protocol, self.transport = self.connect()
 
     def test_responses_in_request_order(self) -> None:
