@@ -1,0 +1,119 @@
+"""`twistd -n twlog` as an operator runs it: a real process, options, SIGTERM, restart."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.error import ProcessExitedAlready
+from twisted.internet.protocol import ProcessProtocol
+from twisted.trial.unittest import TestCase
+
+from twlog.protocol import codec
+from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, FetchRequest, ProduceRequest
+from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
+from twlog.storage.message import encode_message_set, iter_messages
+
+from ..broker import RawClient
+
+
+class Twistd(ProcessProtocol):
+    """A twistd child: its output, its listening port once it says so, and its exit."""
+
+    def __init__(self) -> None:
+        self.output = b""
+        self.port: Deferred = Deferred()
+        self.ended: Deferred = Deferred()
+
+    def outReceived(self, data: bytes) -> None:
+        self.output += data
+        match = re.search(rb"listening on 127\.0\.0\.1:(\d+)", self.output)
+        if match and not self.port.called:
+            self.port.callback(int(match.group(1)))
+
+    errReceived = outReceived
+
+    def processEnded(self, reason) -> None:
+        if not self.port.called:
+            self.port.errback(AssertionError(f"twistd ended before listening:\n{self.output.decode()}"))
+        # twistd stopped by SIGTERM re-raises it once shut down, as daemons should: "ended by SIGTERM".
+        status = reason.value
+        self.ended.callback("SIGTERM" if status.signal == signal.SIGTERM else status.exitCode)
+
+
+def start_twistd(testcase, *args: str) -> Twistd:
+    """Run C{twistd -n twlog ARGS} in its own process, killed at the end of the test if still running."""
+    process = Twistd()
+    argv = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=", "twlog", *args]
+    transport = reactor.spawnProcess(process, sys.executable, argv, env=os.environ.copy(), path=os.getcwd())
+
+    def cleanup():
+        if not process.ended.called:
+            try:
+                transport.signalProcess("KILL")
+            except ProcessExitedAlready:
+                pass
+            return process.ended
+
+    testcase.addCleanup(cleanup)
+    process.transport = transport
+    return process
+
+
+class TwistdTests(TestCase):
+    timeout = 60
+
+    async def test_serve_stop_and_restart(self) -> None:
+        """A broker started by twistd serves, stops cleanly on SIGTERM, and restarts at the right offsets."""
+        log_dir = os.path.abspath(self.mktemp())
+        args = ("--port", "0", "--log-dir", log_dir, "--num-partitions", "2", "--broker-id", "7")
+        process = start_twistd(self, *args)
+        port = await process.port
+        client = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), RawClient())
+        client.send(AckProduceRequest(ACK_FLUSHED, 5000, (ProduceRequest("clicks", 1, encode_message_set([b"a"])),)))
+        (response,) = await client.responses(1)
+        self.assertEqual(codec.decode_ack_produce_response(response)[1][0].next_offset, 10)
+        client.send(ProduceRequest("clicks", 1, encode_message_set([b"unflushed-but-kept"])))
+        client.transport.loseConnection()
+        await client.closed
+        process.transport.signalProcess(signal.SIGTERM)
+        self.assertEqual(await process.ended, "SIGTERM", process.output.decode())
+        self.assertTrue(os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)))
+        self.assertIn(b"stopped cleanly", process.output)
+
+        again = start_twistd(self, *args)
+        port = await again.port
+        client = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), RawClient())
+        client.send(FetchRequest("clicks", 1, 0, 1000))
+        (response,) = await client.responses(1)
+        messages = list(iter_messages(codec.decode_fetch_response(response).messages, 0))
+        self.assertEqual([m.payload for m in messages], [b"a", b"unflushed-but-kept"])
+        client.transport.loseConnection()
+        await client.closed
+        again.transport.signalProcess(signal.SIGTERM)
+        self.assertEqual(await again.ended, "SIGTERM")
+
+    async def test_bad_option_is_one_line(self) -> None:
+        """A bad option value ends twistd with a usage error naming the option."""
+        process = start_twistd(self, "--num-partitions", "zero")
+        process.port.addErrback(lambda f: None)
+        self.assertNotEqual(await process.ended, 0)
+        self.assertIn(b"--num-partitions must be a whole number", process.output)
+        self.assertNotIn(b"Traceback", process.output)
+
+    async def test_log_dir_in_use(self) -> None:
+        """A second broker on the same log directory refuses to start, saying why."""
+        log_dir = os.path.abspath(self.mktemp())
+        first = start_twistd(self, "--port", "0", "--log-dir", log_dir)
+        await first.port
+        second = start_twistd(self, "--port", "0", "--log-dir", log_dir)
+        second.port.addErrback(lambda f: None)
+        await second.ended
+        self.assertIn(b"is in use by another twlog broker", second.output)
+        first.transport.signalProcess(signal.SIGTERM)
+        await first.ended
