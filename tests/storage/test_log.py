@@ -101,6 +101,19 @@ class AppendTests(LogTestMixin, SynchronousTestCase):
         self.assertEqual(result.offset, 763)
         self.assertEqual([s.base_offset for s in log.segments], [0, 763])
 
+    def test_small_appends_are_gathered(self) -> None:
+        """Small appends reach the file together at the next flush; a full write buffer is written at once."""
+        log = self.open_log(segment_bytes=1024 * 1024)
+        path = os.path.join(self.directory, segment_name(0))
+        log.append(encode_message_set(payloads(3)))
+        self.assertEqual(os.path.getsize(path), 0)
+        self.successResultOf(log.flush())
+        self.assertEqual(os.path.getsize(path), 327)
+        for i in range(700):  # 76,300 bytes: more than the 64 KiB buffer
+            log.append(encode_message(payloads(1, i)[0]))
+        self.assertGreater(os.path.getsize(path), 327 + 64 * 1024 - 109)
+        self.assertEqual(log.end_offset, 327 + 700 * 109)
+
     def test_closed_log_refuses_appends(self) -> None:
         """Appending to a closed log is an error, not a write to a closed descriptor."""
         log = self.open_log()

@@ -245,6 +245,7 @@ class Log:
 
     def _roll(self) -> Segment:
         """Start a new active segment at the current end."""
+        self._segments[-1].write_out()
         segment = Segment.open(self.directory, self.end_offset, create=True)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
@@ -287,6 +288,8 @@ class Log:
             self._flush_timer = None
         target = self.end_offset
         dirty, self._dirty = self._dirty, []
+        for segment in dirty:
+            segment.write_out()  # on the reactor thread: the pool thread only fsyncs
         waiters, self._flush_waiters = self._flush_waiters, []
         self._unflushed_messages = 0
         self._flush_in_flight = True

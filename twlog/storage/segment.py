@@ -3,7 +3,8 @@
 
 A segment is named by the logical offset of its first byte, zero-padded to 20
 digits: C{00000000000000000000.log}.  It is only ever appended to (by the
-reactor thread) and fsynced (by a pool thread); readers get L{FileRegion}s,
+reactor thread, through a small write buffer) and fsynced (by a pool thread,
+after the reactor thread wrote the buffer out); readers get L{FileRegion}s,
 which a sendfile producer can write without the bytes entering Python.
 """
 
@@ -37,11 +38,17 @@ class Segment:
     segment while a fetch from it is still being written to a socket.
     """
 
+    #: Appends smaller than this are gathered in memory and written together:
+    #: one write(2) per 209-byte message would cost more than the rest of an append.
+    WRITE_BUFFER_BYTES = 64 * 1024
+
     def __init__(self, path: str, base_offset: int, fd: int, size: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self.fd = fd
+        #: Bytes appended, including those still in the write buffer.
         self.size = size
+        self._pending = bytearray()
 
     @classmethod
     def open(cls, directory: str, base_offset: int, create: bool = False) -> "Segment":
@@ -57,12 +64,29 @@ class Segment:
         return self.base_offset + self.size
 
     def append(self, data: bytes | bytearray | memoryview) -> None:
-        """Write C{data} at the end of the file (to the page cache; durability is L{fsync}'s job)."""
+        """Add C{data} at the end: gathered in the write buffer, written once it fills.
+
+        Durability is L{fsync}'s job, and readers only see flushed data, so
+        a flush (which calls L{write_out} first) is what makes it visible.
+        """
+        self.size += len(data)
+        if not self._pending and len(data) >= self.WRITE_BUFFER_BYTES:
+            self._write(data)
+            return
+        self._pending += data
+        if len(self._pending) >= self.WRITE_BUFFER_BYTES:
+            self.write_out()
+
+    def write_out(self) -> None:
+        """Write the write buffer to the file (to the page cache)."""
+        if self._pending:
+            pending, self._pending = self._pending, bytearray()
+            self._write(pending)
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
-            written = os.write(self.fd, view)
-            self.size += written
-            view = view[written:]
+            view = view[os.write(self.fd, view) :]
 
     def pread(self, position: int, length: int) -> bytes:
         """Read up to C{length} bytes at file C{position}."""
@@ -75,6 +99,7 @@ class Segment:
 
     def truncate(self, size: int) -> None:
         """Cut the file to C{size} bytes and make that durable."""
+        self.write_out()
         os.ftruncate(self.fd, size)
         os.fsync(self.fd)
         self.size = size
@@ -84,13 +109,17 @@ class Segment:
         return os.fstat(self.fd).st_mtime_ns // 1_000_000
 
     def close(self) -> None:
-        """Close the descriptor (idempotent)."""
+        """Write out the write buffer and close the descriptor (idempotent)."""
+        if self.fd >= 0:
+            self.write_out()
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
 
     def __del__(self) -> None:
-        self.close()
+        fd, self.fd = self.fd, -1  # after close(), or when retention dropped it: nothing to write
+        if fd >= 0:
+            os.close(fd)
 
     def __repr__(self) -> str:
         return f"<Segment {self.path} size={self.size}>"
