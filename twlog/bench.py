@@ -218,3 +218,68 @@ def main_crc(args) -> int:
     """Entry point of C{twlog bench crc}."""
     print(format_crc_table(run_crc_benchmark(args.size, args.count), args.size))
     return 0
+
+
+# -- the broker benchmark: a broker process, the Twisted client, loopback TCP --------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BrokerProcess:
+    """A C{twistd -n twlog} child on a free loopback port, for benchmarks and tools."""
+
+    def __init__(self, log_dir: str, *extra: str, timeout_s: float = 30.0) -> None:
+        import subprocess
+
+        self.log_dir = log_dir
+        os.makedirs(log_dir, exist_ok=True)
+        #: The broker's own log (twistd's output), next to its data.
+        self.log_path = os.path.join(log_dir, "broker.out")
+        argv = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
+                "twlog", "--port", "0", "--log-dir", os.path.join(log_dir, "data"), *extra]
+        self._output = open(self.log_path, "wb")
+        self.process = subprocess.Popen(argv, stdout=self._output, stderr=subprocess.STDOUT)
+        self.port = self._wait_for_port(timeout_s)
+
+    def _wait_for_port(self, timeout_s: float) -> int:
+        import re
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as f:
+                output = f.read().decode(errors="replace")
+            match = re.search(r"listening on 127\.0\.0\.1:(\d+)", output)
+            if match:
+                return int(match.group(1))
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the broker did not start; its output:\n{output}")
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        """CPU time the broker has used so far."""
+        return _cpu_seconds(self.pid)
+
+    def stop(self) -> None:
+        """SIGTERM, then wait for the clean shutdown (bounded)."""
+        import signal
+        import subprocess
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._output.close()
