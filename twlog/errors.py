@@ -118,3 +118,13 @@ class BrokerTimeout(TwlogError):
 @_wire(11)
 class InvalidRequest(BrokerError):
     """The request could not be parsed (unknown type, truncated body); the broker closes the connection after it."""
+
+
+class QueueFull(TwlogError):
+    """An async producer's queue has no room for the messages, and its full-queue policy is "drop"."""
+
+    retriable = True
+
+
+class ClientClosed(TwlogError):
+    """The producer, consumer or connection was closed before (or while) the call was made."""

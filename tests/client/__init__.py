@@ -1,0 +1,1 @@
+"""Tests of the Twisted client: protocol, connection, producer, simple consumer."""

@@ -1,0 +1,344 @@
+"""Tests for twlog.protocol.client: the FIFO client protocol and the reconnecting broker connection."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import CancelledError
+from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint
+from twisted.internet.error import ConnectionDone, ConnectionRefusedError
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.errors import NO_ERROR, BrokerTimeout, ClientClosed, ConnectionFailed, OffsetOutOfRange
+from twlog.protocol import codec
+from twlog.protocol.client import (
+    BrokerConnection,
+    ClientProtocol,
+    client_endpoint,
+    default_retry_policy,
+    parse_brokers,
+)
+from twlog.protocol.codec import (
+    FetchRequest,
+    MetadataRequest,
+    OffsetsRequest,
+    ProduceRequest,
+    WaitFetchRequest,
+)
+from tests.client.support import FakeEndpoint, framed, written_requests
+
+FETCH = FetchRequest("t", 0, 0, 1024)
+OFFSETS = OffsetsRequest("t", 0, -1, 1)
+PRODUCE = ProduceRequest("t", 0, b"")
+
+
+def connected(timeout_s: float = 30.0, transport: StringTransport | None = None, **kwargs):
+    """A ClientProtocol connected to a StringTransport, with its clock."""
+    clock = Clock()
+    protocol = ClientProtocol(clock, timeout_s=timeout_s, peer="h:1", **kwargs)
+    transport = transport or StringTransport()
+    protocol.makeConnection(transport)
+    return protocol, transport, clock
+
+
+def offsets_frame(*offsets: int) -> bytes:
+    return codec.encode_offsets_response(NO_ERROR, offsets)
+
+
+class PausingTransport(StringTransport):
+    """A transport whose buffer "fills" (it pauses its producer) after every write."""
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        self.producer.pauseProducing()
+
+
+class ClientProtocolTests(SynchronousTestCase):
+    def test_registers_as_streaming_producer(self) -> None:
+        """On connection the protocol registers itself as a push producer, to learn of a full write buffer."""
+        protocol, transport, _ = connected()
+        self.assertIs(transport.producer, protocol)
+        self.assertTrue(transport.streaming)
+
+    def test_fifo_matching(self) -> None:
+        """Responses go to the waiting requests in the order the requests were sent."""
+        protocol, transport, _ = connected()
+        first = protocol.request(OFFSETS)
+        second = protocol.request(FETCH)
+        self.assertEqual(written_requests(transport), [OFFSETS, FETCH])
+        protocol.dataReceived(framed(offsets_frame(7)) + framed(b"\x00\x00abc"))
+        self.assertEqual(self.successResultOf(first), offsets_frame(7))
+        self.assertEqual(self.successResultOf(second), b"\x00\x00abc")
+        self.assertEqual(protocol.pending(), 0)
+
+    def test_fire_and_forget_never_waits(self) -> None:
+        """A request without a response is written at once and never enters the FIFO."""
+        protocol, transport, _ = connected()
+        self.assertIsNone(self.successResultOf(protocol.send(PRODUCE)))
+        answered = protocol.request(OFFSETS)
+        self.assertEqual(protocol.pending(), 1)
+        protocol.dataReceived(framed(offsets_frame(3)))
+        self.assertEqual(self.successResultOf(answered), offsets_frame(3))
+        self.assertEqual(written_requests(transport), [PRODUCE, OFFSETS])
+
+    def test_wrong_method_for_request_kind(self) -> None:
+        """request() refuses a fire-and-forget request and send() one that has a response."""
+        protocol, _, _ = connected()
+        self.assertRaises(ValueError, protocol.request, PRODUCE)
+        self.assertRaises(ValueError, protocol.send, OFFSETS)
+
+    def test_timeout_aborts_connection(self) -> None:
+        """A request unanswered within the timeout fails with BrokerTimeout, aborts, and fails the others."""
+        protocol, transport, clock = connected(timeout_s=5)
+        first = protocol.request(FETCH)
+        clock.advance(1)
+        second = protocol.request(OFFSETS)
+        clock.advance(4)
+        failure = self.failureResultOf(first, BrokerTimeout)
+        self.assertIn("h:1", str(failure.value))
+        self.assertIn("FETCH t-0", str(failure.value))
+        self.failureResultOf(second, ConnectionFailed)
+        self.assertTrue(transport.disconnecting)
+        self.assertFalse(protocol.usable)
+        protocol.dataReceived(framed(b"\x00\x00late"))  # a late answer goes nowhere
+        self.failureResultOf(protocol.request(OFFSETS), ConnectionFailed)
+
+    def test_waiting_fetch_timeout_includes_max_wait(self) -> None:
+        """A waiting fetch, and a request queued behind it, may take the broker's hold time on top of the timeout."""
+        protocol, _, clock = connected(timeout_s=2)
+        held = protocol.request(WaitFetchRequest(5000, 1, (FETCH,)), hold_s=5)
+        behind = protocol.request(OFFSETS)
+        clock.advance(6.9)
+        self.assertNoResult(held)
+        self.assertNoResult(behind)
+        clock.advance(0.2)
+        self.failureResultOf(held, BrokerTimeout)
+        self.failureResultOf(behind, ConnectionFailed)
+
+    def test_answer_cancels_timeout(self) -> None:
+        """An answered request leaves no timer behind."""
+        protocol, _, clock = connected(timeout_s=5)
+        d = protocol.request(OFFSETS)
+        protocol.dataReceived(framed(offsets_frame(1)))
+        self.successResultOf(d)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_cancel_aborts_connection(self) -> None:
+        """Cancelling a waiting request aborts the connection, since its answer would go to the next request."""
+        protocol, transport, _ = connected()
+        first = protocol.request(OFFSETS)
+        second = protocol.request(OFFSETS)
+        first.cancel()
+        self.failureResultOf(first, CancelledError)
+        self.failureResultOf(second, ConnectionFailed)
+        self.assertTrue(transport.disconnecting)
+
+    def test_connection_lost_fails_waiters(self) -> None:
+        """Losing the connection fails every waiting request with ConnectionFailed naming the broker."""
+        protocol, _, _ = connected()
+        waiting = [protocol.request(OFFSETS), protocol.request(FETCH)]
+        protocol.connectionLost(Failure(ConnectionDone("bye")))
+        for d in waiting:
+            failure = self.failureResultOf(d, ConnectionFailed)
+            self.assertIn("connection to broker h:1 lost", str(failure.value))
+        self.failureResultOf(protocol.request(OFFSETS), ConnectionFailed)
+        self.successResultOf(protocol.when_lost())
+
+    def test_unexpected_response_drops_connection(self) -> None:
+        """A response while nothing waits is a protocol error: the connection is dropped."""
+        protocol, transport, _ = connected()
+        protocol.dataReceived(framed(offsets_frame(1)))
+        self.assertTrue(transport.disconnecting)
+        failure = self.failureResultOf(protocol.request(OFFSETS), ConnectionFailed)
+        self.assertIn("nobody asked for", str(failure.value))
+
+    def test_response_too_large(self) -> None:
+        """A response over max_response_bytes fails the waiters with a message naming the limit and drops."""
+        protocol, transport, _ = connected(max_response_bytes=10)
+        d = protocol.request(FETCH)
+        protocol.dataReceived(framed(b"\x00\x00" + b"x" * 20))
+        failure = self.failureResultOf(d, ConnectionFailed)
+        self.assertIn("max_response_bytes 10", str(failure.value))
+        self.assertTrue(transport.disconnecting)
+
+    def test_back_pressure_holds_sends(self) -> None:
+        """While the transport is paused, sends stay unfired and unwritten; on resume they go out in order."""
+        protocol, transport, _ = connected()
+        protocol.pauseProducing()
+        first = protocol.send(PRODUCE)
+        answered = protocol.request(OFFSETS)
+        second = protocol.send(ProduceRequest("t", 1, b""))
+        self.assertNoResult(first)
+        self.assertNoResult(second)
+        self.assertEqual(transport.value(), b"")
+        protocol.resumeProducing()
+        self.successResultOf(first)
+        self.successResultOf(second)
+        self.assertEqual(written_requests(transport), [PRODUCE, OFFSETS, ProduceRequest("t", 1, b"")])
+        protocol.dataReceived(framed(offsets_frame(4)))
+        self.successResultOf(answered)
+
+    def test_resume_stops_when_paused_again(self) -> None:
+        """Resuming writes held frames only until the transport pauses again, so memory stays bounded."""
+        protocol, transport, _ = connected(transport=PausingTransport())
+        self.successResultOf(protocol.send(PRODUCE))  # this write fills the buffer
+        held = [protocol.send(ProduceRequest("t", i, b"")) for i in range(3)]
+        self.assertTrue(protocol.paused)
+        protocol.resumeProducing()
+        self.successResultOf(held[0])
+        self.assertNoResult(held[1])
+        protocol.resumeProducing()
+        protocol.resumeProducing()
+        for d in held:
+            self.successResultOf(d)
+        self.assertEqual(len(written_requests(transport)), 4)
+
+    def test_cancel_held_send(self) -> None:
+        """Cancelling a send held by back-pressure forgets its frame."""
+        protocol, transport, _ = connected()
+        protocol.pauseProducing()
+        d = protocol.send(PRODUCE)
+        d.cancel()
+        self.failureResultOf(d, CancelledError)
+        protocol.resumeProducing()
+        self.assertEqual(transport.value(), b"")
+
+    def test_lost_while_paused_fails_held_sends(self) -> None:
+        """Sends held by back-pressure fail with ConnectionFailed when the connection is lost."""
+        protocol, _, _ = connected()
+        protocol.pauseProducing()
+        d = protocol.send(PRODUCE)
+        protocol.stopProducing()
+        protocol.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(d, ConnectionFailed)
+
+
+def broker_connection(disconnect_on_close: bool = True, **kwargs):
+    """A BrokerConnection over a FakeEndpoint and a Clock."""
+    clock = Clock()
+    endpoint = FakeEndpoint(disconnect_on_close)
+    connection = BrokerConnection(
+        "h", 1, reactor=clock, endpoint=endpoint, retry_policy=lambda attempt: 1.0, **kwargs
+    )
+    return connection, endpoint, clock
+
+
+class BrokerConnectionTests(SynchronousTestCase):
+    def test_connects_on_first_request(self) -> None:
+        """The first request connects, is sent, and fires with the response frame."""
+        connection, endpoint, _ = broker_connection()
+        d = connection.request(OFFSETS)
+        self.assertEqual(len(endpoint.attempts), 1)
+        transport = endpoint.succeed()
+        self.assertEqual(written_requests(transport), [OFFSETS])
+        connection.current.dataReceived(framed(offsets_frame(9)))
+        self.assertEqual(codec.decode_offsets_response(self.successResultOf(d)), (NO_ERROR, (9,)))
+
+    def test_error_code_becomes_exception(self) -> None:
+        """A response with a broker error code fails with that code's exception, naming broker and request."""
+        connection, endpoint, _ = broker_connection()
+        d = connection.request(FETCH)
+        endpoint.succeed()
+        connection.current.dataReceived(framed(codec.encode_error_response(OffsetOutOfRange.code)))
+        failure = self.failureResultOf(d, OffsetOutOfRange)
+        self.assertIn("broker h:1 refused FETCH t-0 at offset 0", str(failure.value))
+
+    def test_send_fires_when_written(self) -> None:
+        """send() fires once the fire-and-forget request is written."""
+        connection, endpoint, _ = broker_connection()
+        d = connection.send(PRODUCE)
+        self.assertNoResult(d)
+        transport = endpoint.succeed()
+        self.successResultOf(d)
+        self.assertEqual(written_requests(transport), [PRODUCE])
+
+    def test_unreachable_after_attempts(self) -> None:
+        """After connect_attempts refused attempts the request fails with a one-line ConnectionFailed."""
+        connection, endpoint, clock = broker_connection(connect_attempts=2)
+        d = connection.request(OFFSETS)
+        endpoint.fail(ConnectionRefusedError())
+        self.assertNoResult(d)
+        clock.advance(1.0)  # backoff, then the second attempt
+        endpoint.fail(ConnectionRefusedError())
+        failure = self.failureResultOf(d, ConnectionFailed)
+        message = str(failure.value)
+        self.assertIn("cannot connect to broker h:1", message)
+        self.assertIn("refused", message)
+        self.assertIn("after 2 attempts", message)
+        self.assertNotIn("\n", message)
+
+    def test_connect_timeout(self) -> None:
+        """An attempt that never completes fails the request after connect_timeout_s."""
+        connection, endpoint, clock = broker_connection(connect_timeout_s=3)
+        d = connection.request(OFFSETS)
+        clock.advance(3)
+        failure = self.failureResultOf(d, ConnectionFailed)
+        self.assertIn("within 3 s", str(failure.value))
+
+    def test_reconnects_after_loss(self) -> None:
+        """A lost connection fails its waiters; the next request reconnects (after backoff) and succeeds."""
+        connection, endpoint, clock = broker_connection()
+        d = connection.request(OFFSETS)
+        endpoint.succeed()
+        endpoint.lose()
+        self.failureResultOf(d, ConnectionFailed)
+        again = connection.request(OFFSETS)
+        clock.advance(1.0)
+        self.assertEqual(len(endpoint.attempts), 2)
+        endpoint.succeed()
+        connection.current.dataReceived(framed(offsets_frame(5)))
+        self.successResultOf(again)
+
+    def test_aborted_protocol_is_not_reused(self) -> None:
+        """After a timeout abort, the next request waits for a fresh connection instead of failing."""
+        connection, endpoint, clock = broker_connection(disconnect_on_close=False, timeout_s=2)
+        d = connection.request(OFFSETS)
+        first = endpoint.succeed()
+        clock.advance(2)
+        self.failureResultOf(d, BrokerTimeout)
+        self.assertTrue(first.disconnecting)
+        again = connection.request(OFFSETS)
+        self.assertNoResult(again)
+        endpoint.lose()  # the abort completes
+        clock.advance(1.0)
+        endpoint.succeed()
+        connection.current.dataReceived(framed(offsets_frame(1)))
+        self.successResultOf(again)
+
+    def test_close(self) -> None:
+        """close() drops the connection and later requests fail with ClientClosed."""
+        connection, endpoint, _ = broker_connection()
+        connection.request(MetadataRequest()).addErrback(lambda f: None)
+        transport = endpoint.succeed()
+        closing = connection.close()
+        self.assertFalse(transport.connected)
+        self.successResultOf(closing)
+        self.failureResultOf(connection.request(OFFSETS), ClientClosed)
+
+    def test_close_before_connecting(self) -> None:
+        """close() on a connection never used fires at once."""
+        connection, _, _ = broker_connection()
+        self.successResultOf(connection.close())
+
+
+class HelperTests(SynchronousTestCase):
+    def test_parse_brokers(self) -> None:
+        """Broker lists parse from "host:port,..." strings and from pairs."""
+        self.assertEqual(parse_brokers("a:1, b:2"), [("a", 1), ("b", 2)])
+        self.assertEqual(parse_brokers("[::1]:9092"), [("::1", 9092)])
+        self.assertEqual(parse_brokers([("a", "3")]), [("a", 3)])
+        self.assertRaises(ValueError, parse_brokers, "a")
+        self.assertRaises(ValueError, parse_brokers, "")
+
+    def test_client_endpoint(self) -> None:
+        """An IP address connects directly; a host name goes through the resolver."""
+        reactor = MemoryReactorClock()
+        self.assertIsInstance(client_endpoint(reactor, "127.0.0.1", 1, 5), TCP4ClientEndpoint)
+        self.assertIsInstance(client_endpoint(reactor, "localhost", 1, 5), HostnameEndpoint)
+
+    def test_default_retry_policy_backs_off(self) -> None:
+        """The default reconnect delay grows with the attempts and stays bounded."""
+        policy = default_retry_policy()
+        self.assertLess(policy(1), policy(4))
+        self.assertLessEqual(policy(100), 5.1)

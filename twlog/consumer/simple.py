@@ -1,0 +1,294 @@
+# -*- test-case-name: tests.client.test_consumer -*-
+"""The simple consumer: fetch from one broker by offset, ask for offsets, and stream a partition.
+
+Kafka 0.7's SimpleConsumer, on Twisted: the consumer names the topic,
+partition and byte offset, and gets the messages with the offset to fetch
+next.  Every CRC is checked and a partial trailing entry dropped
+(L{iter_messages}).  L{MessageStream} is the async iterator over one partition
+that never ends: it uses the waiting fetch (WAIT_FETCH), so an idle consumer is
+woken by new data instead of sleeping and polling.  Rewinding is starting a
+new fetch or stream at any offset.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+
+import attrs
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.logger import Logger
+
+from twlog.errors import ClientClosed, ConnectionFailed, FetchSizeTooSmall
+from twlog.protocol import codec
+from twlog.protocol.client import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error
+from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
+from twlog.storage.message import MessageAndOffset, iter_messages
+
+#: OFFSETS times: the (flushed) end of the log, and its start.
+LATEST = -1
+EARLIEST = -2
+
+
+@attrs.frozen
+class FetchedMessages:
+    """The messages of one fetch, every CRC checked, and the offset to fetch next."""
+
+    messages: tuple[MessageAndOffset, ...]
+    #: Where the next fetch starts: after the last whole message, or the fetch's offset if there was none.
+    next_offset: int
+
+    def __iter__(self) -> Iterator[MessageAndOffset]:
+        return iter(self.messages)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+def decode_fetched(data: bytes, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedMessages:
+    """The messages in the fetched bytes C{data} that start at C{offset}.
+
+    @raise FetchSizeTooSmall: the first message does not fit in C{max_bytes}.
+    @raise InvalidMessage: a CRC mismatch or a malformed entry.
+    """
+    try:
+        messages = tuple(iter_messages(data, offset))
+    except FetchSizeTooSmall:
+        raise _too_small(topic, partition, offset, max_bytes) from None
+    return FetchedMessages(messages, messages[-1].next_offset if messages else offset)
+
+
+def _too_small(topic: str, partition: int, offset: int, max_bytes: int) -> FetchSizeTooSmall:
+    return FetchSizeTooSmall(
+        f"the message at offset {offset} of {topic}-{partition} is larger than max_bytes={max_bytes}; "
+        f"fetch it with a larger max_bytes"
+    )
+
+
+class SimpleConsumer:
+    """Fetches from one broker, by topic, partition and offset.
+
+    C{fetch} and C{offsets} share one connection; each L{stream} has its own,
+    because a waiting fetch holds back every later answer on its connection.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        reactor=None,
+        max_bytes: int = 300 * 1024,
+        max_wait_ms: int = 10_000,
+        min_bytes: int = 1,
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 10.0,
+        connect_attempts: int = 3,
+        retry_policy: Callable[[int], float] | None = None,
+        connection_factory: Callable[[], BrokerConnection] | None = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        self.host = host
+        self.port = port
+        self.max_bytes = max_bytes
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.clock = reactor
+        if connection_factory is None:
+
+            def connection_factory() -> BrokerConnection:
+                return BrokerConnection(
+                    host, port, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
+                    connect_attempts=connect_attempts, retry_policy=retry_policy,
+                    max_response_bytes=max(DEFAULT_MAX_RESPONSE_BYTES, 2 * max_bytes),
+                )
+
+        self._new_connection = connection_factory
+        self._connection = connection_factory()
+        self._streams: set[MessageStream] = set()
+        self._closed = False
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int | None = None,
+        *,
+        max_wait_ms: int | None = None,
+        min_bytes: int | None = None,
+    ) -> Deferred[FetchedMessages]:
+        """Fetch up to C{max_bytes} of messages from C{offset}.
+
+        With C{max_wait_ms}, this is a waiting fetch: the broker answers once
+        C{min_bytes} (default the consumer's) are readable, or after
+        C{max_wait_ms}, possibly with no messages.
+
+        @raise OffsetOutOfRange: the offset is outside the log.
+        @raise FetchSizeTooSmall: the message at C{offset} is larger than C{max_bytes}.
+        """
+        return Deferred.fromCoroutine(
+            self._fetch(self._connection, topic, partition, offset, max_bytes or self.max_bytes, max_wait_ms, min_bytes)
+        )
+
+    def offsets(self, topic: str, partition: int, time: int = LATEST, max_offsets: int = 1) -> Deferred[list[int]]:
+        """Valid offsets before C{time} (L{LATEST} -1, L{EARLIEST} -2, or ms since the epoch), newest first."""
+        return Deferred.fromCoroutine(self._offsets(topic, partition, time, max_offsets))
+
+    def stream(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> MessageStream:
+        """An async iterator over C{topic}-C{partition} from C{offset}, woken by new data.
+
+        It never ends, unless C{idle_timeout_s} is given: then it ends after
+        that long without a message.  Its C{next_offset} is where to resume.
+        """
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
+        stream = MessageStream(self, topic, partition, offset, max_bytes or self.max_bytes, idle_timeout_s)
+        self._streams.add(stream)
+        return stream
+
+    def close(self) -> Deferred[None]:
+        """Close the connection and every stream."""
+        self._closed = True
+        closing = [self._connection.close(), *(s.close() for s in list(self._streams))]
+        return DeferredList(closing, consumeErrors=True).addCallback(lambda _: None)
+
+    # -- internals -----------------------------------------------------------
+
+    async def _fetch(
+        self,
+        connection: BrokerConnection,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_wait_ms: int | None,
+        min_bytes: int | None,
+    ) -> FetchedMessages:
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
+        fetch = FetchRequest(topic, partition, offset, max_bytes)
+        try:
+            if max_wait_ms is None:
+                data = codec.decode_fetch_response(await connection.request(fetch)).messages
+            else:
+                request = WaitFetchRequest(max_wait_ms, self.min_bytes if min_bytes is None else min_bytes, (fetch,))
+                _, parts = codec.decode_multifetch_response(await connection.request(request))
+                if len(parts) != 1:
+                    raise ConnectionFailed(
+                        f"broker {connection.address} answered a one-part WAIT_FETCH with {len(parts)} parts"
+                    )
+                if parts[0].error:
+                    raise broker_error(
+                        parts[0].error, f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{offset}"
+                    )
+                data = parts[0].messages
+        except FetchSizeTooSmall:
+            raise _too_small(topic, partition, offset, max_bytes) from None
+        return decode_fetched(data, topic, partition, offset, max_bytes)
+
+    async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
+        frame = await self._connection.request(OffsetsRequest(topic, partition, time, max_offsets))
+        return list(codec.decode_offsets_response(frame)[1])
+
+
+class MessageStream:
+    """An endless async iterator over one partition, using waiting fetches on its own connection.
+
+    C{next_offset} is the offset after the last message handed out: resume
+    (or commit) there.  A connection lost after a successful fetch is retried
+    once (the retry reconnects with backoff, so a restarted broker is picked up);
+    if that fails too, or the very first fetch fails, L{ConnectionFailed} surfaces.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        consumer: SimpleConsumer,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        idle_timeout_s: float | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.next_offset = offset
+        self.max_bytes = max_bytes
+        self.idle_timeout_s = idle_timeout_s
+        self._consumer = consumer
+        self._connection: BrokerConnection | None = None
+        self._buffer: deque[MessageAndOffset] = deque()
+        self._fetch_offset = offset
+        self._closed = False
+        #: Whether the last fetch succeeded: only then is a lost connection retried.
+        self._healthy = False
+
+    def __aiter__(self) -> MessageStream:
+        return self
+
+    def __anext__(self) -> Deferred[MessageAndOffset]:
+        """The next message (a Deferred, so both C{async for} and the blocking facade can wait on it)."""
+        return Deferred.fromCoroutine(self._next())
+
+    def close(self) -> Deferred[None]:
+        """Stop: the iteration ends and the stream's connection is closed."""
+        self._closed = True
+        self._consumer._streams.discard(self)
+        if self._connection is None:
+            return Deferred.fromCoroutine(_nothing())
+        return self._connection.close()
+
+    async def _next(self) -> MessageAndOffset:
+        clock = self._consumer.clock
+        started = clock.seconds()
+        while not self._buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            wait_ms = self._consumer.max_wait_ms
+            if self.idle_timeout_s is not None:
+                left_ms = int((started + self.idle_timeout_s - clock.seconds()) * 1000)
+                if left_ms <= 0:
+                    raise StopAsyncIteration
+                wait_ms = min(wait_ms, left_ms)
+            if self._connection is None:
+                self._connection = self._consumer._new_connection()
+            try:
+                fetched = await self._consumer._fetch(
+                    self._connection, self.topic, self.partition, self._fetch_offset, self.max_bytes, wait_ms, None
+                )
+            except (ConnectionFailed, ClientClosed) as e:
+                if self._closed:
+                    raise StopAsyncIteration from None
+                if not self._healthy or not isinstance(e, ConnectionFailed):
+                    raise
+                self._healthy = False  # one retry: the next attempt reconnects with backoff, or fails for good
+                self._log.info("stream {topic}-{partition}: {error}; retrying", topic=self.topic,
+                               partition=self.partition, error=e)
+                continue
+            self._healthy = True
+            self._buffer.extend(fetched.messages)
+            self._fetch_offset = fetched.next_offset
+        message = self._buffer.popleft()
+        self.next_offset = message.next_offset
+        return message
+
+
+async def _nothing() -> None:
+    return None

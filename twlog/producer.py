@@ -1,0 +1,415 @@
+# -*- test-case-name: tests.client.test_producer -*-
+"""The producer: batches of messages to a topic's partitions, fire-and-forget or acknowledged.
+
+A topic's partitions are the pairs (broker id, partition) over the brokers
+that hold it, ordered by (broker id, partition), as in Kafka 0.7.  The
+producer learns them with METADATA from every broker it was given.  A batch
+passed to L{Producer.send} is one request: PRODUCE when C{ack="none"} (the
+paper's fire-and-forget), ACK_PRODUCE otherwise, answered with the offsets.
+
+With C{batch_size} set, the producer is asynchronous: messages queue per
+partition and go out as one request when C{batch_size} messages are queued or
+C{linger_ms} has passed.  The queue is bounded (C{max_queued_messages},
+counting messages queued or in flight), and when it is full C{on_full} says
+what C{send} does: C{"block"} (its Deferred waits for room) or C{"drop"} (it
+fails at once with L{QueueFull}, and C{dropped} counts the messages).
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import attrs
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+
+from twlog.errors import ClientClosed, ConnectionFailed, QueueFull
+from twlog.protocol import codec
+from twlog.protocol.client import BrokerConnection, broker_error, parse_brokers
+from twlog.protocol.codec import (
+    ACK_APPENDED,
+    ACK_FLUSHED,
+    ACK_NONE,
+    AckProduceRequest,
+    MetadataRequest,
+    ProduceRequest,
+    ProduceResult,
+)
+from twlog.storage.message import CODEC_NAMES, encode_message_set
+
+ACK_MODES = {"none": ACK_NONE, "appended": ACK_APPENDED, "flushed": ACK_FLUSHED}
+
+#: A partitioning function: C{(key, number of partitions) -> partition index}.
+Partitioner = Callable[[bytes, int], int]
+
+
+def hash_partitioner(key: bytes, num_partitions: int) -> int:
+    """The default partitioner: CRC-32 of the key, modulo the number of partitions (stable across runs)."""
+    return zlib.crc32(key) % num_partitions
+
+
+@attrs.frozen
+class Partition:
+    """One partition of a topic: the broker that holds it and its number there."""
+
+    broker_id: int
+    partition: int
+
+
+def _payloads(messages: bytes | Sequence[bytes]) -> list[bytes]:
+    if isinstance(messages, (bytes, bytearray, memoryview)):
+        messages = [messages]
+    payloads = []
+    for message in messages:
+        if not isinstance(message, (bytes, bytearray, memoryview)):
+            raise TypeError(f"messages must be bytes, not {type(message).__name__}; encode text first")
+        payloads.append(bytes(message))
+    if not payloads:
+        raise ValueError("no messages to send")
+    return payloads
+
+
+class _Batch:
+    """Messages queued for one partition, waiting for C{batch_size} or C{linger_ms}."""
+
+    __slots__ = ("topic", "target", "payloads", "timer")
+
+    def __init__(self, topic: str, target: Partition) -> None:
+        self.topic = topic
+        self.target = target
+        self.payloads: list[bytes] = []
+        self.timer: IDelayedCall | None = None
+
+
+class Producer:
+    """Sends message batches to the partitions of topics, over reconnecting broker connections.
+
+    @param brokers: C{"host:port,host:port"} or a list of C{(host, port)}.
+    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"} or
+        C{"flushed"} (ACK_PRODUCE; L{send} fires with the L{ProduceResult}).
+    @param partitioner: C{(key, n) -> index} for keyed sends; default L{hash_partitioner}.
+    @param codec: a C{CODEC_*} number or name (C{"gzip"}); each batch is compressed as one wrapper.
+    @param batch_size: turn on async batching: send a partition's queue at this many messages ...
+    @param linger_ms: ... or this long after its first message.
+    @param max_queued_messages: the async queue's bound (messages queued or in flight).
+    @param on_full: C{"block"} or C{"drop"}: what L{send} does when the async queue is full.
+    @param ack_timeout_ms: how long the broker may take to flush, with C{ack="flushed"}.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        brokers: str | Sequence[tuple[str, int]],
+        *,
+        reactor=None,
+        ack: str = "none",
+        partitioner: Partitioner | None = None,
+        codec: int | str = 0,
+        batch_size: int | None = None,
+        linger_ms: int = 10,
+        max_queued_messages: int = 10_000,
+        on_full: str = "block",
+        ack_timeout_ms: int = 10_000,
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 10.0,
+        connect_attempts: int = 3,
+        retry_policy: Callable[[int], float] | None = None,
+        connection_factory: Callable[[str, int], BrokerConnection] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        if ack not in ACK_MODES:
+            raise ValueError(f"ack must be one of {', '.join(ACK_MODES)}, not {ack!r}")
+        if on_full not in ("block", "drop"):
+            raise ValueError(f"on_full must be 'block' or 'drop', not {on_full!r}")
+        if isinstance(codec, str):
+            if codec not in CODEC_NAMES:
+                raise ValueError(f"codec must be one of {', '.join(CODEC_NAMES)}, not {codec!r}")
+            codec = CODEC_NAMES[codec]
+        if batch_size is not None and batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if max_queued_messages < 1:
+            raise ValueError("max_queued_messages must be at least 1")
+        self.clock = reactor
+        self.ack = ack
+        self.codec = codec
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.max_queued_messages = max_queued_messages
+        self.on_full = on_full
+        self.ack_timeout_ms = ack_timeout_ms
+        self.timeout_s = timeout_s
+        self._ack = ACK_MODES[ack]
+        self._partitioner = partitioner or hash_partitioner
+        self._rng = rng or random.Random()
+        if connection_factory is None:
+
+            def connection_factory(host: str, port: int) -> BrokerConnection:
+                return BrokerConnection(
+                    host, port, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
+                    connect_attempts=connect_attempts, retry_policy=retry_policy,
+                )
+
+        self._connections = [connection_factory(host, port) for host, port in parse_brokers(brokers)]
+        self._by_id: dict[int, BrokerConnection] = {}
+        self._topics: dict[str, list[Partition]] = {}
+        self._discovering: dict[str, list[Deferred[list[Partition]]]] = {}
+        self._batches: dict[tuple[str, Partition], _Batch] = {}
+        self._room_waiters: deque[tuple[int, Deferred[None]]] = deque()
+        self._in_flight: set[Deferred] = set()
+        self._delivery_error: Exception | None = None
+        self._closed = False
+        #: Messages queued or being sent (async mode).
+        self.queued = 0
+        #: Messages dropped because the queue was full (C{on_full="drop"}).
+        self.dropped = 0
+        #: Messages of async batches whose delivery failed.
+        self.failed = 0
+
+    # -- public API ------------------------------------------------------------
+
+    def send(
+        self, topic: str, messages: bytes | Sequence[bytes], key: bytes | str | None = None, *,
+        partition: int | None = None,
+    ) -> Deferred[ProduceResult | None]:
+        """Send C{messages} (one bytes, or a list: one request) to a partition of C{topic}.
+
+        The partition is C{partition} if given (an index into the topic's
+        partitions ordered by (broker id, partition)), else chosen by the
+        partitioner from C{key}, else at random.
+
+        Without batching the Deferred fires once the request is written
+        (C{ack="none"}: with None) or acknowledged (with the L{ProduceResult}:
+        the offset of the first message and the next offset).  With batching
+        it fires with None once the messages are queued; delivery failures are
+        logged, counted in C{failed}, and raised by the next L{flush}.
+
+        @raise QueueFull: async mode with C{on_full="drop"} and no room.
+        @raise ConnectionFailed: no broker could be reached.
+        @raise BrokerError: the broker rejected the batch (acknowledged modes).
+        """
+        try:
+            payloads = _payloads(messages)
+        except (TypeError, ValueError) as e:
+            return fail(e)
+        if self._closed:
+            return fail(ClientClosed("the producer is closed"))
+        if isinstance(key, str):
+            key = key.encode("utf-8")
+        if self.batch_size is None:
+            return self._track(Deferred.fromCoroutine(self._send_now(topic, payloads, key, partition)))
+        return self._track(Deferred.fromCoroutine(self._enqueue(topic, payloads, key, partition)))
+
+    def partitions(self, topic: str) -> Deferred[list[Partition]]:
+        """The partitions of C{topic}, ordered by (broker id, partition), asking the brokers if not known yet."""
+        return Deferred.fromCoroutine(self._partitions(topic))
+
+    def flush(self) -> Deferred[None]:
+        """Send everything queued now, and fire once all of it has been delivered.
+
+        @raise Exception: the first delivery error of an async batch since the last flush.
+        """
+        return Deferred.fromCoroutine(self._flush())
+
+    def close(self) -> Deferred[None]:
+        """Flush, then close every connection; later sends fail with L{ClientClosed}."""
+        return Deferred.fromCoroutine(self._close())
+
+    # -- partitions --------------------------------------------------------------
+
+    async def _partitions(self, topic: str) -> list[Partition]:
+        known = self._topics.get(topic)
+        if known is not None:
+            return known
+        waiters = self._discovering.get(topic)
+        if waiters is None:
+            self._discovering[topic] = []
+            try:
+                partitions = await self._discover(topic)
+            except BaseException as e:
+                for d in self._discovering.pop(topic, []):
+                    d.errback(e)
+                raise
+            self._topics[topic] = partitions
+            for d in self._discovering.pop(topic, []):
+                d.callback(partitions)
+            return partitions
+        d: Deferred[list[Partition]] = Deferred()
+        waiters.append(d)
+        return await d
+
+    async def _discover(self, topic: str) -> list[Partition]:
+        """Ask every broker for its id and its partition count of C{topic}."""
+        requests = [c.request(MetadataRequest((topic,))) for c in self._connections]
+        answers = await DeferredList(requests, consumeErrors=True)
+        partitions: set[Partition] = set()
+        problems = []
+        for connection, (ok, value) in zip(self._connections, answers):
+            if not ok:
+                problems.append(f"{connection.address}: {value.getErrorMessage()}")
+                continue
+            _, metadata = codec.decode_metadata_response(value)
+            self._by_id.setdefault(metadata.broker_id, connection)  # two addresses of one broker: keep the first
+            for info in metadata.topics:
+                if info.topic != topic:
+                    continue
+                if info.error:
+                    raise broker_error(info.error, f"broker {connection.address} refuses topic {topic!r}")
+                partitions.update(Partition(metadata.broker_id, p) for p in range(info.partitions))
+        if not partitions:
+            raise ConnectionFailed(
+                f"no broker gave partitions for topic {topic!r}: " + ("; ".join(problems) or "none has any")
+            )
+        return sorted(partitions, key=lambda p: (p.broker_id, p.partition))
+
+    def _choose(self, topic: str, partitions: list[Partition], key: bytes | None, index: int | None) -> Partition:
+        n = len(partitions)
+        if index is None:
+            index = self._rng.randrange(n) if key is None else self._partitioner(key, n)
+        if not 0 <= index < n:
+            raise ValueError(f"partition index {index} is outside topic {topic!r}'s partitions [0, {n - 1}]")
+        return partitions[index]
+
+    # -- delivery ------------------------------------------------------------------
+
+    async def _send_now(
+        self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None
+    ) -> ProduceResult | None:
+        target = self._choose(topic, await self._partitions(topic), key, index)
+        return await self._deliver(topic, target, payloads)
+
+    async def _deliver(self, topic: str, target: Partition, payloads: list[bytes]) -> ProduceResult | None:
+        connection = self._by_id[target.broker_id]
+        produce = ProduceRequest(topic, target.partition, encode_message_set(payloads, self.codec))
+        try:
+            if self._ack == ACK_NONE:
+                await connection.send(produce)
+                return None
+            request = AckProduceRequest(self._ack, self.ack_timeout_ms, (produce,))
+            frame = await connection.request(request, timeout_s=self.timeout_s + self.ack_timeout_ms / 1000)
+        except ConnectionFailed:
+            self._topics.pop(topic, None)  # ask the brokers again next time: one may be gone, or back
+            raise
+        _, results = codec.decode_ack_produce_response(frame)
+        if len(results) != 1:
+            raise ConnectionFailed(f"broker {connection.address} answered one produce with {len(results)} results")
+        result = results[0]
+        if result.error:
+            raise broker_error(
+                result.error, f"broker {connection.address} did not take the batch for {topic}-{target.partition}"
+            )
+        return result
+
+    def _track(self, d: Deferred) -> Deferred:
+        """Remember C{d} until it fires, so flush() can wait for it."""
+        if d.called:
+            return d
+        self._in_flight.add(d)
+
+        def done(result: object) -> object:
+            self._in_flight.discard(d)
+            return result
+
+        return d.addBoth(done)
+
+    # -- async batching --------------------------------------------------------------
+
+    async def _enqueue(self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None) -> None:
+        await self._reserve(len(payloads))
+        try:
+            target = self._choose(topic, await self._partitions(topic), key, index)
+        except BaseException:
+            self._release(len(payloads))
+            raise
+        batch = self._batches.get((topic, target))
+        if batch is None:
+            batch = self._batches[(topic, target)] = _Batch(topic, target)
+            batch.timer = self.clock.callLater(self.linger_ms / 1000, self._send_batch, (topic, target))
+        batch.payloads.extend(payloads)
+        if len(batch.payloads) >= self.batch_size:
+            self._send_batch((topic, target))
+
+    def _reserve(self, count: int) -> Deferred[None]:
+        """Room for C{count} messages: at once, after waiting ("block"), or L{QueueFull} ("drop")."""
+        if self.queued == 0 or (not self._room_waiters and self.queued + count <= self.max_queued_messages):
+            self.queued += count
+            return succeed(None)
+        if self.on_full == "drop":
+            self.dropped += count
+            return fail(
+                QueueFull(
+                    f"the producer's queue is full ({self.queued} of {self.max_queued_messages} messages); "
+                    f"dropped {count}"
+                )
+            )
+
+        def forget(d: Deferred[None]) -> None:
+            self._room_waiters = deque(w for w in self._room_waiters if w[1] is not d)
+
+        d: Deferred[None] = Deferred(canceller=forget)
+        self._room_waiters.append((count, d))
+        return d
+
+    def _release(self, count: int) -> None:
+        self.queued -= count
+        while self._room_waiters:
+            wanted, d = self._room_waiters[0]
+            if self.queued and self.queued + wanted > self.max_queued_messages:
+                break
+            self._room_waiters.popleft()
+            self.queued += wanted
+            d.callback(None)
+
+    def _send_batch(self, key: tuple[str, Partition]) -> None:
+        batch = self._batches.pop(key, None)
+        if batch is None:
+            return
+        if batch.timer is not None and batch.timer.active():
+            batch.timer.cancel()
+        count = len(batch.payloads)
+        d = self._track(Deferred.fromCoroutine(self._deliver(batch.topic, batch.target, batch.payloads)))
+
+        def failed(failure) -> None:
+            self.failed += count
+            if self._delivery_error is None:
+                self._delivery_error = failure.value
+            self._log.warn(
+                "could not deliver {count} messages to {topic}-{partition} on broker {broker}: {error}",
+                count=count, topic=batch.topic, partition=batch.target.partition,
+                broker=batch.target.broker_id, error=failure.getErrorMessage(),
+            )
+
+        d.addCallbacks(lambda _: None, failed)
+        d.addBoth(lambda _: self._release(count))
+
+    async def _flush(self) -> None:
+        while True:
+            for key in list(self._batches):
+                self._send_batch(key)
+            if not self._in_flight:
+                break
+            await DeferredList(list(self._in_flight), consumeErrors=True)
+        error, self._delivery_error = self._delivery_error, None
+        if error is not None:
+            raise error
+
+    async def _close(self) -> None:
+        if self._closed:
+            return
+        try:
+            await self._flush()
+        finally:
+            self._closed = True
+            for _, d in list(self._room_waiters):
+                d.errback(ClientClosed("the producer was closed while this send waited for room"))
+            self._room_waiters.clear()
+            await DeferredList([c.close() for c in self._connections], consumeErrors=True)
+
+
+__all__ = ["ACK_MODES", "Partition", "Partitioner", "ProduceResult", "Producer", "hash_partitioner"]
