@@ -6,10 +6,10 @@ import struct
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.testing import StringTransport, StringTransportWithDisconnection
 from twisted.python.failure import Failure
 from zope.interface import implementer
-from twisted.internet.interfaces import IStreamClientEndpoint
 
 from twlog.errors import NO_ERROR, ConnectionFailed
 from twlog.protocol import codec
@@ -101,6 +101,8 @@ class FakeConnection:
         self.broker_id = broker_id
         self.partitions = partitions if partitions is not None else {"t": 1}
         self.down = False
+        #: Topics this broker refuses in METADATA, with the error code.
+        self.topic_errors: dict[str, int] = {}
         self.closed = False
         self.hold_sends = False
         self.hold_requests = False
@@ -115,7 +117,11 @@ class FakeConnection:
         if self.down:
             return fail(ConnectionFailed(f"cannot connect to broker {self.address}: refused"))
         if isinstance(request, MetadataRequest):
-            topics = tuple(TopicMetadata(t, NO_ERROR, self.partitions.get(t, 1)) for t in request.topics)
+            topics = tuple(
+                TopicMetadata(t, self.topic_errors[t], 0) if t in self.topic_errors
+                else TopicMetadata(t, NO_ERROR, self.partitions.get(t, 1))
+                for t in request.topics
+            )
             metadata = MetadataResponse(self.broker_id, self.host, self.port, topics)
             return succeed(codec.encode_metadata_response(NO_ERROR, metadata))
         if self.responses:
@@ -137,7 +143,9 @@ class FakeConnection:
                 d.addCallback(lambda _: answer)
                 return d
             return succeed(answer)
-        raise AssertionError(f"unexpected request {request!r}")
+        held: Deferred[bytes] = Deferred()  # unscripted (a fetch): the test answers it from held
+        self.held.append(held)
+        return held
 
     def send(self, request: codec.Request) -> Deferred[None]:
         if self.down:

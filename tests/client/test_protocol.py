@@ -10,6 +10,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.client.support import FakeEndpoint, framed, written_requests
 from twlog.errors import NO_ERROR, BrokerTimeout, ClientClosed, ConnectionFailed, OffsetOutOfRange
 from twlog.protocol import codec
 from twlog.protocol.client import (
@@ -26,7 +27,6 @@ from twlog.protocol.codec import (
     ProduceRequest,
     WaitFetchRequest,
 )
-from tests.client.support import FakeEndpoint, framed, written_requests
 
 FETCH = FetchRequest("t", 0, 0, 1024)
 OFFSETS = OffsetsRequest("t", 0, -1, 1)

@@ -1,0 +1,308 @@
+"""Tests for twlog.producer: discovery, partitioning, batches, acknowledgements and async batching."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.client.support import FakeConnection
+from twlog.errors import (
+    ClientClosed,
+    ConnectionFailed,
+    InvalidTopic,
+    MessageSizeTooLarge,
+    QueueFull,
+)
+from twlog.producer import Partition, Producer, hash_partitioner
+from twlog.protocol import codec
+from twlog.protocol.codec import (
+    ACK_APPENDED,
+    ACK_FLUSHED,
+    AckProduceRequest,
+    MetadataRequest,
+    ProduceRequest,
+    ProduceResult,
+)
+from twlog.storage.message import CODEC_GZIP, iter_messages
+
+
+def make_producer(brokers=((0, {"t": 1}),), **options):
+    """A Producer over FakeConnections: C{brokers} lists (broker id, partition counts), one address each."""
+    connections = {}
+    table = {f"b{i}": spec for i, spec in enumerate(brokers)}
+
+    def factory(host: str, port: int) -> FakeConnection:
+        broker_id, partitions = table[host]
+        connections[host] = FakeConnection(host, port, broker_id, partitions)
+        return connections[host]
+
+    options.setdefault("reactor", Clock())
+    producer = Producer([(host, 9092) for host in table], connection_factory=factory, **options)
+    return producer, connections, options["reactor"]
+
+
+class DiscoveryTests(SynchronousTestCase):
+    def test_partitions_ordered_by_broker_then_partition(self) -> None:
+        """A topic's partitions are the union over brokers, ordered by (broker id, partition)."""
+        producer, _, _ = make_producer([(7, {"t": 2}), (3, {"t": 3})])
+        partitions = self.successResultOf(producer.partitions("t"))
+        self.assertEqual(
+            partitions,
+            [Partition(3, 0), Partition(3, 1), Partition(3, 2), Partition(7, 0), Partition(7, 1)],
+        )
+
+    def test_one_metadata_request_per_broker(self) -> None:
+        """Concurrent sends to an unknown topic share one discovery, and later sends use the cache."""
+        producer, connections, _ = make_producer([(0, {"t": 1}), (1, {"t": 1})])
+        for _ in range(3):
+            producer.send("t", b"m")
+        for connection in connections.values():
+            self.assertEqual(sum(isinstance(r, MetadataRequest) for r in connection.requests), 1)
+
+    def test_unreachable_broker_is_left_out(self) -> None:
+        """A broker that does not answer METADATA contributes no partitions; the others are used."""
+        producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})])
+        connections["b0"].down = True
+        self.assertEqual(self.successResultOf(producer.partitions("t")), [Partition(1, 0), Partition(1, 1)])
+
+    def test_no_broker_reachable(self) -> None:
+        """When no broker answers, send fails with ConnectionFailed naming every broker's problem."""
+        producer, connections, _ = make_producer([(0, {"t": 1})])
+        connections["b0"].down = True
+        failure = self.failureResultOf(producer.send("t", b"m"), ConnectionFailed)
+        self.assertIn("b0:9092", str(failure.value))
+
+    def test_invalid_topic(self) -> None:
+        """A topic the broker refuses fails the send with InvalidTopic."""
+        producer, connections, _ = make_producer()
+        connections["b0"].topic_errors["bad/topic"] = InvalidTopic.code
+        failure = self.failureResultOf(producer.send("bad/topic", b"m"), InvalidTopic)
+        self.assertIn("refuses topic 'bad/topic'", str(failure.value))
+
+    def test_connection_failure_forgets_partitions(self) -> None:
+        """A delivery that fails with ConnectionFailed makes the next send ask the brokers again."""
+        producer, connections, _ = make_producer(ack="appended")
+        self.successResultOf(producer.send("t", b"a"))
+        connections["b0"].responses.append(ConnectionFailed("lost"))
+        self.failureResultOf(producer.send("t", b"b"), ConnectionFailed)
+        self.successResultOf(producer.send("t", b"c"))
+        self.assertEqual(sum(isinstance(r, MetadataRequest) for r in connections["b0"].requests), 2)
+
+
+class PartitioningTests(SynchronousTestCase):
+    def targets(self, producer, connections, **send_options) -> list[tuple[int, int]]:
+        """Send one message and return the (broker id, partition) it went to."""
+        before = {name: len(c.sent) for name, c in connections.items()}
+        self.successResultOf(producer.send("t", b"m", **send_options))
+        for name, connection in connections.items():
+            if len(connection.sent) > before[name]:
+                return (connection.broker_id, connection.sent[-1].partition)
+        raise AssertionError("nothing sent")
+
+    def test_keyed_sends_are_stable(self) -> None:
+        """The same key always goes to the same partition, the default being crc32(key) mod n."""
+        producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 3})])
+        partitions = self.successResultOf(producer.partitions("t"))
+        for key in (b"alice", b"bob", "carol"):
+            raw = key.encode() if isinstance(key, str) else key
+            expected = partitions[zlib.crc32(raw) % 5]
+            for _ in range(3):
+                self.assertEqual(
+                    self.targets(producer, connections, key=key), (expected.broker_id, expected.partition)
+                )
+
+    def test_pluggable_partitioner(self) -> None:
+        """A custom partitioner gets the key and the partition count, and its index is used."""
+        calls = []
+
+        def last(key: bytes, n: int) -> int:
+            calls.append((key, n))
+            return n - 1
+
+        producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})], partitioner=last)
+        self.assertEqual(self.targets(producer, connections, key=b"k"), (1, 1))
+        self.assertEqual(calls, [(b"k", 4)])
+
+    def test_random_without_key(self) -> None:
+        """Without a key, partitions are chosen at random (from the injected generator) and all get used."""
+        producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})], rng=random.Random(1))
+        seen = {self.targets(producer, connections) for _ in range(40)}
+        self.assertEqual(seen, {(0, 0), (0, 1), (1, 0), (1, 1)})
+
+    def test_explicit_partition(self) -> None:
+        """partition= picks an index in the ordered partition list; an index outside it is a ValueError."""
+        producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})])
+        self.assertEqual(self.targets(producer, connections, partition=2), (1, 0))
+        self.failureResultOf(producer.send("t", b"m", partition=4), ValueError)
+
+    def test_hash_partitioner(self) -> None:
+        """The default partitioner is CRC-32 modulo n, in range."""
+        self.assertEqual(hash_partitioner(b"abc", 7), zlib.crc32(b"abc") % 7)
+
+
+class SendTests(SynchronousTestCase):
+    def test_batch_is_one_produce_request(self) -> None:
+        """A list of messages is one PRODUCE request whose set holds them all, in order."""
+        producer, connections, _ = make_producer()
+        self.assertIsNone(self.successResultOf(producer.send("t", [b"a", b"bb", b"ccc"])))
+        (request,) = connections["b0"].sent
+        self.assertIsInstance(request, ProduceRequest)
+        self.assertEqual(connections["b0"].produced_payloads(), [[b"a", b"bb", b"ccc"]])
+
+    def test_acknowledged_modes(self) -> None:
+        """ack="appended" and "flushed" send ACK_PRODUCE and fire with the offsets given."""
+        for ack, code in (("appended", ACK_APPENDED), ("flushed", ACK_FLUSHED)):
+            producer, connections, _ = make_producer(ack=ack, ack_timeout_ms=1234)
+            first = self.successResultOf(producer.send("t", [b"a", b"b"]))
+            second = self.successResultOf(producer.send("t", b"c"))
+            self.assertEqual(first, ProduceResult("t", 0, 0, 0, 20))
+            self.assertEqual(second.offset, 20)
+            request = connections["b0"].requests[-1]
+            self.assertIsInstance(request, AckProduceRequest)
+            self.assertEqual((request.ack, request.timeout_ms), (code, 1234))
+
+    def test_rejected_batch_raises_typed_error(self) -> None:
+        """A produce result with an error code fails the send with that code's exception."""
+        producer, connections, _ = make_producer(ack="appended")
+        rejected = ProduceResult("t", 0, MessageSizeTooLarge.code, -1, -1)
+        connections["b0"].responses.append(codec.encode_ack_produce_response(0, [rejected]))
+        failure = self.failureResultOf(producer.send("t", b"x"), MessageSizeTooLarge)
+        self.assertIn("t-0", str(failure.value))
+
+    def test_compression_per_batch(self) -> None:
+        """With gzip, a batch is one compressed wrapper holding the messages."""
+        producer, connections, _ = make_producer(codec="gzip")
+        self.successResultOf(producer.send("t", [b"x" * 100, b"y" * 100]))
+        (request,) = connections["b0"].sent
+        (wrapper,) = list(iter_messages(request.messages, 0, deep=False))
+        self.assertEqual(request.messages[5], CODEC_GZIP)  # magic 1, attributes: gzip
+        self.assertLess(len(request.messages), 100)
+        self.assertEqual([m.payload for m in iter_messages(request.messages, 0)], [b"x" * 100, b"y" * 100])
+        self.assertEqual(wrapper.offset, 0)
+
+    def test_rejects_text_and_empty_batches(self) -> None:
+        """Messages must be bytes, and a batch must not be empty."""
+        producer, _, _ = make_producer()
+        self.failureResultOf(producer.send("t", "text"), TypeError)
+        self.failureResultOf(producer.send("t", []), ValueError)
+
+    def test_bad_options(self) -> None:
+        """Unknown ack modes, codecs and full-queue policies are refused at construction."""
+        self.assertRaises(ValueError, make_producer, ack="some")
+        self.assertRaises(ValueError, make_producer, codec="lz4")
+        self.assertRaises(ValueError, make_producer, on_full="wait")
+
+    def test_close(self) -> None:
+        """close() closes every connection, and later sends fail with ClientClosed."""
+        producer, connections, _ = make_producer()
+        self.successResultOf(producer.close())
+        self.assertTrue(connections["b0"].closed)
+        self.failureResultOf(producer.send("t", b"m"), ClientClosed)
+
+    def test_flush_waits_for_sends_in_flight(self) -> None:
+        """flush() fires only once the sends in flight have been written."""
+        producer, connections, _ = make_producer()
+        connections["b0"].hold_sends = True
+        sent = producer.send("t", b"m")
+        flushed = producer.flush()
+        self.assertNoResult(flushed)
+        connections["b0"].held[0].callback(None)
+        self.successResultOf(sent)
+        self.successResultOf(flushed)
+
+
+class BatchingTests(SynchronousTestCase):
+    def test_sends_at_batch_size(self) -> None:
+        """Queued messages of a partition go out as one request when batch_size is reached."""
+        producer, connections, _ = make_producer(batch_size=3, linger_ms=1000)
+        self.successResultOf(producer.send("t", b"1"))
+        self.successResultOf(producer.send("t", b"2"))
+        self.assertEqual(connections["b0"].sent, [])
+        self.successResultOf(producer.send("t", b"3"))
+        self.assertEqual(connections["b0"].produced_payloads(), [[b"1", b"2", b"3"]])
+        self.assertEqual(producer.queued, 0)
+
+    def test_sends_after_linger(self) -> None:
+        """A partition's queue goes out linger_ms after its first message, by the injected clock."""
+        producer, connections, clock = make_producer(batch_size=100, linger_ms=50)
+        producer.send("t", b"1")
+        clock.advance(0.02)
+        producer.send("t", b"2")
+        clock.advance(0.029)
+        self.assertEqual(connections["b0"].sent, [])
+        clock.advance(0.001)
+        self.assertEqual(connections["b0"].produced_payloads(), [[b"1", b"2"]])
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_batches_per_partition(self) -> None:
+        """Each partition has its own queue: keyed messages are batched with their partition's."""
+        producer, connections, _ = make_producer([(0, {"t": 2})], batch_size=2, partitioner=lambda k, n: k[0] - 48)
+        for key in (b"0", b"1", b"0", b"1"):
+            producer.send("t", b"m" + key, key=key)
+        self.assertEqual(
+            sorted((r.partition, [m.payload for m in iter_messages(r.messages, 0)]) for r in connections["b0"].sent),
+            [(0, [b"m0", b"m0"]), (1, [b"m1", b"m1"])],
+        )
+
+    def test_flush_sends_everything(self) -> None:
+        """flush() sends every queue at once and fires when delivered."""
+        producer, connections, clock = make_producer([(0, {"t": 2})], batch_size=100, linger_ms=10_000)
+        producer.send("t", b"a", partition=0)
+        producer.send("t", b"b", partition=1)
+        self.successResultOf(producer.flush())
+        self.assertEqual(len(connections["b0"].sent), 2)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_block_policy_waits_for_room(self) -> None:
+        """With on_full="block", send's Deferred waits until delivered batches make room."""
+        producer, connections, _ = make_producer(batch_size=2, max_queued_messages=2, on_full="block")
+        connections["b0"].hold_sends = True
+        self.successResultOf(producer.send("t", b"1"))
+        self.successResultOf(producer.send("t", b"2"))  # a full batch, now in flight
+        waiting = producer.send("t", b"3")
+        self.assertNoResult(waiting)
+        self.assertEqual(producer.queued, 2)
+        connections["b0"].held[0].callback(None)
+        self.successResultOf(waiting)
+        self.assertEqual(producer.queued, 1)
+        self.assertEqual(producer.dropped, 0)
+
+    def test_drop_policy_counts(self) -> None:
+        """With on_full="drop", a send without room fails at once with QueueFull and is counted."""
+        producer, connections, _ = make_producer(batch_size=10, max_queued_messages=3, on_full="drop")
+        self.successResultOf(producer.send("t", [b"1", b"2"]))
+        failure = self.failureResultOf(producer.send("t", [b"3", b"4"]), QueueFull)
+        self.assertIn("3 messages", str(failure.value))
+        self.assertEqual(producer.dropped, 2)
+        self.successResultOf(producer.send("t", b"3"))
+        self.successResultOf(producer.flush())
+        self.assertEqual(connections["b0"].produced_payloads(), [[b"1", b"2", b"3"]])
+
+    def test_oversized_send_into_empty_queue(self) -> None:
+        """A single send larger than the queue bound is let in when the queue is empty, rather than never."""
+        producer, connections, _ = make_producer(batch_size=10, max_queued_messages=2, on_full="drop")
+        self.successResultOf(producer.send("t", [b"a", b"b", b"c"]))
+        self.successResultOf(producer.flush())
+        self.assertEqual(connections["b0"].produced_payloads(), [[b"a", b"b", b"c"]])
+
+    def test_delivery_failure_reported_by_flush(self) -> None:
+        """A batch that cannot be delivered is counted in failed and raised by the next flush."""
+        producer, connections, _ = make_producer(batch_size=1, ack="appended")
+        self.successResultOf(producer.partitions("t"))
+        connections["b0"].responses.append(MessageSizeTooLarge("too big"))
+        self.successResultOf(producer.send("t", b"m"))
+        self.assertEqual(producer.failed, 1)
+        self.failureResultOf(producer.flush(), MessageSizeTooLarge)
+        self.successResultOf(producer.flush())
+        self.assertEqual(producer.queued, 0)
+
+    def test_close_flushes(self) -> None:
+        """close() sends what is queued before closing the connections."""
+        producer, connections, _ = make_producer(batch_size=100, linger_ms=10_000)
+        producer.send("t", b"last")
+        self.successResultOf(producer.close())
+        self.assertEqual(connections["b0"].produced_payloads(), [[b"last"]])
+        self.assertTrue(connections["b0"].closed)
