@@ -44,6 +44,7 @@ def running_reactor(reactor=None, start_timeout_s: float = 10.0):
     """C{reactor} (default: the global one), started in a daemon thread unless it is already running."""
     if reactor is None:
         from twisted.internet import reactor
+    _check_thread()
     with _START_LOCK:
         if not reactor.running:
             if getattr(reactor, "_startedBefore", False):
@@ -59,6 +60,15 @@ def running_reactor(reactor=None, start_timeout_s: float = 10.0):
     return reactor
 
 
+def _check_thread() -> None:
+    """Refuse to block the reactor's own thread, where the call could never complete."""
+    if threadable.isInIOThread():
+        raise RuntimeError(
+            "the blocking facade cannot be used on the reactor thread (it would wait forever); "
+            "use twlog.producer.Producer or twlog.consumer.SimpleConsumer there"
+        )
+
+
 class _Facade:
     """Calls into the reactor thread and waits for the result."""
 
@@ -66,11 +76,7 @@ class _Facade:
         self._reactor = running_reactor(reactor)
 
     def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if threadable.isInIOThread():
-            raise RuntimeError(
-                "the blocking facade cannot be used on the reactor thread (it would wait forever); "
-                "use twlog.producer.Producer or twlog.consumer.SimpleConsumer there"
-            )
+        _check_thread()
         if not self._reactor.running:
             raise ClientClosed("the reactor is not running")
         return blockingCallFromThread(self._reactor, function, *args, **kwargs)

@@ -128,3 +128,7 @@ class QueueFull(TwlogError):
 
 class ClientClosed(TwlogError):
     """The producer, consumer or connection was closed before (or while) the call was made."""
+
+
+class ConnectionLost(ConnectionFailed):
+    """The connection broke after the request was written: the broker may or may not have acted on it."""

@@ -26,8 +26,9 @@ import attrs
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from twlog.errors import ClientClosed, ConnectionFailed, QueueFull
+from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, QueueFull
 from twlog.protocol import codec
 from twlog.protocol.client import BrokerConnection, broker_error, parse_brokers
 from twlog.protocol.codec import (
@@ -98,6 +99,10 @@ class Producer:
     @param max_queued_messages: the async queue's bound (messages queued or in flight).
     @param on_full: C{"block"} or C{"drop"}: what L{send} does when the async queue is full.
     @param ack_timeout_ms: how long the broker may take to flush, with C{ack="flushed"}.
+    @param retries: how many times a batch is resent after its connection broke
+        (L{ConnectionLost}): at-least-once, since the broker may have stored it
+        before the connection broke.  Failures to connect are not retried here:
+        each request already waits C{connect_attempts} attempts with backoff.
     """
 
     _log = Logger()
@@ -115,6 +120,7 @@ class Producer:
         max_queued_messages: int = 10_000,
         on_full: str = "block",
         ack_timeout_ms: int = 10_000,
+        retries: int = 1,
         timeout_s: float = 30.0,
         connect_timeout_s: float = 10.0,
         connect_attempts: int = 3,
@@ -144,6 +150,7 @@ class Producer:
         self.max_queued_messages = max_queued_messages
         self.on_full = on_full
         self.ack_timeout_ms = ack_timeout_ms
+        self.retries = retries
         self.timeout_s = timeout_s
         self._ack = ACK_MODES[ack]
         self._partitioner = partitioner or hash_partitioner
@@ -227,22 +234,25 @@ class Producer:
         known = self._topics.get(topic)
         if known is not None:
             return known
-        waiters = self._discovering.get(topic)
-        if waiters is None:
-            self._discovering[topic] = []
-            try:
-                partitions = await self._discover(topic)
-            except BaseException as e:
-                for d in self._discovering.pop(topic, []):
-                    d.errback(e)
-                raise
-            self._topics[topic] = partitions
-            for d in self._discovering.pop(topic, []):
-                d.callback(partitions)
-            return partitions
-        d: Deferred[list[Partition]] = Deferred()
-        waiters.append(d)
-        return await d
+        # Every caller waits on its own Deferred, fired in call order, so that
+        # sends made during a discovery keep their order.
+        waiting: Deferred[list[Partition]] = Deferred()
+        if topic in self._discovering:
+            self._discovering[topic].append(waiting)
+        else:
+            self._discovering[topic] = [waiting]
+            Deferred.fromCoroutine(self._discover(topic)).addBoth(self._discovered, topic)
+        return await waiting
+
+    def _discovered(self, result: list[Partition] | Failure, topic: str) -> None:
+        waiters = self._discovering.pop(topic, [])
+        if not isinstance(result, Failure):
+            self._topics[topic] = result
+        for d in waiters:
+            if isinstance(result, Failure):
+                d.errback(result.value)
+            else:
+                d.callback(result)
 
     async def _discover(self, topic: str) -> list[Partition]:
         """Ask every broker for its id and its partition count of C{topic}."""
@@ -287,15 +297,25 @@ class Producer:
     async def _deliver(self, topic: str, target: Partition, payloads: list[bytes]) -> ProduceResult | None:
         connection = self._by_id[target.broker_id]
         produce = ProduceRequest(topic, target.partition, encode_message_set(payloads, self.codec))
-        try:
-            if self._ack == ACK_NONE:
-                await connection.send(produce)
-                return None
-            request = AckProduceRequest(self._ack, self.ack_timeout_ms, (produce,))
-            frame = await connection.request(request, timeout_s=self.timeout_s + self.ack_timeout_ms / 1000)
-        except ConnectionFailed:
-            self._topics.pop(topic, None)  # ask the brokers again next time: one may be gone, or back
-            raise
+        attempt = 0
+        while True:
+            try:
+                if self._ack == ACK_NONE:
+                    await connection.send(produce)
+                    return None
+                request = AckProduceRequest(self._ack, self.ack_timeout_ms, (produce,))
+                frame = await connection.request(request, timeout_s=self.timeout_s + self.ack_timeout_ms / 1000)
+                break
+            except ConnectionLost as e:
+                if attempt >= self.retries:
+                    self._topics.pop(topic, None)
+                    raise
+                attempt += 1
+                self._log.info("resending a batch to {topic}-{partition}: {error}", topic=topic,
+                               partition=target.partition, error=e)
+            except ConnectionFailed:
+                self._topics.pop(topic, None)  # ask the brokers again next time: one may be gone, or back
+                raise
         _, results = codec.decode_ack_produce_response(frame)
         if len(results) != 1:
             raise ConnectionFailed(f"broker {connection.address} answered one produce with {len(results)} results")

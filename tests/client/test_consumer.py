@@ -12,6 +12,7 @@ from twlog.errors import (
     NO_ERROR,
     ClientClosed,
     ConnectionFailed,
+    ConnectionLost,
     FetchSizeTooSmall,
     InvalidMessage,
     OffsetOutOfRange,
@@ -192,22 +193,24 @@ class StreamTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(got), [])
 
     def test_lost_connection_retried_once(self) -> None:
-        """After a successful fetch, a lost connection is retried once; two failures in a row surface."""
+        """A fetch whose connection broke is retried once; two failures in a row surface."""
         consumer, connections, _ = make_consumer()
         stream = consumer.stream("t", 0, 0)
         got = take(stream, 2)
         held = connections[1].held
-        held[0].callback(wait_frame(SET[:10]))
-        held[1].errback(ConnectionFailed("lost"))
-        held[2].callback(wait_frame(SET[10:21]))
+        held[0].errback(ConnectionLost("lost"))
+        held[1].callback(wait_frame(SET[:10]))
+        held[2].errback(ConnectionLost("lost"))
+        held[3].callback(wait_frame(SET[10:21]))
         self.assertEqual([m.payload for m in self.successResultOf(got)], [b"a", b"bb"])
+        self.assertEqual([r.fetches[0].offset for r in connections[1].requests], [0, 0, 10, 10])
         failing = take(stream, 1)
-        held[3].errback(ConnectionFailed("lost"))
-        held[4].errback(ConnectionFailed("refused"))
+        held[4].errback(ConnectionLost("lost"))
+        held[5].errback(ConnectionFailed("refused"))
         self.failureResultOf(failing, ConnectionFailed)
 
-    def test_first_failure_surfaces(self) -> None:
-        """A stream whose first fetch cannot connect fails at once with ConnectionFailed."""
+    def test_unreachable_broker_surfaces(self) -> None:
+        """A stream that cannot connect at all fails at once with ConnectionFailed (the connection already retried)."""
         consumer, connections, _ = make_consumer()
         got = take(consumer.stream("t", 0, 0), 1)
         connections[1].held[0].errback(ConnectionFailed("cannot connect to broker h:1"))

@@ -12,6 +12,7 @@ from tests.client.support import FakeConnection
 from twlog.errors import (
     ClientClosed,
     ConnectionFailed,
+    ConnectionLost,
     InvalidTopic,
     MessageSizeTooLarge,
     QueueFull,
@@ -90,6 +91,18 @@ class DiscoveryTests(SynchronousTestCase):
         self.failureResultOf(producer.send("t", b"b"), ConnectionFailed)
         self.successResultOf(producer.send("t", b"c"))
         self.assertEqual(sum(isinstance(r, MetadataRequest) for r in connections["b0"].requests), 2)
+
+
+    def test_lost_connection_resends(self) -> None:
+        """A batch whose connection broke is resent once by default; with retries=0 the error surfaces."""
+        producer, connections, _ = make_producer(ack="appended")
+        self.successResultOf(producer.partitions("t"))
+        connections["b0"].responses.append(ConnectionLost("lost"))
+        self.assertEqual(self.successResultOf(producer.send("t", b"a")).offset, 0)
+        self.assertEqual(len([r for r in connections["b0"].requests if isinstance(r, AckProduceRequest)]), 2)
+        strict, connections, _ = make_producer(ack="appended", retries=0)
+        connections["b0"].responses.append(ConnectionLost("lost"))
+        self.failureResultOf(strict.send("t", b"a"), ConnectionLost)
 
 
 class PartitioningTests(SynchronousTestCase):

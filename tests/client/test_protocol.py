@@ -11,7 +11,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.client.support import FakeEndpoint, framed, written_requests
-from twlog.errors import NO_ERROR, BrokerTimeout, ClientClosed, ConnectionFailed, OffsetOutOfRange
+from twlog.errors import NO_ERROR, BrokerTimeout, ClientClosed, ConnectionFailed, ConnectionLost, OffsetOutOfRange
 from twlog.protocol import codec
 from twlog.protocol.client import (
     BrokerConnection,
@@ -135,15 +135,17 @@ class ClientProtocolTests(SynchronousTestCase):
         self.assertTrue(transport.disconnecting)
 
     def test_connection_lost_fails_waiters(self) -> None:
-        """Losing the connection fails every waiting request with ConnectionFailed naming the broker."""
-        protocol, _, _ = connected()
+        """Losing the connection fails every waiting request with ConnectionLost naming the broker."""
+        protocol, _, clock = connected()
         waiting = [protocol.request(OFFSETS), protocol.request(FETCH)]
         protocol.connectionLost(Failure(ConnectionDone("bye")))
         for d in waiting:
-            failure = self.failureResultOf(d, ConnectionFailed)
+            failure = self.failureResultOf(d, ConnectionLost)
             self.assertIn("connection to broker h:1 lost", str(failure.value))
         self.failureResultOf(protocol.request(OFFSETS), ConnectionFailed)
-        self.successResultOf(protocol.when_lost())
+        lost = protocol.when_lost()
+        clock.advance(0)
+        self.successResultOf(lost)
 
     def test_unexpected_response_drops_connection(self) -> None:
         """A response while nothing waits is a protocol error: the connection is dropped."""

@@ -19,7 +19,7 @@ import attrs
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
-from twlog.errors import ClientClosed, ConnectionFailed, FetchSizeTooSmall
+from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, FetchSizeTooSmall
 from twlog.protocol import codec
 from twlog.protocol.client import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error
 from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
@@ -211,9 +211,10 @@ class MessageStream:
     """An endless async iterator over one partition, using waiting fetches on its own connection.
 
     C{next_offset} is the offset after the last message handed out: resume
-    (or commit) there.  A connection lost after a successful fetch is retried
-    once (the retry reconnects with backoff, so a restarted broker is picked up);
-    if that fails too, or the very first fetch fails, L{ConnectionFailed} surfaces.
+    (or commit) there.  A fetch whose connection was lost (L{ConnectionLost})
+    is retried once (fetches are idempotent; the retry reconnects with backoff, so
+    a restarted broker is picked up); if the retry fails too, or the broker
+    cannot be reached at all, L{ConnectionFailed} surfaces.
     """
 
     _log = Logger()
@@ -237,8 +238,6 @@ class MessageStream:
         self._buffer: deque[MessageAndOffset] = deque()
         self._fetch_offset = offset
         self._closed = False
-        #: Whether the last fetch succeeded: only then is a lost connection retried.
-        self._healthy = False
 
     def __aiter__(self) -> MessageStream:
         return self
@@ -258,6 +257,7 @@ class MessageStream:
     async def _next(self) -> MessageAndOffset:
         clock = self._consumer.clock
         started = clock.seconds()
+        retried = False
         while not self._buffer:
             if self._closed:
                 raise StopAsyncIteration
@@ -276,13 +276,13 @@ class MessageStream:
             except (ConnectionFailed, ClientClosed) as e:
                 if self._closed:
                     raise StopAsyncIteration from None
-                if not self._healthy or not isinstance(e, ConnectionFailed):
+                if retried or not isinstance(e, ConnectionLost):
                     raise
-                self._healthy = False  # one retry: the next attempt reconnects with backoff, or fails for good
+                retried = True  # once: the retry reconnects with backoff, or fails for good
                 self._log.info("stream {topic}-{partition}: {error}; retrying", topic=self.topic,
                                partition=self.partition, error=e)
                 continue
-            self._healthy = True
+            retried = False
             self._buffer.extend(fetched.messages)
             self._fetch_offset = fetched.next_offset
         message = self._buffer.popleft()

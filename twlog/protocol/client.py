@@ -26,13 +26,22 @@ from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.interfaces import IPushProducer, IReactorTime, IStreamClientEndpoint
 from twisted.internet.protocol import Factory
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.protocols.basic import Int32StringReceiver
 from twisted.python.failure import Failure
 from typing_extensions import override
 from zope.interface import implementer
 
-from twlog.errors import NO_ERROR, BrokerTimeout, ClientClosed, ConnectionFailed, TwlogError, error_for_code
+from twlog.errors import (
+    NO_ERROR,
+    BrokerTimeout,
+    ClientClosed,
+    ConnectionFailed,
+    ConnectionLost,
+    TwlogError,
+    error_for_code,
+)
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     AckProduceRequest,
@@ -140,13 +149,14 @@ class ClientProtocol(Int32StringReceiver):
         return len(self._waiting)
 
     def when_lost(self) -> Deferred[None]:
-        """A Deferred that fires once the connection is lost (at once if it already is).
+        """A Deferred that fires once the connection is lost (in the next turn if it already is).
 
         It fires in the reactor turn after C{connectionLost}, so that a
-        reconnecting service has noticed the loss by then.
+        reconnecting service, told of the loss after this protocol, has
+        noticed it by then.
         """
         if not self._connected and self.transport is not None:
-            return succeed(None)
+            return deferLater(self._clock, 0, lambda: None)
         d: Deferred[None] = Deferred()
         self._lost_waiters.append(d)
         return d
@@ -189,7 +199,7 @@ class ClientProtocol(Int32StringReceiver):
         self._connected = False
         if self._broken is None:
             why = reason.getErrorMessage() if reason is not None else "closed"
-            self._broken = ConnectionFailed(f"connection to broker {self.peer} lost: {why}")
+            self._broken = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
         self._fail_all(self._broken)
         waiters, self._lost_waiters = self._lost_waiters, []
         if waiters:
