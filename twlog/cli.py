@@ -43,6 +43,66 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
+    def broker_option(command, many: bool = False) -> None:
+        command.add_argument(
+            "--broker", "-b", default="localhost:9092", metavar="HOST:PORT" + (",..." if many else ""),
+            help="the broker" + ("s" if many else "") + " to talk to (default: localhost:9092)",
+        )
+
+    produce = commands.add_parser(
+        "produce", help="send lines of stdin or files to a topic, one message per line",
+        description="Send each line of the input (stdin, or the files named) to TOPIC as one message, "
+        "in batches of --batch-size messages per request.",
+    )
+    broker_option(produce, many=True)
+    produce.add_argument("--topic", "-t", required=True, help="the topic")
+    produce.add_argument("--key", "-k", default=None,
+                         help="partitioning key: every message goes to the partition this key maps to")
+    produce.add_argument("--partition", "-p", type=int, default=None,
+                         help="send to this partition (an index over the topic's partitions ordered by broker)")
+    produce.add_argument("--batch-size", type=_positive_int, default=200, help="messages per request (default: 200)")
+    produce.add_argument("--ack", choices=["none", "appended", "flushed"], default="appended",
+                         help="wait for the broker to acknowledge each batch (default: appended)")
+    produce.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
+                         help="compress each batch (default: none)")
+    produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
+    produce.set_defaults(run="twlog.tools:produce", react=True)
+
+    consume = commands.add_parser(
+        "consume", help="print a partition's messages, one per line",
+        description="Print the messages of one partition from an offset, one per line, up to the end "
+        "(or forever with --follow).",
+    )
+    broker_option(consume)
+    consume.add_argument("--topic", "-t", required=True, help="the topic")
+    consume.add_argument("--partition", "-p", type=int, default=0, help="the partition (default: 0)")
+    consume.add_argument("--offset", "-o", default="earliest",
+                         help="earliest, latest, or a byte offset from a previous run (default: earliest)")
+    consume.add_argument("--max-messages", "-n", type=_positive_int, default=None, help="stop after N messages")
+    consume.add_argument("--follow", "-f", action="store_true",
+                         help="keep waiting for new messages (the broker wakes the consumer)")
+    consume.add_argument("--max-bytes", type=_positive_int, default=300 * 1024,
+                         help="bytes per fetch (default: 300 KiB)")
+    consume.set_defaults(run="twlog.tools:consume", react=True)
+
+    offsets = commands.add_parser(
+        "offsets", help="print valid offsets of a partition (latest, earliest, or before a time)",
+        description="Print the offsets OFFSETS answers, newest first: the latest (flushed end), the "
+        "earliest, or the first offsets of segments last modified before a time.",
+    )
+    broker_option(offsets)
+    offsets.add_argument("--topic", "-t", required=True, help="the topic")
+    offsets.add_argument("--partition", "-p", type=int, default=0, help="the partition (default: 0)")
+    offsets.add_argument("--time", default="latest",
+                         help="latest, earliest, or milliseconds since the epoch (default: latest)")
+    offsets.add_argument("--max", type=_positive_int, default=1, help="how many offsets at most (default: 1)")
+    offsets.set_defaults(run="twlog.tools:offsets", react=True)
+
+    topics = commands.add_parser("topics", help="list what brokers hold",
+                                 description="List each broker's id and address, and its topics and partitions.")
+    broker_option(topics, many=True)
+    topics.set_defaults(run="twlog.tools:topics", react=True)
+
     bench = commands.add_parser("bench", help="run a benchmark and print a table",
                                 description="Benchmarks that print tables.")
     benches = bench.add_subparsers(dest="bench", metavar="BENCHMARK", parser_class=_Parser)
@@ -83,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from importlib import import_module
 
     function = getattr(import_module(module_name), function_name)
+    if getattr(args, "react", False):
+        from twlog.tools import run
+
+        return run(function, args)
     try:
         return function(args)
     except (TwlogError, OSError) as e:
