@@ -283,3 +283,122 @@ class BrokerProcess:
                 self.process.kill()
                 self.process.wait()
         self._output.close()
+
+
+@attrs.frozen
+class BrokerRow:
+    """One line of the broker benchmark's table."""
+
+    test: str
+    messages: int
+    seconds: float
+    payload_bytes: int
+    broker_cpu_s: float
+
+    @property
+    def msg_s(self) -> float:
+        return self.messages / self.seconds
+
+    @property
+    def mb_s(self) -> float:
+        return self.payload_bytes / self.seconds / MB
+
+
+async def _wait_for_end(reactor, consumer, topic: str, end: int, timeout_s: float = 120.0) -> None:
+    """Poll OFFSETS until the broker has flushed up to C{end} (bounded)."""
+    from twisted.internet.task import deferLater
+
+    deadline = time.monotonic() + timeout_s
+    while (await consumer.offsets(topic, 0))[0] < end:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the broker did not reach offset {end} of {topic} within {timeout_s:g} s")
+        await deferLater(reactor, 0.002, lambda: None)
+
+
+async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size: int, batches: Sequence[int],
+                            fetch_bytes: int, progress: TextIO | None) -> list[BrokerRow]:
+    from twlog.consumer.simple import SimpleConsumer
+    from twlog.producer import Producer
+
+    rows = []
+    consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=fetch_bytes)
+    try:
+        for batch in batches:
+            topic = f"bench-{batch}"
+            count = messages // batch
+            distinct = min(count, max(1, 100_000 // batch))
+            payloads = _payloads(distinct * batch, size)
+            sets = [payloads[i * batch : (i + 1) * batch] for i in range(distinct)]
+            producer = Producer(f"127.0.0.1:{broker.port}", reactor=reactor, ack="none")
+            await producer.partitions(topic)  # discovery is not part of the measurement
+            if progress is not None:
+                progress.write(f"  producing {count * batch:,} messages in batches of {batch}\n")
+            cpu = broker.cpu_seconds()
+            started = time.perf_counter()
+            send = producer.send
+            for i in range(count):
+                await send(topic, sets[i % distinct], partition=0)
+            await _wait_for_end(reactor, consumer, topic, count * batch * (size + 9))
+            elapsed = time.perf_counter() - started
+            rows.append(BrokerRow(f"produce, batch {batch}, fire-and-forget", count * batch, elapsed,
+                                  count * batch * size, broker.cpu_seconds() - cpu))
+            await producer.close()
+        topic = f"bench-{batches[-1]}"
+        if progress is not None:
+            progress.write(f"  consuming {topic} with {fetch_bytes // 1024} KB fetches\n")
+        (end,) = await consumer.offsets(topic, 0)
+        offset = read = 0
+        cpu = broker.cpu_seconds()
+        started = time.perf_counter()
+        while offset < end:
+            fetched = await consumer.fetch(topic, 0, offset)
+            read += len(fetched.messages)
+            offset = fetched.next_offset
+        elapsed = time.perf_counter() - started
+        rows.append(BrokerRow(f"consume, {fetch_bytes // 1024} KB fetches", read, elapsed, read * size,
+                              broker.cpu_seconds() - cpu))
+    finally:
+        await consumer.close()
+    return rows
+
+
+def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> str:
+    """The broker benchmark's table."""
+    lines = [
+        f"twlog broker benchmark: one client process, broker process {pid}, loopback TCP, {size}-byte messages",
+        f"{'test':<36} {'messages':>10} {'msg/s':>10} {'MB/s':>7} {'broker CPU s':>12} {'broker CPU s/GB':>15}",
+    ]
+    for r in rows:
+        per_gb = r.broker_cpu_s / (r.messages * (size + 9) / 1e9)
+        lines.append(f"{r.test:<36} {r.messages:>10,} {r.msg_s:>10,.0f} {r.mb_s:>7,.1f} {r.broker_cpu_s:>12.2f}"
+                     f" {per_gb:>15.2f}")
+    lines.append("(MB/s counts payload bytes; CPU s/GB counts log bytes, 9 bytes of overhead included)")
+    return "\n".join(lines)
+
+
+def main_broker(args) -> int:
+    """Entry point of C{twlog bench broker}."""
+    from twisted.internet import task
+    from twisted.internet.defer import Deferred
+
+    root = args.dir or tempfile.mkdtemp(prefix="twlog-bench-broker-")
+    print(f"starting a broker with its data under {root}", file=sys.stderr)
+    broker = BrokerProcess(root, "--flush-interval-ms", "5", "--segment-bytes", str(512 * 1024 * 1024))
+    result: list[BrokerRow] = []
+    try:
+        def run(reactor):
+            coroutine = _broker_benchmark(reactor, broker, args.messages, args.size, args.batch, args.fetch_bytes,
+                                          sys.stderr)
+            return Deferred.fromCoroutine(coroutine).addCallback(result.extend)
+
+        try:
+            task.react(run)
+        except SystemExit as e:
+            if e.code:
+                return int(e.code)
+    finally:
+        broker.stop()
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+    print(format_broker_table(result, args.size, broker.pid))
+    return 0
