@@ -48,9 +48,10 @@ def written_requests(transport: StringTransport) -> list[codec.Request]:
 
 @implementer(IStreamClientEndpoint)
 class FakeEndpoint:
-    """An endpoint whose connection attempts the test completes or fails by hand."""
+    """An endpoint whose connection attempts the test completes or fails by hand (then runs C{clock}'s next turn)."""
 
-    def __init__(self, disconnect_on_close: bool = True) -> None:
+    def __init__(self, disconnect_on_close: bool = True, clock=None) -> None:
+        self._clock = clock
         self.attempts: list[tuple[object, Deferred]] = []
         self.transports: list[StringTransport] = []
         self.protocols: list[object] = []
@@ -74,7 +75,12 @@ class FakeEndpoint:
         self.transports.append(transport)
         self.protocols.append(protocol)
         d.callback(protocol)
+        self._next_turn()
         return transport
+
+    def _next_turn(self) -> None:
+        if self._clock is not None:
+            self._clock.advance(0)  # what the reactor does right after an attempt completes
 
     def lose(self, reason: Exception | None = None) -> None:
         """The latest connection is lost (seen through ClientService's wrapper, as a real one would be)."""
@@ -84,6 +90,7 @@ class FakeEndpoint:
     def fail(self, exception: Exception) -> None:
         """Fail the latest attempt."""
         self.attempts[-1][1].errback(exception)
+        self._next_turn()
 
 
 class FakeConnection:

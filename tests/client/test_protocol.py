@@ -219,7 +219,7 @@ class ClientProtocolTests(SynchronousTestCase):
 def broker_connection(disconnect_on_close: bool = True, **kwargs):
     """A BrokerConnection over a FakeEndpoint and a Clock."""
     clock = Clock()
-    endpoint = FakeEndpoint(disconnect_on_close)
+    endpoint = FakeEndpoint(disconnect_on_close, clock)
     connection = BrokerConnection(
         "h", 1, reactor=clock, endpoint=endpoint, retry_policy=lambda attempt: 1.0, **kwargs
     )
@@ -317,6 +317,21 @@ class BrokerConnectionTests(SynchronousTestCase):
         self.assertFalse(transport.connected)
         self.successResultOf(closing)
         self.failureResultOf(connection.request(OFFSETS), ClientClosed)
+
+    def test_close_writes_held_frames_first(self) -> None:
+        """close() writes frames held by back-pressure and unregisters the producer, so the close can finish."""
+        connection, endpoint, _ = broker_connection(disconnect_on_close=False)
+        first = connection.send(PRODUCE)
+        transport = endpoint.succeed()
+        self.successResultOf(first)
+        connection.current.pauseProducing()
+        held = connection.send(ProduceRequest("t", 1, b""))
+        self.assertNoResult(held)
+        connection.close()
+        self.successResultOf(held)
+        self.assertIsNone(transport.producer)
+        self.assertEqual(written_requests(transport), [PRODUCE, ProduceRequest("t", 1, b"")])
+        self.assertTrue(transport.disconnecting)
 
     def test_close_before_connecting(self) -> None:
         """close() on a connection never used fires at once."""

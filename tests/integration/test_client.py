@@ -13,13 +13,16 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.threads import deferToThread
 from twisted.internet.utils import getProcessOutputAndValue
 from twisted.trial.unittest import TestCase
+from typing_extensions import override
 
 from twlog.blocking import BlockingConsumer, BlockingProducer
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer import EARLIEST, LATEST, SimpleConsumer
 from twlog.errors import BrokerTimeout, ConnectionFailed, FetchSizeTooSmall, OffsetOutOfRange
 from twlog.producer import Producer
-from twlog.protocol.codec import WaitFetchRequest
+from twlog.protocol.client import BrokerConnection
+from twlog.protocol.codec import ProduceRequest, WaitFetchRequest
+from twlog.storage.message import encode_message_set
 from twlog.tap import BrokerService
 
 _LOG_FIELDS = {f.name for f in attrs.fields(LogConfig)}
@@ -91,6 +94,47 @@ class Broker:
         consumer = SimpleConsumer("127.0.0.1", self.port, **options)
         self.testcase.addCleanup(consumer.close)
         return consumer
+
+
+class Peer(Protocol):
+    """A server that reads everything and never answers: a hung broker, or a plain sink."""
+
+    def __init__(self) -> None:
+        self.lost: Deferred[None] = Deferred()
+
+    @override
+    def connectionLost(self, reason=None) -> None:
+        self.lost.callback(None)
+
+    @classmethod
+    async def listen(cls, testcase: TestCase) -> PeerServer:
+        server = PeerServer()
+        server.listening = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(server)
+        testcase.addCleanup(server.listening.stopListening)
+        return server
+
+
+class PeerServer(Factory):
+    """Builds L{Peer}s and can wait until every connection made to it is closed."""
+
+    noisy = False
+
+    def __init__(self) -> None:
+        self.peers: list[Peer] = []
+
+    @override
+    def buildProtocol(self, addr) -> Peer:
+        peer = Peer()
+        self.peers.append(peer)
+        return peer
+
+    @property
+    def port(self) -> int:
+        return self.listening.getHost().port
+
+    async def closed(self) -> None:
+        for peer in self.peers:
+            await peer.lost
 
 
 async def read(consumer: SimpleConsumer, topic: str, count: int, offset: int = 0, partition: int = 0) -> list:
@@ -224,7 +268,7 @@ class FailureTests(TestCase):
         await stream.close()
 
     async def test_stopped_broker_fails_then_reconnects(self) -> None:
-        """With the broker down, calls fail with ConnectionFailed (no hang); when it is back, the producer reconnects."""
+        """A stopped broker gives ConnectionFailed (no hang); once it is back, the producer reconnects."""
         broker = await Broker(self, flush_messages=1).start()
         producer = broker.producer(ack="appended", connect_attempts=2)
         consumer = broker.consumer(connect_attempts=2)
@@ -241,13 +285,27 @@ class FailureTests(TestCase):
 
     async def test_request_timeout(self) -> None:
         """A broker that accepts but never answers gives BrokerTimeout, not a hang."""
-        port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(Factory.forProtocol(Protocol))
-        self.addCleanup(port.stopListening)
-        consumer = SimpleConsumer("127.0.0.1", port.getHost().port, timeout_s=0.2)
-        self.addCleanup(consumer.close)
+        server = await Peer.listen(self)
+        consumer = SimpleConsumer("127.0.0.1", server.port, timeout_s=0.2)
         with self.assertRaises(BrokerTimeout) as caught:
             await consumer.offsets("t", 0)
         self.assertIn("within 0.2 s", str(caught.exception))
+        await consumer.close()
+        await server.closed()
+
+
+    async def test_back_pressure_over_tcp(self) -> None:
+        """On a real socket, a full transport buffer holds fire-and-forget sends until it drains."""
+        server = await Peer.listen(self)
+        connection = BrokerConnection("127.0.0.1", server.port, reactor=reactor)
+        big = ProduceRequest("t", 0, encode_message_set([b"x" * 200_000]))
+        await connection.send(big)  # one write larger than the transport's buffer: it pauses us
+        self.assertTrue(connection.current.paused)
+        held = connection.send(big)
+        self.assertFalse(held.called)
+        self.assertIsNone(await held)  # the reactor drained the buffer into the socket and resumed the protocol
+        await connection.close()
+        await server.closed()
 
 
 SCRIPT = """

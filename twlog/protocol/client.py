@@ -273,6 +273,20 @@ class ClientProtocol(Int32StringReceiver):
         self._held.append((frame, d))
         return d
 
+    def release_transport(self) -> None:
+        """Before a clean close: write every held frame and unregister as the transport's producer.
+
+        A transport does not finish C{loseConnection} while a producer is
+        registered, so closing must come after this.
+        """
+        held, self._held = self._held, deque()
+        for frame, d in held:
+            self.sendString(frame)
+            if d is not None:
+                d.callback(None)
+        if self._connected and self.transport is not None and self.transport.producer is self:
+            self.transport.unregisterProducer()
+
     def abort(self, error: TwlogError) -> None:
         """Drop the connection now and fail every waiting request with C{error} (for closing)."""
         self._abort(error)
@@ -440,6 +454,8 @@ class BrokerConnection:
         self._closed = True
         if not self._service.running:
             return succeed(None)
+        if self.current is not None and self.current.usable:
+            self.current.release_transport()
         stopped = self._service.stopService()
 
         def abort(result: object, after: float) -> None:
@@ -473,6 +489,9 @@ class BrokerConnection:
         for _ in range(3):
             if self._closed:
                 raise ClientClosed(f"connection to broker {self.address} is closed")
+            current = self.current
+            if current is not None and current.usable:
+                return current
             if not self._service.running:
                 self._service.startService()
             waiting = self._service.whenConnected(failAfterFailures=self.connect_attempts)
@@ -481,6 +500,9 @@ class BrokerConnection:
                 return Failure(ConnectionFailed(f"cannot connect to broker {self.address} within {after:g} s"))
 
             waiting.addTimeout(self.connect_timeout_s, self.clock, onTimeoutCancel=timed_out)
+            # ClientService fires this inside a state transition, where calling it again
+            # (another request, close()) is refused: carry on in the next reactor turn.
+            waiting.addBoth(self._next_turn)
             try:
                 protocol = await waiting
             except ConnectionFailed:
@@ -496,6 +518,12 @@ class BrokerConnection:
                 return protocol
             await protocol.when_lost()  # aborted, not yet disconnected: ClientService will make a new one
         raise ConnectionFailed(f"the connection to broker {self.address} keeps breaking")
+
+
+    def _next_turn(self, result: object) -> Deferred:
+        later: Deferred = Deferred()
+        self.clock.callLater(0, later.callback, result)
+        return later
 
 
 def _reason(e: BaseException) -> str:
