@@ -255,6 +255,18 @@ class BrokerConnectionTests(SynchronousTestCase):
         self.successResultOf(d)
         self.assertEqual(written_requests(transport), [PRODUCE])
 
+    def test_write_order_kept_while_connecting(self) -> None:
+        """A send made right after the connection is up still goes after the sends that waited for it."""
+        connection, endpoint, clock = broker_connection()
+        endpoint._clock = None  # complete the attempt without running the next turn yet
+        first = connection.send(ProduceRequest("t", 0, b""))
+        transport = endpoint.succeed()
+        second = connection.send(ProduceRequest("t", 1, b""))
+        clock.advance(0)
+        self.successResultOf(first)
+        self.successResultOf(second)
+        self.assertEqual([r.partition for r in written_requests(transport)], [0, 1])
+
     def test_unreachable_after_attempts(self) -> None:
         """After connect_attempts refused attempts the request fails with a one-line ConnectionFailed."""
         connection, endpoint, clock = broker_connection(connect_attempts=2)
@@ -309,11 +321,12 @@ class BrokerConnectionTests(SynchronousTestCase):
         self.successResultOf(again)
 
     def test_close(self) -> None:
-        """close() drops the connection and later requests fail with ClientClosed."""
+        """close() drops the connection; waiting and later requests fail with ClientClosed."""
         connection, endpoint, _ = broker_connection()
-        connection.request(MetadataRequest()).addErrback(lambda f: None)
+        waiting = connection.request(MetadataRequest())
         transport = endpoint.succeed()
         closing = connection.close()
+        self.failureResultOf(waiting, ClientClosed)
         self.assertFalse(transport.connected)
         self.successResultOf(closing)
         self.failureResultOf(connection.request(OFFSETS), ClientClosed)

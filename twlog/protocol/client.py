@@ -273,17 +273,22 @@ class ClientProtocol(Int32StringReceiver):
         self._held.append((frame, d))
         return d
 
-    def release_transport(self) -> None:
-        """Before a clean close: write every held frame and unregister as the transport's producer.
+    def prepare_close(self, error: TwlogError) -> None:
+        """Before a clean close: write every held frame, fail the waiting requests with C{error}, and
+        unregister as the transport's producer.
 
-        A transport does not finish C{loseConnection} while a producer is
-        registered, so closing must come after this.
+        A transport does not finish C{loseConnection} while a paused producer
+        is registered, so closing must come after this.  The waiting requests
+        would get no answer: a closing transport stops reading.
         """
         held, self._held = self._held, deque()
         for frame, d in held:
             self.sendString(frame)
             if d is not None:
                 d.callback(None)
+        if self._broken is None:
+            self._broken = error
+        self._fail_all(error)
         if self._connected and self.transport is not None and self.transport.producer is self:
             self.transport.unregisterProducer()
 
@@ -427,6 +432,8 @@ class BrokerConnection:
             endpoint, _ClientFactory(self), retryPolicy=retry_policy or default_retry_policy(), clock=reactor
         )
         self._closed = False
+        #: Callers waiting for a connection (through ClientService).
+        self._connecting = 0
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.address}>"
@@ -455,7 +462,7 @@ class BrokerConnection:
         if not self._service.running:
             return succeed(None)
         if self.current is not None and self.current.usable:
-            self.current.release_transport()
+            self.current.prepare_close(ClientClosed(f"connection to broker {self.address} was closed"))
         stopped = self._service.stopService()
 
         def abort(result: object, after: float) -> None:
@@ -490,8 +497,8 @@ class BrokerConnection:
             if self._closed:
                 raise ClientClosed(f"connection to broker {self.address} is closed")
             current = self.current
-            if current is not None and current.usable:
-                return current
+            if current is not None and current.usable and not self._connecting:
+                return current  # (when others wait for the connection, queue behind them: keeps write order)
             if not self._service.running:
                 self._service.startService()
             waiting = self._service.whenConnected(failAfterFailures=self.connect_attempts)
@@ -503,6 +510,7 @@ class BrokerConnection:
             # ClientService fires this inside a state transition, where calling it again
             # (another request, close()) is refused: carry on in the next reactor turn.
             waiting.addBoth(self._next_turn)
+            self._connecting += 1
             try:
                 protocol = await waiting
             except ConnectionFailed:
@@ -514,6 +522,8 @@ class BrokerConnection:
                     f"cannot connect to broker {self.address}: {_reason(e)} "
                     f"(after {self.connect_attempts} attempt{'s' if self.connect_attempts != 1 else ''})"
                 ) from None
+            finally:
+                self._connecting -= 1
             if protocol.usable:
                 return protocol
             await protocol.when_lost()  # aborted, not yet disconnected: ClientService will make a new one
