@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from twisted.internet import reactor
@@ -113,3 +114,20 @@ class CommandTests(TestCase):
             self.assertIn(expected, err, argv)
             self.assertEqual(err.count(b"\n"), 1, err)
             self.assertNotIn(b"Traceback", err)
+
+
+class BenchmarkCommandTests(TestCase):
+    timeout = 120
+
+    async def test_bench_broker(self) -> None:
+        """twlog bench broker runs a broker process and prints a row per test, every message accounted for."""
+        status, out, err = await twlog("bench", "broker", "-n", "2000", "--batch", "1,50")
+        self.assertEqual(status, 0, err)
+        rows = re.findall(r"^(produce, batch \d+, fire-and-forget|consume, 200 KB fetches)\s+([\d,]+)\s+([\d,]+)",
+                          out.decode(), re.MULTILINE)
+        self.assertEqual([(test, count) for test, count, _ in rows], [
+            ("produce, batch 1, fire-and-forget", "2,000"),
+            ("produce, batch 50, fire-and-forget", "2,000"),
+            ("consume, 200 KB fetches", "2,000"),
+        ])
+        self.assertTrue(all(int(rate.replace(",", "")) > 0 for _, _, rate in rows))
