@@ -343,23 +343,42 @@ async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size:
             rows.append(BrokerRow(f"produce, batch {batch}, fire-and-forget", count * batch, elapsed,
                                   count * batch * size, broker.cpu_seconds() - cpu))
             await producer.close()
-        topic = f"bench-{batches[-1]}"
-        if progress is not None:
-            progress.write(f"  consuming {topic} with {fetch_bytes // 1024} KB fetches\n")
-        (end,) = await consumer.offsets(topic, 0)
-        offset = read = 0
-        cpu = broker.cpu_seconds()
-        started = time.perf_counter()
-        while offset < end:
-            fetched = await consumer.fetch(topic, 0, offset)
-            read += len(fetched.messages)
-            offset = fetched.next_offset
-        elapsed = time.perf_counter() - started
-        rows.append(BrokerRow(f"consume, {fetch_bytes // 1024} KB fetches", read, elapsed, read * size,
-                              broker.cpu_seconds() - cpu))
+        rows.append(await _consume_all(consumer, broker, f"bench-{batches[-1]}", fetch_bytes, size, "", progress))
     finally:
         await consumer.close()
     return rows
+
+
+async def _consume_all(consumer, broker: BrokerProcess, topic: str, fetch_bytes: int, size: int, how: str,
+                       progress: TextIO | None) -> BrokerRow:
+    """Fetch C{topic} partition 0 from start to end, as one consumer does; a table row."""
+    if progress is not None:
+        progress.write(f"  consuming {topic} with {fetch_bytes // 1024} KB fetches{how}\n")
+    (end,) = await consumer.offsets(topic, 0)
+    offset = read = 0
+    cpu = broker.cpu_seconds()
+    started = time.perf_counter()
+    while offset < end:
+        fetched = await consumer.fetch(topic, 0, offset)
+        read += len(fetched.messages)
+        offset = fetched.next_offset
+    elapsed = time.perf_counter() - started
+    return BrokerRow(f"consume, {fetch_bytes // 1024} KB fetches{how}", read, elapsed, read * size,
+                     broker.cpu_seconds() - cpu)
+
+
+async def _consume_copying(reactor, root: str, topic: str, fetch_bytes: int, size: int,
+                           progress: TextIO | None) -> BrokerRow:
+    """The same consumption from a broker restarted on the same data with sendfile off."""
+    from twlog.consumer.simple import SimpleConsumer
+
+    broker = BrokerProcess(root, "--no-sendfile")
+    consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=fetch_bytes)
+    try:
+        return await _consume_all(consumer, broker, topic, fetch_bytes, size, ", no sendfile", progress)
+    finally:
+        await consumer.close()
+        broker.stop()
 
 
 def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> str:
@@ -372,7 +391,8 @@ def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> str:
         per_gb = r.broker_cpu_s / (r.messages * (size + 9) / 1e9)
         lines.append(f"{r.test:<36} {r.messages:>10,} {r.msg_s:>10,.0f} {r.mb_s:>7,.1f} {r.broker_cpu_s:>12.2f}"
                      f" {per_gb:>15.2f}")
-    lines.append("(MB/s counts payload bytes; CPU s/GB counts log bytes, 9 bytes of overhead included)")
+    lines.append("(MB/s counts payload bytes; CPU s/GB counts log bytes, 9 bytes of overhead included; the last")
+    lines.append(" row restarts the broker on the same data with --no-sendfile, copying log bytes through Python)")
     return "\n".join(lines)
 
 
@@ -386,10 +406,15 @@ def main_broker(args) -> int:
     broker = BrokerProcess(root, "--flush-interval-ms", "5", "--segment-bytes", str(512 * 1024 * 1024))
     result: list[BrokerRow] = []
     try:
+        async def both(reactor) -> None:
+            result.extend(await _broker_benchmark(reactor, broker, args.messages, args.size, args.batch,
+                                                  args.fetch_bytes, sys.stderr))
+            broker.stop()
+            result.append(await _consume_copying(reactor, root, f"bench-{args.batch[-1]}", args.fetch_bytes,
+                                                 args.size, sys.stderr))
+
         def run(reactor):
-            coroutine = _broker_benchmark(reactor, broker, args.messages, args.size, args.batch, args.fetch_bytes,
-                                          sys.stderr)
-            return Deferred.fromCoroutine(coroutine).addCallback(result.extend)
+            return Deferred.fromCoroutine(both(reactor))
 
         try:
             task.react(run)

@@ -89,6 +89,8 @@ class BrokerConfig:
     max_fetch_wait_ms: int = 30_000
     #: ZooKeeper connect string ("host:port[,host:port...]"), or None to run on its own.
     zookeeper: str | None = None
+    #: Send log bytes with sendfile(2) where the transport allows (off: read and write, to compare).
+    sendfile: bool = True
 
     def __attrs_post_init__(self) -> None:
         problems = []

@@ -58,6 +58,9 @@ class Options(usage.Options):
         "Run a twlog broker: topics split into partitions, each an append-only log of segment files "
         "under --log-dir, served over twlog's binary protocol (Kafka 0.7 compatible) on --port."
     )
+    optFlags = [
+        ["no-sendfile", None, "Copy log bytes through the process instead of sendfile(2) (to measure the difference)."],
+    ]
     optParameters = [
         ["port", "p", 9092, "TCP port to listen on (0: any free port).", _int("port", 0)],
         ["interface", None, "127.0.0.1", "Interface to listen on; 0.0.0.0 for every IPv4 interface."],
@@ -109,6 +112,7 @@ class Options(usage.Options):
                 host=self["host"],
                 max_request_bytes=self["max-request-bytes"],
                 zookeeper=self["zookeeper"],
+                sendfile=not self["no-sendfile"],
             )
         except ValueError as e:
             raise usage.UsageError(str(e)) from None

@@ -325,7 +325,7 @@ class BrokerProtocol(Int32StringReceiver):
     def connectionMade(self) -> None:
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
-        self._use_sendfile = can_sendfile(self.transport)
+        self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
 
     @override
     def stringReceived(self, frame: bytes) -> None:
