@@ -40,7 +40,7 @@ from twlog.protocol.codec import (
     ProduceRequest,
     ProduceResult,
 )
-from twlog.storage.message import CODEC_NAMES, encode_message_set
+from twlog.storage.message import CODEC_NAMES, CODEC_NONE, encode_message_set
 
 ACK_MODES = {"none": ACK_NONE, "appended": ACK_APPENDED, "flushed": ACK_FLUSHED}
 
@@ -114,7 +114,7 @@ class Producer:
         reactor=None,
         ack: str = "none",
         partitioner: Partitioner | None = None,
-        codec: int | str = 0,
+        codec: int | str = CODEC_NONE,
         batch_size: int | None = None,
         linger_ms: int = 10,
         max_queued_messages: int = 10_000,
