@@ -210,6 +210,10 @@ class Producer:
         if isinstance(key, str):
             key = key.encode("utf-8")
         if self.batch_size is None:
+            if self._ack == ACK_NONE:
+                sent = self._send_at_once(topic, payloads, key, partition)
+                if sent is not None:
+                    return sent
             return self._track(Deferred.fromCoroutine(self._send_now(topic, payloads, key, partition)))
         return self._track(Deferred.fromCoroutine(self._enqueue(topic, payloads, key, partition)))
 
@@ -287,6 +291,23 @@ class Producer:
         return partitions[index]
 
     # -- delivery ------------------------------------------------------------------
+
+    def _send_at_once(
+        self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None
+    ) -> Deferred[None] | None:
+        """Fire-and-forget without a coroutine, when the partitions are known and the connection can
+        take the write now (the common case, and the hot path of a log producer); else None."""
+        partitions = self._topics.get(topic)
+        if partitions is None or topic in self._discovering:
+            return None
+        try:
+            target = self._choose(topic, partitions, key, index)
+        except ValueError as e:
+            return fail(e)
+        protocol = self._by_id[target.broker_id].ready()
+        if protocol is None:
+            return None
+        return protocol.send(ProduceRequest(topic, target.partition, encode_message_set(payloads, self.codec)))
 
     async def _send_now(
         self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None

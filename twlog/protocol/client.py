@@ -487,6 +487,14 @@ class BrokerConnection:
         protocol = await self.connected()
         await protocol.send(request)
 
+    def ready(self) -> ClientProtocol | None:
+        """The connected protocol if it can take a write right now (connected, not paused, nobody
+        queued ahead), else None: the fast path of fire-and-forget sends."""
+        current = self.current
+        if self._closed or self._connecting or current is None or not current.usable or current.paused:
+            return None
+        return current
+
     async def connected(self) -> ClientProtocol:
         """The connected protocol, connecting (with backoff) first if need be.
 
