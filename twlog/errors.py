@@ -99,6 +99,13 @@ class RequestTooLarge(BrokerError):
     """The request frame is larger than the broker accepts."""
 
 
+@_wire(12)
+class BrokerShuttingDown(BrokerError):
+    """The broker's log directory is closed: it is starting or shutting down; try again or elsewhere."""
+
+    retriable = True
+
+
 class MalformedRequest(TwlogError):
     """The peer sent bytes that do not parse as a request or response (a protocol error, not a user error)."""
 

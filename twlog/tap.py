@@ -175,6 +175,9 @@ class BrokerService(Service):
         if self.port is not None:
             stops.append(self.port.stopListening())
             self.port = None
+        # No request may reach the logs once they start closing: a write after the
+        # clean-shutdown marker would escape the next start's recovery.
+        self.factory.disconnect_all()
         d = DeferredList(stops)
         if self.logs.running:
             d.addCallback(lambda _: self.logs.stop())

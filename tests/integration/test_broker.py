@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 
 from twisted.internet import reactor
@@ -9,6 +10,7 @@ from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import TestCase
 
 from twlog.errors import (
+    BrokerShuttingDown,
     InvalidMessage,
     InvalidRequest,
     InvalidTopic,
@@ -27,7 +29,9 @@ from twlog.protocol.codec import (
     OffsetsRequest,
     ProduceRequest,
 )
+from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
+from twlog.storage.segment import segment_name
 
 from ..broker import raw_connect, start_broker, wait_until
 
@@ -95,6 +99,21 @@ class ZeroCopyTests(TestCase):
         result = codec.decode_fetch_response(frames[20])
         self.assertEqual(len(result.messages), 20_000 * 509)
         self.assertEqual([m.payload for m in iter_messages(result.messages, 0)][-1], items[-1])
+
+
+class ShutdownTests(TestCase):
+    async def test_stop_drops_connections_before_closing_logs(self) -> None:
+        """Stopping the broker closes client connections first, so nothing is written after the marker."""
+        service = await start_broker(self)
+        client = await raw_connect(self, service)
+        client.send(flushed_produce("t", 0, payloads(3)))
+        await client.responses(1)
+        await service.stopService()
+        await client.closed
+        log_dir = service.config.log.log_dir
+        self.assertTrue(os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)))
+        self.assertEqual(os.path.getsize(os.path.join(log_dir, "t-0", segment_name(0))), 3 * 209)
+        self.assertRaises(BrokerShuttingDown, service.logs.get_or_create_log, "t", 0)
 
 
 class BadInputTests(TestCase):

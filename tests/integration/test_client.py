@@ -44,21 +44,12 @@ class Broker:
         self.overrides = overrides
         self.port = 0
         self.service: BrokerService | None = None
-        self._connections: list[Protocol] = []
 
     async def start(self) -> Broker:
         log = {k: v for k, v in self.overrides.items() if k in _LOG_FIELDS}
         rest = {k: v for k, v in self.overrides.items() if k not in _LOG_FIELDS}
         config = BrokerConfig(log=LogConfig(self.log_dir, **log), port=self.port, interface="127.0.0.1", **rest)
         service = self.service = BrokerService(config, reactor)
-        build = service.factory.buildProtocol
-
-        def tracking(addr):
-            protocol = build(addr)
-            self._connections.append(protocol)
-            return protocol
-
-        service.factory.buildProtocol = tracking
         service.startService()
         await service.listening
         self.port = service.broker.port
@@ -66,15 +57,11 @@ class Broker:
         return self
 
     async def stop(self) -> None:
-        """Stop the service and drop the client connections it accepted."""
+        """Stop the service: it drops the client connections it accepted, as a dying process would."""
         service, self.service = self.service, None
         if service is None or not service.running:
             return
         await service.stopService()
-        for protocol in self._connections:
-            if protocol.transport is not None:
-                protocol.transport.abortConnection()
-        self._connections = []
 
     @property
     def address(self) -> str:

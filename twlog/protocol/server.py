@@ -323,6 +323,7 @@ class BrokerProtocol(Int32StringReceiver):
 
     @override
     def connectionMade(self) -> None:
+        self.factory.connections.add(self)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
@@ -419,6 +420,7 @@ class BrokerProtocol(Int32StringReceiver):
 
     @override
     def connectionLost(self, reason: Failure = None) -> None:
+        self.factory.connections.discard(self)
         slots, self._slots = self._slots, deque()
         for slot in slots:
             if not slot.ready and slot.deferred is not None:
@@ -432,6 +434,13 @@ class BrokerFactory(ServerFactory):
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        #: The open client connections.
+        self.connections: set[BrokerProtocol] = set()
+
+    def disconnect_all(self) -> None:
+        """Drop every client connection now (at shutdown, before the logs close)."""
+        for protocol in list(self.connections):
+            protocol.transport.abortConnection()
 
     @override
     def buildProtocol(self, addr) -> BrokerProtocol:

@@ -22,7 +22,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from twlog.config import LogConfig
-from twlog.errors import InvalidTopic, TwlogError, WrongPartition
+from twlog.errors import BrokerShuttingDown, InvalidTopic, TwlogError, WrongPartition
 from twlog.storage.log import Log, ThreadRunner
 from twlog.storage.segment import Segment
 
@@ -200,6 +200,8 @@ class LogManager:
         log = self._logs.get((topic, partition))
         if log is not None:
             return log
+        if not self.running:
+            raise BrokerShuttingDown(f"{self.config.log_dir} is not open (the broker is starting or stopping)")
         validate_topic(topic)
         count = self.partition_count(topic)
         if not 0 <= partition < count:
