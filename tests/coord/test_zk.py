@@ -1,0 +1,95 @@
+"""The kazoo adapter against a real ZooKeeper server: Deferreds, watches and session events on the reactor thread."""
+
+from __future__ import annotations
+
+import threading
+
+from twisted.internet.defer import Deferred
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from twlog.coord import paths
+from twlog.coord.zk import LOST, NodeExistsError, NoNodeError, ZooKeeper, ZooKeeperUnavailable
+from twlog.coord.zkserver import ZooKeeperNotFound, find_classpath, four_letter_word
+
+from ..zookeeper import connect, expire_session, zookeeper_server
+
+
+class ZooKeeperTests(TestCase):
+    timeout = 60
+
+    async def test_create_get_set_delete(self) -> None:
+        """The basic operations round-trip values and raise kazoo's typed errors."""
+        zk = await connect(self)
+        self.assertEqual(await zk.create("/a/b", b"one", makepath=True), "/a/b")
+        value, stat = await zk.get("/a/b")
+        self.assertEqual((value, stat.version), (b"one", 0))
+        await zk.set("/a/b", b"two")
+        self.assertEqual((await zk.get("/a/b"))[0], b"two")
+        self.assertEqual(await zk.children("/a"), ["b"])
+        with self.assertRaises(NodeExistsError):
+            await zk.create("/a/b")
+        await zk.delete("/a/b")
+        self.assertIsNone(await zk.exists("/a/b"))
+        with self.assertRaises(NoNodeError):
+            await zk.get("/a/b")
+
+    async def test_set_or_create(self) -> None:
+        """set_or_create writes a value whether or not the node (and its parents) exist."""
+        zk = await connect(self)
+        await zk.set_or_create("/x/y/z", b"1")
+        await zk.set_or_create("/x/y/z", b"2")
+        self.assertEqual((await zk.get("/x/y/z"))[0], b"2")
+
+    async def test_results_and_watches_on_reactor_thread(self) -> None:
+        """Callbacks and watch events run on the reactor thread, not kazoo's."""
+        zk = await connect(self)
+        main = threading.current_thread()
+        await zk.ensure_path("/w")
+        fired: Deferred = Deferred()
+        await zk.children("/w", watch=lambda event: fired.callback((event, threading.current_thread())))
+        await zk.create("/w/child")
+        event, thread = await fired
+        self.assertIs(thread, main)
+        self.assertEqual(event.path, "/w")
+
+    async def test_ephemeral_nodes_go_with_the_session(self) -> None:
+        """An ephemeral node disappears when its session is closed; another session sees it go."""
+        hosts = (await connect(self)).hosts
+        owner = ZooKeeper(hosts)
+        await owner.start()
+        await owner.create(paths.broker_id_path(1), b"127.0.0.1:9092", ephemeral=True, makepath=True)
+        observer = await connect(self, hosts)
+        gone: Deferred = Deferred()
+        await observer.exists(paths.broker_id_path(1), watch=gone.callback)
+        await owner.stop()
+        await gone
+        self.assertIsNone(await observer.exists(paths.broker_id_path(1)))
+
+    async def test_session_expiry_is_reported(self) -> None:
+        """An expired session is reported as LOST on the reactor thread."""
+        zk = await connect(self)
+        lost: Deferred = Deferred()
+        zk.add_state_listener(lambda state: state == LOST and not lost.called and lost.callback(state))
+        expire_session(zk)
+        self.assertEqual(await lost, LOST)
+
+    async def test_unreachable(self) -> None:
+        """A server that is not there is ZooKeeperUnavailable after the connect timeout, not a hang."""
+        zk = ZooKeeper("127.0.0.1:1", connect_timeout_s=1)
+        with self.assertRaises(ZooKeeperUnavailable):
+            await zk.start()
+
+
+class ServerTests(SynchronousTestCase):
+    def test_server_answers_on_loopback(self) -> None:
+        """The suite's server is a real ZooKeeper answering four-letter commands on 127.0.0.1."""
+        server = zookeeper_server()
+        self.assertEqual(four_letter_word(server.port), b"imok")
+        self.assertIn(b"Zookeeper version: 3.", four_letter_word(server.port, b"srvr"))
+
+    def test_missing_jars(self) -> None:
+        """Without any ZooKeeper jars the error says how to get them."""
+        self.patch(__import__("importlib.util").util, "find_spec", lambda name: None)
+        self.patch(__import__("twlog.coord.zkserver").coord.zkserver, "_DEBIAN_LIBS", ())
+        e = self.assertRaises(ZooKeeperNotFound, find_classpath)
+        self.assertIn("pip install 'twlog[spark]'", str(e))

@@ -1,0 +1,53 @@
+# -*- test-case-name: tests.coord.test_zk -*-
+"""The ZooKeeper layout, Kafka 0.7's paths (shared/DESIGN.md, "ZooKeeper layout")."""
+
+from __future__ import annotations
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONSUMERS = "/consumers"
+
+
+def broker_id_path(broker_id: int) -> str:
+    """C{/brokers/ids/<id>}: ephemeral, the broker's C{host:port}."""
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def broker_topic_path(topic: str, broker_id: int | None = None) -> str:
+    """C{/brokers/topics/<topic>[/<id>]}: ephemeral per broker, its partition count of the topic."""
+    path = f"{BROKER_TOPICS}/{topic}"
+    return path if broker_id is None else f"{path}/{broker_id}"
+
+
+def group_path(group: str) -> str:
+    """C{/consumers/<group>}."""
+    return f"{CONSUMERS}/{group}"
+
+
+def consumer_ids_path(group: str, consumer_id: str | None = None) -> str:
+    """C{/consumers/<group>/ids[/<consumer id>]}: ephemeral, the subscription (topic -> streams)."""
+    path = f"{CONSUMERS}/{group}/ids"
+    return path if consumer_id is None else f"{path}/{consumer_id}"
+
+
+def owner_path(group: str, topic: str, partition: str | None = None) -> str:
+    """C{/consumers/<group>/owners/<topic>[/<broker id>-<partition>]}: ephemeral, the owning stream."""
+    path = f"{CONSUMERS}/{group}/owners/{topic}"
+    return path if partition is None else f"{path}/{partition}"
+
+
+def offset_path(group: str, topic: str, partition: str | None = None) -> str:
+    """C{/consumers/<group>/offsets/<topic>[/<broker id>-<partition>]}: persistent, the next offset."""
+    path = f"{CONSUMERS}/{group}/offsets/{topic}"
+    return path if partition is None else f"{path}/{partition}"
+
+
+def partition_name(broker_id: int, partition: int) -> str:
+    """A partition's cluster-wide name: C{<broker id>-<partition>}."""
+    return f"{broker_id}-{partition}"
+
+
+def parse_partition_name(name: str) -> tuple[int, int]:
+    """C{"3-7"} as C{(3, 7)}."""
+    broker, _, partition = name.partition("-")
+    return int(broker), int(partition)

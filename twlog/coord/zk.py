@@ -1,0 +1,229 @@
+# -*- test-case-name: tests.coord.test_zk -*-
+"""ZooKeeper for Twisted code: kazoo behind Deferreds, with watches and session events on the reactor thread.
+
+The design card names txzookeeper; it is Python 2 only (last released in 2013,
+built on the zkpython C bindings) and cannot run on Python 3.  kazoo is the
+maintained Python 3 client.  Its calls complete and its watches fire on
+kazoo's own threads, so this adapter hands every result, watch event and
+session change to the reactor thread with C{callFromThread}; the rest of
+twlog sees only Deferreds and reactor-thread callbacks.  This is the only
+module that imports kazoo.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (  # noqa: F401  (re-exported: callers catch these)
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat  # noqa: F401
+from kazoo.retry import KazooRetry
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from twlog.errors import TwlogError
+
+#: Session states handed to state listeners.
+CONNECTED = "connected"
+SUSPENDED = "suspended"  # connection lost; the session may still be alive
+LOST = "lost"  # the session expired: ephemeral nodes and watches are gone
+
+_STATES = {KazooState.CONNECTED: CONNECTED, KazooState.SUSPENDED: SUSPENDED, KazooState.LOST: LOST}
+
+
+class _ToTwistedLog(logging.Handler):
+    """kazoo logs with the standard library: pass its warnings on to Twisted's log, under one namespace."""
+
+    _log = Logger(namespace="kazoo")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            self._log.warn("{message}", message=record.getMessage())
+        else:
+            self._log.debug("{message}", message=record.getMessage())
+
+
+_kazoo_logger = logging.getLogger("kazoo")
+if not any(isinstance(h, _ToTwistedLog) for h in _kazoo_logger.handlers):
+    _kazoo_logger.addHandler(_ToTwistedLog())
+    _kazoo_logger.propagate = False
+
+
+class ZooKeeperUnavailable(TwlogError):
+    """ZooKeeper could not be reached within the timeout."""
+
+
+class ZooKeeper:
+    """A ZooKeeper session whose operations return Deferreds fired on the reactor thread.
+
+    @param hosts: a connect string, C{host:port[,host:port...][/chroot]}.
+    @param session_timeout_s: how long the server keeps the session (and its
+        ephemeral nodes) after the connection is lost.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        reactor=None,
+        session_timeout_s: float = 10.0,
+        connect_timeout_s: float = 15.0,
+        client_id: tuple[int, bytes] | None = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        self.hosts = hosts
+        self._reactor = reactor
+        self.connect_timeout_s = connect_timeout_s
+        self._client = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout_s,
+            client_id=client_id,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
+            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+        )
+        self._state_listeners: list[Callable[[str], Any]] = []
+        self._client.add_listener(self._kazoo_state)
+
+    # -- session -------------------------------------------------------------------
+
+    def start(self) -> Deferred[None]:
+        """Connect; fail with L{ZooKeeperUnavailable} after the connect timeout."""
+        from twisted.internet.threads import deferToThreadPool
+
+        def connect() -> None:
+            try:
+                self._client.start(timeout=self.connect_timeout_s)
+            except Exception as e:
+                self._client.stop()
+                raise ZooKeeperUnavailable(
+                    f"cannot reach ZooKeeper at {self.hosts} within {self.connect_timeout_s:g} s ({e})"
+                ) from None
+
+        return deferToThreadPool(self._reactor, self._reactor.getThreadPool(), connect)
+
+    def stop(self) -> Deferred[None]:
+        """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""
+        from twisted.internet.threads import deferToThreadPool
+
+        def close() -> None:
+            self._client.stop()
+            self._client.close()
+
+        return deferToThreadPool(self._reactor, self._reactor.getThreadPool(), close)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected now."""
+        return self._client.connected
+
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """The session's (id, password), e.g. to expire it from another client in tests."""
+        return self._client.client_id
+
+    def add_state_listener(self, listener: Callable[[str], Any]) -> None:
+        """Call C{listener(CONNECTED | SUSPENDED | LOST)} on the reactor thread when the session changes."""
+        self._state_listeners.append(listener)
+
+    def remove_state_listener(self, listener: Callable[[str], Any]) -> None:
+        """Stop calling C{listener}."""
+        if listener in self._state_listeners:
+            self._state_listeners.remove(listener)
+
+    def _kazoo_state(self, state: str) -> None:  # on a kazoo thread
+        self._reactor.callFromThread(self._tell_state, _STATES.get(state, state))
+
+    def _tell_state(self, state: str) -> None:
+        for listener in list(self._state_listeners):
+            try:
+                listener(state)
+            except Exception:
+                self._log.failure("ZooKeeper state listener failed")
+
+    # -- operations ----------------------------------------------------------------
+
+    def create(
+        self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
+        makepath: bool = False,
+    ) -> Deferred[str]:
+        """Create C{path}; fire with the path created (C{NodeExistsError}, C{NoNodeError} on failure)."""
+        return self._call(self._client.create_async, path, value, ephemeral=ephemeral, sequence=sequence,
+                          makepath=makepath)
+
+    def get(self, path: str, watch: Callable[[WatchedEvent], Any] | None = None) -> Deferred[tuple[bytes, ZnodeStat]]:
+        """The value and stat of C{path}; C{watch} fires once, on the reactor thread, when it changes."""
+        return self._call(self._client.get_async, path, watch=self._watch(watch))
+
+    def set(self, path: str, value: bytes, version: int = -1) -> Deferred[ZnodeStat]:
+        """Set the value of C{path} (C{BadVersionError} if C{version} does not match)."""
+        return self._call(self._client.set_async, path, value, version)
+
+    def delete(self, path: str, version: int = -1) -> Deferred[bool]:
+        """Delete C{path}."""
+        return self._call(self._client.delete_async, path, version)
+
+    def children(self, path: str, watch: Callable[[WatchedEvent], Any] | None = None) -> Deferred[list[str]]:
+        """The children of C{path}; C{watch} fires once when they change."""
+        return self._call(self._client.get_children_async, path, watch=self._watch(watch))
+
+    def exists(self, path: str, watch: Callable[[WatchedEvent], Any] | None = None) -> Deferred[ZnodeStat | None]:
+        """The stat of C{path}, or None; C{watch} fires once when it is created, changed or deleted."""
+        return self._call(self._client.exists_async, path, watch=self._watch(watch))
+
+    def ensure_path(self, path: str) -> Deferred[bool]:
+        """Create C{path} and its parents as needed (persistent, empty)."""
+        return self._call(self._client.ensure_path_async, path)
+
+    async def set_or_create(self, path: str, value: bytes) -> None:
+        """Set C{path} to C{value}, creating it (and its parents, persistent) if missing."""
+        try:
+            await self.set(path, value)
+        except NoNodeError:
+            try:
+                await self.create(path, value, makepath=True)
+            except NodeExistsError:
+                await self.set(path, value)
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Deferred:
+        d: Deferred = Deferred()
+        reactor = self._reactor
+
+        def deliver(result) -> None:  # may run on a kazoo thread
+            reactor.callFromThread(_fire, d, result)
+
+        function(*args, **kwargs).rawlink(deliver)
+        return d
+
+    def _watch(self, watch: Callable[[WatchedEvent], Any] | None):
+        if watch is None:
+            return None
+        reactor = self._reactor
+
+        def on_kazoo_thread(event: WatchedEvent) -> None:
+            reactor.callFromThread(watch, event)
+
+        return on_kazoo_thread
+
+
+def _fire(d: Deferred, result) -> None:
+    try:
+        value = result.get_nowait()
+    except Exception as e:
+        d.errback(e)
+    else:
+        d.callback(value)

@@ -1,0 +1,144 @@
+# -*- test-case-name: tests.coord.test_zk -*-
+"""A local ZooKeeper server in its own process: for the test suite and C{twlog local}.
+
+The server's jars come, in this order, from C{$TWLOG_ZOOKEEPER_CLASSPATH}, the
+pyspark package (its wheel ships ZooKeeper 3.9 and its dependencies in
+C{pyspark/jars}), or Debian's C{zookeeper} package.  The server listens on
+127.0.0.1 only, keeps its data in its own directory, has its admin web server
+off, and is stopped by its process id.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+from twlog.errors import TwlogError
+
+_DEBIAN_LIBS = ("/usr/share/zookeeper/lib", "/usr/share/java")
+
+
+class ZooKeeperNotFound(TwlogError):
+    """No ZooKeeper server jars or no Java on this machine."""
+
+
+def find_classpath() -> str:
+    """The Java classpath of a ZooKeeper server, or L{ZooKeeperNotFound} saying how to get one."""
+    configured = os.environ.get("TWLOG_ZOOKEEPER_CLASSPATH")
+    if configured:
+        return configured
+    spec = importlib.util.find_spec("pyspark")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            jars = os.path.join(location, "jars")
+            if glob.glob(os.path.join(jars, "zookeeper-3*.jar")):
+                return os.path.join(jars, "*")
+    for directory in _DEBIAN_LIBS:
+        if glob.glob(os.path.join(directory, "zookeeper*.jar")):
+            return os.path.join(directory, "*")
+    raise ZooKeeperNotFound(
+        "no ZooKeeper server found: install twlog's spark extra (pip install 'twlog[spark]', whose pyspark "
+        "ships ZooKeeper), or Debian's zookeeper package, or set TWLOG_ZOOKEEPER_CLASSPATH"
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def four_letter_word(port: int, word: bytes = b"ruok", timeout_s: float = 1.0) -> bytes:
+    """Send a ZooKeeper four-letter command and return the answer (b"" if none)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(word)
+            chunks = []
+            while True:
+                data = s.recv(4096)
+                if not data:
+                    return b"".join(chunks)
+                chunks.append(data)
+    except OSError:
+        return b""
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper server on 127.0.0.1, with its data under C{directory}."""
+
+    def __init__(self, directory: str, port: int = 0, tick_ms: int = 500) -> None:
+        self.directory = os.path.abspath(directory)
+        self.port = port or free_port()
+        self.tick_ms = tick_ms
+        self.process: subprocess.Popen | None = None
+        self.log_path = os.path.join(self.directory, "zookeeper.out")
+
+    @property
+    def connect_string(self) -> str:
+        """The connect string clients use: C{127.0.0.1:<port>}."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, timeout_s: float = 60.0) -> ZooKeeperServer:
+        """Start the server and wait until it answers C{ruok}."""
+        java = shutil.which("java")
+        if java is None:
+            raise ZooKeeperNotFound(
+                "no 'java' on PATH: ZooKeeper needs Java 11 or newer (apt-get install openjdk-17-jre-headless)"
+            )
+        classpath = find_classpath()
+        data_dir = os.path.join(self.directory, "data")
+        os.makedirs(data_dir, exist_ok=True)
+        config = os.path.join(self.directory, "zoo.cfg")
+        with open(config, "w") as f:
+            f.write(
+                f"tickTime={self.tick_ms}\n"
+                f"dataDir={data_dir}\n"
+                f"clientPort={self.port}\n"
+                "clientPortAddress=127.0.0.1\n"
+                "maxClientCnxns=0\n"
+                "admin.enableServer=false\n"
+                "4lw.commands.whitelist=ruok,srvr,stat\n"
+                f"minSessionTimeout={2 * self.tick_ms}\n"
+            )
+        argv = [
+            java, "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.admin.enableServer=false", "-Dlog4j2.level=WARN",
+            "-Dlog4j2.statusLoggerLevel=OFF", "-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain",
+            config,
+        ]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if four_letter_word(self.port) == b"imok":
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        with open(self.log_path, "rb") as f:
+            tail = f.read()[-2000:].decode(errors="replace")
+        raise ZooKeeperNotFound(f"ZooKeeper did not start on 127.0.0.1:{self.port}; its output ends:\n{tail}")
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop the server by its process id (SIGTERM, then SIGKILL)."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
