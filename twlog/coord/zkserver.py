@@ -90,7 +90,7 @@ class ZooKeeperServer:
         return self.process.pid if self.process else None
 
     def start(self, timeout_s: float = 60.0) -> ZooKeeperServer:
-        """Start the server and wait until it answers C{ruok}."""
+        """Start the server and wait until it serves requests."""
         java = shutil.which("java")
         if java is None:
             raise ZooKeeperNotFound(
@@ -121,7 +121,8 @@ class ZooKeeperServer:
                                             start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if four_letter_word(self.port) == b"imok":
+            # "ruok" answers before the server serves; "srvr" says so only once it does.
+            if four_letter_word(self.port, b"srvr").startswith(b"Zookeeper version"):
                 return self
             if self.process.poll() is not None:
                 break
