@@ -1,0 +1,155 @@
+# -*- test-case-name: tests.coord.test_cluster -*-
+"""What ZooKeeper says of the cluster: live brokers and the partitions of watched topics, kept current.
+
+L{ClusterView} reads C{/brokers/ids} and C{/brokers/topics/<topic>} and keeps
+watches on them, so producers and consumers learn when brokers come and go
+and when a broker registers a topic.  A topic's partitions are the union of
+C{<broker id>-<partition>} over the live brokers that registered it, sorted
+by (broker id, partition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.logger import Logger
+
+from twlog.coord import paths
+from twlog.coord.zk import CONNECTED, LOST, NoNodeError, ZooKeeper
+
+
+def parse_broker_address(value: bytes) -> tuple[str, int]:
+    """A broker registration's value, C{host:port} (Kafka 0.7 wrote C{creator:host:port}: the last two count)."""
+    text = value.decode("utf-8")
+    host, _, port = text.rpartition(":")
+    if ":" in host and not host.startswith("["):
+        host = host.rpartition(":")[2]  # 0.7's "creator:host:port"
+    return host.strip("[]"), int(port)
+
+
+class ClusterView:
+    """Live brokers and watched topics' partitions, from ZooKeeper, updated by watches."""
+
+    _log = Logger()
+
+    def __init__(self, zk: ZooKeeper, topics: Iterable[str] = ()) -> None:
+        self._zk = zk
+        #: Live brokers: id -> (host, port).
+        self.brokers: dict[int, tuple[str, int]] = {}
+        #: Registered partition counts: topic -> {broker id: count}.
+        self._registrations: dict[str, dict[int, int]] = {}
+        self._topics: set[str] = set(topics)
+        self._listeners: list[Callable[[], Any]] = []
+        self._generation = 0
+        self._started = False
+        self._session_lost = False
+
+    async def start(self) -> None:
+        """Read the brokers and the topics, and start watching them."""
+        self._zk.add_state_listener(self._session_changed)
+        self._started = True
+        await self._refresh()
+
+    def stop(self) -> None:
+        """Stop reacting to watches (they fire once more at most, and are ignored)."""
+        self._started = False
+        self._generation += 1
+        self._zk.remove_state_listener(self._session_changed)
+
+    def add_listener(self, listener: Callable[[], Any]) -> None:
+        """Call C{listener()} after each change of the brokers or of a watched topic."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], Any]) -> None:
+        """Stop calling C{listener}."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    async def watch_topic(self, topic: str) -> None:
+        """Start following C{topic}'s registrations (no-op if already followed)."""
+        if topic in self._topics and topic in self._registrations:
+            return
+        self._topics.add(topic)
+        await self._read_topic(topic, self._generation)
+
+    def partitions(self, topic: str) -> list[tuple[int, int]]:
+        """C{topic}'s partitions on live brokers, as (broker id, partition), sorted."""
+        counts = self._registrations.get(topic, {})
+        return sorted((b, p) for b, n in counts.items() if b in self.brokers for p in range(n))
+
+    def topics(self) -> list[str]:
+        """The topics being followed."""
+        return sorted(self._topics)
+
+    # -- reading and watching --------------------------------------------------------
+
+    async def _refresh(self) -> None:
+        self._generation += 1
+        generation = self._generation
+        await self._read_brokers(generation)
+        await DeferredList([Deferred.fromCoroutine(self._read_topic(t, generation)) for t in list(self._topics)])
+
+    def _session_changed(self, state: str) -> None:
+        if state == LOST:
+            self._session_lost = True
+        elif state == CONNECTED and self._session_lost and self._started:
+            # A new session: the old one's watches are gone.  Read everything again.
+            self._session_lost = False
+            Deferred.fromCoroutine(self._refresh()).addErrback(
+                lambda f: self._log.failure("re-reading the cluster after a new ZooKeeper session failed", f)
+            )
+
+    async def _read_brokers(self, generation: int) -> None:
+        await self._zk.ensure_path(paths.BROKER_IDS)
+        ids = await self._zk.children(paths.BROKER_IDS, watch=self._watcher(self._read_brokers, generation))
+        brokers = {}
+        for name in ids:
+            try:
+                value, _ = await self._zk.get(paths.broker_id_path(int(name)))
+                brokers[int(name)] = parse_broker_address(value)
+            except NoNodeError:
+                continue  # gone meanwhile: the children watch fires again
+            except ValueError:
+                self._log.warn("ignoring broker registration {name}: not host:port", name=name)
+        if generation == self._generation and brokers != self.brokers:
+            self.brokers = brokers
+            self._changed()
+
+    async def _read_topic(self, topic: str, generation: int) -> None:
+        path = paths.broker_topic_path(topic)
+        watch = self._watcher(lambda g: self._read_topic(topic, g), generation)
+        try:
+            ids = await self._zk.children(path, watch=watch)
+        except NoNodeError:
+            # Not registered yet: watch for its creation.
+            if await self._zk.exists(path, watch=watch) is not None:
+                return await self._read_topic(topic, generation)
+            ids = []
+        counts = {}
+        for name in ids:
+            try:
+                value, _ = await self._zk.get(paths.broker_topic_path(topic, int(name)))
+                counts[int(name)] = int(value.decode() or "0")
+            except (NoNodeError, ValueError):
+                continue
+        if generation == self._generation and counts != self._registrations.get(topic):
+            self._registrations[topic] = counts
+            self._changed()
+
+    def _watcher(self, read, generation: int):
+        def watch(event) -> None:
+            if self._started and generation == self._generation:
+                Deferred.fromCoroutine(read(generation)).addErrback(
+                    lambda f: self._log.failure("re-reading {path} failed", f, path=event.path)
+                )
+
+        return watch
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:
+                self._log.failure("cluster listener failed")
