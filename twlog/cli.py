@@ -103,6 +103,23 @@ def build_parser() -> argparse.ArgumentParser:
     broker_option(topics, many=True)
     topics.set_defaults(run="twlog.tools:topics", react=True)
 
+    local = commands.add_parser(
+        "local", help="run ZooKeeper and N brokers on this machine until Ctrl-C",
+        description="Start a real ZooKeeper server and --brokers brokers on 127.0.0.1, with all their data under "
+        "--data, print how to produce and consume, and stop everything cleanly on Ctrl-C.",
+    )
+    local.add_argument("--brokers", type=_positive_int, default=1, help="how many brokers (default: 1)")
+    local.add_argument("--data", default="twlog-local", help="directory for all data (default: ./twlog-local)")
+    local.add_argument("--port", type=_positive_int, default=9092,
+                       help="first broker port; the next free ones follow (default: 9092)")
+    local.add_argument("--zookeeper-port", type=_positive_int, default=2181,
+                       help="ZooKeeper's port, or any free one if taken (default: 2181)")
+    local.add_argument("--num-partitions", type=_positive_int, default=4,
+                       help="partitions of a new topic on each broker (default: 4)")
+    local.add_argument("--flush-interval-ms", type=_positive_int, default=200,
+                       help="how soon produced messages become visible (default: 200)")
+    local.set_defaults(run="twlog.local:run_local", react=True)
+
     bench = commands.add_parser("bench", help="run a benchmark and print a table",
                                 description="Benchmarks that print tables.")
     benches = bench.add_subparsers(dest="bench", metavar="BENCHMARK", parser_class=_Parser)
