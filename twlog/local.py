@@ -60,10 +60,23 @@ def usage_text(zookeeper: str, ports: list[int], data: str) -> str:
 
 async def run_local(reactor, args) -> None:
     """Start ZooKeeper and the brokers, print how to use them, and run until the reactor stops."""
+    from twisted.logger import (
+        FilteringLogObserver,
+        LogLevel,
+        LogLevelFilterPredicate,
+        globalLogBeginner,
+        textFileLogObserver,
+    )
+
     from twlog.tap import BrokerService
 
     data = os.path.abspath(args.data)
     os.makedirs(data, exist_ok=True)
+    # The brokers' log lines (topics created, recovery, bad clients) go to stderr.
+    globalLogBeginner.beginLoggingTo(
+        [FilteringLogObserver(textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(LogLevel.info)])],
+        redirectStandardIO=False,
+    )
     print(f"starting ZooKeeper under {os.path.join(data, 'zookeeper')} ...", file=sys.stderr)
     zk_port = args.zookeeper_port if _port_free(args.zookeeper_port) else free_port()
     zookeeper = ZooKeeperServer(os.path.join(data, "zookeeper"), port=zk_port)
