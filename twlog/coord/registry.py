@@ -1,0 +1,326 @@
+# -*- test-case-name: tests.coord.test_registry -*-
+"""A broker's registration in ZooKeeper: its address and its topics, kept across session expiry.
+
+Kafka 0.7's broker registry (shared/DESIGN.md, "ZooKeeper layout"): the
+ephemeral node C{/brokers/ids/<id>} holds the broker's C{host:port}, and the
+ephemeral node C{/brokers/topics/<topic>/<id>} its partition count of the topic
+(ASCII decimal), one per topic the broker holds.  Producers and consumers
+watch both (L{twlog.coord.cluster.ClusterView}).
+
+Ephemeral nodes belong to the session that created them and go with it.  So:
+
+  - On start, an id already registered by another live session is refused
+    (L{BrokerIdInUse}): two brokers with one id would split a partition's
+    name between two logs.  One exception: a registration with this
+    broker's own address is its previous life (it crashed or was killed, and
+    the server has not yet expired that session), so the broker waits for it
+    to expire, up to C{stale_wait_s}.
+  - When the session expires (LOST, then CONNECTED on a new session), every
+    node is gone, and the broker registers again: its id, then each topic.
+  - On stop, the nodes this session owns are deleted (the session may be
+    shared; when it is closed they would go anyway).
+"""
+
+from __future__ import annotations
+
+from twisted.application.internet import backoffPolicy
+from twisted.internet.defer import Deferred, DeferredList, TimeoutError
+from twisted.logger import Logger
+
+from twlog.config import BrokerConfig
+from twlog.coord import paths
+from twlog.coord.zk import CONNECTED, LOST, KazooException, NodeExistsError, NoNodeError, ZooKeeper
+from twlog.errors import TwlogError
+from twlog.storage.manager import LogManager
+
+
+class BrokerIdInUse(TwlogError):
+    """Another live broker is registered in ZooKeeper under this broker's id."""
+
+
+def broker_address(host: str, port: int) -> str:
+    """The value of C{/brokers/ids/<id>}: C{host:port}, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class BrokerRegistration:
+    """Registers one broker (id, address, topics) in ZooKeeper, and again after each session expiry.
+
+    @param zk: a started session; L{stop} leaves it open.
+    @param port: the port the broker actually listens on (the config's may be 0).
+    @param stale_wait_s: how long to wait for a registration of this broker's
+        own address, left by a session of a previous run, to expire.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        zk: ZooKeeper,
+        config: BrokerConfig,
+        logs: LogManager,
+        port: int,
+        *,
+        clock=None,
+        stale_wait_s: float = 15.0,
+    ) -> None:
+        if clock is None:
+            from twisted.internet import reactor as clock
+        self._zk = zk
+        self._logs = logs
+        self._clock = clock
+        self.broker_id = config.broker_id
+        #: What this broker registers as its address.
+        self.address = broker_address(config.advertised_host, port)
+        self.stale_wait_s = stale_wait_s
+        self._running = False
+        #: Whether the id is registered in the current session (topics may then be registered).
+        self._claimed = False
+        #: Bumped when the session is lost or the registration stops: older work is stale.
+        self._generation = 0
+        self._session_lost = False
+        self._registering = False
+        self._retry_policy = backoffPolicy(initialDelay=0.5, maxDelay=30.0)
+        self._retry_attempt = 0
+        self._retry_call = None
+        self._pending: set[Deferred] = set()
+        self._listening_to_logs = False
+        #: How many times the whole registration was made (1 after start; +1 per new session).
+        self.registrations = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> Deferred[None]:
+        """Register the id and every topic the logs hold; then keep them registered.
+
+        @raise BrokerIdInUse: another live broker holds the id.
+        """
+        return Deferred.fromCoroutine(self._start())
+
+    def stop(self, timeout_s: float = 5.0) -> Deferred[None]:
+        """Stop re-registering, and delete the nodes this session owns (giving up after C{timeout_s})."""
+        d = Deferred.fromCoroutine(self._stop())
+        d.addTimeout(timeout_s, self._clock)
+        return d.addErrback(
+            lambda f: self._log.warn("broker {id}: could not deregister from ZooKeeper: {error}",
+                                     id=self.broker_id, error=f.getErrorMessage())
+        )
+
+    async def _start(self) -> None:
+        self._running = True
+        if not self._listening_to_logs:
+            self._listening_to_logs = True
+            self._logs.add_topic_listener(self._topic_created)
+        self._zk.add_state_listener(self._session_changed)
+        try:
+            count = await self._register_all(self._generation)
+        except BaseException:
+            self._running = False
+            self._zk.remove_state_listener(self._session_changed)
+            raise
+        self._log.info(
+            "broker {id} registered in ZooKeeper at {hosts} as {address} ({count} topics)",
+            id=self.broker_id, hosts=self._zk.hosts, address=self.address, count=count,
+        )
+
+    async def _stop(self) -> None:
+        self._running = False
+        self._claimed = False
+        self._generation += 1
+        self._zk.remove_state_listener(self._session_changed)
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        if self._pending:
+            await DeferredList(list(self._pending), consumeErrors=True)
+        if not self._zk.connected:
+            return  # the session closes (or has expired) without us: its nodes go with it
+        session = self._session_id()
+        ours = [paths.broker_id_path(self.broker_id)]
+        ours += [paths.broker_topic_path(topic, self.broker_id) for topic in sorted(self._logs.topics())]
+        await DeferredList([Deferred.fromCoroutine(self._delete_if_owned(p, session)) for p in ours],
+                           consumeErrors=True)
+        self._log.info("broker {id} deregistered from ZooKeeper", id=self.broker_id)
+
+    async def _delete_if_owned(self, path: str, session: int | None) -> None:
+        stat = await self._zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == session:
+            try:
+                await self._zk.delete(path, stat.version)
+            except NoNodeError:
+                pass
+
+    # -- registering -------------------------------------------------------------------
+
+    def _session_id(self) -> int | None:
+        client_id = self._zk.client_id
+        return client_id[0] if client_id else None
+
+    async def _register_all(self, generation: int) -> int:
+        """Claim the id, then register every topic; return the number of topics."""
+        await self._claim_id()
+        if generation != self._generation:
+            raise _Stale()
+        self._claimed = True
+        self.registrations += 1
+        topics = self._logs.topics()  # topics created from now on come through _topic_created
+        await DeferredList(
+            [self._track(self._register_topic(topic, count, generation)) for topic, count in sorted(topics.items())],
+            fireOnOneErrback=True, consumeErrors=True,
+        ).addErrback(lambda f: f.value.subFailure)  # the first failure, not FirstError
+        return len(topics)
+
+    async def _claim_id(self) -> None:
+        path = paths.broker_id_path(self.broker_id)
+        value = self.address.encode("utf-8")
+        deadline = self._clock.seconds() + self.stale_wait_s
+        while True:
+            try:
+                await self._zk.create(path, value, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                current, stat = await self._zk.get(path)
+            except NoNodeError:
+                continue  # deleted meanwhile: try again
+            owner = stat.ephemeralOwner
+            if owner and owner == self._session_id():
+                if current != value:
+                    await self._zk.set(path, value, stat.version)
+                return
+            holder = current.decode("utf-8", "replace")
+            if not owner:
+                raise BrokerIdInUse(
+                    f"broker id {self.broker_id} is already registered at {holder} by a persistent node, "
+                    f"not by a live broker; delete {path} if no broker uses this id"
+                )
+            remaining = deadline - self._clock.seconds()
+            if current != value or remaining <= 0:
+                expired = " (its session did not expire in time)" if current == value else ""
+                raise BrokerIdInUse(
+                    f"broker id {self.broker_id} is already registered by a live broker at {holder}{expired}"
+                )
+            self._log.info(
+                "broker {id}: waiting up to {seconds:.0f} s for the registration of a previous run at {address} "
+                "(session {session:#x}) to expire", id=self.broker_id, seconds=remaining, address=holder,
+                session=owner,
+            )
+            await self._changed(path, remaining)
+
+    async def _changed(self, path: str, timeout_s: float) -> None:
+        """Wait until C{path} changes or goes, at most C{timeout_s}."""
+        event: Deferred = Deferred()
+        stat = await self._zk.exists(path, watch=lambda e: None if event.called else event.callback(e))
+        if stat is None:
+            return
+        event.addTimeout(timeout_s, self._clock)
+        try:
+            await event
+        except TimeoutError:
+            pass  # the caller checks the deadline
+
+    async def _register_topic(self, topic: str, count: int, generation: int) -> None:
+        path = paths.broker_topic_path(topic, self.broker_id)
+        value = str(count).encode("ascii")
+        for _ in range(5):
+            if generation != self._generation:
+                raise _Stale()
+            try:
+                await self._zk.create(path, value, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                current, stat = await self._zk.get(path)
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner and stat.ephemeralOwner == self._session_id():
+                if current != value:
+                    await self._zk.set(path, value, stat.version)
+                return
+            # Left by an earlier session of this broker id, which we now hold: replace it.
+            try:
+                await self._zk.delete(path, stat.version)
+            except NoNodeError:
+                pass
+        raise KazooException(f"could not register {path}: it keeps changing")
+
+    def _topic_created(self, topic: str, count: int) -> None:
+        if not (self._running and self._claimed):
+            return  # registered with the others once the id is claimed
+        d = self._track(self._register_topic(topic, count, self._generation))
+        d.addCallback(lambda _: self._log.info("broker {id} registered topic {topic} ({count} partitions)",
+                                               id=self.broker_id, topic=topic, count=count))
+        d.addErrback(self._failed, f"registering topic {topic}")
+
+    def _track(self, coroutine) -> Deferred:
+        d = Deferred.fromCoroutine(coroutine)
+        if not d.called:
+            self._pending.add(d)
+            d.addBoth(lambda result: (self._pending.discard(d), result)[1])
+        return d
+
+    def _failed(self, failure, what: str) -> None:
+        if failure.check(_Stale):
+            return  # the session was lost meanwhile: registering again covers it
+        self._log.error("broker {id}: {what} in ZooKeeper failed: {error}", id=self.broker_id, what=what,
+                        error=failure.getErrorMessage())
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def _session_changed(self, state: str) -> None:
+        if not self._running:
+            return
+        if state == LOST:
+            self._session_lost = True
+            self._claimed = False
+            self._generation += 1
+            self._log.warn("broker {id}: the ZooKeeper session expired, and its registration with it; "
+                           "registering again once connected", id=self.broker_id)
+        elif state == CONNECTED and self._session_lost:
+            self._session_lost = False
+            self._register_again()
+
+    def _register_again(self) -> None:
+        self._retry_call = None
+        if not self._running or self._registering or self._session_lost:
+            return
+        self._registering = True
+        generation = self._generation
+        d = self._track(self._register_all(generation))
+
+        def done(count: int) -> None:
+            self._registering = False
+            self._retry_attempt = 0
+            self._log.info("broker {id} registered again in ZooKeeper as {address} after the session expired "
+                           "({count} topics)", id=self.broker_id, address=self.address, count=count)
+
+        def failed(failure) -> None:
+            self._registering = False
+            if not self._running:
+                return
+            if failure.check(_Stale):
+                if not self._session_lost:
+                    self._register_again()  # a new session came while this attempt ran
+                return
+            if failure.check(BrokerIdInUse):
+                self._log.critical("broker {id} is no longer registered in ZooKeeper: {error}",
+                                   id=self.broker_id, error=failure.getErrorMessage())
+                return
+            self._retry_attempt += 1
+            delay_s = self._retry_policy(self._retry_attempt)
+            self._log.warn("broker {id}: registering again in ZooKeeper failed ({error}); retrying in {delay:.1f} s",
+                           id=self.broker_id, error=failure.getErrorMessage(), delay=delay_s)
+            self._retry_call = self._clock.callLater(delay_s, self._register_again)
+
+        d.addCallbacks(done, failed)
+
+
+class _Stale(TwlogError):
+    """The session this work was for is gone (or the registration stopped)."""
+
+    def __init__(self) -> None:
+        super().__init__("the ZooKeeper session expired (or the registration stopped) while registering")
+
+
+__all__ = ["BrokerIdInUse", "BrokerRegistration", "broker_address"]
