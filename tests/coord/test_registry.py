@@ -11,7 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, broker_address
-from twlog.coord.zk import ZnodeStat, ZooKeeper
+from twlog.coord.zk import CONNECTED, SUSPENDED, ZnodeStat, ZooKeeper
 
 from ..zookeeper import connect, expire_session
 
@@ -148,6 +148,16 @@ class RegistrationTests(TestCase):
             self.assertEqual(stat.ephemeralOwner, zk.client_id[0])
         self.assertEqual((await observer.get(paths.broker_topic_path("a", 5)))[0], b"2")
         self.assertEqual(registration.registrations, 2)
+
+    async def test_checks_registration_after_reconnecting(self) -> None:
+        """After a lost connection on the same session, a registration that went missing is made again."""
+        zk = await connect(self)
+        await self.registration(zk, FakeLogs({"t": 1}))
+        zk._tell_state(SUSPENDED)  # as the adapter reports a lost connection
+        await zk.delete(paths.broker_topic_path("t", 5))  # as if a write had failed meanwhile
+        zk._tell_state(CONNECTED)
+        stat = await node_until(zk, paths.broker_topic_path("t", 5), lambda stat: stat is not None)
+        self.assertEqual(stat.ephemeralOwner, zk.client_id[0])
 
     async def test_stop_deletes_own_nodes(self) -> None:
         """Stopping deletes the nodes this session registered and leaves the session open."""

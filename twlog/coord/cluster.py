@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from twlog.coord import paths
-from twlog.coord.zk import CONNECTED, LOST, NoNodeError, ZooKeeper
+from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, NoNodeError, ZooKeeper
 
 
 def parse_broker_address(value: bytes) -> tuple[str, int]:
@@ -92,13 +92,15 @@ class ClusterView:
         await DeferredList([Deferred.fromCoroutine(self._read_topic(t, generation)) for t in list(self._topics)])
 
     def _session_changed(self, state: str) -> None:
-        if state == LOST:
+        if state in (LOST, SUSPENDED):
             self._session_lost = True
         elif state == CONNECTED and self._session_lost and self._started:
-            # A new session: the old one's watches are gone.  Read everything again.
+            # A new session: the old one's watches are gone.  Or the same one after a lost
+            # connection, when a read (and the watch it would have set) may have failed.
+            # Read everything again.
             self._session_lost = False
             Deferred.fromCoroutine(self._refresh()).addErrback(
-                lambda f: self._log.failure("re-reading the cluster after a new ZooKeeper session failed", f)
+                lambda f: self._started and self._log.failure("re-reading the cluster after reconnecting failed", f)
             )
 
     async def _read_brokers(self, generation: int) -> None:
@@ -141,9 +143,13 @@ class ClusterView:
     def _watcher(self, read, generation: int):
         def watch(event) -> None:
             if self._started and generation == self._generation:
-                Deferred.fromCoroutine(read(generation)).addErrback(
-                    lambda f: self._log.failure("re-reading {path} failed", f, path=event.path)
-                )
+                Deferred.fromCoroutine(read(generation)).addErrback(failed, event.path)
+
+        def failed(failure, path: str) -> None:
+            # Stopped meanwhile (the session closing under the read), or connection lost:
+            # reconnecting reads everything again.
+            if self._started and generation == self._generation and not self._session_lost:
+                self._log.failure("re-reading {path} failed", failure, path=path)
 
         return watch
 

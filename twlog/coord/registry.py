@@ -17,6 +17,9 @@ Ephemeral nodes belong to the session that created them and go with it.  So:
     to expire, up to C{stale_wait_s}.
   - When the session expires (LOST, then CONNECTED on a new session), every
     node is gone, and the broker registers again: its id, then each topic.
+    After a lost connection (SUSPENDED, then CONNECTED on the same session)
+    the nodes are still there, but a write may have failed meanwhile, so the
+    broker checks them the same way (registering is idempotent).
   - On stop, the nodes this session owns are deleted (the session may be
     shared; when it is closed they would go anyway).
 """
@@ -29,7 +32,7 @@ from twisted.logger import Logger
 
 from twlog.config import BrokerConfig
 from twlog.coord import paths
-from twlog.coord.zk import CONNECTED, LOST, KazooException, NodeExistsError, NoNodeError, ZooKeeper
+from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, KazooException, NodeExistsError, NoNodeError, ZooKeeper
 from twlog.errors import TwlogError
 from twlog.storage.manager import LogManager
 
@@ -78,14 +81,17 @@ class BrokerRegistration:
         self._claimed = False
         #: Bumped when the session is lost or the registration stops: older work is stale.
         self._generation = 0
-        self._session_lost = False
+        #: The connection was lost (SUSPENDED) or the session expired (LOST): check again once CONNECTED.
+        self._disconnected = False
+        self._expired = False
+        self._registered_session: int | None = None
         self._registering = False
         self._retry_policy = backoffPolicy(initialDelay=0.5, maxDelay=30.0)
         self._retry_attempt = 0
         self._retry_call = None
         self._pending: set[Deferred] = set()
         self._listening_to_logs = False
-        #: How many times the whole registration was made (1 after start; +1 per new session).
+        #: In how many sessions the broker registered (1 after start; +1 per session expiry).
         self.registrations = 0
 
     # -- lifecycle -------------------------------------------------------------------
@@ -161,7 +167,9 @@ class BrokerRegistration:
         if generation != self._generation:
             raise _Stale()
         self._claimed = True
-        self.registrations += 1
+        if self._session_id() != self._registered_session:
+            self._registered_session = self._session_id()
+            self.registrations += 1
         topics = self._logs.topics()  # topics created from now on come through _topic_created
         await DeferredList(
             [self._track(self._register_topic(topic, count, generation)) for topic, count in sorted(topics.items())],
@@ -261,8 +269,8 @@ class BrokerRegistration:
         return d
 
     def _failed(self, failure, what: str) -> None:
-        if failure.check(_Stale):
-            return  # the session was lost meanwhile: registering again covers it
+        if failure.check(_Stale) or self._disconnected:
+            return  # the connection or session was lost meanwhile: registering again once connected covers it
         self._log.error("broker {id}: {what} in ZooKeeper failed: {error}", id=self.broker_id, what=what,
                         error=failure.getErrorMessage())
 
@@ -272,41 +280,47 @@ class BrokerRegistration:
         if not self._running:
             return
         if state == LOST:
-            self._session_lost = True
+            self._disconnected = self._expired = True
             self._claimed = False
             self._generation += 1
             self._log.warn("broker {id}: the ZooKeeper session expired, and its registration with it; "
                            "registering again once connected", id=self.broker_id)
-        elif state == CONNECTED and self._session_lost:
-            self._session_lost = False
+        elif state == SUSPENDED:
+            self._disconnected = True  # the nodes stay while the session lives, but a write may have failed
+        elif state == CONNECTED and self._disconnected:
+            self._disconnected = False
             self._register_again()
 
     def _register_again(self) -> None:
+        """Register everything in the current session (after an expiry), or check that it still is."""
         self._retry_call = None
-        if not self._running or self._registering or self._session_lost:
+        if not self._running or self._registering or self._disconnected:
             return
         self._registering = True
-        generation = self._generation
-        d = self._track(self._register_all(generation))
+        expired = self._expired
+        d = self._track(self._register_all(self._generation))
 
         def done(count: int) -> None:
             self._registering = False
             self._retry_attempt = 0
-            self._log.info("broker {id} registered again in ZooKeeper as {address} after the session expired "
-                           "({count} topics)", id=self.broker_id, address=self.address, count=count)
+            if expired:
+                self._expired = False
+                self._log.info("broker {id} registered again in ZooKeeper as {address} after the session expired "
+                               "({count} topics)", id=self.broker_id, address=self.address, count=count)
 
         def failed(failure) -> None:
             self._registering = False
             if not self._running:
                 return
             if failure.check(_Stale):
-                if not self._session_lost:
-                    self._register_again()  # a new session came while this attempt ran
+                self._register_again()  # a new session came while this attempt ran (no-op while disconnected)
                 return
             if failure.check(BrokerIdInUse):
                 self._log.critical("broker {id} is no longer registered in ZooKeeper: {error}",
                                    id=self.broker_id, error=failure.getErrorMessage())
                 return
+            if self._disconnected:
+                return  # registering again once connected
             self._retry_attempt += 1
             delay_s = self._retry_policy(self._retry_attempt)
             self._log.warn("broker {id}: registering again in ZooKeeper failed ({error}); retrying in {delay:.1f} s",
