@@ -14,12 +14,15 @@ from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
+from twlog.coord import paths
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, FetchRequest, ProduceRequest
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
 
 from ..broker import RawClient
+from ..coord.test_registry import node_until
+from ..zookeeper import connect
 
 
 class Twistd(ProcessProtocol):
@@ -117,3 +120,26 @@ class TwistdTests(TestCase):
         self.assertIn(b"is in use by another twlog broker", second.output)
         first.transport.signalProcess(signal.SIGTERM)
         await first.ended
+
+
+class TwistdZooKeeperTests(TestCase):
+    timeout = 60
+
+    async def test_registers_and_refuses_a_taken_id(self) -> None:
+        """twistd --zookeeper registers the broker, a second one with its id exits saying why, SIGTERM deregisters."""
+        zk = await connect(self)
+        args = ("--port", "0", "--zookeeper", zk.hosts, "--broker-id", "3")
+        first = start_twistd(self, *args, "--log-dir", os.path.abspath(self.mktemp()))
+        port = await first.port
+        await node_until(zk, paths.broker_id_path(3), lambda stat: stat is not None)
+        self.assertEqual((await zk.get(paths.broker_id_path(3)))[0], b"127.0.0.1:%d" % port)
+
+        second = start_twistd(self, *args, "--log-dir", os.path.abspath(self.mktemp()))
+        await second.port
+        await second.ended
+        self.assertIn(b"broker id 3 is already registered by a live broker at 127.0.0.1:%d" % port, second.output)
+        self.assertNotIn(b"Traceback", second.output)
+
+        first.transport.signalProcess(signal.SIGTERM)
+        self.assertEqual(await first.ended, "SIGTERM", first.output.decode())
+        self.assertIsNone(await zk.exists(paths.broker_id_path(3)))
