@@ -3,9 +3,20 @@
 
 A topic's partitions are the pairs (broker id, partition) over the brokers
 that hold it, ordered by (broker id, partition), as in Kafka 0.7.  The
-producer learns them with METADATA from every broker it was given.  A batch
-passed to L{Producer.send} is one request: PRODUCE when C{ack="none"} (the
-paper's fire-and-forget), ACK_PRODUCE otherwise, answered with the offsets.
+producer learns them in one of two ways:
+
+  - from a static broker list: METADATA from every broker it was given;
+  - from ZooKeeper (C{zookeeper=}): a L{ClusterView} watches the live brokers
+    (C{/brokers/ids}) and each topic's registrations
+    (C{/brokers/topics/<topic>}), and the producer opens and closes broker
+    connections as brokers come and go.  A topic no live broker has
+    registered starts at partition 0 of each live broker (the broker creates
+    the log on the first write and registers it); registrations replace
+    those bootstrap partitions as they come, and the partitions of a broker
+    that left are not chosen any more (Kafka 0.7's ZKBrokerPartitionInfo).
+
+A batch passed to L{Producer.send} is one request: PRODUCE when C{ack="none"}
+(the paper's fire-and-forget), ACK_PRODUCE otherwise, answered with the offsets.
 
 With C{batch_size} set, the producer is asynchronous: messages queue per
 partition and go out as one request when C{batch_size} messages are queued or
@@ -28,6 +39,8 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from twlog.coord.cluster import ClusterView
+from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, QueueFull
 from twlog.protocol import codec
 from twlog.protocol.client import BrokerConnection, broker_error, parse_brokers
@@ -89,7 +102,12 @@ class _Batch:
 class Producer:
     """Sends message batches to the partitions of topics, over reconnecting broker connections.
 
+    Give exactly one of C{brokers} and C{zookeeper}.
+
     @param brokers: C{"host:port,host:port"} or a list of C{(host, port)}.
+    @param zookeeper: a ZooKeeper connect string (C{host:port[,...][/chroot]}):
+        the producer opens a session on first use and closes it in L{close};
+        or a started L{ZooKeeper} session, which it leaves open.
     @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"} or
         C{"flushed"} (ACK_PRODUCE; L{send} fires with the L{ProduceResult}).
     @param partitioner: C{(key, n) -> index} for keyed sends; default L{hash_partitioner}.
@@ -109,8 +127,9 @@ class Producer:
 
     def __init__(
         self,
-        brokers: str | Sequence[tuple[str, int]],
+        brokers: str | Sequence[tuple[str, int]] | None = None,
         *,
+        zookeeper: str | ZooKeeper | None = None,
         reactor=None,
         ack: str = "none",
         partitioner: Partitioner | None = None,
@@ -130,6 +149,8 @@ class Producer:
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
+        if (brokers is None) == (zookeeper is None):
+            raise ValueError("give either brokers (a static list) or zookeeper (a connect string), not both or none")
         if ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {', '.join(ACK_MODES)}, not {ack!r}")
         if on_full not in ("block", "drop"):
@@ -163,8 +184,22 @@ class Producer:
                     connect_attempts=connect_attempts, retry_policy=retry_policy,
                 )
 
-        self._connections = [connection_factory(host, port) for host, port in parse_brokers(brokers)]
+        self._connection_factory = connection_factory
+        #: The static brokers' connections (empty with ZooKeeper).
+        self._connections = [] if brokers is None else [connection_factory(h, p) for h, p in parse_brokers(brokers)]
         self._by_id: dict[int, BrokerConnection] = {}
+        # With ZooKeeper: the session, whether we opened it, the view once started, and the
+        # live brokers each topic was bootstrapped with (partition 0 of each, until they register).
+        self._zk: ZooKeeper | None = None
+        self._own_zk = isinstance(zookeeper, str)
+        if zookeeper is not None:
+            self._zk = ZooKeeper(zookeeper, reactor=reactor) if isinstance(zookeeper, str) else zookeeper
+        self._zk_started = not self._own_zk
+        self._view: ClusterView | None = None
+        self._view_waiters: list[Deferred[ClusterView]] = []
+        self._view_starting: Deferred | None = None
+        self._bootstrap: dict[str, set[int]] = {}
+        self._retiring: set[Deferred] = set()
         self._topics: dict[str, list[Partition]] = {}
         self._discovering: dict[str, list[Deferred[list[Partition]]]] = {}
         self._batches: dict[tuple[str, Partition], _Batch] = {}
@@ -218,8 +253,14 @@ class Producer:
         return self._track(Deferred.fromCoroutine(self._enqueue(topic, payloads, key, partition)))
 
     def partitions(self, topic: str) -> Deferred[list[Partition]]:
-        """The partitions of C{topic}, ordered by (broker id, partition), asking the brokers if not known yet."""
+        """The partitions of C{topic}, ordered by (broker id, partition), asking the brokers (or ZooKeeper)
+        if not known yet."""
         return Deferred.fromCoroutine(self._partitions(topic))
+
+    @property
+    def cluster(self) -> ClusterView | None:
+        """With ZooKeeper, the view of live brokers and registrations the producer follows, once started."""
+        return self._view
 
     def flush(self) -> Deferred[None]:
         """Send everything queued now, and fire once all of it has been delivered.
@@ -259,7 +300,16 @@ class Producer:
                 d.callback(result)
 
     async def _discover(self, topic: str) -> list[Partition]:
-        """Ask every broker for its id and its partition count of C{topic}."""
+        """Ask every broker for its id and its partition count of C{topic} (or ZooKeeper, with one)."""
+        if self._zk is not None:
+            try:
+                view = await self._cluster()
+                await view.watch_topic(topic)
+            except KazooException as e:
+                raise ConnectionFailed(f"cannot read brokers from ZooKeeper at {self._zk.hosts}: {e!r}") from None
+            if self._closed:
+                raise ClientClosed("the producer is closed")
+            return self._zk_partitions(topic)
         requests = [c.request(MetadataRequest((topic,))) for c in self._connections]
         answers = await DeferredList(requests, consumeErrors=True)
         partitions: set[Partition] = set()
@@ -281,6 +331,102 @@ class Producer:
                 f"no broker gave partitions for topic {topic!r}: " + ("; ".join(problems) or "none has any")
             )
         return sorted(partitions, key=lambda p: (p.broker_id, p.partition))
+
+    # -- ZooKeeper ---------------------------------------------------------------------
+
+    async def _cluster(self) -> ClusterView:
+        """The started view (starting the session and the view on first use; retried after a failure)."""
+        if self._view is not None:
+            return self._view
+        waiting: Deferred[ClusterView] = Deferred()
+        self._view_waiters.append(waiting)
+        if self._view_starting is None:
+            self._view_starting = Deferred.fromCoroutine(self._start_cluster()).addBoth(self._cluster_started)
+        return await waiting
+
+    async def _start_cluster(self) -> ClusterView:
+        if not self._zk_started:
+            await self._zk.start()
+            self._zk_started = True
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        view = ClusterView(self._zk)
+        view.add_listener(self._cluster_changed)
+        try:
+            await view.start()
+        except BaseException:
+            view.stop()
+            raise
+        return view
+
+    def _cluster_started(self, result: ClusterView | Failure) -> None:
+        self._view_starting = None
+        waiters, self._view_waiters = self._view_waiters, []
+        if isinstance(result, Failure):
+            for d in waiters:
+                d.errback(result.value)
+            return
+        if self._closed:
+            result.stop()
+            for d in waiters:
+                d.errback(ClientClosed("the producer is closed"))
+            return
+        self._view = result
+        self._cluster_changed()
+        for d in waiters:
+            d.callback(result)
+
+    def _cluster_changed(self) -> None:
+        """The view changed: open and close broker connections to match, and recompute known topics."""
+        view = self._view
+        if view is None or self._closed:
+            return
+        live = view.brokers
+        for broker_id, connection in list(self._by_id.items()):
+            if live.get(broker_id) != (connection.host, connection.port):
+                del self._by_id[broker_id]
+                self._log.info("broker {id} at {address} left", id=broker_id, address=connection.address)
+                self._retire(connection)
+        for broker_id, (host, port) in sorted(live.items()):
+            if broker_id not in self._by_id:
+                connection = self._by_id[broker_id] = self._connection_factory(host, port)
+                self._log.info("broker {id} at {address} joined", id=broker_id, address=connection.address)
+        for topic in list(self._topics):
+            try:
+                self._topics[topic] = self._zk_partitions(topic)
+            except ConnectionFailed:
+                del self._topics[topic]  # no broker: the next send says so
+
+    def _retire(self, connection: BrokerConnection) -> None:
+        """Close the connection to a broker that left; L{close} waits for it."""
+        d = connection.close().addErrback(
+            lambda f: self._log.warn("closing {address}: {error}", address=connection.address,
+                                     error=f.getErrorMessage())
+        )
+        self._retiring.add(d)
+        d.addBoth(lambda _: self._retiring.discard(d))
+
+    def _zk_partitions(self, topic: str) -> list[Partition]:
+        """C{topic}'s partitions on live brokers: the registered ones, plus partition 0 of each broker
+        the topic was bootstrapped on that has not registered it yet."""
+        view = self._view
+        live = view.brokers
+        if not live:
+            raise ConnectionFailed(f"no broker is registered in ZooKeeper at {self._zk.hosts}: none is live")
+        registered = view.partitions(topic)
+        if not registered:
+            # Nobody live holds it: partition 0 of each live broker, which creates the log on the first write.
+            self._bootstrap[topic] = set(live)
+            return [Partition(b, 0) for b in sorted(live)]
+        holders = {b for b, _ in registered}
+        pending = {(b, 0) for b in self._bootstrap.get(topic, ()) if b in live and b not in holders}
+        return [Partition(b, p) for b, p in sorted(set(registered) | pending)]
+
+    def _broker_left(self, broker_id: int) -> bool:
+        """Whether, with ZooKeeper, C{broker_id} is no longer live (its partitions are not chosen any more)."""
+        return self._view is not None and not self._closed and broker_id not in self._by_id
+
+    # -- choosing ----------------------------------------------------------------------
 
     def _choose(self, topic: str, partitions: list[Partition], key: bytes | None, index: int | None) -> Partition:
         n = len(partitions)
@@ -304,7 +450,8 @@ class Producer:
             target = self._choose(topic, partitions, key, index)
         except ValueError as e:
             return fail(e)
-        protocol = self._by_id[target.broker_id].ready()
+        connection = self._by_id.get(target.broker_id)
+        protocol = connection.ready() if connection is not None else None
         if protocol is None:
             return None
         return protocol.send(ProduceRequest(topic, target.partition, encode_message_set(payloads, self.codec)))
@@ -313,10 +460,24 @@ class Producer:
         self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None
     ) -> ProduceResult | None:
         target = self._choose(topic, await self._partitions(topic), key, index)
+        try:
+            return await self._deliver(topic, target, payloads)
+        except ConnectionFailed:
+            if index is not None or not self._broker_left(target.broker_id):
+                raise
+        # With ZooKeeper: the broker left the cluster meanwhile.  Choose again among the live ones.
+        self._log.info("broker {broker} left; sending the batch for {topic} to another partition",
+                       broker=target.broker_id, topic=topic)
+        target = self._choose(topic, await self._partitions(topic), key, None)
         return await self._deliver(topic, target, payloads)
 
     async def _deliver(self, topic: str, target: Partition, payloads: list[bytes]) -> ProduceResult | None:
-        connection = self._by_id[target.broker_id]
+        connection = self._by_id.get(target.broker_id)
+        if connection is None:
+            self._topics.pop(topic, None)
+            raise ConnectionFailed(
+                f"broker {target.broker_id} left the cluster: cannot write {topic}-{target.partition}"
+            )
         produce = ProduceRequest(topic, target.partition, encode_message_set(payloads, self.codec))
         attempt = 0
         while True:
@@ -337,6 +498,13 @@ class Producer:
             except ConnectionFailed:
                 self._topics.pop(topic, None)  # ask the brokers again next time: one may be gone, or back
                 raise
+            except ClientClosed:
+                if not self._broker_left(target.broker_id):
+                    raise
+                raise ConnectionFailed(
+                    f"broker {target.broker_id} left the cluster before the batch for {topic}-{target.partition} "
+                    "was sent or answered"
+                ) from None
         _, results = codec.decode_ack_produce_response(frame)
         if len(results) != 1:
             raise ConnectionFailed(f"broker {connection.address} answered one produce with {len(results)} results")
@@ -450,7 +618,22 @@ class Producer:
             for _, d in list(self._room_waiters):
                 d.errback(ClientClosed("the producer was closed while this send waited for room"))
             self._room_waiters.clear()
-            await DeferredList([c.close() for c in self._connections], consumeErrors=True)
+            await self._close_discovery()
+
+    async def _close_discovery(self) -> None:
+        connections = list(self._by_id.values()) if self._zk is not None else self._connections
+        closing = [c.close() for c in connections] + list(self._retiring)
+        await DeferredList(closing, consumeErrors=True)
+        if self._zk is None:
+            return
+        if self._view_starting is not None:
+            await self._view_starting  # (fires with None once the waiters are told)
+        if self._view is not None:
+            self._view.remove_listener(self._cluster_changed)
+            self._view.stop()
+        if self._own_zk and self._zk_started:
+            self._zk_started = False
+            await self._zk.stop()
 
 
 __all__ = ["ACK_MODES", "Partition", "Partitioner", "ProduceResult", "Producer", "hash_partitioner"]
