@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         "in batches of --batch-size messages per request.",
     )
     broker_option(produce, many=True)
+    produce.add_argument("--zookeeper", "-z", default=None, metavar="HOST:PORT",
+                         help="find the brokers and the topic's partitions in ZooKeeper instead of --broker")
     produce.add_argument("--topic", "-t", required=True, help="the topic")
     produce.add_argument("--key", "-k", default=None,
                          help="partitioning key: every message goes to the partition this key maps to")

@@ -35,6 +35,9 @@ def run(main, args) -> int:
         except TwlogError as e:
             print(f"twlog: {e}", file=sys.stderr)
             raise SystemExit(1) from None
+        except OSError as e:  # a file that is not there, a directory we cannot write
+            print(f"twlog: {e.strerror}: {e.filename}" if e.filename else f"twlog: {e}", file=sys.stderr)
+            raise SystemExit(1) from None
         except (BrokenPipeError, KeyboardInterrupt):
             raise SystemExit(1) from None
 
@@ -86,7 +89,10 @@ class _Progress:
 
 async def produce(reactor, args) -> None:
     """Send each input line as one message, in batches of C{--batch-size} (one request each)."""
-    producer = Producer(args.broker, reactor=reactor, ack=args.ack, codec=args.codec)
+    if args.zookeeper:
+        producer = Producer(zookeeper=args.zookeeper, reactor=reactor, ack=args.ack, codec=args.codec)
+    else:
+        producer = Producer(args.broker, reactor=reactor, ack=args.ack, codec=args.codec)
     sent = 0
     batch: list[bytes] = []
     progress = _Progress("sent")

@@ -70,6 +70,17 @@ def four_letter_word(port: int, word: bytes = b"ruok", timeout_s: float = 1.0) -
         return b""
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM the server if the process that started it dies
+    (a killed test run or C{twlog local} must not leave a ZooKeeper behind)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 class ZooKeeperServer:
     """One standalone ZooKeeper server on 127.0.0.1, with its data under C{directory}."""
 
@@ -118,7 +129,7 @@ class ZooKeeperServer:
         ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             # "ruok" answers before the server serves; "srvr" says so only once it does.
