@@ -139,3 +139,8 @@ class ClientClosed(TwlogError):
 
 class ConnectionLost(ConnectionFailed):
     """The connection broke after the request was written: the broker may or may not have acted on it."""
+
+
+class RebalanceFailed(TwlogError):
+    """A group consumer could not claim its partitions within its rebalance retries: it consumes nothing
+    until a later rebalance (the next change in the group or the cluster) succeeds."""

@@ -210,6 +210,25 @@ class ZooKeeperProducerTests(TestCase):
         self.assertEqual(result.offset, 14)  # after the "hello" it kept
         self.assertEqual(sum(v for k, v in ends(brokers, "t").items() if k[0] != 1), before)
 
+    async def test_send_waiting_on_a_broker_that_leaves_goes_elsewhere(self) -> None:
+        """A send waiting to reach an unreachable broker is sent to a live one once that broker deregisters."""
+        hosts, brokers = await self.cluster(2)
+        producer = self.producer(hosts, connect_attempts=20)
+        for index in range(2):
+            await producer.send("t", b"hello", partition=index)
+        await partitions_until(producer, "t", lambda ps: len(producer.cluster.partitions("t")) == 2)
+        key = next(k for k in (b"k%d" % i for i in range(100)) if hash_partitioner(k, 2) == 1)  # broker 1's
+
+        gone = brokers[1]  # stops serving, but is still registered (as a hung broker would be)
+        await gone.port.stopListening()
+        gone.port = None
+        gone.factory.disconnect_all()
+        sending = producer.send("t", b"rerouted", key=key)
+        await gone.registration.stop()
+        result = await sending
+        self.assertEqual((result.partition, result.offset), (0, 14))
+        self.assertEqual(ends(brokers, "t"), {(0, 0): 31, (1, 0): 14})
+
     async def test_no_live_broker(self) -> None:
         """With no broker registered a send fails with ConnectionFailed; once one registers, sends work."""
         hosts = fresh_connect_string()

@@ -1,5 +1,17 @@
-"""Consumers: the simple consumer (fetch by offset, stream one partition) and, later, group consumers."""
+"""Consumers: the simple consumer (fetch by offset, stream one partition) and group consumers (paper 3.2)."""
 
+from twlog.consumer.group import GroupConsumer, GroupState
 from twlog.consumer.simple import EARLIEST, LATEST, FetchedMessages, MessageStream, SimpleConsumer
+from twlog.consumer.stream import GroupMessage, GroupStream
 
-__all__ = ["EARLIEST", "LATEST", "FetchedMessages", "MessageStream", "SimpleConsumer"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "FetchedMessages",
+    "GroupConsumer",
+    "GroupMessage",
+    "GroupState",
+    "GroupStream",
+    "MessageStream",
+    "SimpleConsumer",
+]
