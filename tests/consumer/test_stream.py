@@ -1,0 +1,205 @@
+"""Group streams and the per-broker fetch loop, with a fake connection and a fake clock."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.consumer.stream import BrokerFetcher, GroupMessage, GroupStream, OwnedPartition
+from twlog.errors import ClientClosed, ConnectionLost, FetchSizeTooSmall, OffsetOutOfRange, RebalanceFailed
+from twlog.protocol import codec
+from twlog.protocol.codec import OffsetsRequest, WaitFetchRequest
+from twlog.storage.message import MessageAndOffset, encode_message_set, iter_messages
+
+
+def messages(payloads: list[bytes], offset: int = 0) -> tuple[MessageAndOffset, ...]:
+    return tuple(iter_messages(encode_message_set(payloads), offset))
+
+
+def fetch_frame(*parts: tuple[int, bytes]) -> bytes:
+    """A WAIT_FETCH response frame (no size prefix) with one (error, data) per fetch."""
+    header = codec.multifetch_response_header(0, [len(d) for _, d in parts])[4:]
+    return header + b"".join(codec.multifetch_part_header(e, len(d)) + d for e, d in parts)
+
+
+class FakeConnection:
+    """A BrokerConnection whose requests wait until the test answers them."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[object, Deferred]] = []
+        self.closed = False
+
+    def request(self, request) -> Deferred:
+        if self.closed:
+            return fail(ClientClosed("closed"))
+        d: Deferred = Deferred()
+        self.requests.append((request, d))
+        return d
+
+    def answer(self, frame: bytes) -> object:
+        request, d = self.requests.pop(0)
+        d.callback(frame)
+        return request
+
+    def close(self) -> Deferred:
+        self.closed = True
+        waiting, self.requests = self.requests, []
+        for _, d in waiting:
+            d.errback(ClientClosed("closed"))
+        return succeed(None)
+
+
+class GroupStreamTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.stream = GroupStream("t", "c-0", max_queued=3)
+        self.owned = OwnedPartition("t", "1-2", 1, 2, self.stream, 0)
+
+    def test_hands_out_in_order_and_moves_consumed(self) -> None:
+        """Messages come out in order with their topic and partition; the consumed offset moves as they do."""
+        batch = messages([b"a", b"b"])
+        self.stream.deliver(self.owned, batch)
+        first = self.successResultOf(self.stream.__anext__())
+        self.assertEqual(first, GroupMessage("t", "1-2", 0, batch[0].next_offset, b"a"))
+        self.assertEqual(self.owned.consumed, batch[0].next_offset)
+        waiting = self.stream.__anext__()
+        self.assertEqual(self.successResultOf(waiting).payload, b"b")
+        later = self.stream.__anext__()
+        self.assertNoResult(later)
+        self.stream.deliver(self.owned, messages([b"c"], batch[-1].next_offset))
+        self.assertEqual(self.successResultOf(later).payload, b"c")
+
+    def test_clear_and_inactive(self) -> None:
+        """Clearing drops what was not handed out; deliveries for an inactive partition are dropped."""
+        self.stream.deliver(self.owned, messages([b"a", b"b"]))
+        self.stream.clear()
+        self.assertEqual(self.stream.queued, 0)
+        self.owned.active = False
+        self.stream.deliver(self.owned, messages([b"c"]))
+        self.assertNoResult(self.stream.__anext__())
+        self.assertEqual(self.owned.consumed, 0)
+
+    def test_error_raised_once(self) -> None:
+        """A failed rebalance is raised once (to the waiting call), and later calls wait again."""
+        waiting = self.stream.__anext__()
+        self.stream.set_error(RebalanceFailed("no"))
+        self.failureResultOf(waiting, RebalanceFailed)
+        self.assertNoResult(self.stream.__anext__())
+        idle = GroupStream("t", "c-1", 3)
+        idle.set_error(RebalanceFailed("no"))
+        self.failureResultOf(idle.__anext__(), RebalanceFailed)
+        self.assertNoResult(idle.__anext__())
+
+    def test_partition_error_in_place(self) -> None:
+        """A partition's error is raised after its messages queued before it."""
+        self.stream.deliver(self.owned, messages([b"a"]))
+        self.stream.deliver_error(self.owned, FetchSizeTooSmall("big"))
+        self.assertEqual(self.successResultOf(self.stream.__anext__()).payload, b"a")
+        self.failureResultOf(self.stream.__anext__(), FetchSizeTooSmall)
+
+    def test_close_ends_iteration(self) -> None:
+        """Closing ends waiting and later calls with StopAsyncIteration."""
+        waiting = self.stream.__anext__()
+        self.stream.close()
+        self.failureResultOf(waiting, StopAsyncIteration)
+        self.failureResultOf(self.stream.__anext__(), StopAsyncIteration)
+
+    def test_room_listener(self) -> None:
+        """A full stream tells its listeners when it has room again."""
+        calls = []
+        self.stream.add_room_listener(lambda: calls.append(1))
+        self.stream.deliver(self.owned, messages([b"a", b"b", b"c", b"d"]))
+        self.assertTrue(self.stream.full)
+        self.stream.__anext__()
+        self.assertEqual(calls, [])  # 3 left: still full
+        self.stream.__anext__()
+        self.assertEqual(calls, [1])
+
+
+class FetcherTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.connection = FakeConnection()
+        self.stream = GroupStream("t", "c-0", max_queued=2)
+        self.p0 = OwnedPartition("t", "4-0", 4, 0, self.stream, None)
+        self.p1 = OwnedPartition("t", "4-1", 4, 1, self.stream, 0)
+        self.fetcher = BrokerFetcher(4, [self.p0, self.p1], self.connection, clock=self.clock,
+                                     fetch_max_bytes=1000, max_wait_ms=500, reset="smallest",
+                                     retry_policy=lambda attempt: 1.0)
+
+    def test_resets_then_fetches_all_partitions_in_one_request(self) -> None:
+        """A partition without an offset asks OFFSETS (smallest) first; then one WAIT_FETCH covers every partition."""
+        self.fetcher.start()
+        request = self.connection.answer(codec.encode_offsets_response(0, [0]))
+        self.assertEqual(request, OffsetsRequest("t", 0, -2, 1))
+        self.assertEqual(self.p0.consumed, 0)
+        request, _ = self.connection.requests[0]
+        self.assertIsInstance(request, WaitFetchRequest)
+        self.assertEqual((request.max_wait_ms, request.min_bytes), (500, 1))
+        self.assertEqual([(f.partition, f.offset, f.max_bytes) for f in request.fetches], [(0, 0, 1000), (1, 0, 1000)])
+        data = encode_message_set([b"x"])
+        self.connection.answer(fetch_frame((0, data), (0, b"")))
+        self.assertEqual(self.p0.fetch_offset, len(data))
+        self.assertEqual(self.successResultOf(self.stream.__anext__()).payload, b"x")
+        request, _ = self.connection.requests[0]
+        self.assertEqual([f.offset for f in request.fetches], [len(data), 0])
+        self.fetcher.stop()
+
+    def test_back_pressure(self) -> None:
+        """A full stream's partitions are not fetched; the loop waits, and fetches again once there is room."""
+        self.p0.fetch_offset = 0
+        self.fetcher.start()
+        self.connection.answer(fetch_frame((0, encode_message_set([b"a", b"b"])), (0, b"")))
+        self.assertTrue(self.stream.full)
+        self.assertEqual(self.connection.requests, [])  # idle: nothing to fetch
+        self.stream.__anext__()
+        self.assertEqual(len(self.connection.requests), 1)
+        self.fetcher.stop()
+
+    def test_out_of_range_resets(self) -> None:
+        """OffsetOutOfRange resets the partition per auto_offset_reset and fetches from there."""
+        self.p0.fetch_offset = self.p0.consumed = 999
+        self.fetcher.start()
+        self.connection.answer(fetch_frame((OffsetOutOfRange.code, b""), (0, b"")))
+        request = self.connection.answer(codec.encode_offsets_response(0, [40]))
+        self.assertEqual(request, OffsetsRequest("t", 0, -2, 1))
+        self.assertEqual((self.p0.fetch_offset, self.p0.consumed), (40, 40))
+        request, _ = self.connection.requests[0]
+        self.assertEqual([f.offset for f in request.fetches], [40, 0])
+        self.fetcher.stop()
+
+    def test_message_too_large_surfaces(self) -> None:
+        """A message larger than fetch_max_bytes is raised by the stream, and its partition is not fetched again."""
+        self.p0.fetch_offset = 0
+        self.fetcher.start()
+        big = encode_message_set([b"z" * 2000])[:1000]
+        self.connection.answer(fetch_frame((0, big), (0, b"")))
+        self.failureResultOf(self.stream.__anext__(), FetchSizeTooSmall)
+        request, _ = self.connection.requests[0]
+        self.assertEqual([f.partition for f in request.fetches], [1])
+        self.fetcher.stop()
+
+    def test_stop_drops_late_answers(self) -> None:
+        """After stop, nothing more is delivered, and the connection is closed."""
+        self.p0.fetch_offset = 0
+        self.fetcher.start()
+        _, pending = self.connection.requests[0]
+        closed = []
+        self.connection.close = lambda: closed.append(True) or succeed(None)  # the answer still comes
+        stopped = self.fetcher.stop()
+        pending.callback(fetch_frame((0, encode_message_set([b"late"])), (0, b"")))
+        self.successResultOf(stopped)
+        self.assertEqual(closed, [True])
+        self.assertEqual(self.stream.queued, 0)
+        self.assertEqual(self.p0.fetch_offset, 0)
+
+    def test_connection_errors_retried(self) -> None:
+        """A lost connection is retried after the retry policy's delay."""
+        self.p0.fetch_offset = 0
+        self.fetcher.start()
+        _, pending = self.connection.requests.pop(0)
+        pending.errback(ConnectionLost("gone"))
+        self.assertEqual(self.connection.requests, [])
+        self.clock.advance(1.0)
+        self.assertEqual(len(self.connection.requests), 1)
+        self.fetcher.stop()

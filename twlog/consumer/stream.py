@@ -1,0 +1,401 @@
+# -*- test-case-name: tests.consumer.test_stream -*-
+"""A group consumer's streams and its fetch loops: one loop per broker, bounded queues per stream.
+
+A L{GroupStream} is an endless async iterator fed by L{BrokerFetcher}s: each
+fetcher sends WAIT_FETCH requests for every partition the consumer owns on
+its broker, so an idle consumer is woken by the broker rather than polling.
+A stream holds at most C{max_queued} messages: a partition whose stream is
+full is left out of the next fetch (back-pressure), and the fetcher is woken
+when the stream has room again.  Handing a message to the application moves
+its partition's consumed offset (what the group commits) to the message's
+C{next_offset}.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import NamedTuple
+
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail, succeed
+from twisted.logger import Logger
+
+from twlog.consumer.simple import EARLIEST, LATEST, decode_fetched
+from twlog.errors import (
+    NO_ERROR,
+    BrokerTimeout,
+    ClientClosed,
+    ConnectionFailed,
+    FetchSizeTooSmall,
+    InvalidMessage,
+    MalformedRequest,
+    OffsetOutOfRange,
+)
+from twlog.protocol import codec
+from twlog.protocol.client import BrokerConnection, broker_error
+from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
+from twlog.storage.message import MessageAndOffset
+
+#: C{auto_offset_reset} values and the OFFSETS time each asks for.
+RESET_TIMES = {"smallest": EARLIEST, "largest": LATEST}
+
+
+class GroupMessage(NamedTuple):
+    """A message from a group stream: the L{MessageAndOffset} fields plus where it came from."""
+
+    topic: str
+    #: The partition's cluster-wide name, C{<broker id>-<partition>}.
+    partition: str
+    offset: int
+    next_offset: int
+    payload: bytes
+
+
+class OwnedPartition:
+    """A partition a consumer owns in one rebalance generation: where to fetch next and what was consumed."""
+
+    __slots__ = ("active", "broker_id", "committed", "consumed", "failed", "fetch_offset", "name", "partition",
+                 "paused_until", "stream", "topic")
+
+    def __init__(self, topic: str, name: str, broker_id: int, partition: int, stream: GroupStream,
+                 offset: int | None) -> None:
+        self.topic = topic
+        self.name = name
+        self.broker_id = broker_id
+        self.partition = partition
+        self.stream = stream
+        #: The next offset to fetch (None: not known yet, ask the broker per C{auto_offset_reset}).
+        self.fetch_offset = offset
+        #: The offset after the last message handed to the application: what a commit writes.
+        self.consumed = offset
+        #: The offset last written to ZooKeeper (None: never, by this owner).
+        self.committed = offset
+        #: False once the generation that owns it stopped: its data is dropped, it is never fetched again.
+        self.active = True
+        #: Fetching stopped for good after an error that was handed to the application.
+        self.failed = False
+        #: Not fetched before this time (after a broker error on this partition).
+        self.paused_until = 0.0
+
+    def __repr__(self) -> str:
+        return f"<OwnedPartition {self.topic}/{self.name} fetch={self.fetch_offset} consumed={self.consumed}>"
+
+
+class _Chunk:
+    """The messages of one fetch of one partition, or an error to hand to the application in their place."""
+
+    __slots__ = ("error", "messages", "owned", "pos")
+
+    def __init__(self, owned: OwnedPartition, messages: tuple[MessageAndOffset, ...] = (),
+                 error: Exception | None = None) -> None:
+        self.owned = owned
+        self.messages = messages
+        self.pos = 0
+        self.error = error
+
+
+class GroupStream:
+    """One of a group consumer's streams of a topic: an async iterator that never ends (until closed).
+
+    It yields L{GroupMessage}s from the partitions its stream id owns, in
+    order within each partition.  If the consumer's rebalance fails, the
+    waiting call (or else the next one) raises L{RebalanceFailed}, once; later
+    calls wait for a later rebalance to succeed.  An error of one partition (a message larger than C{fetch_max_bytes}, a
+    corrupt message) is raised once, in that partition's place.  After the
+    consumer is closed, iteration ends.
+    """
+
+    def __init__(self, topic: str, stream_id: str, max_queued: int) -> None:
+        if max_queued < 1:
+            raise ValueError("the queue bound must be at least 1 message")
+        self.topic = topic
+        self.stream_id = stream_id
+        self.max_queued = max_queued
+        #: Messages fetched and not yet handed out.
+        self.queued = 0
+        self._chunks: deque[_Chunk] = deque()
+        self._waiters: deque[Deferred[GroupMessage]] = deque()
+        self._error: Exception | None = None
+        self._closed = False
+        self._room_listeners: list[Callable[[], object]] = []
+
+    def __repr__(self) -> str:
+        return f"<GroupStream {self.topic} {self.stream_id} queued={self.queued}>"
+
+    @property
+    def full(self) -> bool:
+        """Whether the queue is at its bound (its partitions are not fetched meanwhile)."""
+        return self.queued >= self.max_queued
+
+    def __aiter__(self) -> GroupStream:
+        return self
+
+    def __anext__(self) -> Deferred[GroupMessage]:
+        """The next message (a Deferred, so both C{async for} and the blocking facade can wait on it)."""
+        if self._closed:
+            return fail(StopAsyncIteration())
+        if self._error is not None:
+            error, self._error = self._error, None
+            return fail(error)
+        if self._chunks and not self._waiters:
+            return self._take()
+        d: Deferred[GroupMessage] = Deferred(canceller=self._forget)
+        self._waiters.append(d)
+        return d
+
+    # -- called by the fetchers and the consumer ------------------------------------------
+
+    def deliver(self, owned: OwnedPartition, messages: tuple[MessageAndOffset, ...]) -> None:
+        """Queue fetched C{messages} of C{owned} (dropped if its generation stopped)."""
+        if not messages or not owned.active or self._closed:
+            return
+        self._chunks.append(_Chunk(owned, messages))
+        self.queued += len(messages)
+        self._hand_out()
+
+    def deliver_error(self, owned: OwnedPartition, error: Exception) -> None:
+        """Queue C{error} to be raised, once, after C{owned}'s messages already queued."""
+        if owned.active and not self._closed:
+            self._chunks.append(_Chunk(owned, error=error))
+            self._hand_out()
+
+    def add_room_listener(self, listener: Callable[[], object]) -> None:
+        """Call C{listener()} whenever the stream goes from full to having room."""
+        self._room_listeners.append(listener)
+
+    def clear(self) -> None:
+        """Drop everything queued and forget the room listeners (the consumer stopped fetching)."""
+        self._chunks.clear()
+        self.queued = 0
+        self._room_listeners = []
+
+    def set_error(self, error: Exception | None) -> None:
+        """Raise C{error} once: in the calls waiting now, or else in the next call (None: forget it).
+
+        Once is enough to tell the application, and a loop that catches it and
+        calls again then waits for data instead of spinning on the reactor.
+        """
+        self._error = None
+        if error is not None:
+            waiters, self._waiters = self._waiters, deque()
+            if not waiters:
+                self._error = error
+            for d in waiters:
+                d.errback(error)
+
+    def close(self) -> None:
+        """End the iteration: waiting and later calls raise C{StopAsyncIteration}."""
+        self._closed = True
+        self.clear()
+        waiters, self._waiters = self._waiters, deque()
+        for d in waiters:
+            d.errback(StopAsyncIteration())
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _forget(self, d: Deferred[GroupMessage]) -> None:
+        if d in self._waiters:
+            self._waiters.remove(d)
+
+    def _hand_out(self) -> None:
+        while self._waiters and self._chunks:
+            waiter = self._waiters.popleft()
+            self._take().chainDeferred(waiter)
+
+    def _take(self) -> Deferred[GroupMessage]:
+        chunk = self._chunks[0]
+        if chunk.error is not None:
+            self._chunks.popleft()
+            return fail(chunk.error)
+        was_full = self.full
+        message = chunk.messages[chunk.pos]
+        chunk.pos += 1
+        if chunk.pos == len(chunk.messages):
+            self._chunks.popleft()
+        self.queued -= 1
+        owned = chunk.owned
+        owned.consumed = message.next_offset
+        if was_full and not self.full:
+            for listener in list(self._room_listeners):
+                listener()
+        return succeed(GroupMessage(owned.topic, owned.name, message.offset, message.next_offset, message.payload))
+
+    def holds(self, owned: OwnedPartition) -> bool:
+        """Whether messages of C{owned} are queued."""
+        return any(chunk.owned is owned for chunk in self._chunks)
+
+
+class BrokerFetcher:
+    """The fetch loop of one consumer for one broker: one WAIT_FETCH at a time for all its owned partitions there.
+
+    A partition is fetched from C{fetch_offset}; one without an offset gets one
+    from the broker first (OFFSETS, per C{reset}: C{"smallest"} or
+    C{"largest"}), and so does one whose offset is out of range.  Connection
+    problems are retried with C{retry_policy} until L{stop} (the group
+    rebalances when ZooKeeper notices a broker is gone).
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        broker_id: int,
+        partitions: list[OwnedPartition],
+        connection: BrokerConnection,
+        *,
+        clock,
+        fetch_max_bytes: int,
+        max_wait_ms: int,
+        reset: str,
+        retry_policy: Callable[[int], float],
+    ) -> None:
+        self.broker_id = broker_id
+        self.partitions = partitions
+        self.connection = connection
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_wait_ms = max_wait_ms
+        self.reset_time = RESET_TIMES[reset]
+        self.reset = reset
+        self._clock = clock
+        self._retry_policy = retry_policy
+        self._running = False
+        self._wakeup: Deferred[None] | None = None
+        self._done: Deferred[None] | None = None
+        #: Fetch requests sent (for tests and statistics).
+        self.requests = 0
+
+    def start(self) -> None:
+        """Start the loop (and tell the streams to wake it when they have room)."""
+        self._running = True
+        for stream in {id(p.stream): p.stream for p in self.partitions}.values():
+            stream.add_room_listener(self.wake)
+        self._done = Deferred.fromCoroutine(self._run())
+        self._done.addErrback(lambda f: self._log.failure("fetch loop for broker {broker} failed", f,
+                                                          broker=self.broker_id))
+
+    def stop(self) -> Deferred[None]:
+        """Stop at once: any answer still coming is dropped; fire once the connection is closed."""
+        self._running = False
+        self._fire_wakeup()
+        closing = [self.connection.close()]
+        if self._done is not None:
+            closing.append(self._done)
+        return DeferredList(closing, consumeErrors=True).addCallback(lambda _: None)
+
+    def wake(self) -> None:
+        """A stream has room again: fetch its partitions in the next round (or now, if the loop is idle)."""
+        self._fire_wakeup()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        failures = 0
+        while self._running:
+            try:
+                await self._round()
+                failures = 0
+            except (ConnectionFailed, BrokerTimeout, ClientClosed, MalformedRequest) as e:
+                if not self._running:
+                    return
+                failures += 1
+                delay = self._retry_policy(failures)
+                self._log.info("fetching from broker {broker}: {error}; retrying in {delay:.2f} s",
+                               broker=self.broker_id, error=e, delay=delay)
+                await self._pause(delay)
+            except Exception:
+                if not self._running:
+                    return
+                failures += 1
+                self._log.failure("fetching from broker {broker} failed; retrying", broker=self.broker_id)
+                await self._pause(self._retry_policy(failures))
+
+    async def _round(self) -> None:
+        for p in self.partitions:
+            if p.fetch_offset is None and not p.failed:
+                await self._reset(p)
+                if not self._running:
+                    return
+        now = self._clock.seconds()
+        ready = [p for p in self.partitions
+                 if not p.failed and not p.stream.full and p.paused_until <= now and p.fetch_offset is not None]
+        if not ready:
+            paused = [p.paused_until for p in self.partitions if not p.failed and p.paused_until > now]
+            await self._pause(min(paused) - now if paused else None)
+            return
+        request = WaitFetchRequest(
+            self.max_wait_ms, 1,
+            tuple(FetchRequest(p.topic, p.partition, p.fetch_offset, self.fetch_max_bytes) for p in ready),
+        )
+        self.requests += 1
+        frame = await self.connection.request(request)
+        if not self._running:
+            return  # stopped meanwhile: the data belongs to nobody now
+        _, parts = codec.decode_multifetch_response(frame)
+        if len(parts) != len(ready):
+            raise MalformedRequest(f"broker {self.broker_id} answered {len(ready)} fetches with {len(parts)} parts")
+        for p, part in zip(ready, parts):
+            if not self._running:
+                return
+            await self._take(p, part.error, part.messages)
+
+    async def _take(self, p: OwnedPartition, error: int, data: bytes) -> None:
+        offset = p.fetch_offset
+        if error == NO_ERROR:
+            try:
+                fetched = decode_fetched(data, p.topic, p.partition, offset, self.fetch_max_bytes)
+            except (FetchSizeTooSmall, InvalidMessage) as e:
+                self._give_up(p, e)
+                return
+            if fetched.messages:
+                p.fetch_offset = fetched.next_offset
+                p.stream.deliver(p, fetched.messages)
+        elif error == OffsetOutOfRange.code:
+            self._log.warn("{topic}/{partition}: offset {offset} is out of range; resetting to the {reset}",
+                           topic=p.topic, partition=p.name, offset=offset, reset=self.reset)
+            await self._reset(p)
+        elif error in (FetchSizeTooSmall.code, InvalidMessage.code):
+            self._give_up(p, broker_error(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}"))
+        else:
+            failure = broker_error(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
+            delay = self._retry_policy(3)
+            self._log.warn("{error}; fetching it again in {delay:.2f} s", error=failure, delay=delay)
+            p.paused_until = self._clock.seconds() + delay
+
+    def _give_up(self, p: OwnedPartition, error: Exception) -> None:
+        self._log.error("{topic}/{partition}: {error}; it is not fetched any more", topic=p.topic,
+                        partition=p.name, error=error)
+        p.failed = True
+        p.stream.deliver_error(p, error)
+
+    async def _reset(self, p: OwnedPartition) -> None:
+        """Start C{p} at the broker's smallest or largest offset."""
+        frame = await self.connection.request(OffsetsRequest(p.topic, p.partition, self.reset_time, 1))
+        if not self._running or not p.active:
+            return
+        offsets = codec.decode_offsets_response(frame)[1]
+        offset = offsets[0] if offsets else 0
+        p.fetch_offset = offset
+        if not p.stream.holds(p):
+            p.consumed = offset  # nothing of the old range is waiting to be handed out
+
+    def _fire_wakeup(self) -> None:
+        wakeup, self._wakeup = self._wakeup, None
+        if wakeup is not None and not wakeup.called:
+            wakeup.callback(None)
+
+    async def _pause(self, delay_s: float | None) -> None:
+        """Wait until woken (L{wake}, L{stop}) or C{delay_s} has passed."""
+        if not self._running:
+            return
+        wakeup: Deferred[None] = Deferred()
+        self._wakeup = wakeup
+        timer = None
+        if delay_s is not None:
+            timer = self._clock.callLater(max(delay_s, 0.0), self._fire_wakeup)
+        try:
+            await wakeup
+        except CancelledError:
+            pass
+        finally:
+            if timer is not None and timer.active():
+                timer.cancel()
