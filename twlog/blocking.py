@@ -177,3 +177,80 @@ class BlockingConsumer(_Facade):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class BlockingGroupStream(_Facade):
+    """A group stream as a plain iterator: it never ends, unless its consumer is closed.
+
+    C{next()} raises what the stream raises: L{RebalanceFailed} (once) when the
+    consumer's rebalance ran out of retries, a partition's error in its place.
+    """
+
+    def __init__(self, reactor, stream) -> None:
+        self._reactor = reactor
+        self._stream = stream
+
+    @property
+    def topic(self) -> str:
+        """The stream's topic."""
+        return self._stream.topic
+
+    @property
+    def stream_id(self) -> str:
+        """C{<consumer id>-<n>}: the id its partitions' owner nodes hold."""
+        return self._stream.stream_id
+
+    def __iter__(self) -> Iterator:
+        return self
+
+    def __next__(self):
+        try:
+            return self._call(self._stream.__anext__)
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+
+class BlockingGroupConsumer(_Facade):
+    """L{GroupConsumer} for plain scripts: the same arguments; streams are plain iterators.
+
+    ::
+
+        with BlockingGroupConsumer("localhost:2181", "loaders") as consumer:
+            [stream] = consumer.create_message_streams({"clicks": 1})["clicks"]
+            for message in stream:
+                process(message.payload)
+    """
+
+    def __init__(self, zookeeper: str, group: str, *, reactor=None, **options: Any) -> None:
+        from twlog.consumer.group import GroupConsumer
+
+        super().__init__(reactor)
+        self._consumer = self._call(lambda: GroupConsumer(zookeeper, group, reactor=self._reactor, **options))
+
+    @property
+    def consumer_id(self) -> str:
+        """This member's id in the group."""
+        return self._consumer.consumer_id
+
+    def create_message_streams(self, subscription: dict[str, int]) -> dict[str, list[BlockingGroupStream]]:
+        """Join the group with C{subscription} (topic -> number of streams); the streams per topic."""
+        streams = self._call(self._consumer.create_message_streams, subscription)
+        return {topic: [BlockingGroupStream(self._reactor, s) for s in ss] for topic, ss in streams.items()}
+
+    def owned(self) -> dict[str, dict[str, str]]:
+        """The partitions this member delivers now: topic -> {partition name: stream id}."""
+        return self._call(self._consumer.owned)
+
+    def commit(self) -> None:
+        """Write the consumed offsets of the partitions owned now."""
+        self._call(self._consumer.commit)
+
+    def close(self) -> None:
+        """Commit, release the partitions, leave the group; the streams end."""
+        self._call(self._consumer.close)
+
+    def __enter__(self) -> BlockingGroupConsumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

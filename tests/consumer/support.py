@@ -13,11 +13,10 @@ from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer.group import GroupConsumer, GroupState
 from twlog.consumer.stream import GroupMessage, GroupStream
 from twlog.coord import paths
-from twlog.coord.registry import BrokerRegistration
 from twlog.coord.zk import NoNodeError, ZooKeeper
 from twlog.protocol import codec
 from twlog.protocol.client import BrokerConnection
-from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, ProduceRequest
+from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, OffsetsRequest, ProduceRequest
 from twlog.storage.message import encode_message_set
 from twlog.tap import BrokerService
 
@@ -28,8 +27,8 @@ FAST = {"rebalance_backoff_ms": 50, "max_wait_ms": 200, "auto_commit_interval_ms
 
 
 class ZkBroker:
-    """An in-process broker on 127.0.0.1 registered in ZooKeeper (its own session, the real registration code);
-    it can be stopped (leaving ZooKeeper as a dying process does) and started again on the same port and logs."""
+    """An in-process broker on 127.0.0.1 that registers itself in ZooKeeper (C{BrokerConfig.zookeeper}); it can
+    be stopped (it leaves ZooKeeper, then drops its connections) and started again on the same port and logs."""
 
     def __init__(self, testcase: TestCase, hosts: str, broker_id: int, partitions: int = 4) -> None:
         self.testcase = testcase
@@ -39,33 +38,23 @@ class ZkBroker:
         self.log_dir = testcase.mktemp()
         self.port = 0
         self.service: BrokerService | None = None
-        self.zookeeper: ZooKeeper | None = None
-        self.registration: BrokerRegistration | None = None
         self._connection: BrokerConnection | None = None
 
     async def start(self) -> ZkBroker:
         config = BrokerConfig(log=LogConfig(self.log_dir, num_partitions=self.partitions, flush_messages=1),
-                              port=self.port, interface="127.0.0.1", broker_id=self.broker_id)
-        self.service = BrokerService(config, reactor)
+                              port=self.port, interface="127.0.0.1", broker_id=self.broker_id, zookeeper=self.hosts)
+        self.service = BrokerService(config, reactor, stop_reactor_on_error=False, zookeeper_session_timeout_s=4.0)
         self.service.startService()
         await self.service.listening
         self.port = self.service.broker.port
-        self.zookeeper = ZooKeeper(self.hosts, reactor=reactor)
-        await self.zookeeper.start()
-        self.registration = BrokerRegistration(self.zookeeper, config, self.service.logs, self.port, clock=reactor)
-        await self.registration.start()
         self.testcase.addCleanup(self.stop)
         return self
 
     async def stop(self) -> None:
-        """Leave ZooKeeper (the session closes: its nodes go) and stop serving (connections drop)."""
+        """Leave ZooKeeper and stop serving (connections drop)."""
         if self._connection is not None:
             connection, self._connection = self._connection, None
             await connection.close()
-        if self.zookeeper is not None:
-            zk, self.zookeeper = self.zookeeper, None
-            await self.registration.stop()
-            await zk.stop()
         if self.service is not None:
             service, self.service = self.service, None
             if service.running:
@@ -79,6 +68,14 @@ class ZkBroker:
                                     (ProduceRequest(topic, partition, encode_message_set(payloads)),))
         _, results = codec.decode_ack_produce_response(await self._connection.request(request))
         assert all(r.error == 0 for r in results), results
+
+
+    async def offsets(self, topic: str, partition: int) -> int:
+        """The partition's latest (flushed) offset, by OFFSETS -1."""
+        if self._connection is None:
+            self._connection = BrokerConnection("127.0.0.1", self.port, reactor=reactor)
+        frame = await self._connection.request(OffsetsRequest(topic, partition, -1, 1))
+        return codec.decode_offsets_response(frame)[1][0]
 
 
 def payloads(topic: str, broker_id: int, partition: int, count: int, start: int = 0) -> list[bytes]:

@@ -19,7 +19,8 @@ from twisted.logger import Logger
 from twlog.consumer.rebalance import decode_subscription, natural_key
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
-from twlog.coord.zk import NoNodeError, ZooKeeper
+from twlog.coord.zk import NodeExistsError, NoNodeError, ZooKeeper
+from twlog.errors import RebalanceFailed
 from twlog.protocol import codec
 from twlog.protocol.client import BrokerConnection
 from twlog.protocol.codec import OffsetsRequest
@@ -119,6 +120,36 @@ async def read_offsets(
     """The committed offsets of C{partitions} ((topic, name) pairs); None where there is none (or garbage)."""
     values = await read_values(zk, [paths.offset_path(group, topic, name) for topic, name in partitions])
     return {key: _int(value) for key, value in zip(partitions, values)}
+
+
+async def register_member(zk: ZooKeeper, group: str, consumer_id: str, value: bytes, *, attempts: int,
+                          pause) -> None:
+    """Create the ephemeral C{/consumers/<group>/ids/<consumer id>} = C{value} (or update it if this session's).
+
+    A node held by another session (a previous incarnation whose session has
+    not expired yet, or a duplicate id) is waited for: C{pause(attempt)} between
+    C{attempts} tries.
+
+    @raise RebalanceFailed: still held by another session after the last attempt.
+    """
+    path = paths.consumer_ids_path(group, consumer_id)
+    for attempt in range(1, attempts + 1):
+        try:
+            await zk.create(path, value, ephemeral=True, makepath=True)
+            return
+        except NodeExistsError:
+            pass
+        try:
+            _, stat = await zk.get(path)
+        except NoNodeError:
+            continue
+        session = zk.client_id
+        if session is not None and stat.ephemeralOwner == session[0]:
+            await zk.set(path, value)
+            return
+        if attempt < attempts:
+            await pause(attempt)
+    raise RebalanceFailed(f"consumer id {consumer_id} is registered in group {group} by another session")
 
 
 async def delete_session_owners(zk: ZooKeeper, group: str, topics: list[str], keep: set[tuple[str, str]]) -> None:

@@ -30,14 +30,13 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail,
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 
-from twlog.consumer.admin import delete_session_owners, read_members, read_offsets
+from twlog.consumer.admin import delete_session_owners, read_members, read_offsets, register_member
 from twlog.consumer.rebalance import consumer_assignment, encode_subscription, stream_ids, validate_subscription
 from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupStream, OwnedPartition
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView
-from twlog.coord.zk import CONNECTED, LOST, KazooException, NodeExistsError, NoNodeError, ZooKeeper
+from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, KazooException, NodeExistsError, NoNodeError, ZooKeeper
 from twlog.errors import ClientClosed, RebalanceFailed
-from twlog.protocol.client import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, default_retry_policy
 
 
 class GroupState(enum.Enum):
@@ -139,6 +138,7 @@ class GroupConsumer:
         self.rebalance_max_retries = rebalance_max_retries
         self.rebalance_backoff_ms = rebalance_backoff_ms
         self.timeout_s = timeout_s
+        self.session_timeout_s = session_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.connect_attempts = connect_attempts
         self._reactor = reactor
@@ -175,6 +175,7 @@ class GroupConsumer:
         self._autocommit: LoopingCall | None = None
         self._started = False
         self._closed: Deferred[None] | None = None
+        self._suspicion = None
 
     # -- public API ---------------------------------------------------------------------
 
@@ -242,13 +243,15 @@ class GroupConsumer:
         self._view.add_listener(self._cluster_changed)
         await self._register()
         if self.state is GroupState.CLOSED:
+            if self.zookeeper.connected:  # closed while registering: leave again
+                await self._bounded(Deferred.fromCoroutine(self._leave([])))
             raise ClientClosed("the group consumer was closed")
         self.state = GroupState.REBALANCING
         self._request_rebalance()
         try:
             await self.when_stable()
-        except RebalanceFailed:
-            pass  # the streams raise it
+        except (RebalanceFailed, ClientClosed):
+            pass  # the streams raise it, or end
         if self.auto_commit_interval_ms > 0 and self.state is not GroupState.CLOSED:
             self._autocommit = LoopingCall(self._autocommit_tick)
             self._autocommit.clock = self._reactor
@@ -258,28 +261,9 @@ class GroupConsumer:
 
     async def _register(self) -> None:
         """Create the ephemeral C{/consumers/<group>/ids/<consumer id>} with the subscription."""
-        path = paths.consumer_ids_path(self.group, self.consumer_id)
-        value = encode_subscription(self._subscription)
-        for attempt in range(1, self.rebalance_max_retries + 1):
-            try:
-                await self.zookeeper.create(path, value, ephemeral=True, makepath=True)
-                return
-            except NodeExistsError:
-                if await self._mine(path):
-                    await self.zookeeper.set(path, value)
-                    return
-            # Held by another session: an earlier incarnation whose session has not expired yet?
-            await deferLater(self._reactor, self._backoff(attempt), lambda: None)
-        raise RebalanceFailed(f"consumer id {self.consumer_id} is registered in group {self.group} by another session")
-
-    async def _mine(self, path: str) -> bool:
-        """Whether the ephemeral node at C{path} belongs to this session (False if it is gone)."""
-        try:
-            _, stat = await self.zookeeper.get(path)
-        except NoNodeError:
-            return False
-        client_id = self.zookeeper.client_id
-        return client_id is not None and stat.ephemeralOwner == client_id[0]
+        await register_member(self.zookeeper, self.group, self.consumer_id, encode_subscription(self._subscription),
+                              attempts=self.rebalance_max_retries,
+                              pause=lambda attempt: deferLater(self._reactor, self._backoff(attempt), lambda: None))
 
     # -- events -------------------------------------------------------------------------
 
@@ -296,22 +280,36 @@ class GroupConsumer:
     def _session_changed(self, state: str) -> None:
         if self.state in (GroupState.NEW, GroupState.CLOSED):
             return
-        if state == LOST and self.state is not GroupState.SESSION_LOST:
-            # The session's ephemeral nodes are gone: others may own our partitions already.
-            self._log.warn("consumer {consumer}: ZooKeeper session lost; rejoining group {group}",
-                           consumer=self.consumer_id, group=self.group)
-            self._generation += 1
-            self._stop_fetching()
-            self._owned = {}
-            self._owner_nodes = set()
-            self.state = GroupState.SESSION_LOST
-            self._wake_from_backoff()
+        if self._suspicion is not None and self._suspicion.active():
+            self._suspicion.cancel()
+        self._suspicion = None
+        if state == SUSPENDED:
+            # The server expires the session after its timeout without contact: stop delivering by then,
+            # since other members may own our partitions once it has.
+            self._suspicion = self._reactor.callLater(self.session_timeout_s, self._lose_session, False)
+        elif state == LOST:
+            self._lose_session(True)
         elif state == CONNECTED and self.state is GroupState.FAILED:
             self._request_rebalance()  # a rebalance may have failed for want of a connection
         elif state == CONNECTED and self.state is GroupState.SESSION_LOST:
             Deferred.fromCoroutine(self._rejoin()).addErrback(
-                lambda f: self._log.failure("consumer {consumer}: rejoining after a new session failed", f,
-                                            consumer=self.consumer_id))
+                lambda f: self._log.failure("consumer {consumer}: rejoining failed", f, consumer=self.consumer_id))
+
+    def _lose_session(self, expired: bool) -> None:
+        """Stop delivering: the session expired (C{expired}; its owner nodes are gone), or may have."""
+        self._suspicion = None
+        if expired:
+            self._owner_nodes = set()
+        if self.state is GroupState.SESSION_LOST:
+            return
+        self._log.warn("consumer {consumer}: ZooKeeper session {what}; stopped consuming until it rejoins group "
+                       "{group}", consumer=self.consumer_id, group=self.group,
+                       what="expired" if expired else f"out of touch for {self.session_timeout_s:g} s")
+        self._generation += 1
+        self._stop_fetching()
+        self._owned = {}
+        self.state = GroupState.SESSION_LOST
+        self._wake_from_backoff()
 
     async def _rejoin(self) -> None:
         try:
@@ -365,8 +363,10 @@ class GroupConsumer:
             for d in waiters:
                 if self.state is GroupState.STABLE:
                     d.callback(None)
+                elif self.state is GroupState.CLOSED:
+                    d.errback(ClientClosed(f"consumer {self.consumer_id} was closed"))
                 else:
-                    d.errback(RebalanceFailed(f"consumer {self.consumer_id}: the rebalance {self.state.value}"))
+                    d.errback(RebalanceFailed(f"consumer {self.consumer_id}: the last rebalance failed"))
 
     async def _rebalance(self) -> None:
         """Algorithm 1 with bounded retries; ends STABLE or FAILED (or returns early if superseded)."""
@@ -526,15 +526,10 @@ class GroupConsumer:
                 self._owned[(topic, name)] = p
                 by_broker.setdefault(broker_id, []).append(p)
         for broker_id, partitions in sorted(by_broker.items()):
-            host, port = brokers[broker_id]
-            connection = BrokerConnection(
-                host, port, reactor=self._reactor, timeout_s=self.timeout_s,
+            fetcher = BrokerFetcher.connect(
+                broker_id, brokers[broker_id], partitions, reactor=self._reactor, timeout_s=self.timeout_s,
                 connect_timeout_s=self.connect_timeout_s, connect_attempts=self.connect_attempts,
-                max_response_bytes=max(DEFAULT_MAX_RESPONSE_BYTES, 2 * self.fetch_max_bytes * len(partitions)),
-            )
-            fetcher = BrokerFetcher(
-                broker_id, partitions, connection, clock=self._reactor, fetch_max_bytes=self.fetch_max_bytes,
-                max_wait_ms=self.max_wait_ms, reset=self.auto_offset_reset, retry_policy=default_retry_policy(),
+                fetch_max_bytes=self.fetch_max_bytes, max_wait_ms=self.max_wait_ms, reset=self.auto_offset_reset,
             )
             self._fetchers.append(fetcher)
             fetcher.start()
@@ -568,6 +563,8 @@ class GroupConsumer:
         self._generation += 1
         if self._autocommit is not None and self._autocommit.running:
             self._autocommit.stop()
+        if self._suspicion is not None and self._suspicion.active():
+            self._suspicion.cancel()
         self._wake_from_backoff()
         self.zookeeper.remove_state_listener(self._session_changed)
         if self._view is not None:
@@ -579,19 +576,31 @@ class GroupConsumer:
             for stream in streams:
                 stream.close()
         self._tell_stable_waiters()
-        if self._rebalancing is not None:
-            await self._rebalancing  # it stops at its next step
-        if previous not in (GroupState.NEW, GroupState.SESSION_LOST) and self.zookeeper.connected:
-            try:
-                await self._commit(owned)
-                self._owned = {}
-                await self._release()
-                await self.zookeeper.delete(paths.consumer_ids_path(self.group, self.consumer_id))
-            except Exception as e:
-                self._log.info("consumer {consumer}: leaving the group: {error}", consumer=self.consumer_id,
-                               error=_describe(e))
+        if self._rebalancing is not None:  # it stops at its next step
+            await self._bounded(self.when_stable())
+        if previous is not GroupState.SESSION_LOST and self._subscription and self.zookeeper.connected:
+            await self._bounded(Deferred.fromCoroutine(self._leave(owned)))
         self._owned = {}
         if self._closing:
             await DeferredList(list(self._closing), consumeErrors=True)
         if self._own_session and self._started:
             await self.zookeeper.stop()
+
+    async def _leave(self, owned: list[OwnedPartition]) -> None:
+        """Commit, release the owner nodes, deregister."""
+        await self._commit(owned)
+        await self._release()
+        try:
+            await self.zookeeper.delete(paths.consumer_ids_path(self.group, self.consumer_id))
+        except NoNodeError:
+            pass
+
+    async def _bounded(self, d: Deferred) -> None:
+        """Wait for C{d} at most C{timeout_s}, whatever it fires with (closing goes on regardless)."""
+        d.addTimeout(self.timeout_s, self._reactor)
+        try:
+            await d
+        except ClientClosed:
+            pass
+        except Exception as e:
+            self._log.info("consumer {consumer} closing: {error}", consumer=self.consumer_id, error=_describe(e))

@@ -32,7 +32,7 @@ from twlog.errors import (
     OffsetOutOfRange,
 )
 from twlog.protocol import codec
-from twlog.protocol.client import BrokerConnection, broker_error
+from twlog.protocol.client import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error, default_retry_policy
 from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset
 
@@ -263,6 +263,20 @@ class BrokerFetcher:
         self._done: Deferred[None] | None = None
         #: Fetch requests sent (for tests and statistics).
         self.requests = 0
+
+    @classmethod
+    def connect(cls, broker_id: int, address: tuple[str, int], partitions: list[OwnedPartition], *, reactor,
+                timeout_s: float, connect_timeout_s: float, connect_attempts: int, fetch_max_bytes: int,
+                max_wait_ms: int, reset: str) -> BrokerFetcher:
+        """A fetcher with a new connection to the broker at C{address}, and the default reconnect policy."""
+        host, port = address
+        connection = BrokerConnection(
+            host, port, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
+            connect_attempts=connect_attempts,
+            max_response_bytes=max(DEFAULT_MAX_RESPONSE_BYTES, 2 * fetch_max_bytes * len(partitions)),
+        )
+        return cls(broker_id, partitions, connection, clock=reactor, fetch_max_bytes=fetch_max_bytes,
+                   max_wait_ms=max_wait_ms, reset=reset, retry_policy=default_retry_policy())
 
     def start(self) -> None:
         """Start the loop (and tell the streams to wake it when they have room)."""
