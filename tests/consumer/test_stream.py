@@ -7,7 +7,14 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.consumer.stream import BrokerFetcher, GroupMessage, GroupStream, OwnedPartition
-from twlog.errors import ClientClosed, ConnectionLost, FetchSizeTooSmall, OffsetOutOfRange, RebalanceFailed
+from twlog.errors import (
+    ClientClosed,
+    ConnectionLost,
+    FetchSizeTooSmall,
+    OffsetOutOfRange,
+    RebalanceFailed,
+    WrongPartition,
+)
 from twlog.protocol import codec
 from twlog.protocol.codec import OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset, encode_message_set, iter_messages
@@ -202,4 +209,17 @@ class FetcherTests(SynchronousTestCase):
         self.assertEqual(self.connection.requests, [])
         self.clock.advance(1.0)
         self.assertEqual(len(self.connection.requests), 1)
+        self.fetcher.stop()
+
+    def test_refused_partition_paused(self) -> None:
+        """A partition the broker refuses (WrongPartition) is left out for the retry delay, then fetched again."""
+        self.p0.fetch_offset = 0
+        self.fetcher.start()
+        self.connection.answer(fetch_frame((WrongPartition.code, b""), (0, b"")))
+        request, _ = self.connection.requests[0]
+        self.assertEqual([f.partition for f in request.fetches], [1])
+        self.clock.advance(1.0)
+        self.connection.answer(fetch_frame((0, b"")))  # (the waiting fetch ends after max_wait_ms at the latest)
+        request, _ = self.connection.requests[0]
+        self.assertEqual([f.partition for f in request.fetches], [0, 1])
         self.fetcher.stop()

@@ -7,6 +7,7 @@ from collections import Counter
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
 from twisted.trial.unittest import TestCase
 
 from twlog.consumer.group import GroupConsumer, GroupState
@@ -71,26 +72,36 @@ class GroupTests(TestCase):
             self.assertEqual(offsets, sorted(offsets))
 
     async def test_killed_consumer_partitions_move(self) -> None:
-        """A consumer whose session dies without a clean shutdown loses its partitions to the others, and no
-        message is lost (duplicates, counted, are allowed)."""
+        """A consumer whose session dies without a clean shutdown loses its partitions to the others; no message is
+        lost, and the duplicates are exactly what it consumed after its last commit."""
         zk, cluster, sent = await self.setup_cluster()
-        consumers = [self.consumer(zk.hosts, name=f"c{i}") for i in range(3)]
+        victim = self.consumer(zk.hosts, name="c0", auto_commit_interval_ms=0)
+        survivors = [self.consumer(zk.hosts, name=f"c{i}") for i in (1, 2)]
         collector = Collector()
-        await self.join(consumers, collector)
-        await wait_settled(consumers, partition_names("clicks", cluster))
-        victim = consumers[0]
-        await collector.when(lambda: sum(1 for name, _ in collector.received if name == victim.consumer_id) >= 30)
+        await self.join([victim, *survivors], collector)
+        await wait_settled([victim, *survivors], partition_names("clicks", cluster))
+        await collector.has_all(sent)
+        await victim.commit()
+        committed = len(collector.received)
+        second = await produce_all(cluster, "clicks", 10, start=20)
+        await collector.has_all(second)
+        uncommitted = Counter(m.payload for name, m in collector.received[committed:] if name == "c0")
         collector.stop(victim)
         await victim.zookeeper.stop()  # no commit, no release: the server drops its nodes with the session
-        survivors = consumers[1:]
         await wait_settled(survivors, partition_names("clicks", cluster))
         self.assertEqual(victim.state, GroupState.SESSION_LOST)
         self.assertEqual(victim.owned(), {})
-        sent |= await produce_all(cluster, "clicks", 10, start=20)
-        await collector.has_all(sent)
-        duplicates = sum(n - 1 for n in collector.payloads().values())
+        third = await produce_all(cluster, "clicks", 10, start=30)
+        await collector.has_all(third)
+        await collector.when(lambda: sum(collector.payloads().values()) == len(sent | second | third) + 40)
+        counts = collector.payloads()
+        self.assertEqual(set(counts), sent | second | third)
+        duplicates = Counter({p: n - 1 for p, n in counts.items() if n > 1})
+        Logger().info("killed consumer: {duplicates} duplicates of {count} messages",
+                      duplicates=sum(duplicates.values()), count=len(counts))
+        self.assertEqual(duplicates, uncommitted)
+        self.assertEqual(len(uncommitted), 40)  # its 4 partitions x 10 messages since the commit
         self.assertEqual(collector.unowned, [])
-        self.assertLessEqual(duplicates, len(sent))
         self.assertEqual(sorted(len(c.owned()["clicks"]) for c in survivors), [6, 6])
 
     async def test_broker_stops_and_returns(self) -> None:

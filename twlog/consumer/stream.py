@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from twlog.consumer.simple import EARLIEST, LATEST, decode_fetched
 from twlog.errors import (
     NO_ERROR,
+    BrokerError,
     BrokerTimeout,
     ClientClosed,
     ConnectionFailed,
@@ -325,7 +326,7 @@ class BrokerFetcher:
 
     async def _round(self) -> None:
         for p in self.partitions:
-            if p.fetch_offset is None and not p.failed:
+            if p.fetch_offset is None and not p.failed and p.paused_until <= self._clock.seconds():
                 await self._reset(p)
                 if not self._running:
                     return
@@ -367,13 +368,18 @@ class BrokerFetcher:
             self._log.warn("{topic}/{partition}: offset {offset} is out of range; resetting to the {reset}",
                            topic=p.topic, partition=p.name, offset=offset, reset=self.reset)
             await self._reset(p)
-        elif error in (FetchSizeTooSmall.code, InvalidMessage.code):
-            self._give_up(p, broker_error(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}"))
         else:
             failure = broker_error(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
-            delay = self._retry_policy(3)
-            self._log.warn("{error}; fetching it again in {delay:.2f} s", error=failure, delay=delay)
-            p.paused_until = self._clock.seconds() + delay
+            if error in (FetchSizeTooSmall.code, InvalidMessage.code):
+                self._give_up(p, failure)
+            else:
+                self._pause_partition(p, failure)
+
+    def _pause_partition(self, p: OwnedPartition, error: Exception) -> None:
+        """Leave C{p} out of the fetches for a while, after the broker refused it."""
+        delay = self._retry_policy(3)
+        self._log.warn("{error}; asking again in {delay:.2f} s", error=error, delay=delay)
+        p.paused_until = self._clock.seconds() + delay
 
     def _give_up(self, p: OwnedPartition, error: Exception) -> None:
         self._log.error("{topic}/{partition}: {error}; it is not fetched any more", topic=p.topic,
@@ -383,7 +389,11 @@ class BrokerFetcher:
 
     async def _reset(self, p: OwnedPartition) -> None:
         """Start C{p} at the broker's smallest or largest offset."""
-        frame = await self.connection.request(OffsetsRequest(p.topic, p.partition, self.reset_time, 1))
+        try:
+            frame = await self.connection.request(OffsetsRequest(p.topic, p.partition, self.reset_time, 1))
+        except BrokerError as e:
+            self._pause_partition(p, e)
+            return
         if not self._running or not p.active:
             return
         offsets = codec.decode_offsets_response(frame)[1]
