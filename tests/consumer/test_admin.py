@@ -5,7 +5,7 @@ from __future__ import annotations
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from twlog.consumer.admin import GroupMember, describe_groups, rebalance_benchmark
+from twlog.consumer.admin import GroupMember, describe_groups, rebalance_benchmark, reset_offsets
 from twlog.consumer.group import GroupConsumer
 
 from ..zookeeper import connect
@@ -16,7 +16,8 @@ class DescribeTests(TestCase):
     timeout = 60
 
     async def test_members_owners_offsets_and_lag(self) -> None:
-        """A group is described with its members, each partition's owner and committed offset, and the lag."""
+        """A group is described with its members, each partition's owner and committed offset, and the lag;
+        a stopped group can be rewound."""
         zk = await connect(self)
         [broker] = await start_brokers(self, zk.hosts, 1, partitions=2)
         first = payloads("t", 0, 0, 5)
@@ -44,10 +45,22 @@ class DescribeTests(TestCase):
         self.assertEqual(group.lag, end0 - consumed0)
         self.assertEqual([g.group for g in await describe_groups(zk)], ["g"])
 
+        with self.assertRaises(ValueError):
+            await reset_offsets(zk, "g", "t", {"0-0": 0})  # owned now
+
         await consumer.close()
         [after] = await describe_groups(zk, "g")
         self.assertEqual(after.members, [])
         self.assertEqual([(p.owner, p.offset) for p in after.partitions], [(None, consumed0), (None, end1)])
+        await reset_offsets(zk, "g", "t", {"0-0": 0})
+        again = GroupConsumer(zk.hosts, "g", reactor=reactor, consumer_id="d", **options)
+        self.addCleanup(again.close)
+        [stream] = (await again.create_message_streams({"t": 1}))["t"]
+        replay = [(await stream.__anext__()).payload for _ in range(len(first) + len(extra))]
+        self.assertEqual(replay, first + extra)  # 0-0 from the start; 0-1 has nothing new
+        for bad in ({"x": 0}, {"0-0": -1}):
+            with self.assertRaises(ValueError):
+                await reset_offsets(zk, "g", "t", bad)
 
 
 class BenchmarkTests(TestCase):

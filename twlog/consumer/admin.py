@@ -10,6 +10,7 @@ whole group joining at once, on in-process brokers.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from twisted.internet.defer import Deferred, DeferredList
@@ -264,6 +265,29 @@ async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int
 
 def _replace_latest(p: PartitionStatus, latest: int | None) -> PartitionStatus:
     return PartitionStatus(p.topic, p.partition, p.owner, p.offset, latest)
+
+
+async def reset_offsets(zk: ZooKeeper, group: str, topic: str, offsets: Mapping[str, int]) -> None:
+    """Rewind (or skip ahead) a group: set the committed offset of each partition named in C{offsets}.
+
+    The group's consumers start there the next time they claim the
+    partitions, so stop (or close) them first: a partition owned now would
+    overwrite the value with its own progress.
+
+    @param offsets: partition name (C{<broker id>-<partition>}) -> next offset to consume.
+    @raise ValueError: a bad partition name or negative offset, or a consumer owns one of the partitions now.
+    """
+    for name, offset in offsets.items():
+        paths.parse_partition_name(name)  # ValueError on a bad name
+        if offset < 0:
+            raise ValueError(f"offset {offset} of {topic}/{name} is negative")
+    names = sorted(offsets, key=natural_key)
+    owners = await read_values(zk, [paths.owner_path(group, topic, n) for n in names])
+    busy = [f"{n} (by {o.decode('utf-8', 'replace')})" for n, o in zip(names, owners) if o is not None]
+    if busy:
+        raise ValueError(f"group {group} is consuming {topic}: {', '.join(busy)}; stop its consumers first")
+    for name in names:
+        await zk.set_or_create(paths.offset_path(group, topic, name), str(offsets[name]).encode())
 
 
 # -- benchmark ----------------------------------------------------------------------------

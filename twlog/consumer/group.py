@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.integration.test_groups -*-
+# -*- test-case-name: tests.integration.test_groups,tests.consumer.test_group -*-
 """Group consumers: the paper's decentralized rebalance (section 3.2, Algorithm 1) over ZooKeeper.
 
 Every consumer of a group registers C{/consumers/<group>/ids/<consumer id>}

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.consumer.test_stream -*-
+# -*- test-case-name: tests.consumer.test_stream,tests.consumer.test_group -*-
 """A group consumer's streams and its fetch loops: one loop per broker, bounded queues per stream.
 
 A L{GroupStream} is an endless async iterator fed by L{BrokerFetcher}s: each
