@@ -76,10 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(or forever with --follow).",
     )
     broker_option(consume)
+    consume.add_argument("--zookeeper", "-z", default=None, metavar="HOST:PORT",
+                         help="consume as a member of --group across the cluster (partitions shared with the "
+                         "group's other members, offsets kept in ZooKeeper), instead of one --broker partition")
+    consume.add_argument("--group", "-g", default=None, help="the consumer group (with --zookeeper)")
+    consume.add_argument("--streams", type=_positive_int, default=1,
+                         help="message streams of this member (with --zookeeper; default: 1)")
     consume.add_argument("--topic", "-t", required=True, help="the topic")
     consume.add_argument("--partition", "-p", type=int, default=0, help="the partition (default: 0)")
     consume.add_argument("--offset", "-o", default="earliest",
-                         help="earliest, latest, or a byte offset from a previous run (default: earliest)")
+                         help="earliest, latest, or a byte offset from a previous run (default: earliest); with "
+                         "--zookeeper, where a new group starts: earliest or latest")
     consume.add_argument("--max-messages", "-n", type=_positive_int, default=None, help="stop after N messages")
     consume.add_argument("--follow", "-f", action="store_true",
                          help="keep waiting for new messages (the broker wakes the consumer)")
@@ -99,6 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="latest, earliest, or milliseconds since the epoch (default: latest)")
     offsets.add_argument("--max", type=_positive_int, default=1, help="how many offsets at most (default: 1)")
     offsets.set_defaults(run="twlog.tools:offsets", react=True)
+
+    groups = commands.add_parser(
+        "groups", help="show consumer groups: members, owners, committed offsets and lag",
+        description="For every consumer group (or --group), list its members and, per partition, the owning "
+        "stream, the committed offset, the broker's latest offset and the lag.",
+    )
+    groups.add_argument("--zookeeper", "-z", default="localhost:2181", metavar="HOST:PORT",
+                        help="ZooKeeper (default: localhost:2181)")
+    groups.add_argument("--group", "-g", default=None, help="only this group")
+    groups.set_defaults(run="twlog.tools:groups", react=True)
 
     topics = commands.add_parser("topics", help="list what brokers hold",
                                  description="List each broker's id and address, and its topics and partitions.")

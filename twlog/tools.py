@@ -35,10 +35,10 @@ def run(main, args) -> int:
         except TwlogError as e:
             print(f"twlog: {e}", file=sys.stderr)
             raise SystemExit(1) from None
+        except (BrokenPipeError, KeyboardInterrupt):  # `twlog ... | head`, Ctrl-C: stop quietly
+            raise SystemExit(1) from None
         except OSError as e:  # a file that is not there, a directory we cannot write
             print(f"twlog: {e.strerror}: {e.filename}" if e.filename else f"twlog: {e}", file=sys.stderr)
-            raise SystemExit(1) from None
-        except (BrokenPipeError, KeyboardInterrupt):
             raise SystemExit(1) from None
 
     try:
@@ -114,6 +114,10 @@ async def produce(reactor, args) -> None:
 
 async def consume(reactor, args) -> None:
     """Print messages of one partition, one per line, from an offset; stop at the end unless following."""
+    if args.zookeeper:
+        return await consume_group(reactor, args)
+    if args.group:
+        raise TwlogError("--group needs --zookeeper: groups are coordinated through ZooKeeper")
     host, port = _single_broker(args.broker)
     consumer = SimpleConsumer(host, port, reactor=reactor, max_bytes=args.max_bytes)
     out = sys.stdout.buffer
@@ -174,3 +178,77 @@ async def topics(reactor, args) -> None:
             print(f"  {topic.topic}\t{topic.partitions} partitions")
         if not metadata.topics:
             print("  (no topics)")
+
+
+async def consume_group(reactor, args) -> None:
+    """Print the messages this group member receives, one per line, until --max-messages or Ctrl-C."""
+    from twlog.consumer.group import GroupConsumer
+
+    if not args.group:
+        raise TwlogError("--zookeeper needs --group: the consumer group this member joins")
+    if args.offset not in ("earliest", "latest"):
+        raise TwlogError("with --zookeeper, --offset is where a new group starts: earliest or latest")
+    consumer = GroupConsumer(args.zookeeper, args.group, reactor=reactor,
+                             auto_offset_reset="smallest" if args.offset == "earliest" else "largest")
+    out = sys.stdout.buffer
+    printed = 0
+    done: Deferred = Deferred()
+
+    async def drain(stream) -> None:
+        nonlocal printed
+        async for message in stream:
+            out.write(message.payload + b"\n")
+            printed += 1
+            if args.max_messages and printed >= args.max_messages:
+                if not done.called:
+                    done.callback(None)
+                return
+            if printed % 100 == 0:
+                out.flush()
+
+    def stop_on_ctrl_c() -> Deferred:
+        if not done.called:
+            done.callback(None)
+        return closing
+
+    closing: Deferred = Deferred()
+    reactor.addSystemEventTrigger("before", "shutdown", stop_on_ctrl_c)
+    try:
+        streams = (await consumer.create_message_streams({args.topic: args.streams}))[args.topic]
+        for stream in streams:
+            Deferred.fromCoroutine(drain(stream)).addErrback(
+                lambda failure: done.called or done.errback(failure)
+            )
+        await done
+    finally:
+        out.flush()
+        await consumer.close()  # commits what was printed
+        closing.callback(None)
+
+
+async def groups(reactor, args) -> None:
+    """Print each consumer group's members and, per partition, owner, committed offset and lag."""
+    from twlog.consumer.admin import describe_groups
+    from twlog.coord.zk import ZooKeeper
+
+    zk = ZooKeeper(args.zookeeper, reactor=reactor)
+    await zk.start()
+    try:
+        descriptions = await describe_groups(zk, args.group, reactor=reactor)
+    finally:
+        await zk.stop()
+    if not descriptions:
+        print("(no consumer groups)")
+    for group in descriptions:
+        total = "unknown" if group.lag is None else f"{group.lag:,}"
+        print(f"group {group.group}: {len(group.members)} member(s), total lag {total} bytes")
+        for member in group.members:
+            subscription = ", ".join(f"{t} x{n}" for t, n in sorted((member.subscription or {}).items()))
+            print(f"  member {member.consumer_id}: {subscription or '(no subscription)'}")
+        print(f"  {'topic':<20} {'partition':<10} {'owner':<36} {'offset':>14} {'latest':>14} {'lag':>12}")
+        for p in group.partitions:
+            def show(value):
+                return "-" if value is None else f"{value:,}"
+
+            print(f"  {p.topic:<20} {p.partition:<10} {p.owner or '-':<36} {show(p.offset):>14} "
+                  f"{show(p.latest):>14} {show(p.lag):>12}")

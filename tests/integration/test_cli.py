@@ -12,6 +12,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
 from ..broker import start_broker
+from ..zookeeper import fresh_connect_string
 
 
 class _Command(ProcessProtocol):
@@ -114,6 +115,35 @@ class CommandTests(TestCase):
             self.assertIn(expected, err, argv)
             self.assertEqual(err.count(b"\n"), 1, err)
             self.assertNotIn(b"Traceback", err)
+
+
+class ClusterCommandTests(TestCase):
+    timeout = 120
+
+    async def test_produce_and_consume_through_zookeeper(self) -> None:
+        """produce --zookeeper spreads over the brokers; a group member reads everything; groups shows no lag."""
+        zookeeper = fresh_connect_string()
+        brokers = [await start_broker(self, zookeeper=zookeeper, broker_id=i, num_partitions=2,
+                                      flush_interval_ms=20) for i in range(2)]
+        lines = [b"event %d" % i for i in range(200)]
+        status, _, err = await twlog("produce", "--zookeeper", zookeeper, "-t", "events", "--batch-size", "20",
+                                     stdin=b"".join(line + b"\n" for line in lines))
+        self.assertEqual(status, 0, err)
+        status, out, err = await twlog("consume", "--zookeeper", zookeeper, "--group", "g", "-t", "events",
+                                       "--streams", "2", "-n", "200")
+        self.assertEqual(status, 0, err)
+        self.assertEqual(sorted(out.split(b"\n")[:-1]), sorted(lines))
+        status, out, err = await twlog("groups", "--zookeeper", zookeeper, "--group", "g")
+        self.assertEqual(status, 0, err)
+        self.assertIn(b"group g: 0 member(s), total lag 0 bytes", out)
+        self.assertEqual(sum(len(b.broker.logs.logs()) > 0 for b in brokers), 2)
+
+    async def test_group_needs_zookeeper(self) -> None:
+        """--group without --zookeeper, and --zookeeper without --group, are one-line errors."""
+        for argv in (("consume", "--group", "g", "-t", "x"), ("consume", "--zookeeper", "127.0.0.1:1", "-t", "x")):
+            status, _, err = await twlog(*argv)
+            self.assertEqual(status, 1)
+            self.assertEqual(err.count(b"\n"), 1, err)
 
 
 class BenchmarkCommandTests(TestCase):
