@@ -123,6 +123,19 @@ async def read_offsets(
     return {key: _int(value) for key, value in zip(partitions, values)}
 
 
+async def write_offsets(zk: ZooKeeper, group: str, offsets: list[tuple[str, str, int]]) -> list[bool]:
+    """Commit (topic, partition name, next offset) triples at once; whether each was written (failures are logged)."""
+    results = await DeferredList([
+        Deferred.fromCoroutine(zk.set_or_create(paths.offset_path(group, topic, name), str(offset).encode()))
+        for topic, name, offset in offsets
+    ], consumeErrors=True)
+    for (topic, name, offset), (ok, result) in zip(offsets, results):
+        if not ok:
+            _log.warn("committing {topic}/{partition} at {offset} failed: {error}", topic=topic, partition=name,
+                      offset=offset, error=f"{result.type.__name__} {result.getErrorMessage()}".strip())
+    return [ok for ok, _ in results]
+
+
 async def register_member(zk: ZooKeeper, group: str, consumer_id: str, value: bytes, *, attempts: int,
                           pause) -> None:
     """Create the ephemeral C{/consumers/<group>/ids/<consumer id>} = C{value} (or update it if this session's).
@@ -307,8 +320,9 @@ async def rebalance_benchmark(reactor, zookeeper: str, consumers: int = 10, part
       - C{scenario="join"}: C{consumers - 1} are stable first; the time runs from
         the last one joining until the group is settled again.
 
-    C{retries} is the number of conflicted rebalance attempts (an owner node
-    still held by another consumer), summed over the consumers.
+    C{retries} is the number of failed rebalance attempts that were retried
+    (almost always an owner node still held by another consumer), summed over
+    the consumers.
     """
     import tempfile
 

@@ -30,7 +30,7 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail,
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 
-from twlog.consumer.admin import delete_session_owners, read_members, read_offsets, register_member
+from twlog.consumer.admin import delete_session_owners, read_members, read_offsets, register_member, write_offsets
 from twlog.consumer.rebalance import consumer_assignment, encode_subscription, stream_ids, validate_subscription
 from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupStream, OwnedPartition
 from twlog.coord import paths
@@ -91,7 +91,12 @@ class GroupConsumer:
         is not fetched while its stream holds this many.
     @param fetch_max_bytes: bytes fetched per partition per request; a single
         message larger than this is an error raised by its stream.
-    @param max_wait_ms: how long the broker holds a fetch that found no data.
+    @param max_wait_ms: how long the broker holds a fetch that found no data
+        (and so the longest a partition whose full stream drained waits to be
+        fetched again, when another fetch is held on its broker).
+    @param session_timeout_s: the ZooKeeper session timeout; out of touch with
+        ZooKeeper this long, the consumer stops delivering (others may own its
+        partitions by then) until it has rejoined.
     """
 
     _log = Logger()
@@ -380,12 +385,10 @@ class GroupConsumer:
                 problem = await self._attempt(generation)
             except _Superseded:
                 return
-            except KazooException as e:
-                problem = f"ZooKeeper: {_describe(e)}"
-            except Exception as e:
-                self._log.failure("consumer {consumer}: rebalance attempt {attempt} broke", consumer=self.consumer_id,
-                                  attempt=attempt)
-                problem = f"{type(e).__name__}: {e}"
+            except Exception as e:  # ZooKeeper errors (connection loss...) are retried like conflicts
+                if not isinstance(e, KazooException):
+                    self._log.failure("consumer {consumer}: rebalance attempt broke", consumer=self.consumer_id)
+                problem = _describe(e)
             if problem is None:
                 self.state = GroupState.STABLE
                 self.rebalances += 1
@@ -537,18 +540,11 @@ class GroupConsumer:
     # -- offsets --------------------------------------------------------------------------
 
     async def _commit(self, partitions: list[OwnedPartition]) -> None:
-        due = [p for p in partitions if p.consumed is not None and p.consumed != p.committed]
-        if not due:
-            return
-        values = [p.consumed for p in due]
-        results = await _gather(self.zookeeper.set_or_create(paths.offset_path(self.group, p.topic, p.name),
-                                                             str(v).encode()) for p, v in zip(due, values))
-        for p, value, (ok, result) in zip(due, values, results):
+        due = [(p, p.consumed) for p in partitions if p.consumed is not None and p.consumed != p.committed]
+        written = await write_offsets(self.zookeeper, self.group, [(p.topic, p.name, v) for p, v in due])
+        for (p, value), ok in zip(due, written):
             if ok:
                 p.committed = value
-            else:
-                self._log.warn("committing {topic}/{partition} at {offset} failed: {error}", topic=p.topic,
-                               partition=p.name, offset=value, error=_describe(result.value))
 
     def _autocommit_tick(self) -> Deferred[None] | None:
         if self.state is not GroupState.STABLE:
