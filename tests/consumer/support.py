@@ -145,23 +145,19 @@ class Collector:
 
     async def _read(self, consumer: GroupConsumer, stream: GroupStream) -> None:
         name = consumer.consumer_id
-        while True:
-            try:
-                message = await stream.__anext__()
-            except StopAsyncIteration:
-                return
-            except Exception as e:
-                self.errors.append((name, e))
-                conditions, self._conditions = self._conditions, []
-                for _, d in conditions:
-                    d.errback(e)
-                return
-            if name in self._stopped:
-                return
-            if message.partition not in consumer.owned().get(message.topic, {}):
-                self.unowned.append((name, message))
-            self.received.append((name, message))
-            self._check()
+        try:
+            async for message in stream:
+                if name in self._stopped:
+                    return
+                if message.partition not in consumer.owned().get(message.topic, {}):
+                    self.unowned.append((name, message))
+                self.received.append((name, message))
+                self._check()
+        except Exception as e:
+            self.errors.append((name, e))
+            conditions, self._conditions = self._conditions, []
+            for _, d in conditions:
+                d.errback(e)
 
     def payloads(self) -> Counter:
         """How many times each payload was received."""
