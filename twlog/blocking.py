@@ -85,7 +85,8 @@ class _Facade:
 class BlockingProducer(_Facade):
     """L{Producer} for plain scripts: the same arguments; L{send} returns what the Deferred fired with."""
 
-    def __init__(self, brokers: str | Sequence[tuple[str, int]], *, reactor=None, **options: Any) -> None:
+    def __init__(self, brokers: str | Sequence[tuple[str, int]] | None = None, *, reactor=None,
+                 **options: Any) -> None:
         super().__init__(reactor)
         self._producer: Producer = self._call(lambda: Producer(brokers, reactor=self._reactor, **options))
 

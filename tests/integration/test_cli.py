@@ -85,7 +85,8 @@ class CommandTests(TestCase):
 
     async def test_follow_wakes_on_new_data(self) -> None:
         """consume --follow waits for messages produced after it started."""
-        following = twlog("consume", "-b", self.broker, "-t", "f", "--offset", "latest", "--follow", "-n", "3")
+        # A topic nobody wrote yet: the consumer waits at offset 0 whenever the produce lands.
+        following = twlog("consume", "-b", self.broker, "-t", "f", "--offset", "earliest", "--follow", "-n", "3")
         status, _, err = await twlog("produce", "-b", self.broker, "-t", "f", "-p", "0", stdin=b"x\ny\nz\n")
         self.assertEqual(status, 0, err)
         status, out, err = await following

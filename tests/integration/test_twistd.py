@@ -16,7 +16,7 @@ from twisted.trial.unittest import TestCase
 
 from twlog.coord import paths
 from twlog.protocol import codec
-from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, FetchRequest, ProduceRequest
+from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, FetchRequest, OffsetsRequest, ProduceRequest
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
 
@@ -82,6 +82,8 @@ class TwistdTests(TestCase):
         (response,) = await client.responses(1)
         self.assertEqual(codec.decode_ack_produce_response(response)[1][0].next_offset, 10)
         client.send(ProduceRequest("clicks", 1, encode_message_set([b"unflushed-but-kept"])))
+        client.send(OffsetsRequest("clicks", 1, -1, 1))  # answered in order: the produce was handled first
+        await client.responses(2)
         client.transport.loseConnection()
         await client.closed
         process.transport.signalProcess(signal.SIGTERM)

@@ -86,6 +86,7 @@ class ZooKeeperServer:
 
     def __init__(self, directory: str, port: int = 0, tick_ms: int = 500) -> None:
         self.directory = os.path.abspath(directory)
+        self._port_chosen = not port
         self.port = port or free_port()
         self.tick_ms = tick_ms
         self.process: subprocess.Popen | None = None
@@ -100,8 +101,22 @@ class ZooKeeperServer:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    def start(self, timeout_s: float = 60.0) -> ZooKeeperServer:
-        """Start the server and wait until it serves requests."""
+    def start(self, timeout_s: float = 60.0, attempts: int = 3) -> ZooKeeperServer:
+        """Start the server and wait until it serves requests.
+
+        When the port was picked here and something else took it before the
+        server bound it, try again on another free port.
+        """
+        for attempt in range(attempts):
+            try:
+                return self._start_once(timeout_s)
+            except ZooKeeperNotFound as e:
+                if not (self._port_chosen and "Address already in use" in str(e)) or attempt == attempts - 1:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> ZooKeeperServer:
         java = shutil.which("java")
         if java is None:
             raise ZooKeeperNotFound(
