@@ -28,6 +28,14 @@ def _int_list(text: str) -> list[int]:
     return [_positive_int(part) for part in text.split(",") if part]
 
 
+def _scenarios(text: str) -> list[str]:
+    names = [part for part in text.split(",") if part]
+    unknown = [name for name in names if name not in ("start", "join")]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"scenarios are start and join, not {text!r}")
+    return names
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, then exit 2, as argparse does
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -182,6 +190,23 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--dir", default=None,
                         help="where the broker keeps its data (default: a temporary directory, deleted afterwards)")
     broker.set_defaults(run="twlog.bench:main_broker")
+
+    rebalance = benches.add_parser(
+        "rebalance",
+        help="how long a consumer group takes to rebalance (local ZooKeeper, in-process brokers)",
+        description="Start a local ZooKeeper and in-process brokers, then time the paper's rebalance for "
+        "--consumers group consumers over --partitions partitions: all joining at once, and one joining a "
+        "stable group; print the times and the retries needed.",
+    )
+    rebalance.add_argument("--consumers", type=_positive_int, default=10, help="group members (default: 10)")
+    rebalance.add_argument("--partitions", type=_positive_int, default=40, help="partitions in all (default: 40)")
+    rebalance.add_argument("--brokers", type=_positive_int, default=4, help="brokers (default: 4)")
+    rebalance.add_argument("--runs", type=_positive_int, default=3, help="runs per scenario (default: 3)")
+    rebalance.add_argument("--backoff-ms", type=_positive_int, default=500,
+                           help="rebalance back-off after a conflict (default: 500, the consumers' default)")
+    rebalance.add_argument("--scenario", type=_scenarios, default=["start", "join"],
+                           help="comma-separated: start (all join at once), join (default: start,join)")
+    rebalance.set_defaults(run="twlog.bench:main_rebalance")
 
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
