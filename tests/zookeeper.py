@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import shutil
 import tempfile
 
 from kazoo.client import KazooClient
@@ -29,8 +30,13 @@ def zookeeper_server() -> ZooKeeperServer:
     if _server is None:
         directory = tempfile.mkdtemp(prefix="twlog-test-zookeeper-")
         _server = ZooKeeperServer(directory).start()
-        atexit.register(_server.stop)
+        atexit.register(_stop, _server, directory)
     return _server
+
+
+def _stop(server: ZooKeeperServer, directory: str) -> None:
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def fresh_connect_string() -> str:
