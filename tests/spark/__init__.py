@@ -1,0 +1,56 @@
+"""Tests of the Spark reader (twlog.spark) against real brokers, with one local Spark session per process.
+
+Spark actions block, and the brokers run in trial's reactor in this process,
+so the tests run every Spark action in a thread (L{spark_call}) while the
+reactor keeps serving the brokers to Spark's Python workers over loopback.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+
+from twisted.internet.threads import deferToThread
+
+_spark = None
+
+
+def spark_session():
+    """The local[2] session, bound to loopback, started on first use and stopped at exit; None without pyspark."""
+    global _spark
+    if _spark is None:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", __import__("sys").executable)
+        from pyspark.sql import SparkSession
+
+        from twlog.spark import register
+
+        _spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("twlog-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.default.parallelism", "2")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        _spark.sparkContext.setLogLevel("ERROR")
+        register(_spark)
+        atexit.register(_spark.stop)
+    return _spark
+
+
+def spark_call(function, *args, **kwargs):
+    """Run a blocking Spark call in a thread; a Deferred of its result (the reactor keeps running)."""
+    return deferToThread(function, *args, **kwargs)
+
+
+try:
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+
+    skip_reason = None
+except ImportError:
+    skip_reason = "pyspark and pyarrow are needed (pip install twlog[spark])"

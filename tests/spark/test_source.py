@@ -1,0 +1,192 @@
+"""The twlog Spark data source read by a local Spark session from real brokers: batch reads."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from twisted.trial.unittest import TestCase
+
+from tests.broker import start_broker
+from tests.spark import skip_reason, spark_call, spark_session
+from twlog.errors import ConnectionFailed, InvalidMessage, OffsetOutOfRange
+from twlog.producer import Producer
+
+TOPIC = "clicks"
+
+
+def payloads(prefix: str, n: int) -> list[bytes]:
+    return [f"{prefix}-{i:05d}".encode() for i in range(n)]
+
+
+async def produce(testcase, brokers: str, topic: str, messages: list[bytes], partition: int = 0):
+    """Write C{messages} flushed (so visible at once) to the C{partition}-th partition of C{topic}."""
+    producer = Producer(brokers, ack="flushed")
+    try:
+        return await producer.send(topic, messages, partition=partition)
+    finally:
+        await producer.close()
+
+
+def collect(df) -> list[tuple]:
+    return [(r.topic, r.partition, r.offset, bytes(r.value), r.broker) for r in df.collect()]
+
+
+class SparkTestCase(TestCase):
+    skip = skip_reason
+    timeout = 240
+
+    async def setUp(self):
+        self.spark = await spark_call(spark_session)
+
+    def read(self, **options):
+        reader = self.spark.read.format("twlog")
+        for key, value in options.items():
+            reader = reader.option(key, value if isinstance(value, str) else json.dumps(value))
+        return reader.load()
+
+    async def rows(self, **options) -> list[tuple]:
+        return sorted(await spark_call(lambda: collect(self.read(**options))), key=lambda r: (r[1], r[2]))
+
+    async def error(self, **options) -> str:
+        """The text of the error a read with C{options} fails with."""
+        try:
+            await spark_call(lambda: self.read(**options).collect())
+        except Exception as e:  # Spark wraps Python errors of workers in its own
+            return str(e)
+        self.fail("the read did not fail")
+
+
+class BatchTests(SparkTestCase):
+    async def test_read_all(self):
+        """Every message written is read once, with its topic, partition name, offset and broker."""
+        service = await start_broker(self, broker_id=3, num_partitions=2)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        first = await produce(self, brokers, TOPIC, payloads("a", 300), partition=0)
+        await produce(self, brokers, TOPIC, payloads("b", 200), partition=1)
+        rows = await self.rows(brokers=brokers, subscribe=TOPIC, startingOffsets="earliest")
+        self.assertEqual(len(rows), 500)
+        self.assertEqual({r[0] for r in rows}, {TOPIC})
+        self.assertEqual({r[4] for r in rows}, {3})
+        by_partition = {}
+        for r in rows:
+            by_partition.setdefault(r[1], []).append(r[3])
+        self.assertEqual(by_partition, {"3-0": payloads("a", 300), "3-1": payloads("b", 200)})
+        offsets = [r[2] for r in rows if r[1] == "3-0"]
+        self.assertEqual(offsets[0], first.offset)
+        self.assertEqual(offsets[1] - offsets[0], 9 + len(b"a-00000"))
+
+    async def test_offsets(self):
+        """startingOffsets and endingOffsets: earliest, latest, JSON per partition, -2 and -1."""
+        service = await start_broker(self, num_partitions=2)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        await produce(self, brokers, TOPIC, payloads("a", 10), partition=0)
+        await produce(self, brokers, TOPIC, payloads("b", 10), partition=1)
+        every = await self.rows(brokers=brokers, subscribe=TOPIC)
+        a = [r for r in every if r[1] == "0-0"]
+        b = [r for r in every if r[1] == "0-1"]
+        self.assertEqual(len(a), 10)
+        self.assertEqual(await self.rows(brokers=brokers, subscribe=TOPIC, startingOffsets="latest"), [])
+        middle = await self.rows(
+            brokers=brokers, subscribe=TOPIC,
+            startingOffsets={TOPIC: {"0-0": a[3][2], "0-1": -1}},
+            endingOffsets={TOPIC: {"0-0": a[7][2]}},
+        )
+        self.assertEqual(middle, a[3:7])
+        tail = await self.rows(
+            brokers=brokers, subscribe=TOPIC, startingOffsets={TOPIC: {"0-0": -1, "0-1": b[8][2]}},
+            endingOffsets="latest",
+        )
+        self.assertEqual(tail, b[8:])
+        head = await self.rows(
+            brokers=brokers, subscribe=TOPIC, startingOffsets={TOPIC: {"0-0": -2}},
+            endingOffsets={TOPIC: {"0-0": a[2][2], "0-1": b[0][2]}},
+        )
+        self.assertEqual(head, a[:2])
+
+    async def test_assign(self):
+        """assign reads only the partitions named."""
+        service = await start_broker(self, num_partitions=2)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        await produce(self, brokers, TOPIC, payloads("a", 5), partition=0)
+        await produce(self, brokers, TOPIC, payloads("b", 7), partition=1)
+        rows = await self.rows(brokers=brokers, assign={TOPIC: ["0-1"]}, startingOffsets="earliest")
+        self.assertEqual([r[3] for r in rows], payloads("b", 7))
+
+    async def test_two_brokers(self):
+        """A topic spread over two brokers is read from both, partitions named by broker id."""
+        one = await start_broker(self, broker_id=1)
+        two = await start_broker(self, broker_id=2)
+        brokers = f"127.0.0.1:{one.broker.port},127.0.0.1:{two.broker.port}"
+        await produce(self, brokers, TOPIC, payloads("one", 40), partition=0)
+        await produce(self, brokers, TOPIC, payloads("two", 60), partition=1)
+        rows = await self.rows(brokers=brokers, subscribe=TOPIC)
+        self.assertEqual(
+            {(r[1], r[4]) for r in rows}, {("1-0", 1), ("2-0", 2)}
+        )
+        self.assertEqual(sorted(r[3] for r in rows), sorted(payloads("one", 40) + payloads("two", 60)))
+
+    async def test_compressed(self):
+        """Messages of compressed sets are read, sharing their wrapper's offset."""
+        service = await start_broker(self)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        producer = Producer(brokers, ack="flushed", codec="gzip")
+        await producer.send(TOPIC, payloads("z", 20))
+        await producer.close()
+        rows = await self.rows(brokers=brokers, subscribe=TOPIC)
+        self.assertEqual([r[3] for r in rows], payloads("z", 20))
+        self.assertEqual(len({r[2] for r in rows}), 1)
+
+
+class ErrorTests(SparkTestCase):
+    async def test_unreachable_broker(self):
+        """A broker that cannot be reached is named."""
+        service = await start_broker(self)
+        port = service.broker.port
+        await service.stopService()
+        message = await self.error(brokers=f"127.0.0.1:{port}", subscribe=TOPIC)
+        self.assertIn("ConnectionFailed", message)
+        self.assertIn(f"127.0.0.1:{port}", message)
+
+    async def test_unknown_topic(self):
+        """A topic no broker holds is named, with the brokers asked."""
+        service = await start_broker(self)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        await produce(self, brokers, TOPIC, payloads("a", 1))
+        message = await self.error(brokers=brokers, subscribe="nosuchtopic")
+        self.assertIn("UnknownTopic", message)
+        self.assertIn("'nosuchtopic'", message)
+        self.assertIn(brokers, message)
+
+    async def test_offset_out_of_range(self):
+        """A starting offset outside the log fails, unless failOnDataLoss is false: then reading starts at earliest."""
+        service = await start_broker(self)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        end = (await produce(self, brokers, TOPIC, payloads("a", 3))).next_offset
+        message = await self.error(brokers=brokers, subscribe=TOPIC, startingOffsets={TOPIC: {"0-0": end + 100}})
+        self.assertIn("OffsetOutOfRange", message)
+        self.assertIn("partition 0-0", message)
+        self.assertIn(f"[0, {end})", message)
+        rows = await self.rows(
+            brokers=brokers, subscribe=TOPIC, startingOffsets={TOPIC: {"0-0": end + 100}}, failOnDataLoss="false"
+        )
+        self.assertEqual([r[3] for r in rows], payloads("a", 3))
+
+    async def test_corrupt_message(self):
+        """A CRC mismatch in the range fails the read, naming the partition and the offset."""
+        log_dir = self.mktemp()
+        service = await start_broker(self, log_dir=log_dir)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        results = [await produce(self, brokers, TOPIC, [p]) for p in payloads("a", 5)]
+        bad = results[2].offset
+        path = os.path.join(log_dir, f"{TOPIC}-0", f"{0:020d}.log")
+        with open(path, "r+b") as f:
+            f.seek(bad + 4 + 9)
+            f.write(b"X")
+        message = await self.error(brokers=brokers, subscribe=TOPIC)
+        self.assertIn("InvalidMessage", message)
+        self.assertIn(f"offset {bad}", message)
+        self.assertIn("partition 0-0", message)
+
+
+del ConnectionFailed, InvalidMessage, OffsetOutOfRange

@@ -1,0 +1,448 @@
+# -*- test-case-name: tests.spark.test_source -*-
+"""The PySpark data source C{twlog}: topics as DataFrames, batch and streaming.
+
+Register it once per session, then read as from Spark's Kafka source::
+
+    from twlog.spark import register
+    register(spark)                      # spark.dataSource.register(TwlogDataSource)
+    df = (spark.read.format("twlog")
+          .option("brokers", "host1:9092,host2:9092")   # or .option("zookeeper", "zk:2181/chroot")
+          .option("subscribe", "clicks")                 # or .option("assign", '{"clicks": ["0-0", "1-0"]}')
+          .option("startingOffsets", "earliest")         # "earliest", "latest" or JSON per partition
+          .load())
+
+Rows (L{SCHEMA}): C{topic string, partition string, offset long, value binary,
+broker int}.  C{partition} is the cluster-wide name C{<broker id>-<partition>};
+C{offset} the message's byte position in that partition's log (messages of a
+compressed set share their wrapper's offset); C{broker} the broker id.
+
+Options (names as in Spark's Kafka source where they fit; case-insensitive):
+
+  - C{brokers} (C{host:port,...}) or C{zookeeper} (C{host:port[,...][/chroot]}):
+    where to find the partitions.  With brokers, each is asked METADATA; with
+    ZooKeeper, the brokers' registrations are read (on the driver only).
+  - C{subscribe} (comma-separated topics) or C{assign} (JSON C{{"topic": ["0-1", "1-0"]}}).
+  - C{startingOffsets}: C{earliest} (batch default), C{latest} (stream default),
+    or JSON C{{"topic": {"0-1": 1234}}} with -2 for earliest and -1 for latest;
+    partitions the JSON does not name start at the earliest offset.
+  - C{endingOffsets} (batch only): C{latest} (default) or JSON as above;
+    partitions not named end at the latest offset.
+  - C{maxOffsetsPerTrigger} (streams): a budget in B{bytes of log} per micro-batch
+    (offsets are byte positions), spread over partitions in proportion to their
+    backlog.  Each partition's cut is moved back to a message boundary on the
+    driver by fetching the budget's bytes at the start offset: one fetch per
+    partition per trigger whose budget is smaller than the backlog.
+  - C{fetchSize}: bytes per fetch (default 1 MiB); a message larger than it fails
+    the task with L{FetchSizeTooSmall} naming the option.
+  - C{failOnDataLoss} (default true): a starting offset before the earliest one
+    still in the log (deleted by retention) or past the end fails with
+    L{OffsetOutOfRange}; with false, reading starts at the earliest offset.
+  - C{timeoutMs}: socket timeout for every broker request (default 30000).
+
+Each Spark input partition is one topic partition's C{[start, end)} range: the
+range is not split, since offsets are byte positions and a split point can only
+be placed on a message boundary by reading the data up to it (the broker refuses
+fetches that do not start on a boundary).  Readers fetch C{fetchSize} bytes at a
+time and yield one Arrow record batch per fetch, so a range is never held whole
+in memory; every CRC is checked.
+
+Streaming offsets are C{{"topic": {"<broker>-<partition>": offset}}} in Spark's
+checkpoint.  Every trigger rediscovers the partitions: a new partition (or a new
+broker's) first enters the offsets at its earliest offset, and is read from the
+next micro-batch on.  C{trigger(availableNow=True)} reads up to the ends seen
+when the query starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    SupportsTriggerAvailableNow,
+)
+
+from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange
+from twlog.storage.message import iter_messages
+from twlog.syncclient import EARLIEST, LATEST, SyncConnection, TopicPartition, UnknownTopic, discover
+
+SCHEMA = "topic string, partition string, offset long, value binary, broker int"
+DEFAULT_FETCH_SIZE = 1024 * 1024
+
+__all__ = ["SCHEMA", "TwlogDataSource", "register", "UnknownTopic"]
+
+
+def register(spark) -> None:
+    """Make C{spark.read.format("twlog")} and C{spark.readStream.format("twlog")} available in C{spark}."""
+    spark.dataSource.register(TwlogDataSource)
+
+
+class TwlogDataSource(DataSource):
+    """The C{twlog} data source: see this module's docstring for options and rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "twlog"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema) -> DataSourceReader:
+        return TwlogBatchReader(_Options(self.options, stream=False))
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return TwlogStreamReader(_Options(self.options, stream=True))
+
+
+# -- options ---------------------------------------------------------------------------
+
+
+def _parse_offsets(value: str | None, option: str, default: str):
+    """C{"earliest"}, C{"latest"}, or a dict topic -> {partition name: offset}."""
+    if value is None:
+        return default
+    text = value.strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    try:
+        spec = json.loads(text)
+        if not isinstance(spec, dict) or not all(
+            isinstance(parts, dict) and all(isinstance(o, int) for o in parts.values()) for parts in spec.values()
+        ):
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f'{option} must be "earliest", "latest" or JSON such as {{"topic": {{"0-1": 1234}}}}, not {value!r}'
+        ) from None
+    return spec
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+class _Options:
+    """The source's options, parsed and checked once on the driver."""
+
+    def __init__(self, options, stream: bool) -> None:
+        self.brokers = options.get("brokers")
+        self.zookeeper = options.get("zookeeper")
+        if (self.brokers is None) == (self.zookeeper is None):
+            raise ValueError('give exactly one of the options "brokers" (host:port,...) and "zookeeper"')
+        subscribe, assign = options.get("subscribe"), options.get("assign")
+        if (subscribe is None) == (assign is None):
+            raise ValueError('give exactly one of the options "subscribe" (topics) and "assign" (JSON)')
+        self.assign: dict[str, list[str]] | None = None
+        if assign is not None:
+            try:
+                self.assign = json.loads(assign)
+                if not isinstance(self.assign, dict) or not all(isinstance(v, list) for v in self.assign.values()):
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f'assign must be JSON such as {{"topic": ["0-0", "1-0"]}}, not {assign!r}') from None
+            self.topics = list(self.assign)
+        else:
+            self.topics = [t.strip() for t in subscribe.split(",") if t.strip()]
+        if not self.topics:
+            raise ValueError("no topic given")
+        self.starting = _parse_offsets(
+            options.get("startingOffsets"), "startingOffsets", "latest" if stream else "earliest"
+        )
+        self.ending = _parse_offsets(options.get("endingOffsets"), "endingOffsets", "latest")
+        if self.ending == "earliest":
+            raise ValueError('endingOffsets cannot be "earliest"')
+        if stream and options.get("endingOffsets") is not None:
+            raise ValueError("endingOffsets is for batch queries only")
+        self.fetch_size = int(options.get("fetchSize", DEFAULT_FETCH_SIZE))
+        if self.fetch_size < 16:
+            raise ValueError("fetchSize must be at least 16 bytes")
+        self.fail_on_data_loss = _bool(options.get("failOnDataLoss"), True)
+        self.timeout_s = int(options.get("timeoutMs", 30000)) / 1000
+        budget = options.get("maxOffsetsPerTrigger")
+        self.max_bytes_per_trigger = int(budget) if budget is not None else None
+        if self.max_bytes_per_trigger is not None and self.max_bytes_per_trigger < 1:
+            raise ValueError("maxOffsetsPerTrigger (bytes of log) must be positive")
+
+    def partitions(self) -> list[TopicPartition]:
+        """The topic partitions to read, discovered now."""
+        found = discover(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, timeout_s=self.timeout_s)
+        if self.assign is None:
+            return found
+        chosen = [tp for tp in found if tp.name in self.assign.get(tp.topic, ())]
+        for topic, names in self.assign.items():
+            missing = set(names) - {tp.name for tp in chosen if tp.topic == topic}
+            if missing:
+                have = ", ".join(tp.name for tp in found if tp.topic == topic)
+                raise UnknownTopic(f"topic {topic!r} has no partition {', '.join(sorted(missing))} (it has {have})")
+        return chosen
+
+    def connect(self, tp: TopicPartition) -> SyncConnection:
+        return SyncConnection(tp.host, tp.port, self.timeout_s)
+
+    def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        """The partition's earliest and latest (flushed end) offsets."""
+        with self.connect(tp) as c:
+            return c.offset(tp.topic, tp.partition, EARLIEST), c.offset(tp.topic, tp.partition, LATEST)
+
+    def start(self, tp: TopicPartition, earliest: int, latest: int) -> int:
+        """Where reading C{tp} starts, per startingOffsets and failOnDataLoss."""
+        start = _resolve(self.starting, tp, earliest, latest, missing=earliest)
+        if earliest <= start <= latest:
+            return start
+        if not self.fail_on_data_loss:
+            return earliest
+        why = "before the earliest offset still in the log (deleted by retention?)" if start < earliest else (
+            "past the end of the log"
+        )
+        raise OffsetOutOfRange(
+            f"starting offset {start} of {tp.topic} partition {tp.name} is {why}: the partition holds "
+            f"[{earliest}, {latest}); set failOnDataLoss=false to start at the earliest offset instead"
+        )
+
+
+def _resolve(spec, tp: TopicPartition, earliest: int, latest: int, missing: int) -> int:
+    if spec == "earliest":
+        return earliest
+    if spec == "latest":
+        return latest
+    value = spec.get(tp.topic, {}).get(tp.name)
+    if value is None:
+        return missing
+    return {EARLIEST: earliest, LATEST: latest}.get(value, value)
+
+
+# -- reading (on executors) ---------------------------------------------------------------
+
+
+class TwlogPartition(InputPartition):
+    """One topic partition's offset range C{[start, end)} and where to fetch it."""
+
+    def __init__(self, tp: TopicPartition, start: int, end: int, fetch_size: int, timeout_s: float) -> None:
+        self.tp = tp
+        self.start = start
+        self.end = end
+        self.fetch_size = fetch_size
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"TwlogPartition({self.tp.topic} {self.tp.name} [{self.start}, {self.end}))"
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [("topic", pa.string()), ("partition", pa.string()), ("offset", pa.int64()), ("value", pa.binary()),
+         ("broker", pa.int32())]
+    )
+
+
+def read_range(part: TwlogPartition) -> Iterator:
+    """The messages of C{part} as Arrow record batches, one per fetch; CRC checked; stops at C{part.end}."""
+    import pyarrow as pa
+
+    if not isinstance(part, TwlogPartition):
+        return  # Spark's placeholder partition when the plan is empty
+    schema = _arrow_schema()
+    tp = part.tp
+    where = f"{tp.topic} partition {tp.name} (broker {tp.host}:{tp.port})"
+    offset = part.start
+    with SyncConnection(tp.host, tp.port, part.timeout_s) as connection:
+        while offset < part.end:
+            try:
+                data = connection.fetch(tp.topic, tp.partition, offset, part.fetch_size)
+            except OffsetNotOnBoundary:
+                if offset == part.start:
+                    raise OffsetNotOnBoundary(
+                        f"offset {offset} of {where} is not the start of a message (or the message there is corrupt)"
+                    ) from None
+                raise InvalidMessage(f"corrupt message at offset {offset} of {where}") from None
+            except OffsetOutOfRange:
+                raise OffsetOutOfRange(
+                    f"offset {offset} of {where} is no longer in the log while reading [{part.start}, {part.end}) "
+                    "(deleted by retention?)"
+                ) from None
+            except FetchSizeTooSmall:
+                raise FetchSizeTooSmall(
+                    f"the message at offset {offset} of {where} is larger than the fetchSize option "
+                    f"({part.fetch_size} bytes): raise fetchSize"
+                ) from None
+            if not data:
+                raise OffsetOutOfRange(
+                    f"{where} ends at offset {offset}, before the end {part.end} of the range being read"
+                )
+            offsets: list[int] = []
+            values: list[bytes] = []
+            next_offset = offset
+            try:
+                for message in iter_messages(data, offset):
+                    if message.offset >= part.end:
+                        next_offset = part.end
+                        break
+                    offsets.append(message.offset)
+                    values.append(message.payload)
+                    next_offset = message.next_offset
+            except InvalidMessage as e:
+                raise InvalidMessage(f"{where}: {e}") from None
+            except FetchSizeTooSmall:
+                raise FetchSizeTooSmall(
+                    f"the message at offset {offset} of {where} is larger than the fetchSize option "
+                    f"({part.fetch_size} bytes): raise fetchSize"
+                ) from None
+            if next_offset <= offset:
+                raise InvalidMessage(f"no whole message at offset {offset} of {where}")
+            offset = next_offset
+            if offsets:
+                n = len(offsets)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.array([tp.topic] * n, pa.string()),
+                        pa.array([tp.name] * n, pa.string()),
+                        pa.array(offsets, pa.int64()),
+                        pa.array(values, pa.binary()),
+                        pa.array([tp.broker_id] * n, pa.int32()),
+                    ],
+                    schema=schema,
+                )
+
+
+# -- batch ---------------------------------------------------------------------------------
+
+
+class TwlogBatchReader(DataSourceReader):
+    """A batch read: one input partition per topic partition with data between the starting and ending offsets."""
+
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def partitions(self) -> list[TwlogPartition]:
+        o = self.options
+        plan = []
+        for tp in o.partitions():
+            earliest, latest = o.bounds(tp)
+            start = o.start(tp, earliest, latest)
+            end = _resolve(o.ending, tp, earliest, latest, missing=latest)
+            if end > latest:
+                raise OffsetOutOfRange(
+                    f"ending offset {end} of {tp.topic} partition {tp.name} is past the end of the log {latest}"
+                )
+            if end > start:
+                plan.append(TwlogPartition(tp, start, end, o.fetch_size, o.timeout_s))
+        return plan
+
+    def read(self, partition: TwlogPartition) -> Iterator:
+        return read_range(partition)
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+def _get(offsets: dict, tp: TopicPartition) -> int | None:
+    return offsets.get(tp.topic, {}).get(tp.name)
+
+
+def _put(offsets: dict, tp: TopicPartition, value: int) -> None:
+    offsets.setdefault(tp.topic, {})[tp.name] = value
+
+
+def _sorted(offsets: dict) -> dict:
+    return {t: dict(sorted(parts.items())) for t, parts in sorted(offsets.items())}
+
+
+class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches between checkpointed offsets C{{"topic": {"<broker>-<partition>": offset}}}."""
+
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+        self._target: dict | None = None
+
+    def initialOffset(self) -> dict:
+        o = self.options
+        offsets: dict = {}
+        for tp in o.partitions():
+            earliest, latest = o.bounds(tp)
+            _put(offsets, tp, o.start(tp, earliest, latest))
+        return _sorted(offsets)
+
+    def getDefaultReadLimit(self):
+        if self.options.max_bytes_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxBytes(self.options.max_bytes_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        target: dict = {}
+        for tp in self.options.partitions():
+            _put(target, tp, self.options.bounds(tp)[1])
+        self._target = target
+
+    def latestOffset(self, start: dict, limit=None) -> dict:
+        o = self.options
+        parts = o.partitions()
+        if self._target is not None:
+            parts = [tp for tp in parts if _get(self._target, tp) is not None]
+        end = json.loads(json.dumps(start))
+        new = [tp for tp in parts if _get(start, tp) is None]
+        if new:
+            # New partitions (or brokers) enter at their earliest offset; they are read from the next batch.
+            for tp in new:
+                _put(end, tp, o.bounds(tp)[0])
+            return _sorted(end)
+        backlog: dict[TopicPartition, int] = {}
+        for tp in parts:
+            latest = o.bounds(tp)[1]
+            if self._target is not None:
+                latest = min(latest, _get(self._target, tp))
+            begin = _get(start, tp)
+            if latest > begin:
+                backlog[tp] = latest - begin
+                _put(end, tp, latest)
+        budget = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        total = sum(backlog.values())
+        if budget is not None and total > budget:
+            for tp, available in backlog.items():
+                share = max(1, budget * available // total)
+                if share < available:
+                    _put(end, tp, self._boundary(tp, _get(start, tp), share))
+        return _sorted(end)
+
+    def _boundary(self, tp: TopicPartition, offset: int, budget: int) -> int:
+        """The end of the last whole message within C{budget} bytes from C{offset} (at least one message)."""
+        with self.options.connect(tp) as c:
+            try:
+                data = c.fetch(tp.topic, tp.partition, offset, budget) if budget >= 4 else b""
+                messages = list(iter_messages(data, offset, deep=False))
+            except FetchSizeTooSmall:
+                messages = []
+            if not messages:
+                data = c.fetch(tp.topic, tp.partition, offset, self.options.fetch_size)
+                messages = list(iter_messages(data, offset, deep=False))[:1]
+        return messages[-1].next_offset if messages else offset
+
+    def partitions(self, start: dict, end: dict) -> list[TwlogPartition]:
+        o = self.options
+        known = {(tp.topic, tp.name): tp for tp in o.partitions()}
+        plan = []
+        for topic, parts in sorted(end.items()):
+            for name, stop in sorted(parts.items()):
+                begin = start.get(topic, {}).get(name, stop)
+                if stop <= begin:
+                    continue
+                tp = known.get((topic, name))
+                if tp is None:
+                    raise UnknownTopic(
+                        f"partition {name} of topic {topic!r} has offsets [{begin}, {stop}) to read, "
+                        "but no broker holds it now"
+                    )
+                plan.append(TwlogPartition(tp, begin, stop, o.fetch_size, o.timeout_s))
+        return plan
+
+    def read(self, partition: TwlogPartition) -> Iterator:
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the offsets live in Spark's checkpoint."""
