@@ -190,3 +190,66 @@ class ErrorTests(SparkTestCase):
 
 
 del ConnectionFailed, InvalidMessage, OffsetOutOfRange
+
+
+class StreamTests(SparkTestCase):
+    def run_stream(self, brokers: str, out: str, checkpoint: str, **options):
+        """Run an availableNow query into Parquet at C{out} to its end; its progress reports."""
+        reader = self.spark.readStream.format("twlog").option("brokers", brokers).option("subscribe", TOPIC)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        query = (
+            reader.load()
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(180)
+        if query.isActive:
+            query.stop()
+            raise AssertionError("the query did not finish")
+        if query.exception() is not None:
+            raise AssertionError(str(query.exception()))
+        return query.recentProgress
+
+    async def sink(self, out: str) -> list[tuple]:
+        rows = await spark_call(lambda: self.spark.read.parquet(out).collect())
+        return sorted((r.partition, r.offset, bytes(r.value)) for r in rows)
+
+    async def test_restart_exactly_once(self):
+        """A stream stopped and restarted from its checkpoint has every message once in its file sink,
+        including those of a partition on a broker that had none of the topic before."""
+        one = await start_broker(self, broker_id=1, num_partitions=2)
+        two = await start_broker(self, broker_id=2)
+        brokers = f"127.0.0.1:{one.broker.port},127.0.0.1:{two.broker.port}"
+        out, checkpoint = self.mktemp(), self.mktemp()
+        await produce(self, brokers, TOPIC, payloads("a", 100), partition=0)
+        await produce(self, brokers, TOPIC, payloads("b", 30), partition=1)
+        # About 1/4 of the backlog per trigger: several micro-batches, each cut on a message boundary.
+        progress = await spark_call(
+            self.run_stream, brokers, out, checkpoint, startingOffsets="earliest", maxOffsetsPerTrigger="700"
+        )
+        self.assertGreater(len([p for p in progress if p["numInputRows"]]), 2)
+        first = await self.sink(out)
+        self.assertEqual(sorted(r[2] for r in first), sorted(payloads("a", 100) + payloads("b", 30)))
+        await produce(self, brokers, TOPIC, payloads("c", 20), partition=0)
+        await produce(self, brokers, TOPIC, payloads("d", 25), partition=2)  # broker 2's first
+        await spark_call(self.run_stream, brokers, out, checkpoint, startingOffsets="earliest")
+        rows = await self.sink(out)
+        expected = payloads("a", 100) + payloads("b", 30) + payloads("c", 20) + payloads("d", 25)
+        self.assertEqual(sorted(r[2] for r in rows), sorted(expected))
+        self.assertEqual(len({(r[0], r[1], r[2]) for r in rows}), len(expected))
+        self.assertEqual({r[0] for r in rows}, {"1-0", "1-1", "2-0"})
+
+    async def test_latest_by_default(self):
+        """A new stream starts at the end: only messages written after its first run are read."""
+        service = await start_broker(self)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        out, checkpoint = self.mktemp(), self.mktemp()
+        await produce(self, brokers, TOPIC, payloads("old", 10))
+        await spark_call(self.run_stream, brokers, out, checkpoint)
+        await produce(self, brokers, TOPIC, payloads("new", 10))
+        await spark_call(self.run_stream, brokers, out, checkpoint)
+        self.assertEqual([r[2] for r in await self.sink(out)], payloads("new", 10))
