@@ -1,0 +1,115 @@
+"""Spark read throughput: the twlog source beside Spark's own JSON-lines reader, on the same messages.
+
+Not a test: a measurement, run by hand::
+
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m twlog.spark_bench [--messages 1000000] [--size 200]
+
+It writes C{messages} messages of C{size} bytes (ASCII, JSON-safe) straight into
+two partitions' log segments, starts a broker on them as a separate process
+(L{twlog.bench.BrokerProcess}), writes the same payloads as JSON lines
+(C{{"value": "..."}}), and times, with one local[2] session, each source into
+C{count()} and into snappy Parquet.  Prints a table of seconds and rows/s.
+The entry point for a CLI subcommand is L{main} (argv list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from twlog.storage.message import encode_message_set
+
+TOPIC = "bench"
+
+
+def _payload(i: int, size: int) -> bytes:
+    head = f"{i:010d}-".encode()
+    return head + b"x" * (size - len(head))
+
+
+def write_data(directory: str, messages: int, size: int, partitions: int = 2) -> tuple[str, str]:
+    """The broker's log dir (segments written directly) and the JSON-lines file, with the same payloads."""
+    log_dir = os.path.join(directory, "broker")
+    json_path = os.path.join(directory, "messages.jsonl")
+    per = messages // partitions
+    with open(json_path, "w") as jsonl:
+        for p in range(partitions):
+            segment_dir = os.path.join(log_dir, "data", f"{TOPIC}-{p}")
+            os.makedirs(segment_dir)
+            with open(os.path.join(segment_dir, f"{0:020d}.log"), "wb") as log:
+                for chunk in range(0, per, 10_000):
+                    payloads = [_payload(p * per + i, size) for i in range(chunk, min(per, chunk + 10_000))]
+                    log.write(encode_message_set(payloads))
+                    jsonl.write("".join(json.dumps({"value": v.decode()}) + "\n" for v in payloads))
+    return log_dir, json_path
+
+
+def _timed(label: str, action, rows: int, results: list) -> None:
+    started = time.perf_counter()
+    value = action()
+    seconds = time.perf_counter() - started
+    results.append((label, seconds, rows / seconds, value))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Spark read throughput of the twlog source vs JSON lines")
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--fetch-size", type=int, default=1024 * 1024)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import twlog
+    from pyspark.sql import SparkSession
+
+    from twlog.bench import BrokerProcess
+    from twlog.spark import register
+
+    directory = tempfile.mkdtemp(prefix="twlog-spark-bench-")
+    log_dir, json_path = write_data(directory, args.messages, args.size)
+    broker = BrokerProcess(log_dir, "--num-partitions", "2")
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    try:
+        def twlog_df():
+            return (
+                spark.read.format("twlog").option("brokers", f"127.0.0.1:{broker.port}").option("subscribe", TOPIC)
+                .option("fetchSize", str(args.fetch_size)).load()
+            )
+
+        def json_df():
+            return spark.read.schema("value string").json(json_path)
+
+        n = args.messages // 2 * 2
+        twlog_df().limit(1).collect()  # warm up: the Python workers and the JVM's code paths
+        results: list = []
+        _timed("twlog -> count()", lambda: twlog_df().count(), n, results)
+        _timed("json  -> count()", lambda: json_df().count(), n, results)
+        out = os.path.join(directory, "out")
+        _timed("twlog -> parquet", lambda: twlog_df().select("offset", "value").write.parquet(out + "-twlog"), n,
+               results)
+        _timed("json  -> parquet", lambda: json_df().write.parquet(out + "-json"), n, results)
+        print(f"{n} messages of {args.size} bytes, 2 partitions, local[2], fetchSize {args.fetch_size}")
+        print(f"{'read':<20}{'seconds':>10}{'rows/s':>12}  result")
+        for label, seconds, rate, value in results:
+            print(f"{label:<20}{seconds:>10.2f}{rate:>12,.0f}  {value if value is not None else ''}")
+    finally:
+        spark.stop()
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
