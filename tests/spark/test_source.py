@@ -253,3 +253,26 @@ class StreamTests(SparkTestCase):
         await produce(self, brokers, TOPIC, payloads("new", 10))
         await spark_call(self.run_stream, brokers, out, checkpoint)
         self.assertEqual([r[2] for r in await self.sink(out)], payloads("new", 10))
+
+
+class ZooKeeperTests(SparkTestCase):
+    async def test_zookeeper_discovery(self):
+        """With the zookeeper option, the partitions are those the brokers registered."""
+        from kazoo.client import KazooClient
+
+        from tests.broker import wait_until
+        from tests.zookeeper import fresh_connect_string
+
+        connect = fresh_connect_string()
+        one = await start_broker(self, broker_id=1, zookeeper=connect)
+        two = await start_broker(self, broker_id=2, zookeeper=connect)
+        brokers = f"127.0.0.1:{one.broker.port},127.0.0.1:{two.broker.port}"
+        await produce(self, brokers, TOPIC, payloads("one", 10), partition=0)
+        await produce(self, brokers, TOPIC, payloads("two", 20), partition=1)
+        zk = KazooClient(connect)
+        zk.start(timeout=30)
+        self.addCleanup(lambda: (zk.stop(), zk.close()))
+        await wait_until(lambda: len(zk.get_children(f"/brokers/topics/{TOPIC}") if zk.exists(f"/brokers/topics/{TOPIC}") else []) == 2)
+        rows = await self.rows(zookeeper=connect, subscribe=TOPIC)
+        self.assertEqual(sorted(r[3] for r in rows), sorted(payloads("one", 10) + payloads("two", 20)))
+        self.assertEqual({r[1] for r in rows}, {"1-0", "2-0"})
