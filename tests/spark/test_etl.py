@@ -46,6 +46,7 @@ class ETLTests(SparkTestCase):
         loaded = sorted(json.loads(r.json)["n"] for r in rows)
         self.assertEqual(loaded, list(range(65)))
         self.assertTrue(all(json.loads(r.json)["page"] == r.page for r in rows))
-        self.assertEqual(sorted(d for d in os.listdir(output) if d.startswith("page=")), ["page=p0", "page=p1", "page=p2"])
+        pages = sorted(d for d in os.listdir(output) if d.startswith("page="))
+        self.assertEqual(pages, ["page=p0", "page=p1", "page=p2"])
         files = [f for d in os.listdir(output) if d.startswith("page=") for f in os.listdir(os.path.join(output, d))]
         self.assertTrue(files and all(".zstd." in f for f in files if f.endswith(".parquet")), files)

@@ -272,7 +272,8 @@ class ZooKeeperTests(SparkTestCase):
         zk = KazooClient(connect)
         zk.start(timeout=30)
         self.addCleanup(lambda: (zk.stop(), zk.close()))
-        await wait_until(lambda: len(zk.get_children(f"/brokers/topics/{TOPIC}") if zk.exists(f"/brokers/topics/{TOPIC}") else []) == 2)
+        path = f"/brokers/topics/{TOPIC}"
+        await wait_until(lambda: zk.exists(path) is not None and len(zk.get_children(path)) == 2)
         rows = await self.rows(zookeeper=connect, subscribe=TOPIC)
         self.assertEqual(sorted(r[3] for r in rows), sorted(payloads("one", 10) + payloads("two", 20)))
         self.assertEqual({r[1] for r in rows}, {"1-0", "2-0"})
