@@ -473,3 +473,12 @@ def main_rebalance(args) -> int:
         print(f"{names[scenario]:<28} {median(times):>9.2f} {min(times):>7.2f} {max(times):>7.2f} "
               f"{','.join(map(str, retries)):>20}")
     return 0
+
+
+def main_spark(args) -> int:
+    """Entry point of C{twlog bench spark} (the work is in L{twlog.spark_bench})."""
+    from twlog import spark_bench
+
+    spark_bench.main(["--messages", str(args.messages), "--size", str(args.size),
+                      "--fetch-size", str(args.fetch_size)])
+    return 0

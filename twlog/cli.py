@@ -208,6 +208,18 @@ def build_parser() -> argparse.ArgumentParser:
                            help="comma-separated: start (all join at once), join (default: start,join)")
     rebalance.set_defaults(run="twlog.bench:main_rebalance")
 
+    spark = benches.add_parser(
+        "spark", help="Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
+        description="Write N messages to a broker process and as JSON lines, then time a local[2] Spark session "
+        "reading each into count() and into Parquet; print rows/s.",
+    )
+    spark.add_argument("--messages", "-n", type=_positive_int, default=1_000_000,
+                       help="messages (default: 1,000,000)")
+    spark.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
+    spark.add_argument("--fetch-size", type=_positive_int, default=1024 * 1024,
+                       help="bytes per fetch of the data source (default: 1 MiB)")
+    spark.set_defaults(run="twlog.bench:main_spark")
+
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
     crc.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
