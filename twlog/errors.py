@@ -144,3 +144,7 @@ class ConnectionLost(ConnectionFailed):
 class RebalanceFailed(TwlogError):
     """A group consumer could not claim its partitions within its rebalance retries: it consumes nothing
     until a later rebalance (the next change in the group or the cluster) succeeds."""
+
+
+class UnknownTopic(TwlogError):
+    """No broker asked holds the topic (it has never been written to, or the name is misspelt)."""

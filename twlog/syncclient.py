@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from twlog.errors import NO_ERROR, BrokerTimeout, ConnectionFailed, TwlogError, error_for_code
+from twlog.errors import NO_ERROR, BrokerTimeout, ConnectionFailed, UnknownTopic, error_for_code
 from twlog.protocol.codec import (
     FetchRequest,
     MetadataRequest,
@@ -37,10 +37,6 @@ LATEST = -1
 EARLIEST = -2
 
 _SIZE = struct.Struct(">i")
-
-
-class UnknownTopic(TwlogError):
-    """No broker asked holds the topic (it has never been written to, or the name is misspelt)."""
 
 
 def parse_brokers(brokers: str) -> list[tuple[str, int]]:
