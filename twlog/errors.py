@@ -106,6 +106,12 @@ class BrokerShuttingDown(BrokerError):
     retriable = True
 
 
+@_wire(13)
+class StorageFailed(BrokerError):
+    """The partition's log could not be written or fsynced; the broker stops using it until a restart
+    recovers it (retrying an fsync after an error can report success for data that was lost)."""
+
+
 class MalformedRequest(TwlogError):
     """The peer sent bytes that do not parse as a request or response (a protocol error, not a user error)."""
 

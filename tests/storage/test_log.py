@@ -15,6 +15,7 @@ from twlog.errors import (
     MessageSizeTooLarge,
     OffsetNotOnBoundary,
     OffsetOutOfRange,
+    StorageFailed,
 )
 from twlog.storage.log import Log
 from twlog.storage.message import encode_message, encode_message_set, iter_messages
@@ -188,19 +189,81 @@ class FlushTests(LogTestMixin, SynchronousTestCase):
         log = self.open_log()
         self.assertEqual(self.successResultOf(log.flush()), 0)
 
-    def test_fsync_failure_keeps_data_invisible(self) -> None:
-        """A failed fsync leaves the flushed mark where it was; the next flush retries the same data."""
+    def test_fsync_failure_fails_the_partition(self) -> None:
+        """A failed fsync keeps the data invisible for good: no retry (it could report lost data as safe),
+        no more appends, and a StorageFailed that tells the operator to restart (recovery)."""
         runner = ManualRunner()
         log = self.open_log(runner)
         log.append(encode_message(b"a"))
         d = log.flush()
         runner.fail_one(OSError(5, "Input/output error"))
-        self.failureResultOf(d, OSError)
-        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+        self.assertIn("Input/output error", str(self.failureResultOf(d, StorageFailed).value))
         self.assertEqual(log.flushed_offset, 0)
-        d = log.flush()
-        runner.run_one()
-        self.assertEqual(self.successResultOf(d), 10)
+        self.assertIsInstance(log.failed, OSError)
+        e = self.assertRaises(StorageFailed, log.append, encode_message(b"b"))
+        self.assertIn("restart the broker", str(e))
+        self.failureResultOf(log.flush(), StorageFailed)
+        self.clock.advance(60)
+        self.assertEqual((runner.pending, log.flushed_offset), ([], 0))
+
+    def test_failed_write_keeps_offsets_true(self) -> None:
+        """A write that fails (disk full) appends nothing: the file is cut back, earlier data is kept,
+        and offsets still match file positions."""
+        log = self.open_log(segment_bytes=1024 * 1024)
+        log.append(encode_message_set(payloads(3)))  # buffered
+        real_write = os.write
+        calls = []
+
+        def full_disk(fd, data):
+            calls.append(len(data))
+            if len(calls) == 1:
+                real_write(fd, bytes(data[:100]))  # a partial write, then the error
+                raise OSError(28, "No space left on device")
+            return real_write(fd, data)
+
+        self.patch(os, "write", full_disk)
+        self.assertRaises(StorageFailed, log.append, encode_message(b"x" * 70_000))
+        self.assertEqual(log.end_offset, 327)
+        self.assertEqual(os.path.getsize(os.path.join(self.directory, segment_name(0))), 0)
+        self.assertRaises(StorageFailed, log.append, encode_message(b"y"))
+
+    def test_append_acknowledged_is_in_the_file(self) -> None:
+        """write_out puts buffered appends in the file, so an appended-ack survives a process crash."""
+        log = self.open_log(segment_bytes=1024 * 1024)
+        log.append(encode_message_set(payloads(2)))
+        log.write_out()
+        self.assertEqual(os.path.getsize(os.path.join(self.directory, segment_name(0))), 218)
+        self.assertEqual(log.flushed_offset, 0)  # written, not yet fsynced: still invisible
+
+    def test_no_waiters_pile_up_during_a_slow_fsync(self) -> None:
+        """Appends past flush_messages during a slow fsync ask for one more flush, not one each."""
+        runner = ManualRunner()
+        log = self.open_log(runner, flush_messages=1, segment_bytes=1024 * 1024)
+        for i in range(1000):
+            log.append(encode_message(payloads(1, i)[0]))
+        self.assertEqual((len(runner.pending), len(log._flush_waiters)), (1, 0))
+        runner.run_all()
+        self.assertEqual(log.flushed_offset, 1000 * 109)
+
+    def test_new_segments_make_their_directory_durable(self) -> None:
+        """The flush after a segment is created fsyncs its directory too (a file's name is directory data)."""
+        synced = []
+        log = self.open_log(segment_bytes=1090)
+        real_fsync = os.fsync
+
+        def spy(fd):
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            return real_fsync(fd)
+
+        self.patch(os, "fsync", spy)
+        for i in range(12):
+            log.append(encode_message(payloads(1, i)[0]))
+        self.successResultOf(log.flush())
+        self.assertIn(os.path.abspath(self.directory), synced)
+        synced.clear()
+        log.append(encode_message(b"z"))
+        self.successResultOf(log.flush())
+        self.assertNotIn(os.path.abspath(self.directory), synced)  # no new segment: no directory fsync
 
     def test_roll_flushes_both_segments(self) -> None:
         """A flush after a roll fsyncs the old segment too, and makes data in both visible."""

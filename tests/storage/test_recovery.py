@@ -14,7 +14,7 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.config import LogConfig
-from twlog.errors import CorruptLog
+from twlog.errors import CorruptLog, StorageFailed
 from twlog.storage import log as log_module
 from twlog.storage.log import Log
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER, LogDirectoryInUse, LogManager
@@ -521,8 +521,7 @@ class ShutdownMarkerTests(SynchronousTestCase):
         runner.fail_one(OSError("disk gone"))
         self.successResultOf(d)
         self.assertFalse(os.path.exists(self.marker))
-        self.assertTrue(self.flushLoggedErrors(OSError))
-        self.flushLoggedErrors()
+        self.assertTrue(self.flushLoggedErrors(StorageFailed))
         self.assertTrue(self.manager().recovered)
 
 

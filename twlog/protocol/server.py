@@ -135,9 +135,14 @@ class Broker:
                 results.append(ProduceResult(produce.topic, produce.partition, e.code, -1, -1))
                 continue
             results.append(ProduceResult(produce.topic, produce.partition, NO_ERROR, *appended[:2]))
+            log = self.logs.get_log(produce.topic, produce.partition)
             if request.ack == ACK_FLUSHED:
-                log = self.logs.get_log(produce.topic, produce.partition)
                 flushes.append((len(results) - 1, log.flush()))
+            else:
+                try:
+                    log.write_out()  # "appended" means in the file: a process crash cannot lose it
+                except BrokerError as e:
+                    results[-1] = attrs.evolve(results[-1], error=e.code)
         if request.ack != ACK_FLUSHED or not flushes:
             return codec.encode_ack_produce_response(NO_ERROR, results)
         return Deferred.fromCoroutine(self._await_flushes(request, results, flushes))

@@ -15,7 +15,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -28,6 +28,7 @@ from twlog.errors import (
     MessageSizeTooLarge,
     OffsetNotOnBoundary,
     OffsetOutOfRange,
+    StorageFailed,
 )
 from twlog.storage.message import MIN_MESSAGE_BYTES, scan, validate_message_set
 from twlog.storage.segment import FileRegion, Segment, parse_segment_name
@@ -59,9 +60,15 @@ class Truncation(NamedTuple):
     reason: str
 
 
-def _fsync_all(segments: list[Segment]) -> None:
+def _fsync_all(segments: list[Segment], directories: list[str]) -> None:
     for segment in segments:
         segment.fsync()
+    for directory in directories:  # new segment files' names must survive a power loss too
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class Log:
@@ -97,6 +104,11 @@ class Log:
         self._flush_again = False
         self._flush_waiters: list[Deferred[int]] = []
         self._flush_listeners: list[Callable[[Log], Any]] = []
+        #: Directories to fsync at the next flush (after a segment was created in them).
+        self._sync_directories: set[str] = set()
+        #: Set when a write or fsync failed: the log takes no more appends and its flushed
+        #: offset no longer moves (a retried fsync can succeed for data the kernel dropped).
+        self.failed: Exception | None = None
         self.closed = False
 
     # -- opening and recovery ----------------------------------------------
@@ -117,6 +129,7 @@ class Log:
 
         @raise CorruptLog: segments leave a gap or overlap.
         """
+        parent_created = not os.path.isdir(directory)
         os.makedirs(directory, exist_ok=True)
         bases = sorted(
             base for base in (parse_segment_name(name) for name in os.listdir(directory)) if base is not None
@@ -131,6 +144,10 @@ class Log:
                         " away to open this partition"
                     )
             log = cls(directory, segments, config, clock, run_in_thread)
+            if not bases:  # a new segment file (and maybe a new directory) to make durable
+                log._sync_directories.add(directory)
+                if parent_created:
+                    log._sync_directories.add(os.path.dirname(os.path.abspath(directory)))
             if recover:
                 truncation = log._recover_last_segment()
                 if truncation is not None:
@@ -220,6 +237,8 @@ class Log:
         """
         if self.closed:
             raise RuntimeError(f"{self.directory} is closed")
+        if self.failed is not None:
+            raise StorageFailed(f"{self.directory} failed ({self.failed}); restart the broker to recover it")
         size = len(message_set)
         if size > self._config.segment_bytes:
             raise MessageSizeTooLarge(
@@ -233,7 +252,11 @@ class Log:
         if active.size and active.size + size > self._config.segment_bytes:
             active = self._roll()
         offset = active.end_offset
-        active.append(message_set)
+        try:
+            active.append(message_set)
+        except OSError as e:
+            self._fail(e)
+            raise StorageFailed(f"writing to {active.path} failed: {e.strerror or e}") from None
         if not self._dirty or self._dirty[-1] is not active:
             self._dirty.append(active)
         self._unflushed_messages += count
@@ -247,6 +270,7 @@ class Log:
         """Start a new active segment at the current end."""
         self._segments[-1].write_out()
         segment = Segment.open(self.directory, self.end_offset, create=True)
+        self._sync_directories.add(self.directory)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         self._log.info("rolled {path}", path=segment.path)
@@ -265,6 +289,8 @@ class Log:
         Only one fsync runs per log at a time; a flush asked for while one
         runs starts when it ends and covers everything appended until then.
         """
+        if self.failed is not None:
+            return fail(StorageFailed(f"{self.directory} failed ({self.failed})"))
         if not self._dirty and not self._flush_in_flight:
             return succeed(self.flushed_offset)
         d: Deferred[int] = Deferred()
@@ -276,7 +302,13 @@ class Log:
         return d
 
     def _flush_in_background(self) -> None:
-        self.flush().addErrback(lambda f: None)  # failures are logged in _flush_failed
+        """Start a flush nobody waits for (count or time reached); no Deferred piles up meanwhile."""
+        if self.failed is not None or self.closed:
+            return
+        if self._flush_in_flight:
+            self._flush_again = True
+        elif self._dirty:
+            self._start_flush()
 
     def _timed_flush(self) -> None:
         self._flush_timer = None
@@ -286,15 +318,22 @@ class Log:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
+        waiters, self._flush_waiters = self._flush_waiters, []
+        try:
+            for segment in self._dirty:
+                segment.write_out()  # on the reactor thread: the pool thread only fsyncs
+        except OSError as e:
+            self._fail(e)
+            for waiter in waiters:
+                waiter.errback(StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}"))
+            return
         target = self.end_offset
         dirty, self._dirty = self._dirty, []
-        for segment in dirty:
-            segment.write_out()  # on the reactor thread: the pool thread only fsyncs
-        waiters, self._flush_waiters = self._flush_waiters, []
+        directories, self._sync_directories = sorted(self._sync_directories), set()
         self._unflushed_messages = 0
         self._flush_in_flight = True
-        d = self._run_in_thread(_fsync_all, dirty)
-        d.addCallbacks(self._flushed, self._flush_failed, callbackArgs=(target, waiters), errbackArgs=(dirty, waiters))
+        d = self._run_in_thread(_fsync_all, dirty, directories)
+        d.addCallbacks(self._flushed, self._flush_failed, callbackArgs=(target, waiters), errbackArgs=(waiters,))
 
     def _flushed(self, _: object, target: int, waiters: list[Deferred[int]]) -> None:
         self._flush_in_flight = False
@@ -309,17 +348,28 @@ class Log:
             waiter.callback(self.flushed_offset)
         self._after_flush()
 
-    def _flush_failed(self, failure: Failure, dirty: list[Segment], waiters: list[Deferred[int]]) -> None:
+    def _flush_failed(self, failure: Failure, waiters: list[Deferred[int]]) -> None:
         self._flush_in_flight = False
-        self._log.failure("fsync failed in {directory}; the data stays invisible until a flush succeeds",
-                          failure, directory=self.directory)
-        self._dirty[:0] = [s for s in dirty if s not in self._dirty]
-        for waiter in waiters:
-            waiter.errback(failure)
-        self._after_flush()
+        self._fail(failure.value)
+        for waiter in waiters + self._flush_waiters:
+            waiter.errback(StorageFailed(f"fsync failed in {self.directory}: {failure.getErrorMessage()}"))
+        self._flush_waiters = []
+
+    def _fail(self, error: Exception) -> None:
+        """Stop taking appends and stop moving the flushed offset: only a restart (recovery) is safe now."""
+        if self.failed is None:
+            self.failed = error
+            self._log.critical(
+                "{directory}: a write or fsync failed ({error}); the partition takes no more messages and "
+                "its unflushed data stays invisible; restart the broker to recover it",
+                directory=self.directory, error=error,
+            )
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
 
     def _after_flush(self) -> None:
-        if self._flush_again and not self.closed:
+        if self._flush_again and not self.closed and self.failed is None:
             self._flush_again = False
             if self._dirty:
                 self._start_flush()
@@ -327,6 +377,19 @@ class Log:
                 waiters, self._flush_waiters = self._flush_waiters, []
                 for waiter in waiters:
                     waiter.callback(self.flushed_offset)
+
+    def write_out(self) -> None:
+        """Put everything appended into the file (page cache), not yet fsynced: what an
+        acknowledged "appended" produce promises, so a process crash cannot lose it.
+
+        @raise StorageFailed: the write failed.
+        """
+        try:
+            for segment in self._dirty:
+                segment.write_out()
+        except OSError as e:
+            self._fail(e)
+            raise StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}") from None
 
     def add_flush_listener(self, listener: Callable[["Log"], Any]) -> None:
         """Call C{listener(log)} each time the flushed offset moves (to wake waiting fetches)."""

@@ -16,7 +16,7 @@ import os
 import re
 from functools import partial
 
-from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -147,6 +147,8 @@ class LogManager:
             self._close_all(write_marker=True)
 
         def failed(failure):
+            if failure.check(FirstError):
+                failure = failure.value.subFailure
             self._log.failure("flush at shutdown failed; leaving no clean-shutdown marker", failure)
             self._close_all()
 

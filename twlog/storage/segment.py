@@ -46,9 +46,14 @@ class Segment:
         self.path = path
         self.base_offset = base_offset
         self.fd = fd
-        #: Bytes appended, including those still in the write buffer.
-        self.size = size
+        #: Bytes in the file; the write buffer holds the rest of L{size}.
+        self.written = size
         self._pending = bytearray()
+
+    @property
+    def size(self) -> int:
+        """Bytes appended: in the file, and in the write buffer."""
+        return self.written + len(self._pending)
 
     @classmethod
     def open(cls, directory: str, base_offset: int, create: bool = False) -> "Segment":
@@ -68,25 +73,45 @@ class Segment:
 
         Durability is L{fsync}'s job, and readers only see flushed data, so
         a flush (which calls L{write_out} first) is what makes it visible.
+
+        @raise OSError: the write failed (disk full, I/O error); C{data} is not
+            appended, and what was appended before is kept.
         """
-        self.size += len(data)
         if not self._pending and len(data) >= self.WRITE_BUFFER_BYTES:
             self._write(data)
             return
+        before = len(self._pending)
         self._pending += data
         if len(self._pending) >= self.WRITE_BUFFER_BYTES:
-            self.write_out()
+            try:
+                self.write_out()
+            except OSError:
+                del self._pending[before:]
+                raise
 
     def write_out(self) -> None:
-        """Write the write buffer to the file (to the page cache)."""
+        """Write the write buffer to the file (to the page cache).
+
+        @raise OSError: the write failed; the buffer is kept and the file is
+            cut back to where it was, so offsets keep matching file positions.
+        """
         if self._pending:
-            pending, self._pending = self._pending, bytearray()
-            self._write(pending)
+            self._write(bytes(self._pending))  # a copy: the buffer stays resizable if the write fails
+            self._pending = bytearray()
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
+        start = self.written
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError:
+            try:
+                os.ftruncate(self.fd, start)  # drop a partial write: never leave half a message
+            except OSError:
+                pass
+            raise
+        self.written = start + len(data)
 
     def pread(self, position: int, length: int) -> bytes:
         """Read up to C{length} bytes at file C{position}."""
@@ -102,7 +127,7 @@ class Segment:
         self.write_out()
         os.ftruncate(self.fd, size)
         os.fsync(self.fd)
-        self.size = size
+        self.written = size
 
     def mtime_ms(self) -> int:
         """The file's last modification time, in milliseconds since the epoch."""
