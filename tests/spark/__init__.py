@@ -45,12 +45,3 @@ def spark_session():
 def spark_call(function, *args, **kwargs):
     """Run a blocking Spark call in a thread; a Deferred of its result (the reactor keeps running)."""
     return deferToThread(function, *args, **kwargs)
-
-
-try:
-    import pyarrow  # noqa: F401
-    import pyspark  # noqa: F401
-
-    skip_reason = None
-except ImportError:
-    skip_reason = "pyspark and pyarrow are needed (pip install twlog[spark])"

@@ -8,7 +8,7 @@ import os
 from twisted.trial.unittest import TestCase
 
 from tests.broker import start_broker
-from tests.spark import skip_reason, spark_call, spark_session
+from tests.spark import spark_call, spark_session
 from twlog.errors import ConnectionFailed, InvalidMessage, OffsetOutOfRange
 from twlog.producer import Producer
 
@@ -33,7 +33,6 @@ def collect(df) -> list[tuple]:
 
 
 class SparkTestCase(TestCase):
-    skip = skip_reason
     timeout = 240
 
     async def setUp(self):
