@@ -36,6 +36,9 @@ from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, KazooException, NodeExist
 from twlog.errors import TwlogError
 from twlog.storage.manager import LogManager
 
+_OURS = object()  # _create_or_adopt: the node is held by this session now
+_GONE = object()  # _create_or_adopt: the node vanished meanwhile
+
 
 class BrokerIdInUse(TwlogError):
     """Another live broker is registered in ZooKeeper under this broker's id."""
@@ -182,20 +185,13 @@ class BrokerRegistration:
         value = self.address.encode("utf-8")
         deadline = self._clock.seconds() + self.stale_wait_s
         while True:
-            try:
-                await self._zk.create(path, value, ephemeral=True, makepath=True)
+            held = await self._create_or_adopt(path, value)
+            if held is _OURS:
                 return
-            except NodeExistsError:
-                pass
-            try:
-                current, stat = await self._zk.get(path)
-            except NoNodeError:
+            if held is _GONE:
                 continue  # deleted meanwhile: try again
+            current, stat = held
             owner = stat.ephemeralOwner
-            if owner and owner == self._session_id():
-                if current != value:
-                    await self._zk.set(path, value, stat.version)
-                return
             holder = current.decode("utf-8", "replace")
             if not owner:
                 raise BrokerIdInUse(
@@ -215,6 +211,28 @@ class BrokerRegistration:
             )
             await self._changed(path, remaining)
 
+    async def _create_or_adopt(self, path: str, value: bytes):
+        """Create C{path} (ephemeral, C{value}), or take it if this session already holds it.
+
+        @return: L{_OURS} when the node is now ours with C{value}; L{_GONE} when it
+            vanished between the attempts (try again); else the other holder's
+            (value, stat).
+        """
+        try:
+            await self._zk.create(path, value, ephemeral=True, makepath=True)
+            return _OURS
+        except NodeExistsError:
+            pass
+        try:
+            current, stat = await self._zk.get(path)
+        except NoNodeError:
+            return _GONE
+        if stat.ephemeralOwner and stat.ephemeralOwner == self._session_id():
+            if current != value:
+                await self._zk.set(path, value, stat.version)
+            return _OURS
+        return current, stat
+
     async def _changed(self, path: str, timeout_s: float) -> None:
         """Wait until C{path} changes or goes, at most C{timeout_s}."""
         event: Deferred = Deferred()
@@ -233,19 +251,12 @@ class BrokerRegistration:
         for _ in range(5):
             if generation != self._generation:
                 raise _Stale()
-            try:
-                await self._zk.create(path, value, ephemeral=True, makepath=True)
+            held = await self._create_or_adopt(path, value)
+            if held is _OURS:
                 return
-            except NodeExistsError:
-                pass
-            try:
-                current, stat = await self._zk.get(path)
-            except NoNodeError:
+            if held is _GONE:
                 continue
-            if stat.ephemeralOwner and stat.ephemeralOwner == self._session_id():
-                if current != value:
-                    await self._zk.set(path, value, stat.version)
-                return
+            _, stat = held
             # Left by an earlier session of this broker id, which we now hold: replace it.
             try:
                 await self._zk.delete(path, stat.version)
