@@ -61,7 +61,7 @@ def store_offsets(output: str, offsets: dict) -> None:
 
 def end_offsets(topic: str, brokers: str | None = None, zookeeper: str | None = None) -> dict:
     """The latest (flushed end) offset of every partition of C{topic} now: this run's end."""
-    from twlog.syncclient import LATEST, SyncConnection, discover
+    from twlog.client.sync import LATEST, SyncConnection, discover
 
     ends: dict = {topic: {}}
     for tp in discover([topic], brokers=brokers, zookeeper=zookeeper):
@@ -77,7 +77,7 @@ def run(
     """Load what is new in C{topic} into C{output}; returns the offsets stored (this run's end)."""
     from pyspark.sql import functions as F
 
-    from twlog.spark import register
+    from twlog.spark.source import register
 
     register(spark)
     start = load_offsets(output)

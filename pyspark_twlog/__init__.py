@@ -5,6 +5,6 @@ C{pyspark_*} that define C{DefaultSource}; this one makes C{spark.read.format("t
 work with no C{register(spark)} call.  The source itself lives in L{twlog.spark}.
 """
 
-from twlog.spark import TwlogDataSource as DefaultSource
+from twlog.spark.source import TwlogDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -1,4 +1,4 @@
-"""Tests for twlog.protocol.client: the FIFO client protocol and the reconnecting broker connection."""
+"""Tests for twlog.client.connection: the FIFO client protocol and the reconnecting broker connection."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.client.support import FakeEndpoint, framed, written_requests
 from twlog.errors import NO_ERROR, BrokerTimeout, ClientClosed, ConnectionFailed, ConnectionLost, OffsetOutOfRange
 from twlog.protocol import codec
-from twlog.protocol.client import (
+from twlog.client.connection import (
     BrokerConnection,
     ClientProtocol,
     client_endpoint,

@@ -33,7 +33,7 @@ from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
 from twlog.storage.segment import segment_name
 
-from ..broker import raw_connect, start_broker, wait_until
+from tests.integration.broker import raw_connect, start_broker, wait_until
 
 
 def payloads(n: int, size: int = 200, start: int = 0) -> list[bytes]:

@@ -11,8 +11,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
-from ..broker import start_broker
-from ..zookeeper import fresh_connect_string
+from tests.integration.broker import start_broker
+from tests.integration.zookeeper import fresh_connect_string
 
 
 class _Command(ProcessProtocol):

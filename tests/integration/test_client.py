@@ -20,10 +20,10 @@ from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer import EARLIEST, LATEST, SimpleConsumer
 from twlog.errors import BrokerTimeout, ConnectionFailed, FetchSizeTooSmall, OffsetOutOfRange
 from twlog.producer import Producer
-from twlog.protocol.client import BrokerConnection
+from twlog.client.connection import BrokerConnection
 from twlog.protocol.codec import ProduceRequest, WaitFetchRequest
 from twlog.storage.message import encode_message_set
-from twlog.tap import BrokerService
+from twlog.broker.tap import BrokerService
 
 _LOG_FIELDS = {f.name for f in attrs.fields(LogConfig)}
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,7 +13,7 @@ from twisted.trial.unittest import TestCase
 from twlog.consumer.group import GroupConsumer, GroupState
 from twlog.coord import paths
 
-from ..consumer.support import (
+from tests.integration.groups import (
     FAST,
     Collector,
     ownership,
@@ -23,7 +23,7 @@ from ..consumer.support import (
     start_brokers,
     wait_settled,
 )
-from ..zookeeper import connect, expire_session
+from tests.integration.zookeeper import connect, expire_session
 
 
 class GroupTests(TestCase):

@@ -14,7 +14,7 @@ from twisted.trial.unittest import TestCase
 
 from twlog.coord.zkserver import four_letter_word, free_port
 
-from .test_cli import twlog
+from tests.integration.test_cli import twlog
 
 
 class _Local(ProcessProtocol):

@@ -20,9 +20,9 @@ from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, FetchRequest, O
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
 
-from ..broker import RawClient
-from ..coord.test_registry import node_until
-from ..zookeeper import connect
+from tests.integration.broker import RawClient
+from tests.integration.test_registry import node_until
+from tests.integration.zookeeper import connect
 
 
 class Twistd(ProcessProtocol):

@@ -18,11 +18,11 @@ from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zkserver import free_port
 from twlog.errors import ConnectionFailed
 from twlog.producer import Partition, Producer, hash_partitioner
-from twlog.tap import BrokerService
+from twlog.broker.tap import BrokerService
 
-from ..broker import start_broker
-from ..coord.test_registry import node_until
-from ..zookeeper import connect, expire_session, fresh_connect_string
+from tests.integration.broker import start_broker
+from tests.integration.test_registry import node_until
+from tests.integration.zookeeper import connect, expire_session, fresh_connect_string
 
 
 async def next_change(view: ClusterView) -> None:

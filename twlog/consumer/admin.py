@@ -23,7 +23,7 @@ from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import NodeExistsError, NoNodeError, ZooKeeper
 from twlog.errors import RebalanceFailed
 from twlog.protocol import codec
-from twlog.protocol.client import BrokerConnection
+from twlog.client.connection import BrokerConnection
 from twlog.protocol.codec import OffsetsRequest
 
 _log = Logger()
@@ -329,7 +329,7 @@ async def rebalance_benchmark(reactor, zookeeper: str, consumers: int = 10, part
     from twlog.config import BrokerConfig, LogConfig
     from twlog.consumer.group import GroupConsumer, GroupState
     from twlog.coord.registry import BrokerRegistration
-    from twlog.tap import BrokerService
+    from twlog.broker.tap import BrokerService
 
     if scenario not in ("start", "join"):
         raise ValueError("scenario must be 'start' or 'join'")

@@ -21,7 +21,7 @@ from twisted.logger import Logger
 
 from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, FetchSizeTooSmall
 from twlog.protocol import codec
-from twlog.protocol.client import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error
+from twlog.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error
 from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset, iter_messages
 

@@ -33,7 +33,7 @@ from twlog.errors import (
     OffsetOutOfRange,
 )
 from twlog.protocol import codec
-from twlog.protocol.client import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error, default_retry_policy
+from twlog.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error, default_retry_policy
 from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset
 

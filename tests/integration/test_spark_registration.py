@@ -8,7 +8,7 @@ import sys
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.spark import TwlogDataSource
+from twlog.spark.source import TwlogDataSource
 
 _SCRIPT = """
 import os, sys
@@ -37,6 +37,6 @@ class AutomaticRegistrationTests(SynchronousTestCase):
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
         result = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=300,
                                 env=env)
-        self.assertIn("twlog/spark.py", result.stdout, result.stderr[-2000:])
+        self.assertIn("twlog/spark/source.py", result.stdout, result.stderr[-2000:])
         self.assertIn("ConnectionFailed", result.stdout)
         self.assertNotIn("DATA_SOURCE_NOT_FOUND", result.stdout)

@@ -476,8 +476,8 @@ def main_rebalance(args) -> int:
 
 
 def main_spark(args) -> int:
-    """Entry point of C{twlog bench spark} (the work is in L{twlog.spark_bench})."""
-    from twlog import spark_bench
+    """Entry point of C{twlog bench spark} (the work is in L{twlog.bench.spark})."""
+    from twlog.bench import spark as spark_bench
 
     spark_bench.main(["--messages", str(args.messages), "--size", str(args.size),
                       "--fetch-size", str(args.fetch_size)])

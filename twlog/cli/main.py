@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
                          help="compress each batch (default: none)")
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
-    produce.set_defaults(run="twlog.tools:produce", react=True)
+    produce.set_defaults(run="twlog.cli.tools:produce", react=True)
 
     consume = commands.add_parser(
         "consume", help="print a partition's messages, one per line",
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="keep waiting for new messages (the broker wakes the consumer)")
     consume.add_argument("--max-bytes", type=_positive_int, default=300 * 1024,
                          help="bytes per fetch (default: 300 KiB)")
-    consume.set_defaults(run="twlog.tools:consume", react=True)
+    consume.set_defaults(run="twlog.cli.tools:consume", react=True)
 
     offsets = commands.add_parser(
         "offsets", help="print valid offsets of a partition (latest, earliest, or before a time)",
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--time", default="latest",
                          help="latest, earliest, or milliseconds since the epoch (default: latest)")
     offsets.add_argument("--max", type=_positive_int, default=1, help="how many offsets at most (default: 1)")
-    offsets.set_defaults(run="twlog.tools:offsets", react=True)
+    offsets.set_defaults(run="twlog.cli.tools:offsets", react=True)
 
     groups = commands.add_parser(
         "groups", help="show consumer groups: members, owners, committed offsets and lag",
@@ -123,12 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_argument("--zookeeper", "-z", default="localhost:2181", metavar="HOST:PORT",
                         help="ZooKeeper (default: localhost:2181)")
     groups.add_argument("--group", "-g", default=None, help="only this group")
-    groups.set_defaults(run="twlog.tools:groups", react=True)
+    groups.set_defaults(run="twlog.cli.tools:groups", react=True)
 
     topics = commands.add_parser("topics", help="list what brokers hold",
                                  description="List each broker's id and address, and its topics and partitions.")
     broker_option(topics, many=True)
-    topics.set_defaults(run="twlog.tools:topics", react=True)
+    topics.set_defaults(run="twlog.cli.tools:topics", react=True)
 
     local = commands.add_parser(
         "local", help="run ZooKeeper and N brokers on this machine until Ctrl-C",
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="partitions of a new topic on each broker (default: 4)")
     local.add_argument("--flush-interval-ms", type=_positive_int, default=200,
                        help="how soon produced messages become visible (default: 200)")
-    local.set_defaults(run="twlog.local:run_local", react=True)
+    local.set_defaults(run="twlog.cli.local:run_local", react=True)
 
     bench = commands.add_parser("bench", help="run a benchmark and print a table",
                                 description="Benchmarks that print tables.")
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="bytes per read when reading back (default: 1 MiB)")
     storage.add_argument("--dir", default=None,
                          help="where to write the logs (default: a temporary directory, deleted afterwards)")
-    storage.set_defaults(run="twlog.bench:main_storage")
+    storage.set_defaults(run="twlog.bench.core:main_storage")
 
     broker = benches.add_parser(
         "broker",
@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="bytes per consumer fetch (default: 200 KiB, as in the paper)")
     broker.add_argument("--dir", default=None,
                         help="where the broker keeps its data (default: a temporary directory, deleted afterwards)")
-    broker.set_defaults(run="twlog.bench:main_broker")
+    broker.set_defaults(run="twlog.bench.core:main_broker")
 
     rebalance = benches.add_parser(
         "rebalance",
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="rebalance back-off after a conflict (default: 500, the consumers' default)")
     rebalance.add_argument("--scenario", type=_scenarios, default=["start", "join"],
                            help="comma-separated: start (all join at once), join (default: start,join)")
-    rebalance.set_defaults(run="twlog.bench:main_rebalance")
+    rebalance.set_defaults(run="twlog.bench.core:main_rebalance")
 
     spark = benches.add_parser(
         "spark", help="Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
@@ -218,13 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     spark.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
     spark.add_argument("--fetch-size", type=_positive_int, default=1024 * 1024,
                        help="bytes per fetch of the data source (default: 1 MiB)")
-    spark.set_defaults(run="twlog.bench:main_spark")
+    spark.set_defaults(run="twlog.bench.core:main_spark")
 
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
     crc.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
     crc.add_argument("--count", type=_positive_int, default=10_000, help="payloads per round (default: 10,000)")
-    crc.set_defaults(run="twlog.bench:main_crc")
+    crc.set_defaults(run="twlog.bench.core:main_crc")
     return parser
 
 
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     function = getattr(import_module(module_name), function_name)
     if getattr(args, "react", False):
-        from twlog.tools import run
+        from twlog.cli.tools import run
 
         return run(function, args)
     try:

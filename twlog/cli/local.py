@@ -68,7 +68,7 @@ async def run_local(reactor, args) -> None:
         textFileLogObserver,
     )
 
-    from twlog.tap import BrokerService
+    from twlog.broker.tap import BrokerService
 
     data = os.path.abspath(args.data)
     os.makedirs(data, exist_ok=True)

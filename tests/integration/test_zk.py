@@ -11,7 +11,7 @@ from twlog.coord import paths
 from twlog.coord.zk import LOST, NodeExistsError, NoNodeError, ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zkserver import ZooKeeperNotFound, find_classpath, four_letter_word
 
-from ..zookeeper import connect, expire_session, zookeeper_server
+from tests.integration.zookeeper import connect, expire_session, zookeeper_server
 
 
 class ZooKeeperTests(TestCase):

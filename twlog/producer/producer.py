@@ -43,7 +43,7 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, QueueFull
 from twlog.protocol import codec
-from twlog.protocol.client import BrokerConnection, broker_error, parse_brokers
+from twlog.client.connection import BrokerConnection, broker_error, parse_brokers
 from twlog.protocol.codec import (
     ACK_APPENDED,
     ACK_FLUSHED,

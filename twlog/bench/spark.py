@@ -2,7 +2,7 @@
 
 Not a test: a measurement, run by hand::
 
-    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m twlog.spark_bench [--messages 1000000] [--size 200]
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m twlog.bench.spark [--messages 1000000] [--size 200]
 
 It writes C{messages} messages of C{size} bytes (ASCII, JSON-safe) straight into
 two partitions' log segments, starts a broker on them as a separate process
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import twlog
     from pyspark.sql import SparkSession
 
-    from twlog.bench import BrokerProcess
-    from twlog.spark import register
+    from twlog.bench.core import BrokerProcess
+    from twlog.spark.source import register
 
     directory = tempfile.mkdtemp(prefix="twlog-spark-bench-")
     log_dir, json_path = write_data(directory, args.messages, args.size)

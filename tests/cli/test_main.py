@@ -11,8 +11,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from twisted.internet import reactor
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from twlog.bench import format_storage_table, run_storage_benchmark
-from twlog.cli import main
+from twlog.bench.core import format_storage_table, run_storage_benchmark
+from twlog.cli.main import main
 
 
 def run_main(*argv: str) -> tuple[int, str, str]:

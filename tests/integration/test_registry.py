@@ -13,7 +13,7 @@ from twlog.coord import paths
 from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, broker_address
 from twlog.coord.zk import CONNECTED, SUSPENDED, ZnodeStat, ZooKeeper
 
-from ..zookeeper import connect, expire_session
+from tests.integration.zookeeper import connect, expire_session
 
 
 class FakeLogs:

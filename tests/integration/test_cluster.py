@@ -9,7 +9,7 @@ from twlog.coord import paths
 from twlog.coord.cluster import ClusterView, parse_broker_address
 from twlog.coord.zk import ZooKeeper
 
-from ..zookeeper import connect
+from tests.integration.zookeeper import connect
 
 
 def next_change(view: ClusterView) -> Deferred:

@@ -8,8 +8,8 @@ from twisted.trial.unittest import TestCase
 from twlog.consumer.admin import GroupMember, describe_groups, rebalance_benchmark, reset_offsets
 from twlog.consumer.group import GroupConsumer
 
-from ..zookeeper import connect
-from .support import FAST, payloads, registered, start_brokers
+from tests.integration.zookeeper import connect
+from tests.integration.groups import FAST, payloads, registered, start_brokers
 
 
 class DescribeTests(TestCase):

@@ -15,7 +15,7 @@ from twlog.producer import Producer
 from twlog.protocol.server import Broker, BrokerFactory
 from twlog.storage.manager import LogManager
 
-from ..fakes import ManualRunner
+from tests.fakes import ManualRunner
 
 
 class WireTests(SynchronousTestCase):

@@ -6,9 +6,9 @@ import importlib.util
 import json
 import os
 
-from tests.broker import start_broker
-from tests.spark import spark_call
-from tests.spark.test_source import SparkTestCase, produce
+from tests.integration.broker import start_broker
+from tests.integration.spark import spark_call
+from tests.integration.test_spark_source import SparkTestCase, produce
 
 _EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "etl_parquet.py")
 

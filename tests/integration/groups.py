@@ -15,12 +15,12 @@ from twlog.consumer.stream import GroupMessage, GroupStream
 from twlog.coord import paths
 from twlog.coord.zk import NoNodeError, ZooKeeper
 from twlog.protocol import codec
-from twlog.protocol.client import BrokerConnection
+from twlog.client.connection import BrokerConnection
 from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, OffsetsRequest, ProduceRequest
 from twlog.storage.message import encode_message_set
-from twlog.tap import BrokerService
+from twlog.broker.tap import BrokerService
 
-from ..broker import wait_until
+from tests.integration.broker import wait_until
 
 #: Fast rebalances and no long holds, so that tests stay short.
 FAST = {"rebalance_backoff_ms": 50, "max_wait_ms": 200, "auto_commit_interval_ms": 100, "session_timeout_s": 4.0}

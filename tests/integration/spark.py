@@ -23,7 +23,7 @@ def spark_session():
         os.environ.setdefault("PYSPARK_PYTHON", __import__("sys").executable)
         from pyspark.sql import SparkSession
 
-        from twlog.spark import register
+        from twlog.spark.source import register
 
         _spark = (
             SparkSession.builder.master("local[2]")

@@ -19,7 +19,7 @@ from twisted.internet.task import react
 from twlog.consumer.simple import EARLIEST, LATEST, SimpleConsumer
 from twlog.errors import TwlogError, error_for_code
 from twlog.producer import Producer
-from twlog.protocol.client import BrokerConnection, parse_brokers
+from twlog.client.connection import BrokerConnection, parse_brokers
 from twlog.protocol.codec import MetadataRequest, decode_metadata_response
 
 #: Seconds between progress lines on a terminal.

@@ -3,7 +3,7 @@
 
 Register it once per session, then read as from Spark's Kafka source::
 
-    from twlog.spark import register
+    from twlog.spark.source import register
     register(spark)                      # spark.dataSource.register(TwlogDataSource)
     df = (spark.read.format("twlog")
           .option("brokers", "host1:9092,host2:9092")   # or .option("zookeeper", "zk:2181/chroot")
@@ -67,7 +67,7 @@ from pyspark.sql.streaming.datasource import (
 
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange
 from twlog.storage.message import iter_messages
-from twlog.syncclient import EARLIEST, LATEST, SyncConnection, TopicPartition, UnknownTopic, discover
+from twlog.client.sync import EARLIEST, LATEST, SyncConnection, TopicPartition, UnknownTopic, discover
 
 SCHEMA = "topic string, partition string, offset long, value binary, broker int"
 DEFAULT_FETCH_SIZE = 1024 * 1024

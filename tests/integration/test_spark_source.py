@@ -7,8 +7,8 @@ import os
 
 from twisted.trial.unittest import TestCase
 
-from tests.broker import start_broker
-from tests.spark import spark_call, spark_session
+from tests.integration.broker import start_broker
+from tests.integration.spark import spark_call, spark_session
 from twlog.errors import ConnectionFailed, InvalidMessage, OffsetOutOfRange
 from twlog.producer import Producer
 
@@ -259,8 +259,8 @@ class ZooKeeperTests(SparkTestCase):
         """With the zookeeper option, the partitions are those the brokers registered."""
         from kazoo.client import KazooClient
 
-        from tests.broker import wait_until
-        from tests.zookeeper import fresh_connect_string
+        from tests.integration.broker import wait_until
+        from tests.integration.zookeeper import fresh_connect_string
 
         connect = fresh_connect_string()
         one = await start_broker(self, broker_id=1, zookeeper=connect)

@@ -12,9 +12,9 @@ from twlog.coord import paths
 from twlog.coord.zk import ZooKeeper
 from twlog.errors import RebalanceFailed
 
-from ..broker import wait_until
-from ..zookeeper import connect
-from .support import FAST, Collector, payloads, produce_all, registered, start_brokers, wait_settled
+from tests.integration.broker import wait_until
+from tests.integration.zookeeper import connect
+from tests.integration.groups import FAST, Collector, payloads, produce_all, registered, start_brokers, wait_settled
 
 
 class GroupConsumerTests(TestCase):

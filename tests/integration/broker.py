@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from twlog.config import BrokerConfig, LogConfig
 from twlog.protocol import codec
-from twlog.tap import BrokerService
+from twlog.broker.tap import BrokerService
 
 _LOG_FIELDS = {f.name for f in attrs.fields(LogConfig)}
 

@@ -1,0 +1,1 @@
+"""The C{twlog bench} commands: each prints a table of measured figures."""

@@ -1,0 +1,1 @@
+"""Talking to brokers: one connection (Twisted), one blocking socket client, broker discovery."""
