@@ -1,4 +1,5 @@
-"""Spark read throughput: the twlog source beside Spark's own JSON-lines reader, on the same messages.
+# -*- test-case-name: tests.cli.test_main -*-
+"""C{twlog bench spark}: Spark reading through the twlog source beside its JSON-lines reader, same messages.
 
 Not a test: a measurement, run by hand::
 
@@ -6,10 +7,10 @@ Not a test: a measurement, run by hand::
 
 It writes C{messages} messages of C{size} bytes (ASCII, JSON-safe) straight into
 two partitions' log segments, starts a broker on them as a separate process
-(L{twlog.bench.BrokerProcess}), writes the same payloads as JSON lines
+(L{twlog.bench.broker.BrokerProcess}), writes the same payloads as JSON lines
 (C{{"value": "..."}}), and times, with one local[2] session, each source into
 C{count()} and into snappy Parquet.  Prints a table of seconds and rows/s.
-The entry point for a CLI subcommand is L{main} (argv list).
+The entry points are L{main} (an argv list) and L{main_spark} (C{twlog bench spark}'s arguments).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from twlog.bench.broker import BrokerProcess
+from twlog.spark.source import register
 from twlog.storage.message import encode_message_set
 
 TOPIC = "bench"
@@ -65,9 +68,6 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import twlog
     from pyspark.sql import SparkSession
 
-    from twlog.bench.core import BrokerProcess
-    from twlog.spark.source import register
-
     directory = tempfile.mkdtemp(prefix="twlog-spark-bench-")
     log_dir, json_path = write_data(directory, args.messages, args.size)
     broker = BrokerProcess(log_dir, "--num-partitions", "2")
@@ -109,6 +109,12 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         spark.stop()
         broker.stop()
+
+
+def main_spark(args) -> int:
+    """Entry point of C{twlog bench spark}."""
+    main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size)])
+    return 0
 
 
 if __name__ == "__main__":

@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="bytes per read when reading back (default: 1 MiB)")
     storage.add_argument("--dir", default=None,
                          help="where to write the logs (default: a temporary directory, deleted afterwards)")
-    storage.set_defaults(run="twlog.bench.core:main_storage")
+    storage.set_defaults(run="twlog.bench.storage:main_storage")
 
     broker = benches.add_parser(
         "broker",
@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="bytes per consumer fetch (default: 200 KiB, as in the paper)")
     broker.add_argument("--dir", default=None,
                         help="where the broker keeps its data (default: a temporary directory, deleted afterwards)")
-    broker.set_defaults(run="twlog.bench.core:main_broker")
+    broker.set_defaults(run="twlog.bench.broker:main_broker")
 
     rebalance = benches.add_parser(
         "rebalance",
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="rebalance back-off after a conflict (default: 500, the consumers' default)")
     rebalance.add_argument("--scenario", type=_scenarios, default=["start", "join"],
                            help="comma-separated: start (all join at once), join (default: start,join)")
-    rebalance.set_defaults(run="twlog.bench.core:main_rebalance")
+    rebalance.set_defaults(run="twlog.bench.rebalance:main_rebalance")
 
     spark = benches.add_parser(
         "spark", help="Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
@@ -218,13 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     spark.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
     spark.add_argument("--fetch-size", type=_positive_int, default=1024 * 1024,
                        help="bytes per fetch of the data source (default: 1 MiB)")
-    spark.set_defaults(run="twlog.bench.core:main_spark")
+    spark.set_defaults(run="twlog.bench.spark:main_spark")
 
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
     crc.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
     crc.add_argument("--count", type=_positive_int, default=10_000, help="payloads per round (default: 10,000)")
-    crc.set_defaults(run="twlog.bench.core:main_crc")
+    crc.set_defaults(run="twlog.bench.crc:main_crc")
     return parser
 
 

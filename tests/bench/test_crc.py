@@ -1,0 +1,25 @@
+"""Tests for C{twlog bench crc}'s measurement and table."""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.bench.common import payloads
+from twlog.bench.crc import format_crc_table, run_crc_benchmark
+
+
+class CrcBenchmarkTests(SynchronousTestCase):
+    def test_both_implementations_measured(self) -> None:
+        """One row per implementation, each a positive time per message; the table says which is faster."""
+        results = run_crc_benchmark(size=50, count=20, rounds=2)
+        self.assertEqual([name for name, _ in results], ["zlib.crc32 (hot path)", "crcmod crc-32 (C extension)"])
+        self.assertTrue(all(ns > 0 for _, ns in results))
+        table = format_crc_table([("a", 10.0), ("b", 20.0)], 50).splitlines()
+        self.assertEqual(len(table), 4)
+        self.assertTrue(table[2].endswith("1.00x") and table[3].endswith("2.00x"), table)
+
+    def test_payloads_are_distinct(self) -> None:
+        """The payloads have the size asked for and are all different."""
+        data = payloads(100, 30)
+        self.assertEqual({len(p) for p in data}, {30})
+        self.assertEqual(len(set(data)), 100)
