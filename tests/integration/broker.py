@@ -11,9 +11,9 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.protocol import Protocol
 from typing_extensions import override
 
+from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
 from twlog.protocol import codec
-from twlog.broker.tap import BrokerService
 
 _LOG_FIELDS = {f.name for f in attrs.fields(LogConfig)}
 

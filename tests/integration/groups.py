@@ -18,7 +18,7 @@ from twlog.protocol import codec
 from twlog.client.connection import BrokerConnection
 from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, OffsetsRequest, ProduceRequest
 from twlog.storage.message import encode_message_set
-from twlog.broker.tap import BrokerService
+from twlog.broker.service import BrokerService
 
 from tests.integration.broker import wait_until
 

@@ -23,7 +23,7 @@ from twlog.producer import Producer
 from twlog.client.connection import BrokerConnection
 from twlog.protocol.codec import ProduceRequest, WaitFetchRequest
 from twlog.storage.message import encode_message_set
-from twlog.broker.tap import BrokerService
+from twlog.broker.service import BrokerService
 
 _LOG_FIELDS = {f.name for f in attrs.fields(LogConfig)}
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

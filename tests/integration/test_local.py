@@ -12,9 +12,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
-from twlog.coord.zkserver import four_letter_word, free_port
-
 from tests.integration.test_cli import twlog
+from twlog.coord.zkserver import four_letter_word, free_port
 
 
 class _Local(ProcessProtocol):

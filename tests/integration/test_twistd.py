@@ -14,15 +14,14 @@ from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
+from tests.integration.broker import RawClient
+from tests.integration.test_registry import node_until
+from tests.integration.zookeeper import connect
 from twlog.coord import paths
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, FetchRequest, OffsetsRequest, ProduceRequest
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
-
-from tests.integration.broker import RawClient
-from tests.integration.test_registry import node_until
-from tests.integration.zookeeper import connect
 
 
 class Twistd(ProcessProtocol):

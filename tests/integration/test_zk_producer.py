@@ -18,7 +18,7 @@ from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zkserver import free_port
 from twlog.errors import ConnectionFailed
 from twlog.producer import Partition, Producer, hash_partitioner
-from twlog.broker.tap import BrokerService
+from twlog.broker.service import BrokerService
 
 from tests.integration.broker import start_broker
 from tests.integration.test_registry import node_until

@@ -12,18 +12,25 @@ then ZooKeeper.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, DeferredList
+from twisted.logger import (
+    FilteringLogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+    globalLogBeginner,
+    textFileLogObserver,
+)
 
+from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord.zkserver import ZooKeeperServer, free_port
 
 
 def _port_free(port: int) -> bool:
-    import socket
-
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -60,16 +67,6 @@ def usage_text(zookeeper: str, ports: list[int], data: str) -> str:
 
 async def run_local(reactor, args) -> None:
     """Start ZooKeeper and the brokers, print how to use them, and run until the reactor stops."""
-    from twisted.logger import (
-        FilteringLogObserver,
-        LogLevel,
-        LogLevelFilterPredicate,
-        globalLogBeginner,
-        textFileLogObserver,
-    )
-
-    from twlog.broker.tap import BrokerService
-
     data = os.path.abspath(args.data)
     os.makedirs(data, exist_ok=True)
     # The brokers' log lines (topics created, recovery, bad clients) go to stderr.

@@ -1,0 +1,91 @@
+"""Tests for C{twistd twlog}'s options and service tree (no reactor, no sockets)."""
+
+from __future__ import annotations
+
+from twisted.application.service import MultiService
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.broker.service import BrokerService
+from twlog.broker.tap import Options, makeService, parse_topic_partitions
+from twlog.config import HOUR_MS, BrokerConfig, LogConfig
+
+
+def parse(*argv: str) -> Options:
+    options = Options()
+    options.parseOptions(list(argv))
+    return options
+
+
+class OptionsTests(SynchronousTestCase):
+    def test_defaults(self) -> None:
+        """With no options, the config is the documented defaults: port 9092 on loopback, standalone."""
+        config = parse().config
+        self.assertEqual(config, BrokerConfig(log=LogConfig("twlog-data", retention_ms=168 * HOUR_MS)))
+        self.assertEqual((config.port, config.interface, config.zookeeper, config.sendfile),
+                         (9092, "127.0.0.1", None, True))
+
+    def test_every_option_reaches_the_config(self) -> None:
+        """Each option lands in its BrokerConfig or LogConfig field; underscores in numbers are allowed."""
+        config = parse(
+            "--port", "0", "--interface", "::", "--host", "b1.example", "--log-dir", "/data", "--broker-id", "3",
+            "--num-partitions", "4", "--topic-partitions", "clicks:8, views:2", "--segment-bytes", "1_048_576",
+            "--flush-messages", "5", "--flush-interval-ms", "0", "--retention-hours", "2",
+            "--retention-bytes", "10000", "--retention-check-interval-ms", "60000", "--max-message-bytes", "512",
+            "--max-request-bytes", "4096", "--zookeeper", "zk1:2181/twlog", "--no-sendfile",
+        ).config
+        self.assertEqual(
+            (config.port, config.interface, config.host, config.broker_id, config.max_request_bytes,
+             config.zookeeper, config.sendfile),
+            (0, "::", "b1.example", 3, 4096, "zk1:2181/twlog", False),
+        )
+        log = config.log
+        self.assertEqual(
+            (log.log_dir, log.num_partitions, dict(log.topic_partitions), log.segment_bytes, log.flush_messages,
+             log.flush_interval_ms, log.retention_ms, log.retention_bytes, log.retention_check_interval_ms,
+             log.max_message_bytes),
+            ("/data", 4, {"clicks": 8, "views": 2}, 1_048_576, 5, 0, 2 * HOUR_MS, 10000, 60000, 512),
+        )
+        self.assertEqual(log.partitions_for("clicks"), 8)
+        self.assertEqual(log.partitions_for("other"), 4)
+
+    def test_not_a_number(self) -> None:
+        """A value that is not a whole number is a usage error naming the option."""
+        e = self.assertRaises(usage.UsageError, parse, "--num-partitions", "zero")
+        self.assertEqual(str(e), "--num-partitions must be a whole number, not 'zero'")
+
+    def test_below_minimum(self) -> None:
+        """A number under the option's minimum is a usage error saying the minimum."""
+        for option, value, minimum in [("--num-partitions", "0", 1), ("--port", "-1", 0),
+                                       ("--segment-bytes", "1000", 1024), ("--retention-bytes", "-2", -1),
+                                       ("--max-message-bytes", "8", 9)]:
+            e = self.assertRaises(usage.UsageError, parse, option, value)
+            self.assertEqual(str(e), f"{option} must be at least {minimum}")
+
+    def test_config_errors_are_usage_errors(self) -> None:
+        """What only the config checks (a port above 65535) is a usage error too, not a ValueError."""
+        e = self.assertRaises(usage.UsageError, parse, "--port", "70000")
+        self.assertIn("port must be between 0 and 65535", str(e))
+
+    def test_topic_partitions(self) -> None:
+        """TOPIC:COUNT items, empty items ignored; a bad item, count or topic name is a usage error."""
+        self.assertEqual(parse_topic_partitions(""), {})
+        self.assertEqual(parse_topic_partitions("a:1,,b:2 ,"), {"a": 1, "b": 2})
+        for text, message in [("clicks", "wants TOPIC:COUNT items, not 'clicks'"),
+                              ("clicks:0", "--topic-partitions must be at least 1"),
+                              ("clicks:x", "--topic-partitions must be a whole number, not 'x'"),
+                              ("../etc:1", "--topic-partitions: ")]:
+            e = self.assertRaises(usage.UsageError, parse_topic_partitions, text)
+            self.assertIn(message, str(e), text)
+
+
+class MakeServiceTests(SynchronousTestCase):
+    def test_one_broker_service(self) -> None:
+        """makeService gives twistd a MultiService holding one BrokerService with the parsed config."""
+        options = parse("--log-dir", self.mktemp(), "--broker-id", "7")
+        top = makeService(options)
+        self.assertIsInstance(top, MultiService)
+        (service,) = list(top)
+        self.assertIsInstance(service, BrokerService)
+        self.assertEqual(service.config, options.config)
+        self.assertFalse(service.running)
