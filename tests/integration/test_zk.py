@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import threading
 
+from twisted.internet import reactor
 from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from twlog.coord import paths
 from twlog.coord.zk import LOST, NodeExistsError, NoNodeError, ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zkserver import ZooKeeperNotFound, find_classpath, four_letter_word
 
+from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from tests.integration.zookeeper import connect, expire_session, zookeeper_server
 
 
@@ -93,3 +96,96 @@ class ServerTests(SynchronousTestCase):
         self.patch(__import__("twlog.coord.zkserver").coord.zkserver, "_DEBIAN_LIBS", ())
         e = self.assertRaises(ZooKeeperNotFound, find_classpath)
         self.assertIn("pip install 'twlog[spark]'", str(e))
+
+
+async def _script(a, b, expire, settle) -> list:
+    """One sequence of operations on two sessions C{a} and C{b} of one tree; what each returned, and the events.
+
+    C{expire()} expires C{a}'s session (which then reconnects on a new one);
+    C{settle(events, states)} waits for the watch events and session states due
+    by then (a real server's arrive on their own time).
+    """
+    out: list = []
+    events: list = []
+    states: list = []
+    a.add_state_listener(states.append)
+
+    def watch(tag):
+        return lambda event: events.append((tag, event.type, event.path))
+
+    async def do(label, d):
+        try:
+            result = await d
+        except Exception as e:
+            out.append((label, "error", type(e).__name__))
+            return None
+        if isinstance(result, tuple) and len(result) == 2:  # get: (value, stat)
+            result = (result[0], result[1].version)
+        elif isinstance(result, list):  # children: in no particular order
+            result = sorted(result)
+        out.append((label, result if not hasattr(result, "version") else ("stat", result.version)))
+        return result
+
+    await do("create", a.create("/p/q", b"1", makepath=True))
+    await do("create again", a.create("/p/q"))
+    await do("create orphan", a.create("/none/x"))
+    await do("exists missing", b.exists("/p/e", watch=watch("b exists /p/e")))
+    await do("children", b.children("/p", watch=watch("b children /p")))
+    await do("ephemeral", a.create("/p/e", b"eph", ephemeral=True))
+    value, stat = await a.get("/p/e", watch=watch("a get /p/e"))
+    out.append(("get", value, stat.version, stat.ephemeralOwner == a.session_id))
+    await do("get watch b", b.get("/p/e", watch=watch("b get /p/e")))
+    await do("set", a.set("/p/q", b"2", version=0))
+    await do("set bad version", a.set("/p/q", b"3", version=0))
+    await do("sequence", a.create("/p/s-", sequence=True))
+    await do("children after", a.children("/p", watch=watch("a children /p")))
+    await do("delete not empty", a.delete("/p"))
+    await do("delete missing", a.delete("/p/none"))
+    await do("get missing", a.get("/p/none"))
+    await do("set_or_create", a.set_or_create("/r/s", b"x"))
+    await do("read back", a.get("/r/s"))
+    await settle(events, states)
+    expire()
+    await settle(events, states)
+    await do("ephemeral gone", b.exists("/p/e"))
+    await do("persistent stays", b.exists("/p/q"))
+    out.append(("states", states))
+    out.append(("events", sorted(events, key=repr)))
+    return out
+
+
+class FakeMatchesServerTests(TestCase):
+    """The in-memory fake of the unit tests answers as a real ZooKeeper (through the adapter) does."""
+
+    timeout = 60
+    maxDiff = None
+
+    async def test_same_script_same_results(self) -> None:
+        server = FakeZooKeeperServer()
+        fake_a, fake_b = FakeZooKeeper(server), FakeZooKeeper(server)
+        await fake_a.start()
+        await fake_b.start()
+
+        checkpoints = []
+
+        async def fake_settle(events, states) -> None:
+            checkpoints.append((len(events), list(states)))
+
+        def fake_expire() -> None:
+            fake_a.expire()
+            fake_a.reconnect()
+
+        expected = await _script(fake_a, fake_b, fake_expire, fake_settle)
+
+        real_a = await connect(self)
+        real_b = await connect(self, real_a.hosts)
+
+        async def real_settle(events, states) -> None:
+            count, expected_states = checkpoints.pop(0)
+            for _ in range(1000):
+                if len(events) >= count and states == expected_states:
+                    return
+                await deferLater(reactor, 0.01, lambda: None)
+
+        actual = await _script(real_a, real_b, lambda: expire_session(real_a), real_settle)
+        self.assertEqual(actual, expected)

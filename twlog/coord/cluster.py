@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from twlog.coord import paths
-from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, NoNodeError, ZooKeeper
+from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, NoNodeError
 
 
 def parse_broker_address(value: bytes) -> tuple[str, int]:
@@ -34,7 +34,7 @@ class ClusterView:
 
     _log = Logger()
 
-    def __init__(self, zk: ZooKeeper, topics: Iterable[str] = ()) -> None:
+    def __init__(self, zk: IZooKeeper, topics: Iterable[str] = ()) -> None:
         self._zk = zk
         #: Live brokers: id -> (host, port).
         self.brokers: dict[int, tuple[str, int]] = {}

@@ -32,7 +32,7 @@ from twisted.logger import Logger
 
 from twlog.config import BrokerConfig
 from twlog.coord import paths
-from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, KazooException, NodeExistsError, NoNodeError, ZooKeeper
+from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, KazooException, NodeExistsError, NoNodeError
 from twlog.errors import TwlogError
 from twlog.storage.manager import LogManager
 
@@ -62,7 +62,7 @@ class BrokerRegistration:
 
     def __init__(
         self,
-        zk: ZooKeeper,
+        zk: IZooKeeper,
         config: BrokerConfig,
         logs: LogManager,
         port: int,

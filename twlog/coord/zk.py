@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.coord.test_zk -*-
+# -*- test-case-name: tests.coord.test_zk,tests.integration.test_zk -*-
 """ZooKeeper for Twisted code: kazoo behind Deferreds, with watches and session events on the reactor thread.
 
 The design card names txzookeeper; it is Python 2 only (last released in 2013,
@@ -26,10 +26,12 @@ from kazoo.exceptions import (  # noqa: F401  (re-exported: callers catch these)
     NotEmptyError,
     SessionExpiredError,
 )
-from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat  # noqa: F401
+from kazoo.protocol.states import EventType, KeeperState, WatchedEvent, ZnodeStat  # noqa: F401
 from kazoo.retry import KazooRetry
 from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from zope.interface import Attribute, Interface, implementer
 
 from twlog.errors import TwlogError
 
@@ -63,6 +65,71 @@ class ZooKeeperUnavailable(TwlogError):
     """ZooKeeper could not be reached within the timeout."""
 
 
+class IZooKeeper(Interface):
+    """A ZooKeeper session as the rest of twlog uses it: Deferreds, one-shot watches and session states.
+
+    Results and watch events arrive on the reactor thread.  Errors are kazoo's,
+    re-exported by this module (L{NodeExistsError}, L{NoNodeError},
+    L{BadVersionError}, L{NotEmptyError}, L{ConnectionLoss}, ...).  A watch is a
+    callable taking a L{WatchedEvent}; it fires once.  The real session is
+    L{ZooKeeper}; tests use C{tests.fakezk.FakeZooKeeper}.
+    """
+
+    hosts = Attribute("The connect string, C{host:port[,host:port...][/chroot]}.")
+    connected = Attribute("Whether the session is connected now.")
+    client_id = Attribute("The session's (id, password), or None before the first connection.")
+    session_id = Attribute("The session's id (the C{ephemeralOwner} of its ephemeral nodes), or None.")
+
+    def start() -> Deferred[None]:
+        """Connect (L{ZooKeeperUnavailable} on failure)."""
+
+    def stop() -> Deferred[None]:
+        """Close the session: its ephemeral nodes go at once."""
+
+    def add_state_listener(listener: Callable[[str], Any]) -> None:
+        """Call C{listener(CONNECTED | SUSPENDED | LOST)} when the session changes."""
+
+    def remove_state_listener(listener: Callable[[str], Any]) -> None:
+        """Stop calling C{listener}."""
+
+    def create(path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
+               makepath: bool = False) -> Deferred[str]:
+        """Create C{path}; fire with the path created."""
+
+    def get(path: str, watch: Callable[[WatchedEvent], Any] | None = None) -> Deferred[tuple[bytes, ZnodeStat]]:
+        """The value and stat of C{path}; C{watch} fires when it changes or goes."""
+
+    def set(path: str, value: bytes, version: int = -1) -> Deferred[ZnodeStat]:
+        """Set the value of C{path}; fire with its new stat."""
+
+    def delete(path: str, version: int = -1) -> Deferred[bool]:
+        """Delete C{path}."""
+
+    def children(path: str, watch: Callable[[WatchedEvent], Any] | None = None) -> Deferred[list[str]]:
+        """The children of C{path}; C{watch} fires when they change."""
+
+    def exists(path: str, watch: Callable[[WatchedEvent], Any] | None = None) -> Deferred[ZnodeStat | None]:
+        """The stat of C{path} or None; C{watch} fires when it is created, changed or deleted."""
+
+    def ensure_path(path: str) -> Deferred[bool]:
+        """Create C{path} and its parents as needed (persistent, empty)."""
+
+    def set_or_create(path: str, value: bytes) -> Any:
+        """Set C{path} to C{value}, creating it (and its parents) if missing (a coroutine or Deferred)."""
+
+
+async def set_or_create(zk: IZooKeeper, path: str, value: bytes) -> None:
+    """Set C{path} to C{value} in C{zk}, creating it (and its parents, persistent) if missing."""
+    try:
+        await zk.set(path, value)
+    except NoNodeError:
+        try:
+            await zk.create(path, value, makepath=True)
+        except NodeExistsError:
+            await zk.set(path, value)
+
+
+@implementer(IZooKeeper)
 class ZooKeeper:
     """A ZooKeeper session whose operations return Deferreds fired on the reactor thread.
 
@@ -101,7 +168,6 @@ class ZooKeeper:
 
     def start(self) -> Deferred[None]:
         """Connect; fail with L{ZooKeeperUnavailable} after the connect timeout."""
-        from twisted.internet.threads import deferToThreadPool
 
         def connect() -> None:
             try:
@@ -116,7 +182,6 @@ class ZooKeeper:
 
     def stop(self) -> Deferred[None]:
         """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""
-        from twisted.internet.threads import deferToThreadPool
 
         def close() -> None:
             self._client.stop()
@@ -133,6 +198,12 @@ class ZooKeeper:
     def client_id(self) -> tuple[int, bytes] | None:
         """The session's (id, password), e.g. to expire it from another client in tests."""
         return self._client.client_id
+
+    @property
+    def session_id(self) -> int | None:
+        """The session's id: the C{ephemeralOwner} of the nodes it creates."""
+        client_id = self._client.client_id
+        return client_id[0] if client_id else None
 
     def add_state_listener(self, listener: Callable[[str], Any]) -> None:
         """Call C{listener(CONNECTED | SUSPENDED | LOST)} on the reactor thread when the session changes."""
@@ -189,13 +260,7 @@ class ZooKeeper:
 
     async def set_or_create(self, path: str, value: bytes) -> None:
         """Set C{path} to C{value}, creating it (and its parents, persistent) if missing."""
-        try:
-            await self.set(path, value)
-        except NoNodeError:
-            try:
-                await self.create(path, value, makepath=True)
-            except NodeExistsError:
-                await self.set(path, value)
+        await set_or_create(self, path, value)
 
     # -- plumbing ------------------------------------------------------------------
 
