@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.coord.test_cluster -*-
+# -*- test-case-name: tests.coord.test_cluster,tests.integration.test_cluster -*-
 """What ZooKeeper says of the cluster: live brokers and the partitions of watched topics, kept current.
 
 L{ClusterView} reads C{/brokers/ids} and C{/brokers/topics/<topic>} and keeps
@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from twlog.coord import paths
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, NoNodeError
+from twlog.partition import TopicPartition
 
 
 def parse_broker_address(value: bytes) -> tuple[str, int]:
@@ -78,6 +79,10 @@ class ClusterView:
         """C{topic}'s partitions on live brokers, as (broker id, partition), sorted."""
         counts = self._registrations.get(topic, {})
         return sorted((b, p) for b, n in counts.items() if b in self.brokers for p in range(n))
+
+    def topic_partitions(self, topic: str) -> list[TopicPartition]:
+        """C{topic}'s partitions on live brokers, sorted by (broker id, partition)."""
+        return [TopicPartition(topic, b, p) for b, p in self.partitions(topic)]
 
     def topics(self) -> list[str]:
         """The topics being followed."""

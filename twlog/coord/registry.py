@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.coord.test_registry -*-
+# -*- test-case-name: tests.coord.test_registry,tests.integration.test_registry -*-
 """A broker's registration in ZooKeeper: its address and its topics, kept across session expiry.
 
 Kafka 0.7's broker registry (shared/DESIGN.md, "ZooKeeper layout"): the
@@ -22,9 +22,13 @@ Ephemeral nodes belong to the session that created them and go with it.  So:
     broker checks them the same way (registering is idempotent).
   - On stop, the nodes this session owns are deleted (the session may be
     shared; when it is closed they would go anyway).
+
+L{BrokerRegistration.state} says where it is (L{RegistrationState}).
 """
 
 from __future__ import annotations
+
+import enum
 
 from twisted.application.internet import backoffPolicy
 from twisted.internet.defer import Deferred, DeferredList, TimeoutError
@@ -38,6 +42,31 @@ from twlog.storage.manager import LogManager
 
 _OURS = object()  # _create_or_adopt: the node is held by this session now
 _GONE = object()  # _create_or_adopt: the node vanished meanwhile
+
+
+class RegistrationState(enum.Enum):
+    """Where a L{BrokerRegistration} is.  Transitions::
+
+        STOPPED        --start()-----------------------------------------------> REGISTERING
+        REGISTERING    --id and topics registered----------------------------> REGISTERED
+        REGISTERING    --id held by another live broker (BrokerIdInUse)-------> STOPPED
+        REGISTERED     --connection lost (SUSPENDED)--------------------------> SUSPENDED
+        any running    --session expired (LOST): every node is gone-----------> EXPIRED
+        SUSPENDED      --reconnected: check the nodes-------------------------> RE_REGISTERING
+        EXPIRED        --new session: register the id and every topic again---> RE_REGISTERING
+        RE_REGISTERING --done--------------------------------------------------> REGISTERED
+        RE_REGISTERING --failed: retried after a back-off (stays)-------------> RE_REGISTERING
+        RE_REGISTERING --the id is held by another live broker now------------> FAILED
+        any            --stop()------------------------------------------------> STOPPED
+    """
+
+    STOPPED = "stopped"
+    REGISTERING = "registering"
+    REGISTERED = "registered"
+    SUSPENDED = "suspended"
+    EXPIRED = "expired"
+    RE_REGISTERING = "re-registering"
+    FAILED = "failed"
 
 
 class BrokerIdInUse(TwlogError):
@@ -79,6 +108,7 @@ class BrokerRegistration:
         #: What this broker registers as its address.
         self.address = broker_address(config.advertised_host, port)
         self.stale_wait_s = stale_wait_s
+        self.state = RegistrationState.STOPPED
         self._running = False
         #: Whether the id is registered in the current session (topics may then be registered).
         self._claimed = False
@@ -117,6 +147,7 @@ class BrokerRegistration:
 
     async def _start(self) -> None:
         self._running = True
+        self.state = RegistrationState.REGISTERING
         if not self._listening_to_logs:
             self._listening_to_logs = True
             self._logs.add_topic_listener(self._topic_created)
@@ -125,8 +156,11 @@ class BrokerRegistration:
             count = await self._register_all(self._generation)
         except BaseException:
             self._running = False
+            self.state = RegistrationState.STOPPED
             self._zk.remove_state_listener(self._session_changed)
             raise
+        if not self._disconnected:
+            self.state = RegistrationState.REGISTERED
         self._log.info(
             "broker {id} registered in ZooKeeper at {hosts} as {address} ({count} topics)",
             id=self.broker_id, hosts=self._zk.hosts, address=self.address, count=count,
@@ -134,6 +168,7 @@ class BrokerRegistration:
 
     async def _stop(self) -> None:
         self._running = False
+        self.state = RegistrationState.STOPPED
         self._claimed = False
         self._generation += 1
         self._zk.remove_state_listener(self._session_changed)
@@ -143,7 +178,7 @@ class BrokerRegistration:
             await DeferredList(list(self._pending), consumeErrors=True)
         if not self._zk.connected:
             return  # the session closes (or has expired) without us: its nodes go with it
-        session = self._session_id()
+        session = self._zk.session_id
         ours = [paths.broker_id_path(self.broker_id)]
         ours += [paths.broker_topic_path(topic, self.broker_id) for topic in sorted(self._logs.topics())]
         await DeferredList([Deferred.fromCoroutine(self._delete_if_owned(p, session)) for p in ours],
@@ -160,18 +195,14 @@ class BrokerRegistration:
 
     # -- registering -------------------------------------------------------------------
 
-    def _session_id(self) -> int | None:
-        client_id = self._zk.client_id
-        return client_id[0] if client_id else None
-
     async def _register_all(self, generation: int) -> int:
         """Claim the id, then register every topic; return the number of topics."""
         await self._claim_id()
         if generation != self._generation:
             raise _Stale()
         self._claimed = True
-        if self._session_id() != self._registered_session:
-            self._registered_session = self._session_id()
+        if self._zk.session_id != self._registered_session:
+            self._registered_session = self._zk.session_id
             self.registrations += 1
         topics = self._logs.topics()  # topics created from now on come through _topic_created
         await DeferredList(
@@ -227,7 +258,7 @@ class BrokerRegistration:
             current, stat = await self._zk.get(path)
         except NoNodeError:
             return _GONE
-        if stat.ephemeralOwner and stat.ephemeralOwner == self._session_id():
+        if stat.ephemeralOwner and stat.ephemeralOwner == self._zk.session_id:
             if current != value:
                 await self._zk.set(path, value, stat.version)
             return _OURS
@@ -292,12 +323,15 @@ class BrokerRegistration:
             return
         if state == LOST:
             self._disconnected = self._expired = True
+            self.state = RegistrationState.EXPIRED
             self._claimed = False
             self._generation += 1
             self._log.warn("broker {id}: the ZooKeeper session expired, and its registration with it; "
                            "registering again once connected", id=self.broker_id)
         elif state == SUSPENDED:
             self._disconnected = True  # the nodes stay while the session lives, but a write may have failed
+            if self.state is not RegistrationState.EXPIRED:
+                self.state = RegistrationState.SUSPENDED
         elif state == CONNECTED and self._disconnected:
             self._disconnected = False
             self._register_again()
@@ -308,12 +342,15 @@ class BrokerRegistration:
         if not self._running or self._registering or self._disconnected:
             return
         self._registering = True
+        self.state = RegistrationState.RE_REGISTERING
         expired = self._expired
         d = self._track(self._register_all(self._generation))
 
         def done(count: int) -> None:
             self._registering = False
             self._retry_attempt = 0
+            if not self._disconnected:
+                self.state = RegistrationState.REGISTERED
             if expired:
                 self._expired = False
                 self._log.info("broker {id} registered again in ZooKeeper as {address} after the session expired "
@@ -327,6 +364,7 @@ class BrokerRegistration:
                 self._register_again()  # a new session came while this attempt ran (no-op while disconnected)
                 return
             if failure.check(BrokerIdInUse):
+                self.state = RegistrationState.FAILED
                 self._log.critical("broker {id} is no longer registered in ZooKeeper: {error}",
                                    id=self.broker_id, error=failure.getErrorMessage())
                 return
@@ -348,4 +386,4 @@ class _Stale(TwlogError):
         super().__init__("the ZooKeeper session expired (or the registration stopped) while registering")
 
 
-__all__ = ["BrokerIdInUse", "BrokerRegistration", "broker_address"]
+__all__ = ["BrokerIdInUse", "BrokerRegistration", "RegistrationState", "broker_address"]

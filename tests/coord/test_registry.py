@@ -1,0 +1,244 @@
+"""BrokerRegistration's state machine, deterministic: every transition on a FakeZooKeeper and a task.Clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.config import BrokerConfig, LogConfig
+from twlog.coord import paths
+from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, RegistrationState, broker_address
+from twlog.coord.zk import ConnectionLoss
+
+from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
+
+S = RegistrationState
+
+
+class FakeLogs:
+    """The part of LogManager a registration uses: topics() and topic-creation listeners."""
+
+    def __init__(self, topics: dict[str, int] | None = None) -> None:
+        self._topics = dict(topics or {})
+        self._listeners: list[Callable[[str, int], object]] = []
+
+    def topics(self) -> dict[str, int]:
+        return dict(self._topics)
+
+    def add_topic_listener(self, listener) -> None:
+        self._listeners.append(listener)
+
+    def create(self, topic: str, count: int) -> None:
+        """A first write created C{topic} with C{count} partitions."""
+        self._topics[topic] = count
+        for listener in self._listeners:
+            listener(topic, count)
+
+
+def config(broker_id: int = 5) -> BrokerConfig:
+    return BrokerConfig(log=LogConfig("unused"), broker_id=broker_id, host="127.0.0.1")
+
+
+class RegistrationStateTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.server = FakeZooKeeperServer()
+        self.zk = FakeZooKeeper(self.server)
+        self.zk.start()
+        self.other = FakeZooKeeper(self.server)
+        self.other.start()
+        self.logs = FakeLogs({"clicks": 3, "views": 1})
+
+    def registration(self, **options) -> BrokerRegistration:
+        return BrokerRegistration(self.zk, config(), self.logs, 9092, clock=self.clock, **options)
+
+    def started(self) -> BrokerRegistration:
+        registration = self.registration()
+        self.successResultOf(registration.start())
+        self.assertIs(registration.state, S.REGISTERED)
+        return registration
+
+    def node(self, path: str):
+        """(value, ephemeral owner) of C{path}, or None."""
+        stat = self.successResultOf(self.other.exists(path))
+        if stat is None:
+            return None
+        return self.successResultOf(self.other.get(path))[0], stat.ephemeralOwner
+
+    def assertRegistered(self, topics: dict[str, int]) -> None:
+        session = self.zk.session_id
+        self.assertEqual(self.node(paths.broker_id_path(5)), (b"127.0.0.1:9092", session))
+        for topic, count in topics.items():
+            self.assertEqual(self.node(paths.broker_topic_path(topic, 5)), (str(count).encode(), session))
+
+    def test_start(self) -> None:
+        """STOPPED -> REGISTERING -> REGISTERED: the id and every topic, ephemeral to the session."""
+        registration = self.registration()
+        self.assertIs(registration.state, S.STOPPED)
+        self.zk.hold()
+        d = registration.start()
+        self.assertIs(registration.state, S.REGISTERING)
+        self.zk.flush()
+        self.successResultOf(d)
+        self.assertIs(registration.state, S.REGISTERED)
+        self.assertRegistered({"clicks": 3, "views": 1})
+        self.assertEqual(registration.registrations, 1)
+
+    def test_new_topic(self) -> None:
+        """A topic created while REGISTERED gets its node."""
+        self.started()
+        self.logs.create("fresh", 4)
+        self.assertRegistered({"fresh": 4})
+
+    def test_id_in_use_by_another_live_broker(self) -> None:
+        """REGISTERING -> STOPPED with BrokerIdInUse naming the holder; no topic registered."""
+        self.successResultOf(self.other.create(paths.broker_id_path(5), b"10.0.0.9:9092", ephemeral=True,
+                                               makepath=True))
+        registration = self.registration()
+        failure = self.failureResultOf(registration.start(), BrokerIdInUse)
+        self.assertEqual(failure.getErrorMessage(),
+                         "broker id 5 is already registered by a live broker at 10.0.0.9:9092")
+        self.assertIs(registration.state, S.STOPPED)
+        self.assertIsNone(self.node(paths.broker_topic_path("clicks", 5)))
+
+    def test_id_held_by_persistent_node(self) -> None:
+        """A persistent node on the id is refused too."""
+        self.successResultOf(self.other.create(paths.broker_id_path(5), b"10.0.0.9:9092", makepath=True))
+        failure = self.failureResultOf(self.registration().start(), BrokerIdInUse)
+        self.assertIn("persistent node, not by a live broker", failure.getErrorMessage())
+
+    def test_waits_for_own_previous_registration(self) -> None:
+        """This address registered by an older session: REGISTERING until that session expires, then REGISTERED."""
+        previous = FakeZooKeeper(self.server)  # a crashed run's session, not expired yet
+        previous.start()
+        self.successResultOf(previous.create(paths.broker_id_path(5), b"127.0.0.1:9092", ephemeral=True,
+                                             makepath=True))
+        registration = self.registration(stale_wait_s=15)
+        d = registration.start()
+        self.clock.advance(10)
+        self.assertNoResult(d)
+        self.assertIs(registration.state, S.REGISTERING)
+        previous.expire()
+        self.successResultOf(d)
+        self.assertIs(registration.state, S.REGISTERED)
+        self.assertRegistered({"clicks": 3})
+
+    def test_own_previous_registration_that_stays(self) -> None:
+        """... and refused after stale_wait_s if it does not go."""
+        self.successResultOf(self.other.create(paths.broker_id_path(5), b"127.0.0.1:9092", ephemeral=True,
+                                               makepath=True))
+        registration = self.registration(stale_wait_s=15)
+        d = registration.start()
+        self.clock.advance(15)
+        self.assertIn("did not expire in time", self.failureResultOf(d, BrokerIdInUse).getErrorMessage())
+        self.assertIs(registration.state, S.STOPPED)
+
+    def test_replaces_topic_node_of_another_session(self) -> None:
+        """A topic node under our id left by another session is replaced once we hold the id."""
+        self.successResultOf(self.other.create(paths.broker_topic_path("clicks", 5), b"9", makepath=True))
+        self.started()
+        self.assertRegistered({"clicks": 3})
+
+    def test_suspended_then_reconnected(self) -> None:
+        """REGISTERED -> SUSPENDED -> RE_REGISTERING -> REGISTERED; a node that went missing is made again."""
+        registration = self.started()
+        session = self.zk.session_id
+        self.zk.suspend()
+        self.assertIs(registration.state, S.SUSPENDED)
+        self.successResultOf(self.other.delete(paths.broker_topic_path("views", 5)))  # as if a write had failed
+        self.zk.hold()
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.RE_REGISTERING)
+        self.zk.flush()
+        self.assertIs(registration.state, S.REGISTERED)
+        self.assertEqual(self.zk.session_id, session)
+        self.assertRegistered({"clicks": 3, "views": 1})
+        self.assertEqual(registration.registrations, 1)
+
+    def test_expired_then_registers_again(self) -> None:
+        """REGISTERED -> EXPIRED (nodes gone) -> RE_REGISTERING -> REGISTERED in the new session, new topics too."""
+        registration = self.started()
+        self.zk.expire()
+        self.assertIs(registration.state, S.EXPIRED)
+        self.assertIsNone(self.node(paths.broker_id_path(5)))
+        self.logs.create("later", 2)  # created while expired: registered with the others
+        self.assertIsNone(self.node(paths.broker_topic_path("later", 5)))
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.REGISTERED)
+        self.assertRegistered({"clicks": 3, "views": 1, "later": 2})
+        self.assertEqual(registration.registrations, 2)
+
+    def test_lost_while_suspended(self) -> None:
+        """SUSPENDED, the session expires meanwhile: LOST on reconnecting -> EXPIRED -> REGISTERED."""
+        registration = self.started()
+        self.zk.suspend()
+        self.server.expire(self.zk.session_id)
+        states = []
+        self.zk.add_state_listener(lambda state: states.append(registration.state))
+        self.zk.reconnect()
+        self.assertEqual(states, [S.EXPIRED, S.REGISTERED])
+        self.assertRegistered({"clicks": 3, "views": 1})
+
+    def test_registering_again_fails_then_retries(self) -> None:
+        """A failed re-registration stays RE_REGISTERING and is retried after a back-off."""
+        registration = self.started()
+        self.zk.expire()
+        real_create = self.zk.create
+        failures = [ConnectionLoss("flaky")]
+
+        def create(*args, **kwargs):
+            if failures:
+                raise failures.pop()
+            return real_create(*args, **kwargs)
+
+        self.patch(self.zk, "create", create)
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.RE_REGISTERING)
+        self.assertIsNone(self.node(paths.broker_id_path(5)))
+        self.clock.advance(2)
+        self.assertIs(registration.state, S.REGISTERED)
+        self.assertRegistered({"clicks": 3, "views": 1})
+
+    def test_id_taken_while_expired(self) -> None:
+        """RE_REGISTERING -> FAILED when another live broker took the id while the session was gone."""
+        registration = self.started()
+        self.zk.expire()
+        self.successResultOf(self.other.create(paths.broker_id_path(5), b"10.0.0.9:9092", ephemeral=True))
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.FAILED)
+
+    def test_stop(self) -> None:
+        """REGISTERED -> STOPPED: this session's nodes are deleted; the session stays open."""
+        registration = self.started()
+        self.successResultOf(registration.stop())
+        self.assertIs(registration.state, S.STOPPED)
+        self.assertIsNone(self.node(paths.broker_id_path(5)))
+        self.assertIsNone(self.node(paths.broker_topic_path("clicks", 5)))
+        self.assertTrue(self.zk.connected)
+        self.zk.expire()
+        self.zk.reconnect()
+        self.assertIsNone(self.node(paths.broker_id_path(5)))  # not registered again
+
+    def test_stop_while_suspended(self) -> None:
+        """SUSPENDED -> STOPPED without touching ZooKeeper (the session takes its nodes when it ends)."""
+        registration = self.started()
+        self.zk.suspend()
+        self.successResultOf(registration.stop())
+        self.assertIs(registration.state, S.STOPPED)
+
+    def test_stop_leaves_others_nodes(self) -> None:
+        """Stop deletes only nodes this session owns."""
+        registration = self.started()
+        self.successResultOf(self.other.delete(paths.broker_topic_path("clicks", 5)))
+        self.successResultOf(self.other.create(paths.broker_topic_path("clicks", 5), b"7", ephemeral=True))
+        self.successResultOf(registration.stop())
+        self.assertEqual(self.node(paths.broker_topic_path("clicks", 5)), (b"7", self.other.session_id))
+
+
+class AddressTests(SynchronousTestCase):
+    def test_broker_address(self) -> None:
+        """Addresses are host:port, with IPv6 hosts in brackets."""
+        self.assertEqual(broker_address("127.0.0.1", 9092), "127.0.0.1:9092")
+        self.assertEqual(broker_address("::1", 9092), "[::1]:9092")
