@@ -79,7 +79,7 @@ class TwistdTests(TestCase):
         client = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), RawClient())
         client.send(AckProduceRequest(ACK_FLUSHED, 5000, (ProduceRequest("clicks", 1, encode_message_set([b"a"])),)))
         (response,) = await client.responses(1)
-        self.assertEqual(codec.decode_ack_produce_response(response)[1][0].next_offset, 10)
+        self.assertEqual(codec.decode_ack_produce_response(response).results[0].next_offset, 10)
         client.send(ProduceRequest("clicks", 1, encode_message_set([b"unflushed-but-kept"])))
         client.send(OffsetsRequest("clicks", 1, -1, 1))  # answered in order: the produce was handled first
         await client.responses(2)

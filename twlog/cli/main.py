@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_cli -*-
+# -*- test-case-name: tests.cli.test_main,tests.integration.test_cli -*-
 """The C{twlog} command: one entry point, a subcommand per job, C{--help} on each.
 
 User mistakes end in one line on stderr and a non-zero exit, never a traceback.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 
 from twlog import __version__
 from twlog.errors import TwlogError
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
                          help="compress each batch (default: none)")
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
-    produce.set_defaults(run="twlog.cli.tools:produce", react=True)
+    produce.set_defaults(run="twlog.cli.produce:produce", react=True)
 
     consume = commands.add_parser(
         "consume", help="print a partition's messages, one per line",
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="keep waiting for new messages (the broker wakes the consumer)")
     consume.add_argument("--max-bytes", type=_positive_int, default=300 * 1024,
                          help="bytes per fetch (default: 300 KiB)")
-    consume.set_defaults(run="twlog.cli.tools:consume", react=True)
+    consume.set_defaults(run="twlog.cli.consume:consume", react=True)
 
     offsets = commands.add_parser(
         "offsets", help="print valid offsets of a partition (latest, earliest, or before a time)",
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--time", default="latest",
                          help="latest, earliest, or milliseconds since the epoch (default: latest)")
     offsets.add_argument("--max", type=_positive_int, default=1, help="how many offsets at most (default: 1)")
-    offsets.set_defaults(run="twlog.cli.tools:offsets", react=True)
+    offsets.set_defaults(run="twlog.cli.inspect:offsets", react=True)
 
     groups = commands.add_parser(
         "groups", help="show consumer groups: members, owners, committed offsets and lag",
@@ -123,12 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_argument("--zookeeper", "-z", default="localhost:2181", metavar="HOST:PORT",
                         help="ZooKeeper (default: localhost:2181)")
     groups.add_argument("--group", "-g", default=None, help="only this group")
-    groups.set_defaults(run="twlog.cli.tools:groups", react=True)
+    groups.set_defaults(run="twlog.cli.groups:groups", react=True)
 
     topics = commands.add_parser("topics", help="list what brokers hold",
                                  description="List each broker's id and address, and its topics and partitions.")
     broker_option(topics, many=True)
-    topics.set_defaults(run="twlog.cli.tools:topics", react=True)
+    topics.set_defaults(run="twlog.cli.inspect:topics", react=True)
 
     local = commands.add_parser(
         "local", help="run ZooKeeper and N brokers on this machine until Ctrl-C",
@@ -228,17 +229,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Runs a client command's coroutine under C{task.react} (L{twlog.cli.common.run}).
+RUNNER = "twlog.cli.common:run"
+
+
+def _load(target: str):
+    """The function a C{"module:function"} string names, its module imported only now (C{--help} stays fast)."""
+    module_name, _, function_name = target.partition(":")
+    return getattr(import_module(module_name), function_name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the C{twlog} command; return its exit status."""
     args = build_parser().parse_args(argv)
-    module_name, _, function_name = args.run.partition(":")
-    from importlib import import_module
-
-    function = getattr(import_module(module_name), function_name)
+    function = _load(args.run)
     if getattr(args, "react", False):
-        from twlog.cli.tools import run
-
-        return run(function, args)
+        return _load(RUNNER)(function, args)
     try:
         return function(args)
     except (TwlogError, OSError) as e:
