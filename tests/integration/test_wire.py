@@ -25,7 +25,7 @@ class WireTests(SynchronousTestCase):
         config = BrokerConfig(log=LogConfig(self.mktemp(), flush_messages=1, segment_bytes=4096), port=9092)
         self.logs = LogManager(config.log, self.reactor, self.flushes)
         self.logs.start()
-        self.addCleanup(self.logs._close_all)
+        self.addCleanup(self.logs.close)
         self.broker = Broker(self.logs, config, self.reactor)
         TCP4ServerEndpoint(self.reactor, 9092).listen(BrokerFactory(self.broker))
         self.completer = ConnectionCompleter(self.reactor)

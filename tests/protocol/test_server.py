@@ -72,7 +72,7 @@ class BrokerTestMixin:
         config = BrokerConfig(log=LogConfig(self.log_dir, **log_settings), port=0, **broker_settings)
         self.logs = LogManager(config.log, self.clock, runner)
         self.logs.start()
-        self.addCleanup(self.logs._close_all)
+        self.addCleanup(self.logs.close)
         self.broker = Broker(self.logs, config, self.clock)
         return self.broker
 

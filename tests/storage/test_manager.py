@@ -66,7 +66,7 @@ class LogManagerTests(SynchronousTestCase):
         self.clock = Clock()
         manager = LogManager(LogConfig(self.log_dir, **overrides), self.clock, run_now)
         manager.start()
-        self.addCleanup(manager._close_all)
+        self.addCleanup(manager.close)
         return manager
 
     def test_topic_created_on_first_write(self) -> None:
@@ -148,3 +148,47 @@ class LogManagerTests(SynchronousTestCase):
         manager = self.make_manager(log_dir=log_dir)
         self.assertEqual(manager.topics(), {})
         self.assertTrue(os.path.exists(os.path.join(log_dir, "README")))
+
+
+class CloseTests(SynchronousTestCase):
+    """LogManager.close: a crash (no flush, no marker) or, after a flush, a clean close."""
+
+    def start(self, log_dir: str) -> LogManager:
+        manager = LogManager(LogConfig(log_dir, flush_messages=1_000_000), Clock(), run_now)
+        manager.start()
+        self.addCleanup(manager.close)
+        return manager
+
+    def test_crash(self) -> None:
+        """close() flushes nothing and leaves no marker: the next start recovers, and sees what was written."""
+        log_dir = self.mktemp()
+        manager = self.start(log_dir)
+        log = manager.get_or_create_log("t", 0)
+        log.append(encode_message_set([b"unflushed"]))
+        log.write_out()
+        manager.close()
+        self.assertTrue(log.closed)
+        self.assertFalse(manager.running)
+        self.assertEqual(manager.logs(), {})
+        self.assertFalse(os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)))
+        again = self.start(log_dir)  # the lock was released
+        self.assertTrue(again.recovered)
+        self.assertEqual(again.get_log("t", 0).flushed_offset, log.end_offset)
+
+    def test_clean(self) -> None:
+        """close(clean=True) leaves the marker: the next start skips recovery."""
+        log_dir = self.mktemp()
+        manager = self.start(log_dir)
+        log = manager.get_or_create_log("t", 0)
+        log.append(encode_message_set([b"flushed"]))
+        self.successResultOf(log.flush())
+        manager.close(clean=True)
+        self.assertTrue(os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)))
+        self.assertFalse(self.start(log_dir).recovered)
+
+    def test_close_twice(self) -> None:
+        """Closing a closed (or never started) manager does nothing."""
+        manager = self.start(self.mktemp())
+        manager.close()
+        manager.close()
+        LogManager(LogConfig(self.mktemp()), Clock(), run_now).close()

@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.config import LogConfig
 from twlog.errors import CorruptLog, StorageFailed
-from twlog.storage import log as log_module
+from twlog.storage import recovery
 from twlog.storage.log import Log
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER, LogDirectoryInUse, LogManager
 from twlog.storage.message import (
@@ -66,8 +66,8 @@ def file_bytes(path: str) -> bytes:
 def recovery_chunk(chunk: int | None):
     """Run recovery with reads of C{chunk} bytes (None: the default)."""
     if chunk is None:
-        return mock.patch.object(log_module, "_RECOVERY_CHUNK", log_module._RECOVERY_CHUNK)
-    return mock.patch.object(log_module, "_RECOVERY_CHUNK", chunk)
+        return mock.patch.object(recovery, "RECOVERY_CHUNK_BYTES", recovery.RECOVERY_CHUNK_BYTES)
+    return mock.patch.object(recovery, "RECOVERY_CHUNK_BYTES", chunk)
 
 
 class RecoveryMixin:
@@ -428,7 +428,7 @@ class ContiguityTests(RecoveryMixin, SynchronousTestCase):
 
 def crash(manager: LogManager) -> None:
     """Drop a running manager as a killed process would: descriptors close, no marker is written."""
-    manager._close_all()
+    manager.close()
 
 
 class ShutdownMarkerTests(SynchronousTestCase):
@@ -440,7 +440,7 @@ class ShutdownMarkerTests(SynchronousTestCase):
         """A started manager on the test's directory, closed at the end of the test."""
         manager = LogManager(LogConfig(self.log_dir, **overrides), Clock(), runner)
         manager.start()
-        self.addCleanup(manager._close_all)
+        self.addCleanup(manager.close)
         return manager
 
     def write(self, manager: LogManager, items: list[bytes], topic: str = "t", partition: int = 0) -> str:
@@ -534,7 +534,7 @@ class DirectoryLockTests(SynchronousTestCase):
         log_dir = self.mktemp()
         first = self.manager(log_dir)
         first.start()
-        self.addCleanup(first._close_all)
+        self.addCleanup(first.close)
         second = self.manager(log_dir)
         exc = self.assertRaises(LogDirectoryInUse, second.start)
         self.assertIn(log_dir, str(exc))
@@ -549,7 +549,7 @@ class DirectoryLockTests(SynchronousTestCase):
         self.successResultOf(first.stop())
         second = self.manager(log_dir)
         second.start()
-        self.addCleanup(second._close_all)
+        self.addCleanup(second.close)
         self.assertFalse(second.recovered)
 
     def test_same_manager_started_twice(self) -> None:
@@ -557,12 +557,12 @@ class DirectoryLockTests(SynchronousTestCase):
         log_dir = self.mktemp()
         first = self.manager(log_dir)
         first.start()
-        self.addCleanup(first._close_all)
+        self.addCleanup(first.close)
         self.assertRaises(LogDirectoryInUse, first.start)
         self.successResultOf(first.stop())
         second = self.manager(log_dir)
         second.start()
-        self.addCleanup(second._close_all)
+        self.addCleanup(second.close)
 
     def test_corrupt_partition_fails_start_and_releases_lock(self) -> None:
         """A partition with a gap fails start() with CorruptLog; the lock is released for a retry."""
@@ -575,5 +575,5 @@ class DirectoryLockTests(SynchronousTestCase):
         os.unlink(os.path.join(partition, segment_name(1000)))
         fixed = self.manager(log_dir)
         fixed.start()
-        self.addCleanup(fixed._close_all)
+        self.addCleanup(fixed.close)
         self.assertEqual(read_all(fixed.get_log("t", 0)), payloads(1))

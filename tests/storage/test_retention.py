@@ -39,7 +39,7 @@ class RetentionMixin:
         self.clock.advance(NOW_MS / 1000)
         manager = LogManager(LogConfig(self.log_dir, **settings), self.clock, runner)
         manager.start()
-        self.addCleanup(manager._close_all)
+        self.addCleanup(manager.close)
         return manager
 
     def fill(self, log: Log, count: int, start: int = 0, flush: bool = True) -> None:
@@ -165,7 +165,7 @@ class TimeRetentionTests(RetentionMixin, SynchronousTestCase):
         self.successResultOf(self.manager.stop())
         manager = LogManager(self.manager.config, self.clock, run_now)
         manager.start()
-        self.addCleanup(manager._close_all)
+        self.addCleanup(manager.close)
         log = manager.get_log("t", 0)
         self.assertEqual((log.start_offset, log.end_offset), (end, end))
         self.assertEqual(log.append(encode_message_set(payloads(1))).offset, end)
@@ -218,7 +218,7 @@ class DeletionTests(RetentionMixin, SynchronousTestCase):
         """Start a new manager on the directory and return the partition's log."""
         manager = LogManager(self.manager.config, self.clock, run_now)
         manager.start()
-        self.addCleanup(manager._close_all)
+        self.addCleanup(manager.close)
         return manager.get_log("t", 0)
 
     def test_files_go_only_when_the_pool_runs(self) -> None:
@@ -247,7 +247,7 @@ class DeletionTests(RetentionMixin, SynchronousTestCase):
         self.manager.run_retention()
         self.runner.pending.reverse()  # pool threads may run the unlinks in any order
         self.runner.run_one()
-        self.manager._close_all()  # crash: no marker, the older unlink never ran
+        self.manager.close()  # crash: no marker, the older unlink never ran
         log = self.restart()
         self.assertEqual(log.end_offset, self.end)
         self.assertEqual(read_all(log, 2180), payloads(5, 20))

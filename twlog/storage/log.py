@@ -3,7 +3,9 @@
 
 Appends go to the last (active) segment and roll to a new one at the
 configured size.  A flush fsyncs on a pool thread, never on the reactor, and
-only then moves the flushed mark that bounds what readers and OFFSETS see.
+only then moves the flushed mark that bounds what readers and OFFSETS see
+(L{twlog.storage.flush}).  Opening after an unclean shutdown recovers the
+last segment (L{twlog.storage.recovery}).
 The in-memory index is the sorted list of segment base offsets, searched by
 bisection; there is no other index and no message cache.
 """
@@ -15,10 +17,9 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
 from twlog.errors import (
@@ -30,17 +31,16 @@ from twlog.errors import (
     OffsetOutOfRange,
     StorageFailed,
 )
+from twlog.storage.flush import Flusher, ThreadRunner
 from twlog.storage.message import MIN_MESSAGE_BYTES, scan, validate_message_set
+from twlog.storage.recovery import Truncation, recover_segment
 from twlog.storage.segment import FileRegion, Segment, parse_segment_name
 
-#: Runs a blocking callable on a pool thread and returns a Deferred of its result.
-ThreadRunner = Callable[..., Deferred]
+__all__ = ["EARLIEST_TIME", "LATEST_TIME", "AppendResult", "Log", "ThreadRunner", "Truncation"]
 
 #: OFFSETS' special times, as in Kafka 0.7.
 LATEST_TIME = -1
 EARLIEST_TIME = -2
-
-_RECOVERY_CHUNK = 8 * 1024 * 1024
 
 
 class AppendResult(NamedTuple):
@@ -49,26 +49,6 @@ class AppendResult(NamedTuple):
     offset: int
     next_offset: int
     count: int
-
-
-class Truncation(NamedTuple):
-    """What recovery cut from a segment: from which logical offset, how many bytes, and why."""
-
-    path: str
-    offset: int
-    removed_bytes: int
-    reason: str
-
-
-def _fsync_all(segments: list[Segment], directories: list[str]) -> None:
-    for segment in segments:
-        segment.fsync()
-    for directory in directories:  # new segment files' names must survive a power loss too
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class Log:
@@ -94,21 +74,9 @@ class Log:
         self._bases = [s.base_offset for s in segments]
         self._config = config
         self._max_message_bytes = min(config.max_message_bytes, config.segment_bytes)
-        self._clock = clock
-        self._run_in_thread = run_in_thread
-        self.flushed_offset = segments[-1].end_offset
-        self._unflushed_messages = 0
-        self._dirty: list[Segment] = []
-        self._flush_timer: IDelayedCall | None = None
-        self._flush_in_flight = False
-        self._flush_again = False
-        self._flush_waiters: list[Deferred[int]] = []
         self._flush_listeners: list[Callable[[Log], Any]] = []
-        #: Directories to fsync at the next flush (after a segment was created in them).
-        self._sync_directories: set[str] = set()
-        #: Set when a write or fsync failed: the log takes no more appends and its flushed
-        #: offset no longer moves (a retried fsync can succeed for data the kernel dropped).
-        self.failed: Exception | None = None
+        self._flusher = Flusher(directory, config, clock, run_in_thread, lambda: self.end_offset,
+                                self._tell_flush_listeners)
         self.closed = False
 
     # -- opening and recovery ----------------------------------------------
@@ -143,63 +111,29 @@ class Log:
                         f" but the next segment starts at {after.base_offset}; move the damaged segments"
                         " away to open this partition"
                     )
+            truncation = recover_segment(segments[-1], config.segment_bytes) if recover else None
             log = cls(directory, segments, config, clock, run_in_thread)
             if not bases:  # a new segment file (and maybe a new directory) to make durable
-                log._sync_directories.add(directory)
+                log._flusher.sync_directory(directory)
                 if parent_created:
-                    log._sync_directories.add(os.path.dirname(os.path.abspath(directory)))
-            if recover:
-                truncation = log._recover_last_segment()
-                if truncation is not None:
-                    cls._log.warn(
-                        "recovery truncated {removed_bytes} bytes from {path} at offset {offset}: {reason}",
-                        removed_bytes=truncation.removed_bytes,
-                        path=truncation.path,
-                        offset=truncation.offset,
-                        reason=truncation.reason,
-                    )
-                log.last_truncation = truncation
+                    log._flusher.sync_directory(os.path.dirname(os.path.abspath(directory)))
+            if truncation is not None:
+                cls._log.warn(
+                    "recovery truncated {removed_bytes} bytes from {path} at offset {offset}: {reason}",
+                    removed_bytes=truncation.removed_bytes,
+                    path=truncation.path,
+                    offset=truncation.offset,
+                    reason=truncation.reason,
+                )
+            log.last_truncation = truncation
             return log
         except BaseException:
             for segment in segments:
                 segment.close()
             raise
 
+    #: What recovery cut from the last segment when the log was opened, if anything.
     last_truncation: Truncation | None = None
-
-    def _recover_last_segment(self) -> Truncation | None:
-        """Truncate the active segment after its last whole, valid message."""
-        segment = self._segments[-1]
-        file_size = segment.size
-        limit = self._config.segment_bytes
-        valid = 0  # file position up to which entries are whole and valid
-        pending = b""
-        read_pos = 0
-        problem = None
-        while valid < file_size:
-            chunk = segment.pread(read_pos, _RECOVERY_CHUNK) if read_pos < file_size else b""
-            read_pos += len(chunk)
-            buf = pending + chunk if pending else chunk
-            result = scan(buf, limit, origin=valid)
-            valid += result.valid_bytes
-            if result.problem is None:
-                pending = b""
-                if not chunk:
-                    break
-                continue
-            if result.needed and valid + result.needed <= file_size and read_pos < file_size:
-                pending = buf[result.valid_bytes :]  # the entry continues in the next chunk
-                continue
-            problem = result.problem
-            break
-        if valid == file_size:
-            return None
-        if problem is None:
-            problem = "partial message at the end of the file"
-        removed = file_size - valid
-        segment.truncate(valid)
-        self.flushed_offset = segment.end_offset
-        return Truncation(segment.path, segment.base_offset + valid, removed, problem)
 
     # -- positions ---------------------------------------------------------
 
@@ -255,33 +189,37 @@ class Log:
         try:
             active.append(message_set)
         except OSError as e:
-            self._fail(e)
+            self._flusher.fail(e)
             raise StorageFailed(f"writing to {active.path} failed: {e.strerror or e}") from None
-        if not self._dirty or self._dirty[-1] is not active:
-            self._dirty.append(active)
-        self._unflushed_messages += count
-        if self._unflushed_messages >= self._config.flush_messages:
-            self._flush_in_background()
-        elif self._flush_timer is None:
-            self._flush_timer = self._clock.callLater(self._config.flush_interval_ms / 1000, self._timed_flush)
+        self._flusher.appended(active, count)
         return AppendResult(offset, active.end_offset, count)
 
     def _roll(self) -> Segment:
         """Start a new active segment at the current end."""
         self._segments[-1].write_out()
         segment = Segment.open(self.directory, self.end_offset, create=True)
-        self._sync_directories.add(self.directory)
+        self._flusher.sync_directory(self.directory)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         self._log.info("rolled {path}", path=segment.path)
         return segment
 
-    # -- flushing ----------------------------------------------------------
+    # -- flushing (the policy and its state are the Flusher's) ------------
+
+    @property
+    def flushed_offset(self) -> int:
+        """The offset up to which everything is fsynced: readers and OFFSETS see no further."""
+        return self._flusher.flushed_offset
+
+    @property
+    def failed(self) -> Exception | None:
+        """Set when a write or fsync failed: the log takes no more appends and its flushed offset stays."""
+        return self._flusher.failed
 
     @property
     def unflushed_messages(self) -> int:
         """Messages appended since the last flush started."""
-        return self._unflushed_messages
+        return self._flusher.unflushed_messages
 
     def flush(self) -> Deferred[int]:
         """fsync everything appended so far (on a pool thread); fire with the new flushed offset.
@@ -289,94 +227,7 @@ class Log:
         Only one fsync runs per log at a time; a flush asked for while one
         runs starts when it ends and covers everything appended until then.
         """
-        if self.failed is not None:
-            return fail(StorageFailed(f"{self.directory} failed ({self.failed})"))
-        if not self._dirty and not self._flush_in_flight:
-            return succeed(self.flushed_offset)
-        d: Deferred[int] = Deferred()
-        self._flush_waiters.append(d)
-        if self._flush_in_flight:
-            self._flush_again = True
-        else:
-            self._start_flush()
-        return d
-
-    def _flush_in_background(self) -> None:
-        """Start a flush nobody waits for (count or time reached); no Deferred piles up meanwhile."""
-        if self.failed is not None or self.closed:
-            return
-        if self._flush_in_flight:
-            self._flush_again = True
-        elif self._dirty:
-            self._start_flush()
-
-    def _timed_flush(self) -> None:
-        self._flush_timer = None
-        self._flush_in_background()
-
-    def _start_flush(self) -> None:
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
-        waiters, self._flush_waiters = self._flush_waiters, []
-        try:
-            for segment in self._dirty:
-                segment.write_out()  # on the reactor thread: the pool thread only fsyncs
-        except OSError as e:
-            self._fail(e)
-            for waiter in waiters:
-                waiter.errback(StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}"))
-            return
-        target = self.end_offset
-        dirty, self._dirty = self._dirty, []
-        directories, self._sync_directories = sorted(self._sync_directories), set()
-        self._unflushed_messages = 0
-        self._flush_in_flight = True
-        d = self._run_in_thread(_fsync_all, dirty, directories)
-        d.addCallbacks(self._flushed, self._flush_failed, callbackArgs=(target, waiters), errbackArgs=(waiters,))
-
-    def _flushed(self, _: object, target: int, waiters: list[Deferred[int]]) -> None:
-        self._flush_in_flight = False
-        if target > self.flushed_offset:
-            self.flushed_offset = target
-            for listener in list(self._flush_listeners):
-                try:
-                    listener(self)
-                except Exception:
-                    self._log.failure("flush listener failed")
-        for waiter in waiters:
-            waiter.callback(self.flushed_offset)
-        self._after_flush()
-
-    def _flush_failed(self, failure: Failure, waiters: list[Deferred[int]]) -> None:
-        self._flush_in_flight = False
-        self._fail(failure.value)
-        for waiter in waiters + self._flush_waiters:
-            waiter.errback(StorageFailed(f"fsync failed in {self.directory}: {failure.getErrorMessage()}"))
-        self._flush_waiters = []
-
-    def _fail(self, error: Exception) -> None:
-        """Stop taking appends and stop moving the flushed offset: only a restart (recovery) is safe now."""
-        if self.failed is None:
-            self.failed = error
-            self._log.critical(
-                "{directory}: a write or fsync failed ({error}); the partition takes no more messages and "
-                "its unflushed data stays invisible; restart the broker to recover it",
-                directory=self.directory, error=error,
-            )
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
-
-    def _after_flush(self) -> None:
-        if self._flush_again and not self.closed and self.failed is None:
-            self._flush_again = False
-            if self._dirty:
-                self._start_flush()
-            elif self._flush_waiters:
-                waiters, self._flush_waiters = self._flush_waiters, []
-                for waiter in waiters:
-                    waiter.callback(self.flushed_offset)
+        return self._flusher.flush()
 
     def write_out(self) -> None:
         """Put everything appended into the file (page cache), not yet fsynced: what an
@@ -384,12 +235,14 @@ class Log:
 
         @raise StorageFailed: the write failed.
         """
-        try:
-            for segment in self._dirty:
-                segment.write_out()
-        except OSError as e:
-            self._fail(e)
-            raise StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}") from None
+        self._flusher.write_out()
+
+    def _tell_flush_listeners(self) -> None:
+        for listener in list(self._flush_listeners):
+            try:
+                listener(self)
+            except Exception:
+                self._log.failure("flush listener failed")
 
     def add_flush_listener(self, listener: Callable[["Log"], Any]) -> None:
         """Call C{listener(log)} each time the flushed offset moves (to wake waiting fetches)."""
@@ -427,23 +280,8 @@ class Log:
         if offset >= visible:
             return FileRegion(segment, position, 0, offset)
         available = min(segment.size, visible - segment.base_offset) - position
-        self._check_boundary(segment, position, available, max_bytes, offset)
+        check_message_start(segment, position, available, max_bytes, offset, self._config.segment_bytes)
         return FileRegion(segment, position, min(max_bytes, available), offset)
-
-    def _check_boundary(self, segment: Segment, position: int, available: int, max_bytes: int, offset: int) -> None:
-        """Raise unless a whole, CRC-valid message starts at C{position}."""
-        head = segment.pread(position, min(available, 4096))
-        size = int.from_bytes(head[:4], "big", signed=True) if len(head) >= 4 else -1
-        if size < MIN_MESSAGE_BYTES or size + 4 > available or size > self._config.segment_bytes:
-            raise OffsetNotOnBoundary(f"offset {offset} does not start a message")
-        if size + 4 > max_bytes:
-            raise FetchSizeTooSmall(
-                f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {max_bytes}"
-            )
-        if size + 4 > len(head):
-            head = segment.pread(position, size + 4)
-        if scan(head[: size + 4], self._config.segment_bytes).count != 1:
-            raise OffsetNotOnBoundary(f"offset {offset} does not start a valid message")
 
     # -- offsets by time ---------------------------------------------------
 
@@ -459,22 +297,7 @@ class Log:
         entries = [(s.base_offset, s.mtime_ms()) for s in self._segments if s.base_offset <= visible]
         if not entries or visible > entries[-1][0]:
             entries.append((visible, now_ms))
-        if time_ms == LATEST_TIME:
-            start = len(entries) - 1
-        elif time_ms == EARLIEST_TIME:
-            start = 0
-        else:
-            start = -1
-            for i, (_, mtime) in enumerate(entries):
-                if mtime <= time_ms:
-                    start = i
-        offsets: list[int] = []
-        for i in range(start, -1, -1):
-            if len(offsets) >= max_offsets:
-                break
-            if not offsets or offsets[-1] != entries[i][0]:
-                offsets.append(entries[i][0])
-        return offsets
+        return offsets_newest_first(entries, time_ms, max_offsets)
 
     # -- retention ---------------------------------------------------------
 
@@ -516,8 +339,44 @@ class Log:
     def close(self) -> None:
         """Stop timers and close every segment.  Flush first to keep unflushed data."""
         self.closed = True
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
+        self._flusher.close()
         for segment in self._segments:
             segment.close()
+
+
+def check_message_start(
+    segment: Segment, position: int, available: int, max_bytes: int, offset: int, segment_bytes: int
+) -> None:
+    """Raise unless a whole, CRC-valid message of at most C{max_bytes} starts at C{position} of C{segment}."""
+    head = segment.pread(position, min(available, 4096))
+    size = int.from_bytes(head[:4], "big", signed=True) if len(head) >= 4 else -1
+    if size < MIN_MESSAGE_BYTES or size + 4 > available or size > segment_bytes:
+        raise OffsetNotOnBoundary(f"offset {offset} does not start a message")
+    if size + 4 > max_bytes:
+        raise FetchSizeTooSmall(
+            f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {max_bytes}"
+        )
+    if size + 4 > len(head):
+        head = segment.pread(position, size + 4)
+    if scan(head[: size + 4], segment_bytes).count != 1:
+        raise OffsetNotOnBoundary(f"offset {offset} does not start a valid message")
+
+
+def offsets_newest_first(entries: list[tuple[int, int]], time_ms: int, max_offsets: int) -> list[int]:
+    """OFFSETS' answer from C{(start offset, last modified ms)} entries, oldest first (see L{Log.offsets_before})."""
+    if time_ms == LATEST_TIME:
+        start = len(entries) - 1
+    elif time_ms == EARLIEST_TIME:
+        start = 0
+    else:
+        start = -1
+        for i, (_, mtime) in enumerate(entries):
+            if mtime <= time_ms:
+                start = i
+    offsets: list[int] = []
+    for i in range(start, -1, -1):
+        if len(offsets) >= max_offsets:
+            break
+        if not offsets or offsets[-1] != entries[i][0]:
+            offsets.append(entries[i][0])
+    return offsets

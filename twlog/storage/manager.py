@@ -122,7 +122,7 @@ class LogManager:
                     self._partition_counts.get(topic, 0), partition + 1, self.config.partitions_for(topic)
                 )
         except BaseException:
-            self._close_all()
+            self.close()
             raise
         if clean:
             os.unlink(marker)
@@ -143,23 +143,29 @@ class LogManager:
             self._retention.stop()
         d = self.flush_all()
 
-        def close(_: object) -> None:
-            self._close_all(write_marker=True)
-
         def failed(failure):
             if failure.check(FirstError):
                 failure = failure.value.subFailure
             self._log.failure("flush at shutdown failed; leaving no clean-shutdown marker", failure)
-            self._close_all()
+            self.close()
 
-        return d.addCallbacks(close, failed)
+        return d.addCallbacks(lambda _: self.close(clean=True), failed)
 
-    def _close_all(self, write_marker: bool = False) -> None:
-        """Close every log; with C{write_marker}, leave the clean-shutdown marker; then unlock."""
+    def close(self, clean: bool = False) -> None:
+        """Close every log and unlock the directory, at once, without flushing.
+
+        With C{clean}, leave the clean-shutdown marker, so the next start skips
+        recovery: only right after every log was flushed (as L{stop} does).
+        Without it, the directory is left as a killed broker leaves it (what
+        tests use to simulate a crash): unflushed appends stay in the files,
+        and the next start recovers every log.
+        """
+        if self._retention.running:
+            self._retention.stop()
         for log in self._logs.values():
             log.close()
         self._logs.clear()
-        if write_marker:
+        if clean:
             with open(os.path.join(self.config.log_dir, CLEAN_SHUTDOWN_MARKER), "w"):
                 pass
             _fsync_directory(self.config.log_dir)

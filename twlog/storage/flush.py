@@ -1,0 +1,206 @@
+# -*- test-case-name: tests.storage.test_log -*-
+"""When one partition log's appends become durable, and so visible to readers.
+
+L{Flusher} keeps a log's flush policy: an fsync starts once C{flush_messages}
+messages are unflushed, or C{flush_interval_ms} after the first unflushed one,
+or when someone asks (L{Flusher.flush}).  The fsync runs on a pool thread,
+never on the reactor, one at a time per log; only when it is done does the
+flushed offset, which bounds what readers and OFFSETS see, move.  A failed
+write or fsync fails the log for good: only a restart (recovery) is safe then.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from twlog.config import LogConfig
+from twlog.errors import StorageFailed
+from twlog.storage.segment import Segment
+
+#: Runs a blocking callable on a pool thread and returns a Deferred of its result.
+ThreadRunner = Callable[..., Deferred]
+
+
+def _fsync_all(segments: list[Segment], directories: list[str]) -> None:
+    for segment in segments:
+        segment.fsync()
+    for directory in directories:  # new segment files' names must survive a power loss too
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class Flusher:
+    """The flush policy and state of one log in C{directory}.
+
+    @param end_offset: where the log's next append lands (what a flush started now covers).
+    @param on_flushed: called each time L{flushed_offset} moves.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        directory: str,
+        config: LogConfig,
+        clock: IReactorTime,
+        run_in_thread: ThreadRunner,
+        end_offset: Callable[[], int],
+        on_flushed: Callable[[], object],
+    ) -> None:
+        self.directory = directory
+        self._config = config
+        self._clock = clock
+        self._run_in_thread = run_in_thread
+        self._end_offset = end_offset
+        self._on_flushed = on_flushed
+        #: The offset up to which everything is fsynced: what readers may see.
+        self.flushed_offset = end_offset()
+        #: Set when a write or fsync failed: the log takes no more appends and its flushed
+        #: offset no longer moves (a retried fsync can succeed for data the kernel dropped).
+        self.failed: Exception | None = None
+        self.closed = False
+        self._unflushed_messages = 0
+        self._dirty: list[Segment] = []
+        self._flush_timer: IDelayedCall | None = None
+        self._flush_in_flight = False
+        self._flush_again = False
+        self._flush_waiters: list[Deferred[int]] = []
+        #: Directories to fsync at the next flush (after a segment was created in them).
+        self._sync_directories: set[str] = set()
+
+    @property
+    def unflushed_messages(self) -> int:
+        """Messages appended since the last flush started."""
+        return self._unflushed_messages
+
+    def sync_directory(self, directory: str) -> None:
+        """fsync C{directory} at the next flush (a segment file was created in it)."""
+        self._sync_directories.add(directory)
+
+    def appended(self, segment: Segment, count: int) -> None:
+        """C{count} messages were written to C{segment}: flush now, or set the timer, as the policy says."""
+        if not self._dirty or self._dirty[-1] is not segment:
+            self._dirty.append(segment)
+        self._unflushed_messages += count
+        if self._unflushed_messages >= self._config.flush_messages:
+            self._flush_in_background()
+        elif self._flush_timer is None:
+            self._flush_timer = self._clock.callLater(self._config.flush_interval_ms / 1000, self._timed_flush)
+
+    def flush(self) -> Deferred[int]:
+        """fsync everything appended so far (on a pool thread); fire with the new flushed offset.
+
+        Only one fsync runs per log at a time; a flush asked for while one
+        runs starts when it ends and covers everything appended until then.
+        """
+        if self.failed is not None:
+            return fail(StorageFailed(f"{self.directory} failed ({self.failed})"))
+        if not self._dirty and not self._flush_in_flight:
+            return succeed(self.flushed_offset)
+        d: Deferred[int] = Deferred()
+        self._flush_waiters.append(d)
+        if self._flush_in_flight:
+            self._flush_again = True
+        else:
+            self._start_flush()
+        return d
+
+    def _flush_in_background(self) -> None:
+        """Start a flush nobody waits for (count or time reached); no Deferred piles up meanwhile."""
+        if self.failed is not None or self.closed:
+            return
+        if self._flush_in_flight:
+            self._flush_again = True
+        elif self._dirty:
+            self._start_flush()
+
+    def _timed_flush(self) -> None:
+        self._flush_timer = None
+        self._flush_in_background()
+
+    def _start_flush(self) -> None:
+        self._cancel_timer()
+        waiters, self._flush_waiters = self._flush_waiters, []
+        try:
+            for segment in self._dirty:
+                segment.write_out()  # on the reactor thread: the pool thread only fsyncs
+        except OSError as e:
+            self.fail(e)
+            for waiter in waiters:
+                waiter.errback(StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}"))
+            return
+        target = self._end_offset()
+        dirty, self._dirty = self._dirty, []
+        directories, self._sync_directories = sorted(self._sync_directories), set()
+        self._unflushed_messages = 0
+        self._flush_in_flight = True
+        d = self._run_in_thread(_fsync_all, dirty, directories)
+        d.addCallbacks(self._flushed, self._flush_failed, callbackArgs=(target, waiters), errbackArgs=(waiters,))
+
+    def _flushed(self, _: object, target: int, waiters: list[Deferred[int]]) -> None:
+        self._flush_in_flight = False
+        if target > self.flushed_offset:
+            self.flushed_offset = target
+            self._on_flushed()
+        for waiter in waiters:
+            waiter.callback(self.flushed_offset)
+        self._after_flush()
+
+    def _flush_failed(self, failure: Failure, waiters: list[Deferred[int]]) -> None:
+        self._flush_in_flight = False
+        self.fail(failure.value)
+        for waiter in waiters + self._flush_waiters:
+            waiter.errback(StorageFailed(f"fsync failed in {self.directory}: {failure.getErrorMessage()}"))
+        self._flush_waiters = []
+
+    def _after_flush(self) -> None:
+        if self._flush_again and not self.closed and self.failed is None:
+            self._flush_again = False
+            if self._dirty:
+                self._start_flush()
+            elif self._flush_waiters:
+                waiters, self._flush_waiters = self._flush_waiters, []
+                for waiter in waiters:
+                    waiter.callback(self.flushed_offset)
+
+    def fail(self, error: Exception) -> None:
+        """Stop taking appends and stop moving the flushed offset: only a restart (recovery) is safe now."""
+        if self.failed is None:
+            self.failed = error
+            self._log.critical(
+                "{directory}: a write or fsync failed ({error}); the partition takes no more messages and "
+                "its unflushed data stays invisible; restart the broker to recover it",
+                directory=self.directory, error=error,
+            )
+        self._cancel_timer()
+
+    def write_out(self) -> None:
+        """Put everything appended into the file (page cache), not yet fsynced.
+
+        @raise StorageFailed: the write failed.
+        """
+        try:
+            for segment in self._dirty:
+                segment.write_out()
+        except OSError as e:
+            self.fail(e)
+            raise StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}") from None
+
+    def close(self) -> None:
+        """Start no more flushes (one in flight still completes)."""
+        self.closed = True
+        self._cancel_timer()
+
+    def _cancel_timer(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None

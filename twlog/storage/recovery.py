@@ -1,0 +1,62 @@
+# -*- test-case-name: tests.storage.test_recovery -*-
+"""Recovery after an unclean shutdown: cut a log's last segment after its last whole, valid message.
+
+A killed broker (or a power loss) can leave the active segment ending in a
+short, partial or CRC-invalid entry.  L{recover_segment} scans the segment
+in chunks of L{RECOVERY_CHUNK_BYTES} and truncates it at the first such entry,
+so that every byte a reader can reach is a valid message again.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from twlog.storage.message import scan
+from twlog.storage.segment import Segment
+
+#: Bytes read at a time while scanning a segment.
+RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+class Truncation(NamedTuple):
+    """What recovery cut from a segment: from which logical offset, how many bytes, and why."""
+
+    path: str
+    offset: int
+    removed_bytes: int
+    reason: str
+
+
+def recover_segment(segment: Segment, max_entry_bytes: int) -> Truncation | None:
+    """Truncate C{segment} after its last whole, valid message; what was cut, or None if nothing was.
+
+    @param max_entry_bytes: the largest entry a valid segment holds (the segment size).
+    """
+    file_size = segment.size
+    valid = 0  # file position up to which entries are whole and valid
+    pending = b""
+    read_pos = 0
+    problem = None
+    while valid < file_size:
+        chunk = segment.pread(read_pos, RECOVERY_CHUNK_BYTES) if read_pos < file_size else b""
+        read_pos += len(chunk)
+        buf = pending + chunk if pending else chunk
+        result = scan(buf, max_entry_bytes, origin=valid)
+        valid += result.valid_bytes
+        if result.problem is None:
+            pending = b""
+            if not chunk:
+                break
+            continue
+        if result.needed and valid + result.needed <= file_size and read_pos < file_size:
+            pending = buf[result.valid_bytes :]  # the entry continues in the next chunk
+            continue
+        problem = result.problem
+        break
+    if valid == file_size:
+        return None
+    if problem is None:
+        problem = "partial message at the end of the file"
+    removed = file_size - valid
+    segment.truncate(valid)
+    return Truncation(segment.path, segment.base_offset + valid, removed, problem)
