@@ -21,8 +21,9 @@ from __future__ import annotations
 import errno
 import os
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from twisted.internet import tcp
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPullProducer
@@ -37,8 +38,9 @@ CHUNK_BYTES = 256 * 1024
 #: A response counts as written once at most this much of it waits in the transport's buffer.
 HIGH_WATER_BYTES = 256 * 1024
 
-#: The system call, looked up through the module so tests can count its use.
-sendfile = getattr(os, "sendfile", None)
+#: The system call: C{sendfile(out_fd, in_fd, position, count) -> bytes sent}.  A sender uses the one
+#: given to it, else this module attribute (so tests can also count its use by patching it here).
+sendfile: Callable[[int, int, int, int], int] | None = getattr(os, "sendfile", None)
 
 _FALLBACK_ERRNOS = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK}
 
@@ -53,8 +55,6 @@ def buffered_bytes(transport) -> int:
 
 def can_sendfile(transport) -> bool:
     """Whether log bytes may go to C{transport} with sendfile: a plain, non-TLS TCP connection."""
-    from twisted.internet import tcp
-
     return sendfile is not None and isinstance(transport, tcp.Connection) and not getattr(transport, "TLS", False)
 
 
@@ -66,12 +66,22 @@ class ResponseSender:
     the kernel (sendfile) or to the transport with at most L{HIGH_WATER_BYTES}
     still buffered, so a connection whose peer does not read holds a bounded
     amount of memory.  It errbacks if the connection goes away first.
+
+    @param use_sendfile: whether to try sendfile (default: L{can_sendfile}).
+    @param send_file: the sendfile call to use (default: the module's L{sendfile}, i.e. C{os.sendfile}).
     """
 
     _log = Logger()
 
-    def __init__(self, transport, parts: Iterable[bytes | FileRegion], use_sendfile: bool | None = None) -> None:
+    def __init__(
+        self,
+        transport,
+        parts: Iterable[bytes | FileRegion],
+        use_sendfile: bool | None = None,
+        send_file: Callable[[int, int, int, int], int] | None = None,
+    ) -> None:
         self._transport = transport
+        self._sendfile = send_file if send_file is not None else sendfile
         self._parts: deque[bytes | FileRegion] = deque(
             p for p in parts if (p.length if isinstance(p, FileRegion) else len(p))
         )
@@ -136,7 +146,7 @@ class ResponseSender:
             return True
         if self._use_sendfile:
             try:
-                sent = sendfile(self._transport.getHandle().fileno(), region.fileno(), position, remaining)
+                sent = self._sendfile(self._transport.getHandle().fileno(), region.fileno(), position, remaining)
             except BlockingIOError:
                 self._transport.startWriting()  # resumed when the socket is writable again
                 return False
