@@ -14,7 +14,6 @@ from twlog.consumer.group import GroupConsumer, GroupState
 from twlog.consumer.stream import GroupMessage, GroupStream
 from twlog.coord import paths
 from twlog.coord.zk import NoNodeError, ZooKeeper
-from twlog.protocol import codec
 from twlog.client.connection import BrokerConnection
 from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, OffsetsRequest, ProduceRequest
 from twlog.storage.message import encode_message_set
@@ -66,7 +65,7 @@ class ZkBroker:
             self._connection = BrokerConnection("127.0.0.1", self.port, reactor=reactor)
         request = AckProduceRequest(ACK_FLUSHED, 10_000,
                                     (ProduceRequest(topic, partition, encode_message_set(payloads)),))
-        _, results = codec.decode_ack_produce_response(await self._connection.request(request))
+        results = (await self._connection.request(request)).results
         assert all(r.error == 0 for r in results), results
 
 
@@ -74,8 +73,7 @@ class ZkBroker:
         """The partition's latest (flushed) offset, by OFFSETS -1."""
         if self._connection is None:
             self._connection = BrokerConnection("127.0.0.1", self.port, reactor=reactor)
-        frame = await self._connection.request(OffsetsRequest(topic, partition, -1, 1))
-        return codec.decode_offsets_response(frame)[1][0]
+        return (await self._connection.request(OffsetsRequest(topic, partition, -1, 1))).offsets[0]
 
 
 def payloads(topic: str, broker_id: int, partition: int, count: int, start: int = 0) -> list[bytes]:
@@ -196,7 +194,7 @@ def ownership(consumers: Iterable[GroupConsumer]) -> dict[tuple[str, str], list[
 
 def settled(consumers: list[GroupConsumer], expected: set[tuple[str, str]]) -> bool:
     """Every consumer STABLE with no rebalance due, and C{expected} partitions each owned by exactly one."""
-    if any(c.state is not GroupState.STABLE or c._rebalancing is not None for c in consumers):
+    if any(c.state is not GroupState.STABLE or c.rebalancing for c in consumers):
         return False
     owners = ownership(consumers)
     return set(owners) == expected and all(len(o) == 1 for o in owners.values())

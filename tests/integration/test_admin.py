@@ -5,7 +5,8 @@ from __future__ import annotations
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from twlog.consumer.admin import GroupMember, describe_groups, rebalance_benchmark, reset_offsets
+from twlog.bench.group_rebalance import rebalance_benchmark
+from twlog.consumer.admin import GroupMember, describe_groups, reset_offsets
 from twlog.consumer.group import GroupConsumer
 
 from tests.integration.zookeeper import connect

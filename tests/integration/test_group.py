@@ -91,7 +91,7 @@ class GroupConsumerTests(TestCase):
         latest = self.consumer(zk.hosts, "late", auto_offset_reset="largest")
         late = Collector()
         late.read(latest, await latest.create_message_streams({"t": 1}))
-        await wait_until(lambda: all(p.consumed is not None for p in latest._owned.values()))
+        await wait_until(lambda: all(p.consumed is not None for p in latest.rebalancer.consumption.owned.values()))
         more = await produce_all(cluster, "t", 3, start=10)
         await late.has_all(more)
         self.assertEqual(set(late.payloads()), more)
@@ -110,7 +110,7 @@ class GroupConsumerTests(TestCase):
         await cluster[0].produce("t", 0, batch)
         consumer = self.consumer(zk.hosts, queued_max_messages=10, fetch_max_bytes=200)
         [stream] = (await consumer.create_message_streams({"t": 1}))["t"]
-        [fetcher] = consumer._fetchers
+        [fetcher] = consumer.rebalancer.consumption.fetchers
         await wait_until(lambda: stream.full and fetcher._wakeup is not None)
         requests = fetcher.requests
         self.assertLessEqual(stream.queued, 10 + 200 // 9)
@@ -155,7 +155,7 @@ class GroupConsumerTests(TestCase):
         await consumer.create_message_streams({"t": 1})
         before = consumer.rebalances
         for _ in range(5):
-            consumer._request_rebalance()  # what each watch does
+            consumer.rebalancer.request()  # what each watch does
         await consumer.when_stable()
         self.assertEqual(consumer.rebalances, before + 2)
 

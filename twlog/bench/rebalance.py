@@ -12,7 +12,7 @@ from statistics import median
 from twisted.internet.defer import Deferred
 
 from twlog.bench.common import react_status
-from twlog.consumer.admin import rebalance_benchmark
+from twlog.bench.group_rebalance import rebalance_benchmark
 from twlog.coord.zkserver import ZooKeeperServer
 
 

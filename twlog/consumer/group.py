@@ -18,71 +18,51 @@ delivery is at-least-once, in order within a partition.
 
 from __future__ import annotations
 
-import enum
 import os
 import random
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 
 from twisted.application.internet import backoffPolicy
-from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 
-from twlog.consumer.admin import delete_session_owners, read_members, read_offsets, register_member, write_offsets
-from twlog.consumer.rebalance import consumer_assignment, encode_subscription, stream_ids, validate_subscription
-from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupStream, OwnedPartition
-from twlog.coord import paths
+from twlog.consumer.rebalance import encode_subscription, stream_ids, validate_subscription
+from twlog.consumer.rebalancer import Consumption, GroupState, Rebalancer
+from twlog.consumer.registry import Ownership, deregister_member, describe_error, register_member
+from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupStream
 from twlog.coord.cluster import ClusterView
-from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, KazooException, NodeExistsError, NoNodeError, ZooKeeper
+from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, ZooKeeper
 from twlog.errors import ClientClosed, RebalanceFailed
-
-
-class GroupState(enum.Enum):
-    """Where a L{GroupConsumer} is.  Transitions::
-
-        NEW          --create_message_streams, registered-------------> REBALANCING
-        REBALANCING  --claimed every partition of its ranges-----------> STABLE
-        REBALANCING  --rebalance_max_retries conflicts in a row-------> FAILED
-        STABLE       --members, brokers or topics changed-------------> REBALANCING
-        FAILED       --members, brokers or topics changed-------------> REBALANCING
-        any but NEW  --ZooKeeper session expired (owner nodes gone)----> SESSION_LOST
-        SESSION_LOST --new session, registered again-------------------> REBALANCING
-        any          --close()----------------------------------------> CLOSED
-    """
-
-    NEW = "new"
-    REBALANCING = "rebalancing"
-    STABLE = "stable"
-    FAILED = "failed"
-    SESSION_LOST = "session-lost"
-    CLOSED = "closed"
-
-
-class _Superseded(Exception):
-    """The rebalance's generation is over (the session was lost, or the consumer closed)."""
-
-
-def _gather(coroutines) -> DeferredList:
-    """Run C{coroutines} at once; fire with DeferredList's [(success, result or Failure)]."""
-    return DeferredList([Deferred.fromCoroutine(c) for c in coroutines], consumeErrors=True)
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__} {error}".strip()
-
 
 def default_consumer_id() -> str:
     """C{<host>-<pid>-<8 hex digits>}: unique per consumer object."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def _check_options(group: str, consumer_id: str, auto_offset_reset: str, rebalance_max_retries: int,
+                   queued_max_messages: int, fetch_max_bytes: int) -> None:
+    """@raise ValueError: one of L{GroupConsumer}'s options is bad."""
+    if not group or "/" in group:
+        raise ValueError(f"bad group name {group!r}")
+    if "/" in consumer_id:
+        raise ValueError(f"bad consumer id {consumer_id!r}")
+    if auto_offset_reset not in RESET_TIMES:
+        raise ValueError(f"auto_offset_reset must be 'smallest' or 'largest', not {auto_offset_reset!r}")
+    if rebalance_max_retries < 1:
+        raise ValueError("rebalance_max_retries must be at least 1")
+    if queued_max_messages < 1 or fetch_max_bytes < 1:
+        raise ValueError("queued_max_messages and fetch_max_bytes must be positive")
+
+
 class GroupConsumer:
     """A member of consumer group C{group}: n message streams per topic, over the partitions it owns.
 
     @param zookeeper: a connect string (the consumer makes and closes its own
-        session), or a L{ZooKeeper} (started or not; not stopped by L{close}).
+        session), or an L{IZooKeeper} (started or not; not stopped by L{close}).
     @param auto_commit_interval_ms: commit consumed offsets this often (0: only
         on rebalance, L{commit} and L{close}).
     @param auto_offset_reset: where a partition without a committed offset, or
@@ -97,13 +77,15 @@ class GroupConsumer:
     @param session_timeout_s: the ZooKeeper session timeout; out of touch with
         ZooKeeper this long, the consumer stops delivering (others may own its
         partitions by then) until it has rejoined.
+    @param fetcher_factory: C{(broker id, (host, port), [OwnedPartition])} -> a
+        fetch loop (default: L{BrokerFetcher.connect} with the options above).
     """
 
     _log = Logger()
 
     def __init__(
         self,
-        zookeeper: str | ZooKeeper,
+        zookeeper: str | IZooKeeper,
         group: str,
         *,
         reactor=None,
@@ -120,21 +102,14 @@ class GroupConsumer:
         connect_timeout_s: float = 10.0,
         connect_attempts: int = 3,
         rng: random.Random | None = None,
+        fetcher_factory: Callable[..., object] | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
-        if not group or "/" in group:
-            raise ValueError(f"bad group name {group!r}")
-        if auto_offset_reset not in RESET_TIMES:
-            raise ValueError(f"auto_offset_reset must be 'smallest' or 'largest', not {auto_offset_reset!r}")
-        if rebalance_max_retries < 1:
-            raise ValueError("rebalance_max_retries must be at least 1")
-        if queued_max_messages < 1 or fetch_max_bytes < 1:
-            raise ValueError("queued_max_messages and fetch_max_bytes must be positive")
         self.group = group
         self.consumer_id = consumer_id or default_consumer_id()
-        if "/" in self.consumer_id:
-            raise ValueError(f"bad consumer id {self.consumer_id!r}")
+        _check_options(group, self.consumer_id, auto_offset_reset, rebalance_max_retries, queued_max_messages,
+                       fetch_max_bytes)
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.auto_offset_reset = auto_offset_reset
         self.queued_max_messages = queued_max_messages
@@ -148,7 +123,7 @@ class GroupConsumer:
         self.connect_attempts = connect_attempts
         self._reactor = reactor
         self._rng = rng or random.Random()
-        if isinstance(zookeeper, ZooKeeper):
+        if IZooKeeper.providedBy(zookeeper):
             self.zookeeper, self._own_session = zookeeper, False
         else:
             self.zookeeper = ZooKeeper(zookeeper, reactor=reactor, session_timeout_s=session_timeout_s)
@@ -157,30 +132,53 @@ class GroupConsumer:
             initialDelay=rebalance_backoff_ms / 1000, factor=1.5, maxDelay=4 * rebalance_backoff_ms / 1000,
             jitter=lambda: self._rng.random() * rebalance_backoff_ms / 1000,
         )
-        self.state = GroupState.NEW
-        #: Completed rebalances, conflicts retried, and the last rebalance's duration (for stats and benchmarks).
-        self.rebalances = 0
-        self.retries = 0
-        self.last_rebalance_s = 0.0
+        if fetcher_factory is None:
+            fetcher_factory = partial(
+                BrokerFetcher.connect, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
+                connect_attempts=connect_attempts, fetch_max_bytes=fetch_max_bytes, max_wait_ms=max_wait_ms,
+                reset=auto_offset_reset,
+            )
         self._subscription: dict[str, int] = {}
         self._streams: dict[str, list[GroupStream]] = {}
-        self._stream_by_id: dict[tuple[str, str], GroupStream] = {}
         self._view: ClusterView | None = None
-        self._generation = 0
-        #: Owner nodes this session holds: (topic, partition name).
-        self._owner_nodes: set[tuple[str, str]] = set()
-        #: Partitions being consumed in this generation.
-        self._owned: dict[tuple[str, str], OwnedPartition] = {}
-        self._fetchers: list[BrokerFetcher] = []
-        self._closing: set[Deferred] = set()
-        self._rebalancing: Deferred | None = None
-        self._again = False
-        self._sleep: Deferred | None = None
-        self._stable_waiters: list[Deferred[None]] = []
+        #: The rebalance machinery, which holds the state; its owner nodes; the partitions consumed now.
+        self.rebalancer = Rebalancer(
+            self.zookeeper, group, self.consumer_id, clock=reactor, view=None, subscription=self._subscription,
+            ownership=Ownership(self.zookeeper, group),
+            consumption=Consumption(self.zookeeper, group, self._streams, fetcher_factory),
+            set_error=self._fail_streams, max_retries=rebalance_max_retries, backoff=self._backoff,
+        )
         self._autocommit: LoopingCall | None = None
         self._started = False
         self._closed: Deferred[None] | None = None
         self._suspicion = None
+
+    # -- state and statistics ---------------------------------------------------------------
+
+    @property
+    def state(self) -> GroupState:
+        """Where the consumer is (L{GroupState})."""
+        return self.rebalancer.state
+
+    @property
+    def rebalances(self) -> int:
+        """Completed rebalances."""
+        return self.rebalancer.rebalances
+
+    @property
+    def retries(self) -> int:
+        """Rebalance attempts that failed (almost always a conflict) and were retried."""
+        return self.rebalancer.retries
+
+    @property
+    def last_rebalance_s(self) -> float:
+        """How long the last completed rebalance took."""
+        return self.rebalancer.last_rebalance_s
+
+    @property
+    def rebalancing(self) -> bool:
+        """Whether a rebalance runs now (or one more is due after it)."""
+        return self.rebalancer.running
 
     # -- public API ---------------------------------------------------------------------
 
@@ -198,7 +196,8 @@ class GroupConsumer:
 
     def commit(self) -> Deferred[None]:
         """Write the consumed offset of every partition owned now (where it moved since the last commit)."""
-        return Deferred.fromCoroutine(self._commit([p for p in self._owned.values() if p.active]))
+        consumption = self.rebalancer.consumption
+        return Deferred.fromCoroutine(consumption.commit(consumption.active()))
 
     def close(self) -> Deferred[None]:
         """Commit, release the partitions, leave the group, and close the session and connections; streams end."""
@@ -208,21 +207,11 @@ class GroupConsumer:
 
     def owned(self) -> dict[str, dict[str, str]]:
         """The partitions this consumer delivers now: topic -> {partition name: stream id}."""
-        result: dict[str, dict[str, str]] = {}
-        for (topic, name), p in self._owned.items():
-            if p.active:
-                result.setdefault(topic, {})[name] = p.stream.stream_id
-        return result
+        return self.rebalancer.consumption.by_topic()
 
     def when_stable(self) -> Deferred[None]:
         """Fire once the consumer is STABLE with no rebalance running or due (L{RebalanceFailed} if it FAILED)."""
-        if self._rebalancing is None and self.state is GroupState.STABLE:
-            return succeed(None)
-        if self._rebalancing is None and self.state is GroupState.FAILED:
-            return fail(RebalanceFailed(f"consumer {self.consumer_id}: the last rebalance failed"))
-        d: Deferred[None] = Deferred()
-        self._stable_waiters.append(d)
-        return d
+        return self.rebalancer.when_stable()
 
     # -- joining ------------------------------------------------------------------------
 
@@ -237,22 +226,21 @@ class GroupConsumer:
         if self.state is not GroupState.NEW or self._subscription:
             raise ValueError("create_message_streams was already called")
         subscription = validate_subscription(subscription)
-        self._subscription = subscription
+        self._subscription.update(subscription)
         for topic, count in subscription.items():
-            streams = [GroupStream(topic, sid, self.queued_max_messages) for sid in stream_ids(self.consumer_id, count)]
-            self._streams[topic] = streams
-            self._stream_by_id.update(((topic, s.stream_id), s) for s in streams)
+            self._streams[topic] = [GroupStream(topic, sid, self.queued_max_messages)
+                                    for sid in stream_ids(self.consumer_id, count)]
         await self._start()
-        self._view = ClusterView(self.zookeeper, subscription)
+        self._view = self.rebalancer.view = ClusterView(self.zookeeper, subscription)
         await self._view.start()
-        self._view.add_listener(self._cluster_changed)
+        self._view.add_listener(self.rebalancer.request)
         await self._register()
         if self.state is GroupState.CLOSED:
             if self.zookeeper.connected:  # closed while registering: leave again
                 await self._bounded(Deferred.fromCoroutine(self._leave([])))
             raise ClientClosed("the group consumer was closed")
-        self.state = GroupState.REBALANCING
-        self._request_rebalance()
+        self.rebalancer.state = GroupState.REBALANCING
+        self.rebalancer.request()
         try:
             await self.when_stable()
         except (RebalanceFailed, ClientClosed):
@@ -270,17 +258,7 @@ class GroupConsumer:
                               attempts=self.rebalance_max_retries,
                               pause=lambda attempt: deferLater(self._reactor, self._backoff(attempt), lambda: None))
 
-    # -- events -------------------------------------------------------------------------
-
-    def _cluster_changed(self) -> None:
-        self._request_rebalance()
-
-    def _members_watch(self, generation: int):
-        def changed(event) -> None:
-            if generation == self._generation:  # older watches: a newer read has its own
-                self._request_rebalance()
-
-        return changed
+    # -- session events -------------------------------------------------------------------
 
     def _session_changed(self, state: str) -> None:
         if self.state in (GroupState.NEW, GroupState.CLOSED):
@@ -295,7 +273,7 @@ class GroupConsumer:
         elif state == LOST:
             self._lose_session(True)
         elif state == CONNECTED and self.state is GroupState.FAILED:
-            self._request_rebalance()  # a rebalance may have failed for want of a connection
+            self.rebalancer.request()  # a rebalance may have failed for want of a connection
         elif state == CONNECTED and self.state is GroupState.SESSION_LOST:
             Deferred.fromCoroutine(self._rejoin()).addErrback(
                 lambda f: self._log.failure("consumer {consumer}: rejoining failed", f, consumer=self.consumer_id))
@@ -304,247 +282,35 @@ class GroupConsumer:
         """Stop delivering: the session expired (C{expired}; its owner nodes are gone), or may have."""
         self._suspicion = None
         if expired:
-            self._owner_nodes = set()
+            self.rebalancer.ownership.forget()
         if self.state is GroupState.SESSION_LOST:
             return
         self._log.warn("consumer {consumer}: ZooKeeper session {what}; stopped consuming until it rejoins group "
                        "{group}", consumer=self.consumer_id, group=self.group,
                        what="expired" if expired else f"out of touch for {self.session_timeout_s:g} s")
-        self._generation += 1
-        self._stop_fetching()
-        self._owned = {}
-        self.state = GroupState.SESSION_LOST
-        self._wake_from_backoff()
+        self.rebalancer.consumption.stop()
+        self.rebalancer.consumption.owned = {}
+        self.rebalancer.state = GroupState.SESSION_LOST
+        self.rebalancer.supersede()
 
     async def _rejoin(self) -> None:
         try:
             await self._register()
-            await delete_session_owners(self.zookeeper, self.group, list(self._subscription), self._owner_nodes)
+            await self.rebalancer.ownership.delete_strays(list(self._subscription))
         except Exception as e:
             if self.state is GroupState.SESSION_LOST:
-                self.state = GroupState.FAILED
+                self.rebalancer.state = GroupState.FAILED
                 self._fail_streams(RebalanceFailed(f"consumer {self.consumer_id} could not rejoin group "
                                                    f"{self.group} after its session expired: {e}"))
             raise
         if self.state is GroupState.SESSION_LOST:
-            self.state = GroupState.REBALANCING
-            self._request_rebalance()
+            self.rebalancer.state = GroupState.REBALANCING
+            self.rebalancer.request()
 
     def _fail_streams(self, error: Exception | None) -> None:
         for streams in self._streams.values():
             for stream in streams:
                 stream.set_error(error)
-
-    def _wake_from_backoff(self) -> None:
-        if self._sleep is not None and not self._sleep.called:
-            self._sleep.cancel()
-
-    # -- rebalancing ----------------------------------------------------------------------
-
-    def _request_rebalance(self) -> None:
-        """Rebalance now, or once more after the one running (bursts of events coalesce into one)."""
-        if self.state in (GroupState.NEW, GroupState.SESSION_LOST, GroupState.CLOSED):
-            return
-        if self._rebalancing is not None:
-            self._again = True
-            return
-        self._rebalancing = Deferred.fromCoroutine(self._run_rebalances())
-        self._rebalancing.addErrback(lambda f: self._log.failure("rebalance failed", f))
-
-    async def _run_rebalances(self) -> None:
-        try:
-            while True:
-                self._again = False
-                await self._rebalance()
-                if not self._again or self.state in (GroupState.CLOSED, GroupState.SESSION_LOST):
-                    break
-        finally:
-            self._rebalancing = None
-            self._tell_stable_waiters()
-
-    def _tell_stable_waiters(self) -> None:
-        if self.state in (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED):
-            waiters, self._stable_waiters = self._stable_waiters, []
-            for d in waiters:
-                if self.state is GroupState.STABLE:
-                    d.callback(None)
-                elif self.state is GroupState.CLOSED:
-                    d.errback(ClientClosed(f"consumer {self.consumer_id} was closed"))
-                else:
-                    d.errback(RebalanceFailed(f"consumer {self.consumer_id}: the last rebalance failed"))
-
-    async def _rebalance(self) -> None:
-        """Algorithm 1 with bounded retries; ends STABLE or FAILED (or returns early if superseded)."""
-        self.state = GroupState.REBALANCING
-        started = self._reactor.seconds()
-        problem = "no attempt"
-        for attempt in range(1, self.rebalance_max_retries + 1):
-            self._generation += 1
-            generation = self._generation
-            try:
-                problem = await self._attempt(generation)
-            except _Superseded:
-                return
-            except Exception as e:  # ZooKeeper errors (connection loss...) are retried like conflicts
-                if not isinstance(e, KazooException):
-                    self._log.failure("consumer {consumer}: rebalance attempt broke", consumer=self.consumer_id)
-                problem = _describe(e)
-            if problem is None:
-                self.state = GroupState.STABLE
-                self.rebalances += 1
-                self.last_rebalance_s = self._reactor.seconds() - started
-                self._fail_streams(None)
-                self._log.info("consumer {consumer} owns {owned} after {attempts} attempt(s) in {seconds:.3f} s",
-                               consumer=self.consumer_id, owned=self.owned(), attempts=attempt,
-                               seconds=self.last_rebalance_s)
-                return
-            self._log.info("consumer {consumer}: rebalance attempt {attempt} failed: {problem}",
-                           consumer=self.consumer_id, attempt=attempt, problem=problem)
-            try:
-                await self._release(generation)
-            except _Superseded:
-                return
-            except Exception:
-                pass  # the next attempt releases again
-            if attempt < self.rebalance_max_retries:
-                self.retries += 1
-                self._sleep = deferLater(self._reactor, self._backoff(attempt), lambda: None)
-                try:
-                    await self._sleep
-                except CancelledError:
-                    return
-                finally:
-                    self._sleep = None
-                if generation != self._generation:
-                    return
-        self.state = GroupState.FAILED
-        error = RebalanceFailed(
-            f"consumer {self.consumer_id} of group {self.group} could not rebalance in "
-            f"{self.rebalance_max_retries} attempts: {problem}"
-        )
-        self._log.error("{error}", error=error)
-        self._fail_streams(error)
-
-    def _check(self, generation: int) -> None:
-        if generation != self._generation:
-            raise _Superseded()
-
-    async def _attempt(self, generation: int) -> str | None:
-        """One pass of Algorithm 1: None if every assigned partition was claimed, else why not."""
-        self._stop_fetching()
-        await self._commit(list(self._owned.values()))
-        self._check(generation)
-        await self._release(generation)
-        subscriptions = await read_members(self.zookeeper, self.group, watch=self._members_watch(generation))
-        self._check(generation)
-        subscriptions = {member: s for member, s in subscriptions.items() if s is not None}
-        brokers = dict(self._view.brokers)
-        partitions = {
-            topic: [paths.partition_name(b, p) for b, p in self._view.partitions(topic)]
-            for topic in self._subscription
-        }
-        plan = consumer_assignment(self.consumer_id, subscriptions, partitions)
-        conflicts = await self._claim(plan, generation)
-        self._check(generation)
-        if conflicts:
-            return f"owned by another consumer: {', '.join(sorted(conflicts))}"
-        offsets = await read_offsets(self.zookeeper, self.group, [(t, n) for t, owners in plan.items() for n in owners])
-        self._check(generation)
-        self._start_fetching(plan, offsets, brokers)
-        return None
-
-    def _stop_fetching(self) -> None:
-        """Stop every fetch loop and drop what was fetched but not handed out."""
-        for fetcher in self._fetchers:
-            d = fetcher.stop()
-            self._closing.add(d)
-            d.addBoth(lambda _, d=d: self._closing.discard(d))
-        self._fetchers = []
-        for p in self._owned.values():
-            p.active = False
-        for streams in self._streams.values():
-            for stream in streams:
-                stream.clear()
-
-    async def _release(self, generation: int | None = None) -> None:
-        """Delete the owner nodes this session holds."""
-        self._owned = {}
-        results = await _gather(self._delete_owner(topic, name) for topic, name in sorted(self._owner_nodes))
-        if generation is not None:
-            self._check(generation)
-        for ok, result in results:
-            if not ok:
-                result.raiseException()
-
-    async def _delete_owner(self, topic: str, name: str) -> None:
-        try:
-            await self.zookeeper.delete(paths.owner_path(self.group, topic, name))
-        except NoNodeError:
-            pass
-        self._owner_nodes.discard((topic, name))
-
-    async def _claim(self, plan: dict[str, dict[str, str]], generation: int) -> list[str]:
-        """Create the owner node of every partition in C{plan}; the names of those held by others."""
-        items = [(topic, name, stream) for topic, owners in plan.items() for name, stream in owners.items()]
-        results = await _gather(self._claim_one(*item, generation) for item in items)
-        conflicts = []
-        for (topic, name, _), (ok, result) in zip(items, results):
-            if not ok:
-                if result.check(_Superseded):
-                    raise _Superseded()
-                result.raiseException()
-            if not result:
-                conflicts.append(f"{topic}/{name}")
-        return conflicts
-
-    async def _claim_one(self, topic: str, name: str, stream_id: str, generation: int) -> bool:
-        path = paths.owner_path(self.group, topic, name)
-        for _ in range(2):
-            self._check(generation)
-            try:
-                await self.zookeeper.create(path, stream_id.encode(), ephemeral=True, makepath=True)
-            except NodeExistsError:
-                try:
-                    _, stat = await self.zookeeper.get(path)
-                except NoNodeError:
-                    continue  # released meanwhile: try once more
-                client_id = self.zookeeper.client_id
-                if client_id is None or stat.ephemeralOwner != client_id[0]:
-                    return False
-                await self.zookeeper.set(path, stream_id.encode())  # ours already (a retried create)
-            self._owner_nodes.add((topic, name))
-            return True
-        return False
-
-    def _start_fetching(
-        self, plan: dict[str, dict[str, str]], offsets: dict[tuple[str, str], int | None],
-        brokers: dict[int, tuple[str, int]],
-    ) -> None:
-        by_broker: dict[int, list[OwnedPartition]] = {}
-        for topic, owners in plan.items():
-            for name, stream_id in sorted(owners.items()):
-                broker_id, partition = paths.parse_partition_name(name)
-                p = OwnedPartition(topic, name, broker_id, partition, self._stream_by_id[(topic, stream_id)],
-                                   offsets.get((topic, name)))
-                self._owned[(topic, name)] = p
-                by_broker.setdefault(broker_id, []).append(p)
-        for broker_id, partitions in sorted(by_broker.items()):
-            fetcher = BrokerFetcher.connect(
-                broker_id, brokers[broker_id], partitions, reactor=self._reactor, timeout_s=self.timeout_s,
-                connect_timeout_s=self.connect_timeout_s, connect_attempts=self.connect_attempts,
-                fetch_max_bytes=self.fetch_max_bytes, max_wait_ms=self.max_wait_ms, reset=self.auto_offset_reset,
-            )
-            self._fetchers.append(fetcher)
-            fetcher.start()
-
-    # -- offsets --------------------------------------------------------------------------
-
-    async def _commit(self, partitions: list[OwnedPartition]) -> None:
-        due = [(p, p.consumed) for p in partitions if p.consumed is not None and p.consumed != p.committed]
-        written = await write_offsets(self.zookeeper, self.group, [(p.topic, p.name, v) for p, v in due])
-        for (p, value), ok in zip(due, written):
-            if ok:
-                p.committed = value
 
     def _autocommit_tick(self) -> Deferred[None] | None:
         if self.state is not GroupState.STABLE:
@@ -555,48 +321,51 @@ class GroupConsumer:
 
     async def _close(self) -> None:
         previous = self.state
-        self.state = GroupState.CLOSED
-        self._generation += 1
+        self.rebalancer.state = GroupState.CLOSED
+        self.rebalancer.supersede()
         if self._autocommit is not None and self._autocommit.running:
             self._autocommit.stop()
         if self._suspicion is not None and self._suspicion.active():
             self._suspicion.cancel()
-        self._wake_from_backoff()
         self.zookeeper.remove_state_listener(self._session_changed)
         if self._view is not None:
-            self._view.remove_listener(self._cluster_changed)
+            self._view.remove_listener(self.rebalancer.request)
             self._view.stop()
-        owned = list(self._owned.values())
-        self._stop_fetching()
+        consumption = self.rebalancer.consumption
+        owned = list(consumption.owned.values())
+        consumption.stop()
         for streams in self._streams.values():
             for stream in streams:
                 stream.close()
-        self._tell_stable_waiters()
-        if self._rebalancing is not None:  # it stops at its next step
+        self.rebalancer.tell_stable_waiters()
+        if self.rebalancer.running:  # it stops at its next step
             await self._bounded(self.when_stable())
         if previous is not GroupState.SESSION_LOST and self._subscription and self.zookeeper.connected:
             await self._bounded(Deferred.fromCoroutine(self._leave(owned)))
-        self._owned = {}
-        if self._closing:
-            await DeferredList(list(self._closing), consumeErrors=True)
+        consumption.owned = {}
+        await consumption.closed()
         if self._own_session and self._started:
             await self.zookeeper.stop()
 
-    async def _leave(self, owned: list[OwnedPartition]) -> None:
+    async def _leave(self, owned) -> None:
         """Commit, release the owner nodes, deregister."""
-        await self._commit(owned)
-        await self._release()
-        try:
-            await self.zookeeper.delete(paths.consumer_ids_path(self.group, self.consumer_id))
-        except NoNodeError:
-            pass
+        await self.rebalancer.consumption.commit(owned)
+        await self.rebalancer.release()
+        await deregister_member(self.zookeeper, self.group, self.consumer_id)
 
     async def _bounded(self, d: Deferred) -> None:
         """Wait for C{d} at most C{timeout_s}, whatever it fires with (closing goes on regardless)."""
-        d.addTimeout(self.timeout_s, self._reactor)
-        try:
-            await d
-        except ClientClosed:
-            pass
-        except Exception as e:
-            self._log.info("consumer {consumer} closing: {error}", consumer=self.consumer_id, error=_describe(e))
+        await _bounded(d, self.timeout_s, self._reactor, self.consumer_id)
+
+
+async def _bounded(d: Deferred, timeout_s: float, clock, consumer_id: str) -> None:
+    d.addTimeout(timeout_s, clock)
+    try:
+        await d
+    except ClientClosed:
+        pass
+    except Exception as e:
+        GroupConsumer._log.info("consumer {consumer} closing: {error}", consumer=consumer_id, error=describe_error(e))
+
+
+__all__ = ["GroupConsumer", "GroupState", "default_consumer_id"]

@@ -5,11 +5,13 @@ Every consumer of a group computes the same answer from the same registries:
 a topic's partitions and the streams of every consumer subscribing to it are
 sorted, and stream j takes one contiguous block; the first C{|P| mod |C|}
 streams take one extra partition.  A stream is named C{<consumer id>-<n>}
-(Kafka 0.7's consumer thread id); a partition C{<broker id>-<partition>}.
+(Kafka 0.7's consumer thread id); a partition is a L{TopicPartition} (or its
+name C{<broker id>-<partition>}).
 
 Both lists are sorted in I{natural} order (digit runs compare as numbers), so
-partition C{"2-0"} sorts before C{"10-0"} and stream C{"c-2"} before
-C{"c-10"}.  Any total order would do, as long as every consumer uses the same.
+partition C{"2-0"} sorts before C{"10-0"} (as L{TopicPartition}s sort) and
+stream C{"c-2"} before C{"c-10"}.  Any total order would do, as long as every
+consumer uses the same.
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from twlog.partition import TopicPartition
+
+P = TypeVar("P", str, TopicPartition)
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -27,12 +34,16 @@ def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
     return tuple(int(run) if i % 2 else run for i, run in enumerate(runs)), name
 
 
-def ranges(partitions: Sequence[str], streams: Sequence[str]) -> dict[str, list[str]]:
+def _partition_key(partition: str | TopicPartition):
+    return natural_key(partition) if isinstance(partition, str) else partition
+
+
+def ranges(partitions: Sequence[P], streams: Sequence[str]) -> dict[str, list[P]]:
     """The whole assignment of one topic: each stream's contiguous block of the sorted partitions.
 
     Every stream gets an entry (an empty list when there are more streams than partitions).
     """
-    parts = sorted(set(partitions), key=natural_key)
+    parts = sorted(set(partitions), key=_partition_key)
     members = sorted(set(streams), key=natural_key)
     if not members:
         return {}
@@ -44,7 +55,7 @@ def ranges(partitions: Sequence[str], streams: Sequence[str]) -> dict[str, list[
     return result
 
 
-def assign(partitions: Sequence[str], streams: Sequence[str], me: str) -> list[str]:
+def assign(partitions: Sequence[P], streams: Sequence[str], me: str) -> list[P]:
     """The block of the sorted C{partitions} that stream C{me} owns among the sorted C{streams} ([] if absent)."""
     return ranges(partitions, streams).get(me, [])
 
@@ -69,19 +80,19 @@ def streams_by_topic(subscriptions: Mapping[str, Mapping[str, int]]) -> dict[str
 def consumer_assignment(
     consumer_id: str,
     subscriptions: Mapping[str, Mapping[str, int]],
-    partitions: Mapping[str, Sequence[str]],
-) -> dict[str, dict[str, str]]:
-    """What one consumer owns: topic -> {partition name: owning stream id}, for each topic it subscribes to.
+    partitions: Mapping[str, Sequence[P]],
+) -> dict[str, dict[P, str]]:
+    """What one consumer owns: topic -> {partition: owning stream id}, for each topic it subscribes to.
 
     @param subscriptions: every registered consumer's subscription (topic -> streams), C{consumer_id}'s included.
-    @param partitions: topic -> its available partitions (C{<broker id>-<partition>}).
+    @param partitions: topic -> its available partitions (L{TopicPartition}s, or names C{<broker id>-<partition>}).
     """
     mine = subscriptions.get(consumer_id, {})
     all_streams = streams_by_topic(subscriptions)
-    result: dict[str, dict[str, str]] = {}
+    result: dict[str, dict[P, str]] = {}
     for topic, count in mine.items():
         blocks = ranges(partitions.get(topic, ()), all_streams.get(topic, ()))
-        owned: dict[str, str] = {}
+        owned: dict[P, str] = {}
         for stream in stream_ids(consumer_id, count):
             for partition in blocks.get(stream, ()):
                 owned[partition] = stream
@@ -90,10 +101,10 @@ def consumer_assignment(
 
 
 def group_assignment(
-    subscriptions: Mapping[str, Mapping[str, int]], partitions: Mapping[str, Sequence[str]]
-) -> dict[str, dict[str, str]]:
+    subscriptions: Mapping[str, Mapping[str, int]], partitions: Mapping[str, Sequence[P]]
+) -> dict[str, dict[P, str]]:
     """What the whole group should own once stable: topic -> {partition: stream id}."""
-    result: dict[str, dict[str, str]] = {}
+    result: dict[str, dict[P, str]] = {}
     for topic, streams in streams_by_topic(subscriptions).items():
         owners = result.setdefault(topic, {})
         for stream, block in ranges(partitions.get(topic, ()), streams).items():

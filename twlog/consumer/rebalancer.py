@@ -1,0 +1,324 @@
+# -*- test-case-name: tests.consumer.test_group,tests.integration.test_groups -*-
+"""A group member's rebalance machinery: the paper's Algorithm 1 with bounded retries, and what it starts and stops.
+
+L{Rebalancer} runs the rebalances of one member (L{twlog.consumer.group.GroupConsumer})
+and holds its L{GroupState}: on each request it stops fetching and drops what
+was fetched but not handed out, commits the consumed offsets, releases its
+owner nodes, reads the members and the partitions, computes its ranges
+(L{twlog.consumer.rebalance}), claims each partition's owner node
+(L{twlog.consumer.registry.Ownership}) and starts fetching
+(L{Consumption}).  A conflict (a node still held by another member) releases
+everything, backs off and retries, at most C{max_retries} attempts; then the
+member is FAILED and its streams raise L{RebalanceFailed}.  Requests made
+during a rebalance coalesce into exactly one more rebalance after it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail, succeed
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+
+from twlog.consumer.rebalance import consumer_assignment
+from twlog.consumer.registry import Ownership, describe_error, read_members, read_offsets, write_offsets
+from twlog.consumer.stream import GroupStream, OwnedPartition
+from twlog.coord.cluster import ClusterView
+from twlog.coord.zk import IZooKeeper, KazooException
+from twlog.errors import ClientClosed, RebalanceFailed
+from twlog.partition import TopicPartition
+
+
+class GroupState(enum.Enum):
+    """Where a group consumer is.  Transitions::
+
+        NEW          --create_message_streams, registered-------------> REBALANCING
+        REBALANCING  --claimed every partition of its ranges-----------> STABLE
+        REBALANCING  --rebalance_max_retries conflicts in a row-------> FAILED
+        STABLE       --members, brokers or topics changed-------------> REBALANCING
+        FAILED       --members, brokers or topics changed-------------> REBALANCING
+        FAILED       --reconnected to ZooKeeper------------------------> REBALANCING
+        any but NEW  --session expired, or out of touch too long------> SESSION_LOST
+        SESSION_LOST --new session, registered again-------------------> REBALANCING
+        SESSION_LOST --registering again failed------------------------> FAILED
+        any          --close()----------------------------------------> CLOSED
+    """
+
+    NEW = "new"
+    REBALANCING = "rebalancing"
+    STABLE = "stable"
+    FAILED = "failed"
+    SESSION_LOST = "session-lost"
+    CLOSED = "closed"
+
+
+class Superseded(Exception):
+    """The rebalance's generation is over (the session was lost, the consumer closed, or a newer attempt began)."""
+
+
+class Consumption:
+    """The partitions a member consumes in one generation: their fetch loops, consumed and committed offsets.
+
+    @param fetcher_factory: C{(broker id, (host, port), [OwnedPartition])} -> a
+        fetcher with C{start()} and C{stop() -> Deferred}
+        (L{twlog.consumer.stream.BrokerFetcher.connect} with the member's options).
+    """
+
+    def __init__(self, zk: IZooKeeper, group: str, streams: dict[str, list[GroupStream]],
+                 fetcher_factory: Callable[..., object]) -> None:
+        self._zk = zk
+        self.group = group
+        self._streams = streams
+        self._fetcher_factory = fetcher_factory
+        #: Partitions consumed in this generation.
+        self.owned: dict[TopicPartition, OwnedPartition] = {}
+        #: The fetch loops of this generation.
+        self.fetchers: list = []
+        self._closing: set[Deferred] = set()
+
+    def active(self) -> list[OwnedPartition]:
+        """The partitions being delivered now."""
+        return [p for p in self.owned.values() if p.active]
+
+    def by_topic(self) -> dict[str, dict[str, str]]:
+        """The partitions delivered now: topic -> {partition name: stream id}."""
+        result: dict[str, dict[str, str]] = {}
+        for p in self.active():
+            result.setdefault(p.topic, {})[p.name] = p.stream.stream_id
+        return result
+
+    def stop(self) -> None:
+        """Stop every fetch loop and drop what was fetched but not handed out."""
+        for fetcher in self.fetchers:
+            d = fetcher.stop()
+            self._closing.add(d)
+            d.addBoth(lambda _, d=d: self._closing.discard(d))
+        self.fetchers = []
+        for p in self.owned.values():
+            p.active = False
+        for streams in self._streams.values():
+            for stream in streams:
+                stream.clear()
+
+    def start(self, plan: dict[TopicPartition, str], offsets: dict[TopicPartition, int | None],
+              brokers: dict[int, tuple[str, int]]) -> None:
+        """Fetch each partition of C{plan} (partition -> stream id) from its committed offset, one loop per broker."""
+        by_id = {(s.topic, s.stream_id): s for streams in self._streams.values() for s in streams}
+        by_broker: dict[int, list[OwnedPartition]] = {}
+        for tp, stream_id in sorted(plan.items()):
+            p = OwnedPartition(tp.topic, tp.name, tp.broker_id, tp.partition, by_id[(tp.topic, stream_id)],
+                               offsets.get(tp))
+            self.owned[tp] = p
+            by_broker.setdefault(tp.broker_id, []).append(p)
+        for broker_id, partitions in sorted(by_broker.items()):
+            fetcher = self._fetcher_factory(broker_id, brokers[broker_id], partitions)
+            self.fetchers.append(fetcher)
+            fetcher.start()
+
+    async def commit(self, partitions: list[OwnedPartition] | None = None) -> None:
+        """Write the consumed offset of C{partitions} (default: all of this generation) where it moved."""
+        if partitions is None:
+            partitions = list(self.owned.values())
+        due = [(p, p.consumed) for p in partitions if p.consumed is not None and p.consumed != p.committed]
+        written = await write_offsets(self._zk, self.group,
+                                      [(TopicPartition(p.topic, p.broker_id, p.partition), v) for p, v in due])
+        for (p, value), ok in zip(due, written):
+            if ok:
+                p.committed = value
+
+    async def closed(self) -> None:
+        """Fire once every stopped fetch loop has closed its connection."""
+        if self._closing:
+            await DeferredList(list(self._closing), consumeErrors=True)
+
+
+class Rebalancer:
+    """Runs one member's rebalances and holds its L{GroupState}.
+
+    @param view: the cluster (brokers and the subscribed topics' partitions); set before the first L{request}.
+    @param subscription: topic -> this member's number of streams.
+    @param set_error: tells the member's streams of a failed rebalance (None: it succeeded).
+    @param backoff: attempt number -> seconds to wait before the next attempt.
+    """
+
+    _log = Logger()
+
+    def __init__(self, zk: IZooKeeper, group: str, consumer_id: str, *, clock, view: ClusterView | None,
+                 subscription: dict[str, int], ownership: Ownership, consumption: Consumption,
+                 set_error: Callable[[Exception | None], None], max_retries: int,
+                 backoff: Callable[[int], float]) -> None:
+        self._zk = zk
+        self.group = group
+        self.consumer_id = consumer_id
+        self._clock = clock
+        self.view = view
+        self._subscription = subscription
+        self.ownership = ownership
+        self.consumption = consumption
+        self._set_error = set_error
+        self.max_retries = max_retries
+        self._backoff = backoff
+        self.state = GroupState.NEW
+        self.generation = 0
+        #: Completed rebalances, conflicts retried, and the last rebalance's duration (for stats and benchmarks).
+        self.rebalances = 0
+        self.retries = 0
+        self.last_rebalance_s = 0.0
+        self._running: Deferred | None = None
+        self._again = False
+        self._sleep: Deferred | None = None
+        self._stable_waiters: list[Deferred[None]] = []
+
+    @property
+    def running(self) -> bool:
+        """Whether a rebalance runs now (or one more is due after it)."""
+        return self._running is not None
+
+    def request(self) -> None:
+        """Rebalance now, or once more after the one running (bursts of events coalesce into one)."""
+        if self.state in (GroupState.NEW, GroupState.SESSION_LOST, GroupState.CLOSED):
+            return
+        if self._running is not None:
+            self._again = True
+            return
+        self._running = Deferred.fromCoroutine(self._run())
+        self._running.addErrback(lambda f: self._log.failure("rebalance failed", f))
+
+    def supersede(self) -> None:
+        """End the current generation: a rebalance running stops at its next step, one backing off wakes."""
+        self.generation += 1
+        if self._sleep is not None and not self._sleep.called:
+            self._sleep.cancel()
+
+    def when_stable(self) -> Deferred[None]:
+        """Fire once STABLE with no rebalance running or due (L{RebalanceFailed} if FAILED, L{ClientClosed})."""
+        if self._running is None and self.state in (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED):
+            return self._outcome()
+        d: Deferred[None] = Deferred()
+        self._stable_waiters.append(d)
+        return d
+
+    def tell_stable_waiters(self) -> None:
+        """Fire the L{when_stable} waiters if the state is final for now."""
+        if self.state in (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED):
+            waiters, self._stable_waiters = self._stable_waiters, []
+            for d in waiters:
+                self._outcome().chainDeferred(d)
+
+    def _outcome(self) -> Deferred[None]:
+        if self.state is GroupState.STABLE:
+            return succeed(None)
+        if self.state is GroupState.CLOSED:
+            return fail(ClientClosed(f"consumer {self.consumer_id} was closed"))
+        return fail(RebalanceFailed(f"consumer {self.consumer_id}: the last rebalance failed"))
+
+    def members_watch(self, generation: int):
+        """A watch on the group's members that requests a rebalance (if C{generation} is still current)."""
+        def changed(event) -> None:
+            if generation == self.generation:  # older watches: a newer read has its own
+                self.request()
+
+        return changed
+
+    # -- one rebalance ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                self._again = False
+                await self._rebalance()
+                if not self._again or self.state in (GroupState.CLOSED, GroupState.SESSION_LOST):
+                    break
+        finally:
+            self._running = None
+            self.tell_stable_waiters()
+
+    async def _rebalance(self) -> None:
+        """Algorithm 1 with bounded retries; ends STABLE or FAILED (or returns early if superseded)."""
+        self.state = GroupState.REBALANCING
+        started = self._clock.seconds()
+        problem = "no attempt"
+        for attempt in range(1, self.max_retries + 1):
+            self.generation += 1
+            generation = self.generation
+            try:
+                problem = await self._attempt(generation)
+            except Superseded:
+                return
+            except Exception as e:  # ZooKeeper errors (connection loss...) are retried like conflicts
+                if not isinstance(e, KazooException):
+                    self._log.failure("consumer {consumer}: rebalance attempt broke", consumer=self.consumer_id)
+                problem = describe_error(e)
+            if problem is None:
+                self.state = GroupState.STABLE
+                self.rebalances += 1
+                self.last_rebalance_s = self._clock.seconds() - started
+                self._set_error(None)
+                self._log.info("consumer {consumer} owns {owned} after {attempts} attempt(s) in {seconds:.3f} s",
+                               consumer=self.consumer_id, owned=self.consumption.by_topic(), attempts=attempt,
+                               seconds=self.last_rebalance_s)
+                return
+            self._log.info("consumer {consumer}: rebalance attempt {attempt} failed: {problem}",
+                           consumer=self.consumer_id, attempt=attempt, problem=problem)
+            try:
+                await self.release(generation)
+            except Superseded:
+                return
+            except Exception:
+                pass  # the next attempt releases again
+            if attempt < self.max_retries:
+                self.retries += 1
+                self._sleep = deferLater(self._clock, self._backoff(attempt), lambda: None)
+                try:
+                    await self._sleep
+                except CancelledError:
+                    return
+                finally:
+                    self._sleep = None
+                if generation != self.generation:
+                    return
+        self.state = GroupState.FAILED
+        error = RebalanceFailed(
+            f"consumer {self.consumer_id} of group {self.group} could not rebalance in "
+            f"{self.max_retries} attempts: {problem}"
+        )
+        self._log.error("{error}", error=error)
+        self._set_error(error)
+
+    def check(self, generation: int) -> None:
+        """@raise Superseded: C{generation} is over."""
+        if generation != self.generation:
+            raise Superseded()
+
+    async def _attempt(self, generation: int) -> str | None:
+        """One pass of Algorithm 1: None if every assigned partition was claimed, else why not."""
+        self.consumption.stop()
+        await self.consumption.commit()
+        self.check(generation)
+        await self.release(generation)
+        subscriptions = await read_members(self._zk, self.group, watch=self.members_watch(generation))
+        self.check(generation)
+        subscriptions = {member: s for member, s in subscriptions.items() if s is not None}
+        brokers = dict(self.view.brokers)
+        partitions = {topic: self.view.topic_partitions(topic) for topic in self._subscription}
+        plan = {tp: stream for owners in consumer_assignment(self.consumer_id, subscriptions, partitions).values()
+                for tp, stream in owners.items()}
+        conflicts = await self.ownership.claim_all(plan, lambda: self.check(generation))
+        self.check(generation)
+        if conflicts:
+            return f"owned by another consumer: {', '.join(conflicts)}"
+        offsets = await read_offsets(self._zk, self.group, sorted(plan))
+        self.check(generation)
+        self.consumption.start(plan, offsets, brokers)
+        return None
+
+    async def release(self, generation: int | None = None) -> None:
+        """Forget this generation's partitions and delete the owner nodes this session holds."""
+        self.consumption.owned = {}
+        try:
+            await self.ownership.release()
+        finally:
+            if generation is not None:
+                self.check(generation)
