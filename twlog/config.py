@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
+from types import MappingProxyType
 
 import attrs
 
@@ -11,8 +13,6 @@ HOUR_MS = 3600 * 1000
 
 
 def _frozen_mapping(value: Mapping[str, int] | None) -> Mapping[str, int]:
-    from types import MappingProxyType
-
     return MappingProxyType(dict(value or {}))
 
 
@@ -111,7 +111,5 @@ class BrokerConfig:
         if self.host:
             return self.host
         if self.interface in ("", "0.0.0.0", "::"):
-            import socket
-
             return socket.getfqdn()
         return self.interface

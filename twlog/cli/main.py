@@ -42,6 +42,46 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+#: The benchmarks that measure throughput, with the options they share (L{_throughput_options}):
+#: name, help, description, default --fetch-bytes, its help, what --dir holds, what runs.
+_THROUGHPUT_BENCHMARKS = [
+    (
+        "storage",
+        "append and read back N messages through the storage engine (no network)",
+        "Append N messages through a partition log in batches of each size given (CRC validation "
+        "included, fsync on a thread pool as in the broker), read them back with 1 MB reads and "
+        "decode every message; print msg/s, MB/s and bytes on disk per message.",
+        1024 * 1024, "bytes per read when reading back (default: 1 MiB)", "where to write the logs",
+        "twlog.bench.storage:main_storage",
+    ),
+    (
+        "broker",
+        "a broker process and one client over loopback: producer and consumer throughput",
+        "Start a broker (twistd twlog) in its own process, produce N messages with one fire-and-forget "
+        "Twisted producer for each batch size, then consume the last topic with fetches of --fetch-bytes; "
+        "print msg/s, MB/s and the broker's CPU time (per GB fetched, showing sendfile at work).",
+        200 * 1024, "bytes per consumer fetch (default: 200 KiB, as in the paper)", "where the broker keeps its data",
+        "twlog.bench.broker:main_broker",
+    ),
+]
+
+
+def _size_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
+
+
+def _throughput_options(command: argparse.ArgumentParser, fetch_bytes: int, fetch_help: str, dir_help: str) -> None:
+    """The options the storage and broker benchmarks share: how much, in which batches, read how, where."""
+    command.add_argument("--messages", "-n", type=_positive_int, default=1_000_000,
+                         help="messages per batch size (default: 1,000,000)")
+    _size_option(command)
+    command.add_argument("--batch", type=_int_list, default=[1, 50],
+                         help="comma-separated batch sizes (default: 1,50)")
+    command.add_argument("--fetch-bytes", type=_positive_int, default=fetch_bytes, help=fetch_help)
+    command.add_argument("--dir", default=None,
+                         help=dir_help + " (default: a temporary directory, deleted afterwards)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(
@@ -52,18 +92,24 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    def broker_option(command, many: bool = False) -> None:
+    def topic_partition_options(command) -> None:
+        command.add_argument("--topic", "-t", required=True, help="the topic")
+        command.add_argument("--partition", "-p", type=int, default=0, help="the partition (default: 0)")
+
+    def client_command(name: str, help_text: str, description: str, many: bool = False):
+        """A subcommand that talks to --broker (or, with C{many}, to a list of brokers)."""
+        command = commands.add_parser(name, help=help_text, description=description)
         command.add_argument(
             "--broker", "-b", default="localhost:9092", metavar="HOST:PORT" + (",..." if many else ""),
             help="the broker" + ("s" if many else "") + " to talk to (default: localhost:9092)",
         )
+        return command
 
-    produce = commands.add_parser(
-        "produce", help="send lines of stdin or files to a topic, one message per line",
-        description="Send each line of the input (stdin, or the files named) to TOPIC as one message, "
-        "in batches of --batch-size messages per request.",
+    produce = client_command(
+        "produce", "send lines of stdin or files to a topic, one message per line",
+        "Send each line of the input (stdin, or the files named) to TOPIC as one message, "
+        "in batches of --batch-size messages per request.", many=True,
     )
-    broker_option(produce, many=True)
     produce.add_argument("--zookeeper", "-z", default=None, metavar="HOST:PORT",
                          help="find the brokers and the topic's partitions in ZooKeeper instead of --broker")
     produce.add_argument("--topic", "-t", required=True, help="the topic")
@@ -79,20 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
     produce.set_defaults(run="twlog.cli.produce:produce", react=True)
 
-    consume = commands.add_parser(
-        "consume", help="print a partition's messages, one per line",
-        description="Print the messages of one partition from an offset, one per line, up to the end "
+    consume = client_command(
+        "consume", "print a partition's messages, one per line",
+        "Print the messages of one partition from an offset, one per line, up to the end "
         "(or forever with --follow).",
     )
-    broker_option(consume)
     consume.add_argument("--zookeeper", "-z", default=None, metavar="HOST:PORT",
                          help="consume as a member of --group across the cluster (partitions shared with the "
                          "group's other members, offsets kept in ZooKeeper), instead of one --broker partition")
     consume.add_argument("--group", "-g", default=None, help="the consumer group (with --zookeeper)")
     consume.add_argument("--streams", type=_positive_int, default=1,
                          help="message streams of this member (with --zookeeper; default: 1)")
-    consume.add_argument("--topic", "-t", required=True, help="the topic")
-    consume.add_argument("--partition", "-p", type=int, default=0, help="the partition (default: 0)")
+    topic_partition_options(consume)
     consume.add_argument("--offset", "-o", default="earliest",
                          help="earliest, latest, or a byte offset from a previous run (default: earliest); with "
                          "--zookeeper, where a new group starts: earliest or latest")
@@ -103,14 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="bytes per fetch (default: 300 KiB)")
     consume.set_defaults(run="twlog.cli.consume:consume", react=True)
 
-    offsets = commands.add_parser(
-        "offsets", help="print valid offsets of a partition (latest, earliest, or before a time)",
-        description="Print the offsets OFFSETS answers, newest first: the latest (flushed end), the "
+    offsets = client_command(
+        "offsets", "print valid offsets of a partition (latest, earliest, or before a time)",
+        "Print the offsets OFFSETS answers, newest first: the latest (flushed end), the "
         "earliest, or the first offsets of segments last modified before a time.",
     )
-    broker_option(offsets)
-    offsets.add_argument("--topic", "-t", required=True, help="the topic")
-    offsets.add_argument("--partition", "-p", type=int, default=0, help="the partition (default: 0)")
+    topic_partition_options(offsets)
     offsets.add_argument("--time", default="latest",
                          help="latest, earliest, or milliseconds since the epoch (default: latest)")
     offsets.add_argument("--max", type=_positive_int, default=1, help="how many offsets at most (default: 1)")
@@ -126,9 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_argument("--group", "-g", default=None, help="only this group")
     groups.set_defaults(run="twlog.cli.groups:groups", react=True)
 
-    topics = commands.add_parser("topics", help="list what brokers hold",
-                                 description="List each broker's id and address, and its topics and partitions.")
-    broker_option(topics, many=True)
+    topics = client_command("topics", "list what brokers hold",
+                            "List each broker's id and address, and its topics and partitions.", many=True)
     topics.set_defaults(run="twlog.cli.inspect:topics", react=True)
 
     local = commands.add_parser(
@@ -153,44 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     benches = bench.add_subparsers(dest="bench", metavar="BENCHMARK", parser_class=_Parser)
     benches.required = True
 
-    storage = benches.add_parser(
-        "storage",
-        help="append and read back N messages through the storage engine (no network)",
-        description=(
-            "Append N messages through a partition log in batches of each size given (CRC validation "
-            "included, fsync on a thread pool as in the broker), read them back with 1 MB reads and "
-            "decode every message; print msg/s, MB/s and bytes on disk per message."
-        ),
-    )
-    storage.add_argument("--messages", "-n", type=_positive_int, default=1_000_000,
-                         help="messages per batch size (default: 1,000,000)")
-    storage.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
-    storage.add_argument("--batch", type=_int_list, default=[1, 50],
-                         help="comma-separated batch sizes (default: 1,50)")
-    storage.add_argument("--fetch-bytes", type=_positive_int, default=1024 * 1024,
-                         help="bytes per read when reading back (default: 1 MiB)")
-    storage.add_argument("--dir", default=None,
-                         help="where to write the logs (default: a temporary directory, deleted afterwards)")
-    storage.set_defaults(run="twlog.bench.storage:main_storage")
-
-    broker = benches.add_parser(
-        "broker",
-        help="a broker process and one client over loopback: producer and consumer throughput",
-        description=(
-            "Start a broker (twistd twlog) in its own process, produce N messages with one fire-and-forget "
-            "Twisted producer for each batch size, then consume the last topic with fetches of --fetch-bytes; "
-            "print msg/s, MB/s and the broker's CPU time (per GB fetched, showing sendfile at work)."
-        ),
-    )
-    broker.add_argument("--messages", "-n", type=_positive_int, default=1_000_000,
-                        help="messages per batch size (default: 1,000,000)")
-    broker.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
-    broker.add_argument("--batch", type=_int_list, default=[1, 50], help="comma-separated batch sizes (default: 1,50)")
-    broker.add_argument("--fetch-bytes", type=_positive_int, default=200 * 1024,
-                        help="bytes per consumer fetch (default: 200 KiB, as in the paper)")
-    broker.add_argument("--dir", default=None,
-                        help="where the broker keeps its data (default: a temporary directory, deleted afterwards)")
-    broker.set_defaults(run="twlog.bench.broker:main_broker")
+    for name, help_text, description, fetch_bytes, fetch_help, dir_help, run in _THROUGHPUT_BENCHMARKS:
+        command = benches.add_parser(name, help=help_text, description=description)
+        _throughput_options(command, fetch_bytes, fetch_help, dir_help)
+        command.set_defaults(run=run)
 
     rebalance = benches.add_parser(
         "rebalance",
@@ -216,14 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     spark.add_argument("--messages", "-n", type=_positive_int, default=1_000_000,
                        help="messages (default: 1,000,000)")
-    spark.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
+    _size_option(spark)
     spark.add_argument("--fetch-size", type=_positive_int, default=1024 * 1024,
                        help="bytes per fetch of the data source (default: 1 MiB)")
     spark.set_defaults(run="twlog.bench.spark:main_spark")
 
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
-    crc.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
+    _size_option(crc)
     crc.add_argument("--count", type=_positive_int, default=10_000, help="payloads per round (default: 10,000)")
     crc.set_defaults(run="twlog.bench.crc:main_crc")
     return parser

@@ -19,6 +19,7 @@ from functools import partial
 from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 from twlog.config import LogConfig
@@ -306,6 +307,4 @@ def _delete_segments(segments: list[Segment]) -> int:
 
 def thread_pool_runner(reactor) -> ThreadRunner:
     """The default L{ThreadRunner}: the reactor's thread pool."""
-    from twisted.internet.threads import deferToThreadPool
-
     return partial(deferToThreadPool, reactor, reactor.getThreadPool())

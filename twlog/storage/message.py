@@ -23,6 +23,11 @@ from typing import NamedTuple
 from twlog.errors import FetchSizeTooSmall, InvalidMessage
 from twlog.storage.crc import crc32
 
+try:  # optional: snappy compression (pip install 'twlog[snappy]')
+    import cramjam
+except ImportError:  # pragma: no cover - depends on the install
+    cramjam = None
+
 MAGIC_PLAIN = 0
 MAGIC_ATTRIBUTES = 1
 
@@ -249,10 +254,8 @@ _SNAPPY_BLOCK = 32 * 1024
 
 
 def _snappy():
-    try:
-        import cramjam
-    except ImportError:  # pragma: no cover - depends on the install
-        raise InvalidMessage("snappy needs the cramjam package: pip install 'twlog[snappy]'") from None
+    if cramjam is None:  # pragma: no cover - depends on the install
+        raise InvalidMessage("snappy needs the cramjam package: pip install 'twlog[snappy]'")
     return cramjam.snappy
 
 
