@@ -1,8 +1,23 @@
-"""Test doubles shared by the suite: thread runners that make fsync deterministic."""
+"""Test doubles shared by the suite: thread runners that make fsync deterministic, and the one
+in-memory broker connection (L{FakeConnection})."""
 
 from __future__ import annotations
 
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
+from zope.interface import implementer
+
+from twlog.client.connection import IBrokerConnection
+from twlog.errors import NO_ERROR, ClientClosed, ConnectionFailed, check
+from twlog.protocol import codec
+from twlog.protocol.codec import (
+    AckProduceRequest,
+    AckProduceResponse,
+    MetadataRequest,
+    MetadataResponse,
+    ProduceResult,
+    TopicMetadata,
+)
+from twlog.storage.message import iter_messages
 
 
 def run_now(function, *args, **kwargs) -> Deferred:
@@ -35,3 +50,134 @@ class ManualRunner:
         """Fail the oldest queued call without running it."""
         d, _, _, _ = self.pending.pop(0)
         d.errback(exception)
+
+
+@implementer(IBrokerConnection)
+class FakeConnection:
+    """An L{IBrokerConnection} in memory: answers METADATA from a table and acknowledged produces by
+    counting bytes, records what was sent, and lets the test script or hold every other answer.
+
+    Answers are given as the broker's bytes (a response frame without its size prefix) and decoded
+    and checked as L{BrokerConnection} does, so a frame with an error code fails with its exception.
+
+      - C{responses}: scripted answers, used in order: a frame, a Deferred of one, or an exception.
+      - unscripted requests (a fetch) wait in C{waiting} (and their Deferreds in C{held}) until the
+        test fires them: L{answer} gives the oldest one a frame.
+      - C{hold_sends} / C{hold_requests}: sends and acknowledged produces wait in C{held} too.
+      - C{down}: every call fails with L{ConnectionFailed}.
+
+    C{partitions} maps topic to partition count on this broker.
+    """
+
+    def __init__(
+        self, host: str = "h", port: int = 1, broker_id: int = 0, partitions: dict[str, int] | None = None
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.address = f"{host}:{port}"
+        self.broker_id = broker_id
+        self.partitions = partitions if partitions is not None else {"t": 1}
+        self.down = False
+        #: Topics this broker refuses in METADATA, with the error code.
+        self.topic_errors: dict[str, int] = {}
+        self.closed = False
+        self.hold_sends = False
+        self.hold_requests = False
+        #: Deferreds the test fires by hand (held sends and requests, unscripted requests).
+        self.held: list[Deferred] = []
+        #: Unscripted requests not answered yet, with their Deferreds, oldest first.
+        self.waiting: list[tuple[codec.Request, Deferred]] = []
+        #: Every request made (with a response) and sent (without), in order.
+        self.requests: list[codec.Request] = []
+        self.sent: list[codec.Request] = []
+        self.ends: dict[tuple[str, int], int] = {}
+        self.responses: list[Deferred | bytes | Exception] = []
+
+    def ready(self) -> None:
+        """No protocol to write to at once: sends through the fake take the Deferred path, which it records."""
+        return None
+
+    def request(self, request: codec.Request, *, timeout_s: float | None = None) -> Deferred:
+        self.requests.append(request)
+        if self.closed:
+            return fail(ClientClosed(f"connection to broker {self.address} is closed"))
+        if self.down:
+            return fail(ConnectionFailed(f"cannot connect to broker {self.address}: refused"))
+        if isinstance(request, MetadataRequest):
+            return succeed(self._decode(codec.encode_metadata_response(NO_ERROR, self._metadata(request)), request))
+        if self.responses:
+            answer = self.responses.pop(0)
+            if isinstance(answer, Exception):
+                return fail(answer)
+            d = answer if isinstance(answer, Deferred) else succeed(answer)
+            return d.addCallback(self._decode, request)
+        if isinstance(request, AckProduceRequest):
+            response = self._append(request)
+            if not self.hold_requests:
+                return succeed(response)
+            d: Deferred = Deferred()
+            self.held.append(d)
+            return d.addCallback(lambda _: response)
+        held: Deferred = Deferred()
+        self.held.append(held)
+        self.waiting.append((request, held))
+        return held.addCallback(self._decode, request)
+
+    def answer(self, frame: bytes) -> codec.Request:
+        """Answer the oldest unscripted request still waiting with C{frame}; return that request."""
+        while True:
+            request, d = self.waiting.pop(0)
+            if not d.called:
+                break
+        d.callback(frame)
+        return request
+
+    def send(self, request: codec.Request) -> Deferred[None]:
+        if self.down:
+            return fail(ConnectionFailed(f"cannot connect to broker {self.address}: refused"))
+        self.sent.append(request)
+        if self.hold_sends:
+            d: Deferred[None] = Deferred()
+            self.held.append(d)
+            return d
+        return succeed(None)
+
+    def close(self) -> Deferred[None]:
+        """Closed: requests still waiting fail with L{ClientClosed}, as on a real connection."""
+        self.closed = True
+        waiting, self.waiting = self.waiting, []
+        for _, d in waiting:
+            if not d.called:
+                d.errback(ClientClosed(f"connection to broker {self.address} was closed"))
+        return succeed(None)
+
+    def produced_payloads(self) -> list[list[bytes]]:
+        """The payloads of each produce sent or requested, one list per request."""
+        batches = []
+        for request in self.sent + self.requests:
+            produces = getattr(request, "produces", None) or ([request] if hasattr(request, "messages") else [])
+            for produce in produces:
+                batches.append([m.payload for m in iter_messages(produce.messages, 0, whole_buffer=True)])
+        return batches
+
+    def _decode(self, answer: bytes | object, request: codec.Request) -> object:
+        if not isinstance(answer, bytes):
+            return answer  # already a response (or the test fired a held Deferred with one)
+        return check(codec.decode_response(request, answer), f"broker {self.address} refused {request!r}")
+
+    def _metadata(self, request: MetadataRequest) -> MetadataResponse:
+        topics = tuple(
+            TopicMetadata(t, self.topic_errors[t], 0) if t in self.topic_errors
+            else TopicMetadata(t, NO_ERROR, self.partitions.get(t, 1))
+            for t in request.topics
+        )
+        return MetadataResponse(self.broker_id, self.host, self.port, topics)
+
+    def _append(self, request: AckProduceRequest) -> AckProduceResponse:
+        results = []
+        for produce in request.produces:
+            start = self.ends.get((produce.topic, produce.partition), 0)
+            end = start + len(produce.messages)
+            self.ends[(produce.topic, produce.partition)] = end
+            results.append(ProduceResult(produce.topic, produce.partition, NO_ERROR, start, end))
+        return AckProduceResponse(NO_ERROR, tuple(results))

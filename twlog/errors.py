@@ -2,11 +2,17 @@
 """Typed exceptions, and the one table that maps them to wire error codes.
 
 Codes exist only at the edges: a server sends C{getattr(exc, "code", UNKNOWN)},
-a client turns a code back into an exception with L{error_for_code}.  Codes 0-4
-are Kafka 0.7's; the rest are twlog's additions.
+a client turns a code back into an exception with L{error_for} (or L{raise_for},
+L{check}), the one mapping used by the Twisted client, the blocking client and
+the Spark source, with one message format (L{error_message}).  Codes 0-4 are
+Kafka 0.7's; the rest are twlog's additions.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
+
+T = TypeVar("T")
 
 UNKNOWN = -1
 NO_ERROR = 0
@@ -26,10 +32,32 @@ def _wire(code: int):
     return register
 
 
-def error_for_code(code: int, message: str = "") -> "BrokerError":
-    """The exception a client raises for a wire error C{code}."""
+def error_message(code: int, context: str = "") -> str:
+    """The one message format of a wire error: C{"<context>: <Name> (error <code>): <meaning>"}."""
     cls = ERRORS.get(code, BrokerError)
-    return cls(message or f"{cls.__name__} (error code {code})")
+    meaning = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else f"error code {code}"
+    text = f"{cls.__name__} (error {code}): {meaning}"
+    return f"{context}: {text}" if context else text
+
+
+def error_for(code: int, context: str = "") -> BrokerError:
+    """The exception a client raises for wire error C{code}; C{context} says what was refused, by whom."""
+    return ERRORS.get(code, BrokerError)(error_message(code, context))
+
+
+def raise_for(code: int, context: str) -> None:
+    """Raise L{error_for}C{(code, context)} unless C{code} is L{NO_ERROR}."""
+    if code != NO_ERROR:
+        raise error_for(code, context)
+
+
+def check(result: T, context: str) -> T:
+    """C{result} (a decoded response or part, with an C{error} field) if its error is L{NO_ERROR}.
+
+    @raise BrokerError: the exception for C{result.error}, its message naming C{context}.
+    """
+    raise_for(result.error, context)
+    return result
 
 
 class TwlogError(Exception):
@@ -141,6 +169,15 @@ class QueueFull(TwlogError):
 
 class ClientClosed(TwlogError):
     """The producer, consumer or connection was closed before (or while) the call was made."""
+
+
+class ProtocolViolation(ConnectionFailed, MalformedRequest):
+    """The broker broke the protocol: a response that does not parse, one nobody asked for, or one over
+    C{max_response_bytes}.  The connection cannot be trusted any more and is dropped.
+
+    It is the one such error on the client side: a L{ConnectionFailed} (what clients retry or report)
+    and a L{MalformedRequest} (what the codec raises for bytes that do not parse).
+    """
 
 
 class ConnectionLost(ConnectionFailed):

@@ -11,8 +11,6 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.client.support import FakeEndpoint, framed, written_requests
-from twlog.errors import NO_ERROR, BrokerTimeout, ClientClosed, ConnectionFailed, ConnectionLost, OffsetOutOfRange
-from twlog.protocol import codec
 from twlog.client.connection import (
     BrokerConnection,
     ClientProtocol,
@@ -20,10 +18,21 @@ from twlog.client.connection import (
     default_retry_policy,
     parse_brokers,
 )
+from twlog.errors import (
+    NO_ERROR,
+    BrokerTimeout,
+    ClientClosed,
+    ConnectionFailed,
+    ConnectionLost,
+    OffsetOutOfRange,
+    ProtocolViolation,
+)
+from twlog.protocol import codec
 from twlog.protocol.codec import (
     FetchRequest,
     MetadataRequest,
     OffsetsRequest,
+    OffsetsResponse,
     ProduceRequest,
     WaitFetchRequest,
 )
@@ -152,7 +161,7 @@ class ClientProtocolTests(SynchronousTestCase):
         protocol, transport, _ = connected()
         protocol.dataReceived(framed(offsets_frame(1)))
         self.assertTrue(transport.disconnecting)
-        failure = self.failureResultOf(protocol.request(OFFSETS), ConnectionFailed)
+        failure = self.failureResultOf(protocol.request(OFFSETS), ProtocolViolation)
         self.assertIn("nobody asked for", str(failure.value))
 
     def test_response_too_large(self) -> None:
@@ -160,7 +169,7 @@ class ClientProtocolTests(SynchronousTestCase):
         protocol, transport, _ = connected(max_response_bytes=10)
         d = protocol.request(FETCH)
         protocol.dataReceived(framed(b"\x00\x00" + b"x" * 20))
-        failure = self.failureResultOf(d, ConnectionFailed)
+        failure = self.failureResultOf(d, ProtocolViolation)
         self.assertIn("max_response_bytes 10", str(failure.value))
         self.assertTrue(transport.disconnecting)
 
@@ -228,14 +237,14 @@ def broker_connection(disconnect_on_close: bool = True, **kwargs):
 
 class BrokerConnectionTests(SynchronousTestCase):
     def test_connects_on_first_request(self) -> None:
-        """The first request connects, is sent, and fires with the response frame."""
+        """The first request connects, is sent, and fires with the decoded response."""
         connection, endpoint, _ = broker_connection()
         d = connection.request(OFFSETS)
         self.assertEqual(len(endpoint.attempts), 1)
         transport = endpoint.succeed()
         self.assertEqual(written_requests(transport), [OFFSETS])
         connection.current.dataReceived(framed(offsets_frame(9)))
-        self.assertEqual(codec.decode_offsets_response(self.successResultOf(d)), (NO_ERROR, (9,)))
+        self.assertEqual(self.successResultOf(d), OffsetsResponse(NO_ERROR, (9,)))
 
     def test_error_code_becomes_exception(self) -> None:
         """A response with a broker error code fails with that code's exception, naming broker and request."""
@@ -245,6 +254,20 @@ class BrokerConnectionTests(SynchronousTestCase):
         connection.current.dataReceived(framed(codec.encode_error_response(OffsetOutOfRange.code)))
         failure = self.failureResultOf(d, OffsetOutOfRange)
         self.assertIn("broker h:1 refused FETCH t-0 at offset 0", str(failure.value))
+
+    def test_garbage_response_drops_connection(self) -> None:
+        """A response that does not parse as the request's fails with ProtocolViolation (a ConnectionFailed)
+        and drops the connection, since the answers after it cannot be paired any more."""
+        connection, endpoint, _ = broker_connection()
+        d = connection.request(OFFSETS)
+        behind = connection.request(OFFSETS)
+        transport = endpoint.succeed()
+        connection.current.dataReceived(framed(codec.encode_error_response(NO_ERROR) + b"\x00\x00\x00\x05"))
+        failure = self.failureResultOf(d, ProtocolViolation)
+        self.assertIsInstance(failure.value, ConnectionFailed)
+        self.assertIn("broker h:1 answered OFFSETS t-0", str(failure.value))
+        self.assertFalse(transport.connected)
+        self.failureResultOf(behind, ProtocolViolation)
 
     def test_send_fires_when_written(self) -> None:
         """send() fires once the fire-and-forget request is written."""

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.fakes import FakeConnection
 from twlog.consumer.stream import BrokerFetcher, GroupMessage, GroupStream, OwnedPartition
 from twlog.errors import (
-    ClientClosed,
     ConnectionLost,
     FetchSizeTooSmall,
     OffsetOutOfRange,
@@ -28,33 +28,6 @@ def fetch_frame(*parts: tuple[int, bytes]) -> bytes:
     """A WAIT_FETCH response frame (no size prefix) with one (error, data) per fetch."""
     header = codec.multifetch_response_header(0, [len(d) for _, d in parts])[4:]
     return header + b"".join(codec.multifetch_part_header(e, len(d)) + d for e, d in parts)
-
-
-class FakeConnection:
-    """A BrokerConnection whose requests wait until the test answers them."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[object, Deferred]] = []
-        self.closed = False
-
-    def request(self, request) -> Deferred:
-        if self.closed:
-            return fail(ClientClosed("closed"))
-        d: Deferred = Deferred()
-        self.requests.append((request, d))
-        return d
-
-    def answer(self, frame: bytes) -> object:
-        request, d = self.requests.pop(0)
-        d.callback(frame)
-        return request
-
-    def close(self) -> Deferred:
-        self.closed = True
-        waiting, self.requests = self.requests, []
-        for _, d in waiting:
-            d.errback(ClientClosed("closed"))
-        return succeed(None)
 
 
 class GroupStreamTests(SynchronousTestCase):
@@ -140,7 +113,7 @@ class FetcherTests(SynchronousTestCase):
         request = self.connection.answer(codec.encode_offsets_response(0, [0]))
         self.assertEqual(request, OffsetsRequest("t", 0, -2, 1))
         self.assertEqual(self.p0.consumed, 0)
-        request, _ = self.connection.requests[0]
+        request, _ = self.connection.waiting[0]
         self.assertIsInstance(request, WaitFetchRequest)
         self.assertEqual((request.max_wait_ms, request.min_bytes), (500, 1))
         self.assertEqual([(f.partition, f.offset, f.max_bytes) for f in request.fetches], [(0, 0, 1000), (1, 0, 1000)])
@@ -148,7 +121,7 @@ class FetcherTests(SynchronousTestCase):
         self.connection.answer(fetch_frame((0, data), (0, b"")))
         self.assertEqual(self.p0.fetch_offset, len(data))
         self.assertEqual(self.successResultOf(self.stream.__anext__()).payload, b"x")
-        request, _ = self.connection.requests[0]
+        request, _ = self.connection.waiting[0]
         self.assertEqual([f.offset for f in request.fetches], [len(data), 0])
         self.fetcher.stop()
 
@@ -158,9 +131,9 @@ class FetcherTests(SynchronousTestCase):
         self.fetcher.start()
         self.connection.answer(fetch_frame((0, encode_message_set([b"a", b"b"])), (0, b"")))
         self.assertTrue(self.stream.full)
-        self.assertEqual(self.connection.requests, [])  # idle: nothing to fetch
+        self.assertEqual(self.connection.waiting, [])  # idle: nothing to fetch
         self.stream.__anext__()
-        self.assertEqual(len(self.connection.requests), 1)
+        self.assertEqual(len(self.connection.waiting), 1)
         self.fetcher.stop()
 
     def test_out_of_range_resets(self) -> None:
@@ -171,7 +144,7 @@ class FetcherTests(SynchronousTestCase):
         request = self.connection.answer(codec.encode_offsets_response(0, [40]))
         self.assertEqual(request, OffsetsRequest("t", 0, -2, 1))
         self.assertEqual((self.p0.fetch_offset, self.p0.consumed), (40, 40))
-        request, _ = self.connection.requests[0]
+        request, _ = self.connection.waiting[0]
         self.assertEqual([f.offset for f in request.fetches], [40, 0])
         self.fetcher.stop()
 
@@ -182,7 +155,7 @@ class FetcherTests(SynchronousTestCase):
         big = encode_message_set([b"z" * 2000])[:1000]
         self.connection.answer(fetch_frame((0, big), (0, b"")))
         self.failureResultOf(self.stream.__anext__(), FetchSizeTooSmall)
-        request, _ = self.connection.requests[0]
+        request, _ = self.connection.waiting[0]
         self.assertEqual([f.partition for f in request.fetches], [1])
         self.fetcher.stop()
 
@@ -190,7 +163,7 @@ class FetcherTests(SynchronousTestCase):
         """After stop, nothing more is delivered, and the connection is closed."""
         self.p0.fetch_offset = 0
         self.fetcher.start()
-        _, pending = self.connection.requests[0]
+        _, pending = self.connection.waiting[0]
         closed = []
         self.connection.close = lambda: closed.append(True) or succeed(None)  # the answer still comes
         stopped = self.fetcher.stop()
@@ -204,11 +177,11 @@ class FetcherTests(SynchronousTestCase):
         """A lost connection is retried after the retry policy's delay."""
         self.p0.fetch_offset = 0
         self.fetcher.start()
-        _, pending = self.connection.requests.pop(0)
+        _, pending = self.connection.waiting.pop(0)
         pending.errback(ConnectionLost("gone"))
-        self.assertEqual(self.connection.requests, [])
+        self.assertEqual(self.connection.waiting, [])
         self.clock.advance(1.0)
-        self.assertEqual(len(self.connection.requests), 1)
+        self.assertEqual(len(self.connection.waiting), 1)
         self.fetcher.stop()
 
     def test_refused_partition_paused(self) -> None:
@@ -216,10 +189,10 @@ class FetcherTests(SynchronousTestCase):
         self.p0.fetch_offset = 0
         self.fetcher.start()
         self.connection.answer(fetch_frame((WrongPartition.code, b""), (0, b"")))
-        request, _ = self.connection.requests[0]
+        request, _ = self.connection.waiting[0]
         self.assertEqual([f.partition for f in request.fetches], [1])
         self.clock.advance(1.0)
         self.connection.answer(fetch_frame((0, b"")))  # (the waiting fetch ends after max_wait_ms at the latest)
-        request, _ = self.connection.requests[0]
+        request, _ = self.connection.waiting[0]
         self.assertEqual([f.partition for f in request.fetches], [0, 1])
         self.fetcher.stop()

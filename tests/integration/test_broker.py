@@ -9,6 +9,7 @@ from twisted.internet import reactor
 from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import TestCase
 
+from tests.integration.broker import raw_connect, start_broker, wait_until
 from twlog.errors import (
     BrokerShuttingDown,
     InvalidMessage,
@@ -32,8 +33,6 @@ from twlog.protocol.codec import (
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
 from twlog.storage.segment import segment_name
-
-from tests.integration.broker import raw_connect, start_broker, wait_until
 
 
 def payloads(n: int, size: int = 200, start: int = 0) -> list[bytes]:
@@ -191,7 +190,7 @@ class BadInputTests(TestCase):
             AckProduceRequest(ACK_APPENDED, 1000, (ProduceRequest("t", 0, bytes(corrupt)),)),
         )
         (response,) = await self.client.responses(1)
-        _, (result,) = codec.decode_ack_produce_response(response)
+        (result,) = codec.decode_ack_produce_response(response).results
         self.assertEqual(result.error, InvalidMessage.code)
         self.assertEqual(len(self.log.matching("CRC mismatch")), 2)
         self.assertEqual(self.service.logs.get_log("t", 0).end_offset, 10 * 209)
@@ -213,7 +212,7 @@ class BadInputTests(TestCase):
         other = await raw_connect(self, big)
         other.send(OffsetsRequest("t", 0, -1, 1))
         (response,) = await other.responses(1)
-        self.assertEqual(codec.decode_offsets_response(response), (0, (20_000 * 509,)))
+        self.assertEqual(codec.decode_offsets_response(response).offsets, (20_000 * 509,))
 
     async def test_slow_reader_is_bounded_and_isolated(self) -> None:
         """A client that never reads stalls only itself: the broker stops reading its requests."""

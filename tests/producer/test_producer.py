@@ -8,7 +8,7 @@ import zlib
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.client.support import FakeConnection
+from tests.fakes import FakeConnection
 from twlog.errors import (
     ClientClosed,
     ConnectionFailed,

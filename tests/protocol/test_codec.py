@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import struct
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.testing import StringTransport
@@ -33,13 +34,16 @@ from twlog.protocol.codec import (
     ACK_FLUSHED,
     ACK_NONE,
     AckProduceRequest,
+    AckProduceResponse,
     FetchRequest,
     FetchResult,
     MetadataRequest,
     MetadataResponse,
     MultiFetchRequest,
+    MultiFetchResponse,
     MultiProduceRequest,
     OffsetsRequest,
+    OffsetsResponse,
     ProduceRequest,
     ProduceResult,
     TopicMetadata,
@@ -707,7 +711,7 @@ class ResponseRoundTripTests(SynchronousTestCase):
             (UNKNOWN, []),
         ]
         for error, parts in cases:
-            expected = (error, tuple(FetchResult(e, d) for e, d in parts))
+            expected = MultiFetchResponse(error, tuple(FetchResult(e, d) for e, d in parts))
             self.assertEqual(decode_multifetch_response(multifetch_frame(error, parts)), expected)
 
     def test_offsets(self) -> None:
@@ -719,11 +723,13 @@ class ResponseRoundTripTests(SynchronousTestCase):
             (NO_ERROR, (INT64_MAX, INT64_MIN)),
             (WrongPartition.code, ()),
         ]:
-            self.assertEqual(decode_offsets_response(encode_offsets_response(error, offsets)), (error, offsets))
+            self.assertEqual(decode_offsets_response(encode_offsets_response(error, offsets)),
+                             OffsetsResponse(error, offsets))
 
     def test_offsets_error_only(self) -> None:
         """An error-only frame decodes as an OFFSETS response with no offsets."""
-        self.assertEqual(decode_offsets_response(encode_error_response(InvalidTopic.code)), (InvalidTopic.code, ()))
+        self.assertEqual(decode_offsets_response(encode_error_response(InvalidTopic.code)),
+                         OffsetsResponse(InvalidTopic.code, ()))
 
     def test_ack_produce(self) -> None:
         """decode_ack_produce_response returns what encode_ack_produce_response was given."""
@@ -733,12 +739,13 @@ class ResponseRoundTripTests(SynchronousTestCase):
             ProduceResult("", INT32_MIN, InvalidTopic.code, -1, -1),
         )
         for error, value in [(NO_ERROR, results), (NO_ERROR, ()), (RequestTimedOut.code, results[:1])]:
-            self.assertEqual(decode_ack_produce_response(encode_ack_produce_response(error, value)), (error, value))
+            self.assertEqual(decode_ack_produce_response(encode_ack_produce_response(error, value)),
+                             AckProduceResponse(error, value))
 
     def test_ack_produce_error_only(self) -> None:
         """An error-only frame decodes as an ACK_PRODUCE response with no results."""
         frame = encode_error_response(RequestTimedOut.code)
-        self.assertEqual(decode_ack_produce_response(frame), (RequestTimedOut.code, ()))
+        self.assertEqual(decode_ack_produce_response(frame), AckProduceResponse(RequestTimedOut.code, ()))
 
     def test_metadata(self) -> None:
         """decode_metadata_response returns what encode_metadata_response was given."""
@@ -748,11 +755,13 @@ class ResponseRoundTripTests(SynchronousTestCase):
             MetadataResponse(INT32_MIN, "", INT32_MIN, (TopicMetadata("bad/name", InvalidTopic.code, 0),)),
         ]
         for value in values:
-            self.assertEqual(decode_metadata_response(encode_metadata_response(NO_ERROR, value)), (NO_ERROR, value))
+            self.assertEqual(decode_metadata_response(encode_metadata_response(NO_ERROR, value)), value)
 
     def test_metadata_error_only(self) -> None:
-        """An error-only frame decodes as a METADATA response with no metadata."""
-        self.assertEqual(decode_metadata_response(encode_error_response(UNKNOWN)), (UNKNOWN, None))
+        """An error-only frame decodes as a METADATA response with the error, no address and no topics."""
+        self.assertEqual(
+            decode_metadata_response(encode_error_response(UNKNOWN)), MetadataResponse(-1, "", -1, (), UNKNOWN)
+        )
 
     def test_decode_error(self) -> None:
         """decode_error reads the int16 error code at the start of any response frame."""
@@ -764,25 +773,28 @@ class ResponseRoundTripTests(SynchronousTestCase):
     @given(int16s, st.lists(produce_results, max_size=6).map(tuple))
     def test_arbitrary_ack_produce_responses(self, error: int, results: tuple[ProduceResult, ...]) -> None:
         """Any acknowledged-produce response decodes back to its error and results."""
-        self.assertEqual(decode_ack_produce_response(encode_ack_produce_response(error, results)), (error, results))
+        self.assertEqual(decode_ack_produce_response(encode_ack_produce_response(error, results)),
+                         AckProduceResponse(error, results))
 
     @settings(max_examples=150, deadline=None)
     @given(int16s, metadata_values)
     def test_arbitrary_metadata_responses(self, error: int, value: MetadataResponse) -> None:
         """Any metadata response with a body decodes back to its error and metadata."""
-        self.assertEqual(decode_metadata_response(encode_metadata_response(error, value)), (error, value))
+        self.assertEqual(decode_metadata_response(encode_metadata_response(error, value)),
+                         attrs.evolve(value, error=error))
 
     @settings(max_examples=150, deadline=None)
     @given(int16s, st.lists(int64s, max_size=20).map(tuple))
     def test_arbitrary_offsets_responses(self, error: int, offsets: tuple[int, ...]) -> None:
         """Any offsets response decodes back to its error and offsets."""
-        self.assertEqual(decode_offsets_response(encode_offsets_response(error, offsets)), (error, offsets))
+        self.assertEqual(decode_offsets_response(encode_offsets_response(error, offsets)),
+                         OffsetsResponse(error, offsets))
 
     @settings(max_examples=150, deadline=None)
     @given(int16s, st.lists(st.tuples(int16s, st.binary(max_size=100)), max_size=6))
     def test_arbitrary_multifetch_responses(self, error: int, parts: list[tuple[int, bytes]]) -> None:
         """Any multifetch response decodes back to its outer error and its parts."""
-        expected = (error, tuple(FetchResult(e, d) for e, d in parts))
+        expected = MultiFetchResponse(error, tuple(FetchResult(e, d) for e, d in parts))
         self.assertEqual(decode_multifetch_response(multifetch_frame(error, parts)), expected)
 
 
@@ -800,8 +812,7 @@ class MalformedResponseTests(_Checks, SynchronousTestCase):
             boundaries.add(max(boundaries) + 6 + len(data))
         self.assert_prefixes_malformed(decode_multifetch_response, frame, "multifetch response", allowed=boundaries)
         for count, n in enumerate(sorted(boundaries)):
-            error, results = decode_multifetch_response(frame[:n])
-            self.assertEqual(len(results), count, f"first {n} bytes")
+            self.assertEqual(len(decode_multifetch_response(frame[:n]).parts), count, f"first {n} bytes")
 
     def test_multifetch_bad_part_sizes(self) -> None:
         """A part size below 2 (no room for its error) or past the frame raises MalformedRequest."""

@@ -33,6 +33,7 @@ from twlog.protocol.codec import (
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
+    OffsetsResponse,
     ProduceRequest,
     WaitFetchRequest,
 )
@@ -118,7 +119,8 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
                 ProduceRequest("../t", 0, encode_message_set([b"z"])),
             ),
         )
-        error, results = codec.decode_ack_produce_response(self.broker.ack_produce(request))
+        response = codec.decode_ack_produce_response(self.broker.ack_produce(request))
+        error, results = response.error, response.results
         self.assertEqual(error, 0)
         self.assertEqual(
             [(r.error, r.offset, r.next_offset) for r in results],
@@ -156,7 +158,8 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
             )
         )
         data = b"".join(p if isinstance(p, bytes) else p.read() for p in parts)
-        error, results = codec.decode_multifetch_response(data[4:])
+        response = codec.decode_multifetch_response(data[4:])
+        error, results = response.error, response.parts
         self.assertEqual(error, 0)
         self.assertEqual([r.error for r in results], [0, WrongPartition.code, 0])
         self.assertEqual([m.payload for m in iter_messages(results[2].messages, 0)], [b"zero"])
@@ -168,17 +171,18 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
         earliest = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 0, -2, 5)))
         fresh = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 1, -1, 5)))
         bad = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 7, -1, 5)))
-        self.assertEqual((latest, earliest, fresh), ((0, (10, 0)), (0, (0,)), (0, (0,))))
-        self.assertEqual(bad, (WrongPartition.code, ()))
+        self.assertEqual((latest, earliest, fresh), (OffsetsResponse(0, (10, 0)), OffsetsResponse(0, (0,)),
+                                                     OffsetsResponse(0, (0,))))
+        self.assertEqual(bad, OffsetsResponse(WrongPartition.code, ()))
 
     def test_metadata(self) -> None:
         """METADATA names this broker and each topic's partition count (the count a new topic would get)."""
         self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
         self.broker.port = 9999
-        _, everything = codec.decode_metadata_response(self.broker.metadata(MetadataRequest()))
+        everything = codec.decode_metadata_response(self.broker.metadata(MetadataRequest()))
         self.assertEqual((everything.broker_id, everything.host, everything.port), (0, "127.0.0.1", 9999))
         self.assertEqual([(t.topic, t.partitions) for t in everything.topics], [("t", 2)])
-        _, named = codec.decode_metadata_response(self.broker.metadata(MetadataRequest(("new", "a/b"))))
+        named = codec.decode_metadata_response(self.broker.metadata(MetadataRequest(("new", "a/b"))))
         self.assertEqual(
             [(t.topic, t.error, t.partitions) for t in named.topics], [("new", 0, 2), ("a/b", InvalidTopic.code, 0)]
         )
@@ -225,7 +229,7 @@ class WaitingFetchTests(BrokerTestMixin, SynchronousTestCase):
         self.assertNoResult(d)
         self.clock.advance(0.001)
         data = b"".join(p if isinstance(p, bytes) else p.read() for p in self.successResultOf(d))
-        self.assertEqual(codec.decode_multifetch_response(data[4:]), (0, (codec.FetchResult(0, b""),)))
+        self.assertEqual(codec.decode_multifetch_response(data[4:]).parts, (codec.FetchResult(0, b""),))
 
     def test_wait_is_capped(self) -> None:
         """A client cannot hold a fetch longer than max_fetch_wait_ms."""
@@ -258,7 +262,7 @@ class AckFlushedTests(BrokerTestMixin, SynchronousTestCase):
         )
         self.assertNoResult(d)
         runner.run_all()
-        self.assertEqual(codec.decode_ack_produce_response(self.successResultOf(d))[1][0].error, 0)
+        self.assertEqual(codec.decode_ack_produce_response(self.successResultOf(d)).results[0].error, 0)
 
     def test_times_out(self) -> None:
         """A flushed-ack produce whose fsync does not finish in time reports RequestTimedOut for that set."""
@@ -268,7 +272,7 @@ class AckFlushedTests(BrokerTestMixin, SynchronousTestCase):
             AckProduceRequest(ACK_FLUSHED, 200, (ProduceRequest("t", 0, encode_message_set([b"a"])),))
         )
         self.clock.advance(0.2)
-        (result,) = codec.decode_ack_produce_response(self.successResultOf(d))[1]
+        (result,) = codec.decode_ack_produce_response(self.successResultOf(d)).results
         self.assertEqual((result.error, result.offset), (RequestTimedOut.code, 0))
 
 
@@ -288,10 +292,10 @@ class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
         self.protocol.dataReceived(frame(ProduceRequest("t", 0, encode_message_set([b"hello"]))))
         self.clock.advance(0.1)
         first, second, third = responses(self.transport.value())
-        error, (part,) = codec.decode_multifetch_response(first)
+        (part,) = codec.decode_multifetch_response(first).parts
         self.assertEqual([m.payload for m in iter_messages(part.messages, 0)], [b"hello"])
-        self.assertEqual(codec.decode_offsets_response(second), (0, (0,)))
-        self.assertEqual(codec.decode_metadata_response(third)[0], 0)
+        self.assertEqual(codec.decode_offsets_response(second), OffsetsResponse(0, (0,)))
+        self.assertEqual(codec.decode_metadata_response(third).error, 0)
 
     def test_produce_gets_no_response(self) -> None:
         """PRODUCE, MULTIPRODUCE and ACK_PRODUCE with no ack are answered with nothing."""
@@ -330,7 +334,7 @@ class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
         data = bytearray(encode_message_set([b"abc"]))
         data[-1] ^= 1
         self.protocol.dataReceived(frame(AckProduceRequest(ACK_APPENDED, 100, (ProduceRequest("t", 0, bytes(data)),))))
-        _, (result,) = codec.decode_ack_produce_response(responses(self.transport.value())[0])
+        (result,) = codec.decode_ack_produce_response(responses(self.transport.value())[0]).results
         self.assertEqual(result.error, InvalidMessage.code)
         self.assertFalse(self.transport.disconnecting)
 

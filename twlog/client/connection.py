@@ -10,8 +10,11 @@ connection and fails every waiter, because a late answer would otherwise be
 given to the wrong request.
 
 L{BrokerConnection} keeps one reconnecting connection to one broker with
-Twisted's L{ClientService} and C{backoffPolicy}, and turns connection problems
-and broker error codes into the typed exceptions of L{twlog.errors}.
+Twisted's L{ClientService} and C{backoffPolicy}, decodes each response into
+its typed value (L{twlog.protocol.responses}), and turns connection problems
+and broker error codes into the typed exceptions of L{twlog.errors}
+(L{twlog.errors.check}); a peer that breaks the protocol raises
+L{ProtocolViolation}.
 """
 
 from __future__ import annotations
@@ -31,59 +34,55 @@ from twisted.logger import Logger
 from twisted.protocols.basic import Int32StringReceiver
 from twisted.python.failure import Failure
 from typing_extensions import override
-from zope.interface import implementer
+from zope.interface import Attribute, Interface, implementer
 
 from twlog.errors import (
-    NO_ERROR,
     BrokerTimeout,
     ClientClosed,
     ConnectionFailed,
     ConnectionLost,
+    ProtocolViolation,
     TwlogError,
-    error_for_code,
+    check,
 )
 from twlog.protocol import codec
 from twlog.protocol.codec import (
-    AckProduceRequest,
-    FetchRequest,
-    MetadataRequest,
-    MultiFetchRequest,
-    MultiProduceRequest,
-    OffsetsRequest,
-    ProduceRequest,
     Request,
+    Response,
     WaitFetchRequest,
+    describe_request,
 )
 
 #: The largest response frame a client accepts by default: room for big fetches.
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
-def describe_request(request: Request) -> str:
-    """A short human description of C{request}, for error messages and logs."""
-    if isinstance(request, ProduceRequest):
-        return f"PRODUCE to {request.topic}-{request.partition}"
-    if isinstance(request, FetchRequest):
-        return f"FETCH {request.topic}-{request.partition} at offset {request.offset} (max_bytes {request.max_bytes})"
-    if isinstance(request, (MultiFetchRequest, WaitFetchRequest)):
-        name = "WAIT_FETCH" if isinstance(request, WaitFetchRequest) else "MULTIFETCH"
-        parts = ", ".join(f"{f.topic}-{f.partition}@{f.offset}" for f in request.fetches)
-        return f"{name} {parts}"
-    if isinstance(request, (MultiProduceRequest, AckProduceRequest)):
-        name = "ACK_PRODUCE" if isinstance(request, AckProduceRequest) else "MULTIPRODUCE"
-        return f"{name} to " + ", ".join(f"{p.topic}-{p.partition}" for p in request.produces)
-    if isinstance(request, OffsetsRequest):
-        return f"OFFSETS {request.topic}-{request.partition} time {request.time}"
-    if isinstance(request, MetadataRequest):
-        return "METADATA " + (", ".join(request.topics) or "(all topics)")
-    return type(request).__name__
+class IBrokerConnection(Interface):
+    """One broker, as the producer and consumers use it: typed requests in, typed responses (or errors) out.
 
+    L{BrokerConnection} is the real one; tests use C{tests.fakes.FakeConnection}.
+    """
 
-def broker_error(code: int, context: str) -> TwlogError:
-    """The exception for wire error C{code}, its message naming C{context} and what the code means."""
-    cls = type(error_for_code(code))
-    meaning = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else f"error code {code}"
-    return cls(f"{context}: {cls.__name__} (error {code}): {meaning}")
+    host = Attribute("The broker's host name or address.")
+    port = Attribute("The broker's port.")
+    address = Attribute("C{host:port} (IPv6 hosts in brackets), for messages.")
+    closed = Attribute("Whether L{close} was called.")
+
+    def request(request, *, timeout_s=None):
+        """Send C{request} (it gets a response); a Deferred firing with the typed response, its error 0.
+
+        Fails with L{BrokerError} (the code's subclass), L{ConnectionFailed}, L{ProtocolViolation},
+        L{BrokerTimeout} or L{ClientClosed}.
+        """
+
+    def send(request):
+        """Send C{request} (it gets no response); a Deferred firing once it is written."""
+
+    def ready():
+        """The protocol to write a fire-and-forget request to at once, or None (then use L{send})."""
+
+    def close():
+        """Stop reconnecting and close; a Deferred firing once closed."""
 
 
 class _Waiter:
@@ -177,7 +176,7 @@ class ClientProtocol(Int32StringReceiver):
                 "broker {peer} sent a {size}-byte response while no request was waiting; dropping the connection",
                 peer=self.peer, size=len(frame),
             )
-            self._abort(ConnectionFailed(f"broker {self.peer} sent a response nobody asked for; connection dropped"))
+            self._abort(ProtocolViolation(f"broker {self.peer} sent a response nobody asked for; connection dropped"))
             return
         self._waiting.popleft().deferred.callback(frame)
 
@@ -188,7 +187,7 @@ class ClientProtocol(Int32StringReceiver):
             peer=self.peer, length=length, limit=self.MAX_LENGTH,
         )
         self._abort(
-            ConnectionFailed(
+            ProtocolViolation(
                 f"broker {self.peer} sent a {length}-byte response, larger than max_response_bytes "
                 f"{self.MAX_LENGTH}; connection dropped"
             )
@@ -388,6 +387,7 @@ def parse_brokers(brokers: str | list[tuple[str, int]] | tuple) -> list[tuple[st
     return pairs
 
 
+@implementer(IBrokerConnection)
 class BrokerConnection:
     """One reconnecting connection to one broker, with typed errors and no hangs.
 
@@ -443,10 +443,13 @@ class BrokerConnection:
         """Whether L{close} was called."""
         return self._closed
 
-    def request(self, request: Request, *, timeout_s: float | None = None) -> Deferred[bytes]:
-        """Send C{request} and fire with its response frame, or fail with a typed error.
+    def request(self, request: Request, *, timeout_s: float | None = None) -> Deferred[Response]:
+        """Send C{request} and fire with its decoded response (error 0), or fail with a typed error.
+
+        Per-partition errors stay in the response's parts, for the caller to check.
 
         @raise ConnectionFailed: the broker cannot be reached, or the connection was lost.
+        @raise ProtocolViolation: the response does not parse (the connection is dropped).
         @raise BrokerTimeout: no answer within the timeout.
         @raise BrokerError: the response's error code (a subclass per code).
         """
@@ -474,14 +477,17 @@ class BrokerConnection:
         stopped.addTimeout(self.timeout_s, self.clock, onTimeoutCancel=abort)
         return stopped
 
-    async def _request(self, request: Request, timeout_s: float | None) -> bytes:
+    async def _request(self, request: Request, timeout_s: float | None) -> Response:
         protocol = await self.connected()
         hold_s = request.max_wait_ms / 1000 if isinstance(request, WaitFetchRequest) else 0.0
         frame = await protocol.request(request, timeout_s=timeout_s, hold_s=hold_s)
-        error = codec.decode_error(frame)
-        if error != NO_ERROR:
-            raise broker_error(error, f"broker {self.address} refused {describe_request(request)}")
-        return frame
+        try:
+            response = codec.decode_response(request, frame)
+        except ProtocolViolation as e:
+            error = ProtocolViolation(f"broker {self.address} answered {describe_request(request)} with garbage: {e}")
+            protocol.abort(error)  # the pairing of later answers cannot be trusted
+            raise error from None
+        return check(response, f"broker {self.address} refused {describe_request(request)}")
 
     async def _send(self, request: Request) -> None:
         protocol = await self.connected()

@@ -21,20 +21,20 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from twlog.errors import NO_ERROR, BrokerTimeout, ConnectionFailed, UnknownTopic, error_for_code
+from twlog.errors import NO_ERROR, BrokerTimeout, ConnectionFailed, ProtocolViolation, UnknownTopic, check
 from twlog.protocol.codec import (
     FetchRequest,
     MetadataRequest,
     MetadataResponse,
     OffsetsRequest,
-    decode_fetch_response,
-    decode_metadata_response,
-    decode_offsets_response,
+    Request,
+    Response,
+    decode_response,
+    describe_request,
     encode_request,
 )
 
-LATEST = -1
-EARLIEST = -2
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 _SIZE = struct.Struct(">i")
 
@@ -55,10 +55,13 @@ def parse_brokers(brokers: str) -> list[tuple[str, int]]:
 class SyncConnection:
     """One blocking connection to a broker; requests are answered in order, one at a time."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, host: str, port: int, timeout_s: float = 30.0, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    ) -> None:
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes
         self._sock: socket.socket | None = None
 
     @property
@@ -96,14 +99,23 @@ class SyncConnection:
             got += k
         return buf
 
-    def call(self, request) -> bytes:
-        """Send C{request} (a codec value) and return its response frame, without the size prefix."""
+    def call(self, request: Request) -> Response:
+        """Send C{request} (a codec value) and return its decoded response, its error checked.
+
+        @raise BrokerError: the response's error code.
+        @raise ProtocolViolation: the response is over C{max_response_bytes} or does not parse.
+        """
         frame = encode_request(request)
         sock = self._connect()
         try:
             sock.sendall(_SIZE.pack(len(frame)) + frame)
             (size,) = _SIZE.unpack(self._recv_exactly(sock, 4))
-            return bytes(self._recv_exactly(sock, size))
+            if not 0 <= size <= self.max_response_bytes:
+                raise ProtocolViolation(
+                    f"broker {self.address} sent a {size}-byte response, larger than max_response_bytes "
+                    f"{self.max_response_bytes}; connection dropped"
+                )
+            response = decode_response(request, bytes(self._recv_exactly(sock, size)))
         except TimeoutError:
             self.close()
             raise BrokerTimeout(f"no answer from broker {self.address} within {self.timeout_s:g} s") from None
@@ -113,33 +125,20 @@ class SyncConnection:
         except OSError as e:
             self.close()
             raise ConnectionFailed(f"connection to broker {self.address} failed: {e}") from None
+        return check(response, f"broker {self.address} refused {describe_request(request)}")
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
         """Up to C{max_bytes} of raw log from C{offset}; broker errors raise their typed exceptions."""
-        result = decode_fetch_response(self.call(FetchRequest(topic, partition, offset, max_bytes)))
-        if result.error != NO_ERROR:
-            raise error_for_code(
-                result.error,
-                f"fetch of {topic} partition {partition} at offset {offset} ({max_bytes} bytes) "
-                f"from broker {self.address} failed with error code {result.error}",
-            )
-        return result.messages
+        return self.call(FetchRequest(topic, partition, offset, max_bytes)).messages
 
     def offset(self, topic: str, partition: int, time: int) -> int:
         """The single offset OFFSETS answers for C{time} (L{LATEST} or L{EARLIEST})."""
-        error, offsets = decode_offsets_response(self.call(OffsetsRequest(topic, partition, time, 1)))
-        if error != NO_ERROR:
-            raise error_for_code(
-                error, f"offsets of {topic} partition {partition} (time {time}) from broker {self.address}"
-            )
+        offsets = self.call(OffsetsRequest(topic, partition, time, 1)).offsets
         return offsets[0] if offsets else 0
 
     def metadata(self, topics: Sequence[str] = ()) -> MetadataResponse:
         """This broker's id, address and topics (every topic it holds when C{topics} is empty)."""
-        error, metadata = decode_metadata_response(self.call(MetadataRequest(tuple(topics))))
-        if error != NO_ERROR or metadata is None:
-            raise error_for_code(error, f"metadata from broker {self.address}")
-        return metadata
+        return self.call(MetadataRequest(tuple(topics)))
 
 
 @attrs.frozen(order=True)

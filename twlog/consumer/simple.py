@@ -19,15 +19,12 @@ import attrs
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
-from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, FetchSizeTooSmall
-from twlog.protocol import codec
-from twlog.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error
-from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
+from twlog.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
+from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, FetchSizeTooSmall, ProtocolViolation, check
+from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset, iter_messages
 
-#: OFFSETS times: the (flushed) end of the log, and its start.
-LATEST = -1
-EARLIEST = -2
+__all__ = ["EARLIEST", "LATEST", "FetchedMessages", "MessageStream", "SimpleConsumer", "decode_fetched"]
 
 
 @attrs.frozen
@@ -183,19 +180,17 @@ class SimpleConsumer:
         fetch = FetchRequest(topic, partition, offset, max_bytes)
         try:
             if max_wait_ms is None:
-                data = codec.decode_fetch_response(await connection.request(fetch)).messages
+                data = (await connection.request(fetch)).messages
             else:
                 request = WaitFetchRequest(max_wait_ms, self.min_bytes if min_bytes is None else min_bytes, (fetch,))
-                _, parts = codec.decode_multifetch_response(await connection.request(request))
+                parts = (await connection.request(request)).parts
                 if len(parts) != 1:
-                    raise ConnectionFailed(
+                    raise ProtocolViolation(
                         f"broker {connection.address} answered a one-part WAIT_FETCH with {len(parts)} parts"
                     )
-                if parts[0].error:
-                    raise broker_error(
-                        parts[0].error, f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{offset}"
-                    )
-                data = parts[0].messages
+                data = check(
+                    parts[0], f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{offset}"
+                ).messages
         except FetchSizeTooSmall:
             raise _too_small(topic, partition, offset, max_bytes) from None
         return decode_fetched(data, topic, partition, offset, max_bytes)
@@ -203,8 +198,8 @@ class SimpleConsumer:
     async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        frame = await self._connection.request(OffsetsRequest(topic, partition, time, max_offsets))
-        return list(codec.decode_offsets_response(frame)[1])
+        response = await self._connection.request(OffsetsRequest(topic, partition, time, max_offsets))
+        return list(response.offsets)
 
 
 class MessageStream:

@@ -20,7 +20,8 @@ from typing import NamedTuple
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail, succeed
 from twisted.logger import Logger
 
-from twlog.consumer.simple import EARLIEST, LATEST, decode_fetched
+from twlog.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, default_retry_policy
+from twlog.consumer.simple import decode_fetched
 from twlog.errors import (
     NO_ERROR,
     BrokerError,
@@ -29,12 +30,11 @@ from twlog.errors import (
     ConnectionFailed,
     FetchSizeTooSmall,
     InvalidMessage,
-    MalformedRequest,
     OffsetOutOfRange,
+    ProtocolViolation,
+    error_for,
 )
-from twlog.protocol import codec
-from twlog.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, broker_error, default_retry_policy
-from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
+from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset
 
 #: C{auto_offset_reset} values and the OFFSETS time each asks for.
@@ -309,7 +309,7 @@ class BrokerFetcher:
             try:
                 await self._round()
                 failures = 0
-            except (ConnectionFailed, BrokerTimeout, ClientClosed, MalformedRequest) as e:
+            except (ConnectionFailed, BrokerTimeout, ClientClosed) as e:  # ProtocolViolation is a ConnectionFailed
                 if not self._running:
                     return
                 failures += 1
@@ -342,12 +342,11 @@ class BrokerFetcher:
             tuple(FetchRequest(p.topic, p.partition, p.fetch_offset, self.fetch_max_bytes) for p in ready),
         )
         self.requests += 1
-        frame = await self.connection.request(request)
+        parts = (await self.connection.request(request)).parts
         if not self._running:
             return  # stopped meanwhile: the data belongs to nobody now
-        _, parts = codec.decode_multifetch_response(frame)
         if len(parts) != len(ready):
-            raise MalformedRequest(f"broker {self.broker_id} answered {len(ready)} fetches with {len(parts)} parts")
+            raise ProtocolViolation(f"broker {self.broker_id} answered {len(ready)} fetches with {len(parts)} parts")
         for p, part in zip(ready, parts):
             if not self._running:
                 return
@@ -369,7 +368,7 @@ class BrokerFetcher:
                            topic=p.topic, partition=p.name, offset=offset, reset=self.reset)
             await self._reset(p)
         else:
-            failure = broker_error(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
+            failure = error_for(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
             if error in (FetchSizeTooSmall.code, InvalidMessage.code):
                 self._give_up(p, failure)
             else:
@@ -390,13 +389,13 @@ class BrokerFetcher:
     async def _reset(self, p: OwnedPartition) -> None:
         """Start C{p} at the broker's smallest or largest offset."""
         try:
-            frame = await self.connection.request(OffsetsRequest(p.topic, p.partition, self.reset_time, 1))
+            response = await self.connection.request(OffsetsRequest(p.topic, p.partition, self.reset_time, 1))
         except BrokerError as e:
             self._pause_partition(p, e)
             return
         if not self._running or not p.active:
             return
-        offsets = codec.decode_offsets_response(frame)[1]
+        offsets = response.offsets
         offset = offsets[0] if offsets else 0
         p.fetch_offset = offset
         if not p.stream.holds(p):

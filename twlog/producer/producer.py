@@ -39,11 +39,10 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from twlog.client.connection import BrokerConnection, parse_brokers
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import KazooException, ZooKeeper
-from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, QueueFull
-from twlog.protocol import codec
-from twlog.client.connection import BrokerConnection, broker_error, parse_brokers
+from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, ProtocolViolation, QueueFull, check, raise_for
 from twlog.protocol.codec import (
     ACK_APPENDED,
     ACK_FLUSHED,
@@ -318,13 +317,12 @@ class Producer:
             if not ok:
                 problems.append(f"{connection.address}: {value.getErrorMessage()}")
                 continue
-            _, metadata = codec.decode_metadata_response(value)
+            metadata = value
             self._by_id.setdefault(metadata.broker_id, connection)  # two addresses of one broker: keep the first
             for info in metadata.topics:
                 if info.topic != topic:
                     continue
-                if info.error:
-                    raise broker_error(info.error, f"broker {connection.address} refuses topic {topic!r}")
+                raise_for(info.error, f"broker {connection.address} refuses topic {topic!r}")
                 partitions.update(Partition(metadata.broker_id, p) for p in range(info.partitions))
         if not partitions:
             raise ConnectionFailed(
@@ -486,7 +484,7 @@ class Producer:
                     await connection.send(produce)
                     return None
                 request = AckProduceRequest(self._ack, self.ack_timeout_ms, (produce,))
-                frame = await connection.request(request, timeout_s=self.timeout_s + self.ack_timeout_ms / 1000)
+                response = await connection.request(request, timeout_s=self.timeout_s + self.ack_timeout_ms / 1000)
                 break
             except ConnectionLost as e:
                 if attempt >= self.retries:
@@ -505,15 +503,10 @@ class Producer:
                     f"broker {target.broker_id} left the cluster before the batch for {topic}-{target.partition} "
                     "was sent or answered"
                 ) from None
-        _, results = codec.decode_ack_produce_response(frame)
+        results = response.results
         if len(results) != 1:
-            raise ConnectionFailed(f"broker {connection.address} answered one produce with {len(results)} results")
-        result = results[0]
-        if result.error:
-            raise broker_error(
-                result.error, f"broker {connection.address} did not take the batch for {topic}-{target.partition}"
-            )
-        return result
+            raise ProtocolViolation(f"broker {connection.address} answered one produce with {len(results)} results")
+        return check(results[0], f"broker {connection.address} did not take the batch for {topic}-{target.partition}")
 
     def _track(self, d: Deferred) -> Deferred:
         """Remember C{d} until it fires, so flush() can wait for it."""

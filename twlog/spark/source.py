@@ -65,9 +65,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from twlog.client.sync import SyncConnection, TopicPartition, UnknownTopic, discover
+from twlog.protocol.codec import EARLIEST, LATEST
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange
 from twlog.storage.message import iter_messages
-from twlog.client.sync import EARLIEST, LATEST, SyncConnection, TopicPartition, UnknownTopic, discover
 
 SCHEMA = "topic string, partition string, offset long, value binary, broker int"
 DEFAULT_FETCH_SIZE = 1024 * 1024

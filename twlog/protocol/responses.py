@@ -1,0 +1,277 @@
+# -*- test-case-name: tests.protocol.test_responses,tests.protocol.test_codec -*-
+"""Responses on the wire: typed values, the broker's encoders and the client's decoders (pure).
+
+Every response frame is C{[int16 error][body]} (docs/protocol.md), and any
+response may be the error code alone.  Each decoder returns a frozen value
+that carries that error code (C{.error}), so a client checks it in one place
+(L{twlog.errors.check}); per-partition errors stay in the parts
+(L{FetchResult.error}, L{ProduceResult.error}, L{TopicMetadata.error}).
+
+A frame that does not parse is the peer's protocol violation: the decoders
+raise L{ProtocolViolation}, a L{MalformedRequest} (the codec's contract) that
+is also a L{ConnectionFailed} (what a client retries or reports), never
+C{struct.error}.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import attrs
+
+from twlog.errors import NO_ERROR, MalformedRequest, ProtocolViolation
+from twlog.protocol.primitives import (
+    I16,
+    I32,
+    I64,
+    check_count,
+    done,
+    need,
+    read_int16,
+    read_int32,
+    read_many,
+    read_str,
+    write_str,
+)
+
+T = TypeVar("T")
+
+_RESULT = struct.Struct(">ihqq")  # partition, error, offset, next offset
+_PART_HEAD = struct.Struct(">ih")  # size (2 + data), error
+
+
+# -- values ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class FetchResult:
+    """FETCH's response, and one partition's part of a MULTIFETCH: an error code and raw message-set bytes."""
+
+    error: int
+    messages: bytes
+
+
+@attrs.frozen
+class MultiFetchResponse:
+    """MULTIFETCH's (and WAIT_FETCH's) response: the outer error and one part per fetch, in request order."""
+
+    error: int
+    parts: tuple[FetchResult, ...] = ()
+
+
+@attrs.frozen
+class OffsetsResponse:
+    """OFFSETS' response: the error and the offsets, newest first."""
+
+    error: int
+    offsets: tuple[int, ...] = ()
+
+
+@attrs.frozen
+class ProduceResult:
+    """One partition's part of an acknowledged produce: where its set landed."""
+
+    topic: str
+    partition: int
+    error: int
+    offset: int
+    next_offset: int
+
+
+@attrs.frozen
+class AckProduceResponse:
+    """ACK_PRODUCE's response: the error and one result per produced set."""
+
+    error: int
+    results: tuple[ProduceResult, ...] = ()
+
+
+@attrs.frozen
+class TopicMetadata:
+    """A topic's partition count on a broker (error 0), or why it has none (InvalidTopic...)."""
+
+    topic: str
+    error: int
+    partitions: int
+
+
+@attrs.frozen
+class MetadataResponse:
+    """What a broker says of itself: id, address, and topics; and the response's error.
+
+    An error-only response decodes with C{broker_id} and C{port} -1, no host and no topics.
+    """
+
+    broker_id: int
+    host: str
+    port: int
+    topics: tuple[TopicMetadata, ...]
+    error: int = NO_ERROR
+
+
+Response = FetchResult | MultiFetchResponse | OffsetsResponse | AckProduceResponse | MetadataResponse
+
+
+# -- encoding (broker side) ----------------------------------------------------------------
+
+
+def fetch_response_header(error: int, length: int) -> bytes:
+    """FETCH's response up to its message set: C{[int32 size][int16 error]}; C{length} bytes follow."""
+    return I32.pack(2 + length) + I16.pack(error)
+
+
+def multifetch_response_header(error: int, lengths: Sequence[int]) -> bytes:
+    """MULTIFETCH's (and WAIT_FETCH's) outer header: C{[int32 size][int16 error]}.
+
+    The body is, per fetch, C{[int32 2 + n][int16 error][n bytes]}.
+    """
+    return I32.pack(2 + sum(6 + n for n in lengths)) + I16.pack(error)
+
+
+def multifetch_part_header(error: int, length: int) -> bytes:
+    """One fetch's header inside a MULTIFETCH response; C{length} bytes of message set follow."""
+    return _PART_HEAD.pack(2 + length, error)
+
+
+def encode_error_response(error: int) -> bytes:
+    """A response frame (without size prefix) with only an error code."""
+    return I16.pack(error)
+
+
+def encode_offsets_response(error: int, offsets: Sequence[int]) -> bytes:
+    """OFFSETS' response frame: C{[int16 error][int32 n][int64 offset]*n}."""
+    return I16.pack(error) + I32.pack(len(offsets)) + b"".join(I64.pack(o) for o in offsets)
+
+
+def encode_ack_produce_response(error: int, results: Sequence[ProduceResult]) -> bytes:
+    """ACK_PRODUCE's response frame: per set, topic, partition, error, offset and next offset."""
+    parts = [I16.pack(error), I16.pack(len(results))]
+    for r in results:
+        parts.append(write_str(r.topic))
+        parts.append(_RESULT.pack(r.partition, r.error, r.offset, r.next_offset))
+    return b"".join(parts)
+
+
+def encode_metadata_response(error: int, metadata: MetadataResponse) -> bytes:
+    """METADATA's response frame (C{error} is written, not C{metadata.error})."""
+    parts = [
+        I16.pack(error),
+        I32.pack(metadata.broker_id),
+        write_str(metadata.host),
+        I32.pack(metadata.port),
+        I16.pack(len(metadata.topics)),
+    ]
+    for t in metadata.topics:
+        parts.append(write_str(t.topic))
+        parts.append(I16.pack(t.error))
+        parts.append(I32.pack(t.partitions))
+    return b"".join(parts)
+
+
+# -- decoding (client side) ------------------------------------------------------------------
+
+
+def _peer_violation(decode: Callable[[bytes], T]) -> Callable[[bytes], T]:
+    """Raise the codec's L{MalformedRequest}s of C{decode} as L{ProtocolViolation}s (the peer sent garbage)."""
+
+    @functools.wraps(decode)
+    def checked(frame: bytes) -> T:
+        try:
+            return decode(frame)
+        except ProtocolViolation:
+            raise
+        except MalformedRequest as e:
+            what = decode.__name__.removeprefix("decode_").replace("_", " ")
+            raise ProtocolViolation(f"malformed {what}: {e}") from None
+
+    return checked
+
+
+@_peer_violation
+def decode_error(frame: bytes) -> int:
+    """The error code every response frame starts with."""
+    return read_int16(frame, 0)[0]
+
+
+@_peer_violation
+def decode_fetch_response(frame: bytes) -> FetchResult:
+    """FETCH's response: error and message-set bytes (a partial trailing message included)."""
+    error, pos = read_int16(frame, 0)
+    return FetchResult(error, frame[pos:])
+
+
+def _read_part(frame: bytes, pos: int) -> tuple[FetchResult, int]:
+    size, pos = read_int32(frame, pos)
+    need(frame, pos, size, "fetch part")
+    if size < 2:
+        raise MalformedRequest(f"fetch part of size {size} at byte {pos}")
+    return FetchResult(I16.unpack_from(frame, pos)[0], frame[pos + 2 : pos + size]), pos + size
+
+
+@_peer_violation
+def decode_multifetch_response(frame: bytes) -> MultiFetchResponse:
+    """MULTIFETCH's (and WAIT_FETCH's) response: the outer error and one part per fetch, in order."""
+    error, pos = read_int16(frame, 0)
+    parts = []
+    while pos < len(frame):
+        part, pos = _read_part(frame, pos)
+        parts.append(part)
+    return MultiFetchResponse(error, tuple(parts))
+
+
+@_peer_violation
+def decode_offsets_response(frame: bytes) -> OffsetsResponse:
+    """OFFSETS' response: error and offsets, newest first."""
+    error, pos = read_int16(frame, 0)
+    if pos == len(frame):
+        return OffsetsResponse(error)
+    count, pos = read_int32(frame, pos)
+    check_count(count)
+    need(frame, pos, 8 * count, "offsets")
+    offsets = struct.unpack_from(f">{count}q", frame, pos)
+    done(frame, pos + 8 * count, "offsets response")
+    return OffsetsResponse(error, offsets)
+
+
+def _read_result(frame: bytes, pos: int) -> tuple[ProduceResult, int]:
+    topic, pos = read_str(frame, pos)
+    need(frame, pos, _RESULT.size, "produce result")
+    partition, error, offset, next_offset = _RESULT.unpack_from(frame, pos)
+    return ProduceResult(topic, partition, error, offset, next_offset), pos + _RESULT.size
+
+
+@_peer_violation
+def decode_ack_produce_response(frame: bytes) -> AckProduceResponse:
+    """ACK_PRODUCE's response: error and one result per produced set."""
+    error, pos = read_int16(frame, 0)
+    if pos == len(frame):
+        return AckProduceResponse(error)
+    count, pos = read_int16(frame, pos)
+    results, pos = read_many(frame, pos, count, _read_result)
+    done(frame, pos, "produce response")
+    return AckProduceResponse(error, results)
+
+
+def _read_topic(frame: bytes, pos: int) -> tuple[TopicMetadata, int]:
+    topic, pos = read_str(frame, pos)
+    error, pos = read_int16(frame, pos)
+    partitions, pos = read_int32(frame, pos)
+    return TopicMetadata(topic, error, partitions), pos
+
+
+@_peer_violation
+def decode_metadata_response(frame: bytes) -> MetadataResponse:
+    """METADATA's response: the broker's id, address and topics, with the error (alone if the frame has no body)."""
+    error, pos = read_int16(frame, 0)
+    if error != NO_ERROR and pos == len(frame):
+        return MetadataResponse(-1, "", -1, (), error)
+    broker_id, pos = read_int32(frame, pos)
+    host, pos = read_str(frame, pos)
+    port, pos = read_int32(frame, pos)
+    count, pos = read_int16(frame, pos)
+    topics, pos = read_many(frame, pos, count, _read_topic)
+    done(frame, pos, "metadata response")
+    return MetadataResponse(broker_id, host, port, topics, error)
