@@ -146,7 +146,7 @@ class GroupConsumer:
             self.zookeeper, group, self.consumer_id, clock=reactor, view=None, subscription=self._subscription,
             ownership=Ownership(self.zookeeper, group),
             consumption=Consumption(self.zookeeper, group, self._streams, fetcher_factory),
-            set_error=self._fail_streams, max_retries=rebalance_max_retries, backoff=self._backoff,
+            max_retries=rebalance_max_retries, backoff=self._backoff,
         )
         self._autocommit: LoopingCall | None = None
         self._started = False
@@ -272,11 +272,18 @@ class GroupConsumer:
             self._suspicion = self._reactor.callLater(self.session_timeout_s, self._lose_session, False)
         elif state == LOST:
             self._lose_session(True)
-        elif state == CONNECTED and self.state is GroupState.FAILED:
+        elif state != CONNECTED:
+            return
+        elif self.state is GroupState.FAILED:
             self.rebalancer.request()  # a rebalance may have failed for want of a connection
-        elif state == CONNECTED and self.state is GroupState.SESSION_LOST:
-            Deferred.fromCoroutine(self._rejoin()).addErrback(
-                lambda f: self._log.failure("consumer {consumer}: rejoining failed", f, consumer=self.consumer_id))
+        elif self.state is GroupState.STABLE:
+            self._logged(self.rebalancer.rewatch(), "watching the group")  # the watch went with the connection
+        elif self.state is GroupState.SESSION_LOST:
+            self._logged(Deferred.fromCoroutine(self._rejoin()), "rejoining")
+
+    def _logged(self, d: Deferred, what: str) -> None:
+        d.addErrback(lambda f: self._log.failure("consumer {consumer}: {what} failed", f, consumer=self.consumer_id,
+                                                 what=what))
 
     def _lose_session(self, expired: bool) -> None:
         """Stop delivering: the session expired (C{expired}; its owner nodes are gone), or may have."""
@@ -300,17 +307,12 @@ class GroupConsumer:
         except Exception as e:
             if self.state is GroupState.SESSION_LOST:
                 self.rebalancer.state = GroupState.FAILED
-                self._fail_streams(RebalanceFailed(f"consumer {self.consumer_id} could not rejoin group "
-                                                   f"{self.group} after its session expired: {e}"))
+                self.rebalancer.consumption.set_error(RebalanceFailed(
+                    f"consumer {self.consumer_id} could not rejoin group {self.group} after its session expired: {e}"))
             raise
         if self.state is GroupState.SESSION_LOST:
             self.rebalancer.state = GroupState.REBALANCING
             self.rebalancer.request()
-
-    def _fail_streams(self, error: Exception | None) -> None:
-        for streams in self._streams.values():
-            for stream in streams:
-                stream.set_error(error)
 
     def _autocommit_tick(self) -> Deferred[None] | None:
         if self.state is not GroupState.STABLE:
@@ -334,9 +336,7 @@ class GroupConsumer:
         consumption = self.rebalancer.consumption
         owned = list(consumption.owned.values())
         consumption.stop()
-        for streams in self._streams.values():
-            for stream in streams:
-                stream.close()
+        consumption.close_streams()
         self.rebalancer.tell_stable_waiters()
         if self.rebalancer.running:  # it stops at its next step
             await self._bounded(self.when_stable())

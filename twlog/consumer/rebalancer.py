@@ -26,7 +26,7 @@ from twlog.consumer.rebalance import consumer_assignment
 from twlog.consumer.registry import Ownership, describe_error, read_members, read_offsets, write_offsets
 from twlog.consumer.stream import GroupStream, OwnedPartition
 from twlog.coord.cluster import ClusterView
-from twlog.coord.zk import IZooKeeper, KazooException
+from twlog.coord.zk import EventType, IZooKeeper, KazooException
 from twlog.errors import ClientClosed, RebalanceFailed
 from twlog.partition import TopicPartition
 
@@ -128,6 +128,18 @@ class Consumption:
             if ok:
                 p.committed = value
 
+    def set_error(self, error: Exception | None) -> None:
+        """Every stream raises C{error} once (None: forget an error not raised yet)."""
+        for streams in self._streams.values():
+            for stream in streams:
+                stream.set_error(error)
+
+    def close_streams(self) -> None:
+        """End every stream's iteration."""
+        for streams in self._streams.values():
+            for stream in streams:
+                stream.close()
+
     async def closed(self) -> None:
         """Fire once every stopped fetch loop has closed its connection."""
         if self._closing:
@@ -139,15 +151,13 @@ class Rebalancer:
 
     @param view: the cluster (brokers and the subscribed topics' partitions); set before the first L{request}.
     @param subscription: topic -> this member's number of streams.
-    @param set_error: tells the member's streams of a failed rebalance (None: it succeeded).
     @param backoff: attempt number -> seconds to wait before the next attempt.
     """
 
     _log = Logger()
 
     def __init__(self, zk: IZooKeeper, group: str, consumer_id: str, *, clock, view: ClusterView | None,
-                 subscription: dict[str, int], ownership: Ownership, consumption: Consumption,
-                 set_error: Callable[[Exception | None], None], max_retries: int,
+                 subscription: dict[str, int], ownership: Ownership, consumption: Consumption, max_retries: int,
                  backoff: Callable[[int], float]) -> None:
         self._zk = zk
         self.group = group
@@ -157,7 +167,6 @@ class Rebalancer:
         self._subscription = subscription
         self.ownership = ownership
         self.consumption = consumption
-        self._set_error = set_error
         self.max_retries = max_retries
         self._backoff = backoff
         self.state = GroupState.NEW
@@ -166,25 +175,27 @@ class Rebalancer:
         self.rebalances = 0
         self.retries = 0
         self.last_rebalance_s = 0.0
-        self._running: Deferred | None = None
+        self._running = False
         self._again = False
         self._sleep: Deferred | None = None
         self._stable_waiters: list[Deferred[None]] = []
+        #: The members' subscriptions the last attempt read.
+        self._members: dict[str, dict[str, int]] = {}
 
     @property
     def running(self) -> bool:
         """Whether a rebalance runs now (or one more is due after it)."""
-        return self._running is not None
+        return self._running
 
     def request(self) -> None:
         """Rebalance now, or once more after the one running (bursts of events coalesce into one)."""
         if self.state in (GroupState.NEW, GroupState.SESSION_LOST, GroupState.CLOSED):
             return
-        if self._running is not None:
+        if self._running:
             self._again = True
             return
-        self._running = Deferred.fromCoroutine(self._run())
-        self._running.addErrback(lambda f: self._log.failure("rebalance failed", f))
+        self._running = True  # before starting: the run may end, or request more, before fromCoroutine returns
+        Deferred.fromCoroutine(self._run()).addErrback(lambda f: self._log.failure("rebalance failed", f))
 
     def supersede(self) -> None:
         """End the current generation: a rebalance running stops at its next step, one backing off wakes."""
@@ -194,7 +205,7 @@ class Rebalancer:
 
     def when_stable(self) -> Deferred[None]:
         """Fire once STABLE with no rebalance running or due (L{RebalanceFailed} if FAILED, L{ClientClosed})."""
-        if self._running is None and self.state in (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED):
+        if not self._running and self.state in (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED):
             return self._outcome()
         d: Deferred[None] = Deferred()
         self._stable_waiters.append(d)
@@ -215,12 +226,27 @@ class Rebalancer:
         return fail(RebalanceFailed(f"consumer {self.consumer_id}: the last rebalance failed"))
 
     def members_watch(self, generation: int):
-        """A watch on the group's members that requests a rebalance (if C{generation} is still current)."""
+        """A watch on the group's members that requests a rebalance (if C{generation} is still current).
+
+        A NONE event is no change: the connection was lost and kazoo dropped its
+        watches (L{rewatch} sets it again once reconnected).
+        """
         def changed(event) -> None:
-            if generation == self.generation:  # older watches: a newer read has its own
+            if event.type != EventType.NONE and generation == self.generation:  # older watches: a newer read has its own
                 self.request()
 
         return changed
+
+    def rewatch(self) -> Deferred[None]:
+        """Watch the members again after a lost connection (same session); rebalance if they changed meanwhile."""
+        return Deferred.fromCoroutine(self._rewatch())
+
+    async def _rewatch(self) -> None:
+        generation = self.generation
+        members = await read_members(self._zk, self.group, watch=self.members_watch(generation))
+        members = {member: s for member, s in members.items() if s is not None}
+        if generation == self.generation and members != self._members:
+            self.request()
 
     # -- one rebalance ---------------------------------------------------------------------------
 
@@ -232,7 +258,7 @@ class Rebalancer:
                 if not self._again or self.state in (GroupState.CLOSED, GroupState.SESSION_LOST):
                     break
         finally:
-            self._running = None
+            self._running = False
             self.tell_stable_waiters()
 
     async def _rebalance(self) -> None:
@@ -255,7 +281,7 @@ class Rebalancer:
                 self.state = GroupState.STABLE
                 self.rebalances += 1
                 self.last_rebalance_s = self._clock.seconds() - started
-                self._set_error(None)
+                self.consumption.set_error(None)
                 self._log.info("consumer {consumer} owns {owned} after {attempts} attempt(s) in {seconds:.3f} s",
                                consumer=self.consumer_id, owned=self.consumption.by_topic(), attempts=attempt,
                                seconds=self.last_rebalance_s)
@@ -285,7 +311,7 @@ class Rebalancer:
             f"{self.max_retries} attempts: {problem}"
         )
         self._log.error("{error}", error=error)
-        self._set_error(error)
+        self.consumption.set_error(error)
 
     def check(self, generation: int) -> None:
         """@raise Superseded: C{generation} is over."""
@@ -300,7 +326,7 @@ class Rebalancer:
         await self.release(generation)
         subscriptions = await read_members(self._zk, self.group, watch=self.members_watch(generation))
         self.check(generation)
-        subscriptions = {member: s for member, s in subscriptions.items() if s is not None}
+        subscriptions = self._members = {member: s for member, s in subscriptions.items() if s is not None}
         brokers = dict(self.view.brokers)
         partitions = {topic: self.view.topic_partitions(topic) for topic in self._subscription}
         plan = {tp: stream for owners in consumer_assignment(self.consumer_id, subscriptions, partitions).values()

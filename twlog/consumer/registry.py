@@ -141,8 +141,8 @@ async def read_offsets(zk: IZooKeeper, group: str,
 
 async def write_offsets(zk: IZooKeeper, group: str, offsets: list[tuple[TopicPartition, int]]) -> list[bool]:
     """Commit (partition, next offset) pairs at once; whether each was written (failures are logged)."""
-    results = await gather(zk.set_or_create(paths.offset_path(group, tp.topic, tp.name), str(offset).encode())
-                           for tp, offset in offsets)
+    results = await DeferredList([zk.set_or_create(paths.offset_path(group, tp.topic, tp.name), str(offset).encode())
+                                  for tp, offset in offsets], consumeErrors=True)
     for (tp, offset), (ok, result) in zip(offsets, results):
         if not ok:
             _log.warn("committing {partition} at {offset} failed: {error}", partition=str(tp), offset=offset,

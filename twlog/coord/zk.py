@@ -114,8 +114,8 @@ class IZooKeeper(Interface):
     def ensure_path(path: str) -> Deferred[bool]:
         """Create C{path} and its parents as needed (persistent, empty)."""
 
-    def set_or_create(path: str, value: bytes) -> Any:
-        """Set C{path} to C{value}, creating it (and its parents) if missing (a coroutine or Deferred)."""
+    def set_or_create(path: str, value: bytes) -> Deferred[None]:
+        """Set C{path} to C{value}, creating it (and its parents, persistent) if missing."""
 
 
 async def set_or_create(zk: IZooKeeper, path: str, value: bytes) -> None:
@@ -258,9 +258,9 @@ class ZooKeeper:
         """Create C{path} and its parents as needed (persistent, empty)."""
         return self._call(self._client.ensure_path_async, path)
 
-    async def set_or_create(self, path: str, value: bytes) -> None:
+    def set_or_create(self, path: str, value: bytes) -> Deferred[None]:
         """Set C{path} to C{value}, creating it (and its parents, persistent) if missing."""
-        await set_or_create(self, path, value)
+        return Deferred.fromCoroutine(set_or_create(self, path, value))
 
     # -- plumbing ------------------------------------------------------------------
 

@@ -1,0 +1,413 @@
+"""GroupConsumer's state machine, deterministic: every transition on a FakeZooKeeper, a task.Clock and stub fetchers.
+
+The fetch loops are stubs (a L{StubFetcher} per broker, recording the
+partitions it was given): these tests are about membership, ownership,
+offsets and states.  Fetching itself is tested in C{tests.consumer.test_stream}.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from twisted.internet.defer import succeed
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.consumer.group import GroupConsumer, GroupState
+from twlog.coord import paths
+from twlog.errors import ClientClosed, RebalanceFailed
+from twlog.storage.message import MessageAndOffset
+
+from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
+
+S = GroupState
+
+
+class StubFetcher:
+    """A fetch loop that fetches nothing: it records its broker and partitions, and whether it runs."""
+
+    def __init__(self, broker_id: int, address: tuple[str, int], partitions: list) -> None:
+        self.broker_id = broker_id
+        self.address = address
+        self.partitions = partitions
+        self.running = False
+
+    def start(self) -> None:
+        self.running = True
+
+    def stop(self):
+        self.running = False
+        return succeed(None)
+
+
+class GroupTestCase(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.server = FakeZooKeeperServer()
+        self.zk = FakeZooKeeper(self.server)
+        self.zk.start()
+        self.admin = FakeZooKeeper(self.server)  # brokers, other members, and reads
+        self.admin.start()
+        self.fetchers: list[StubFetcher] = []
+        self.register_broker(0, {"t": 4})
+
+    # -- the cluster ----------------------------------------------------------------------------
+
+    def register_broker(self, broker_id: int, topics: dict[str, int]) -> None:
+        self.successResultOf(self.admin.create(paths.broker_id_path(broker_id), f"h{broker_id}:9092".encode(),
+                                               ephemeral=True, makepath=True))
+        for topic, count in topics.items():
+            self.successResultOf(self.admin.create(paths.broker_topic_path(topic, broker_id), str(count).encode(),
+                                                   ephemeral=True, makepath=True))
+
+    def add_member(self, consumer_id: str, subscription: dict[str, int], zk: FakeZooKeeper | None = None) -> None:
+        """A member that registers and never claims anything."""
+        self.successResultOf((zk or self.admin).create(
+            paths.consumer_ids_path("g", consumer_id), json.dumps(subscription).encode(), ephemeral=True,
+            makepath=True))
+
+    def remove_member(self, consumer_id: str) -> None:
+        self.successResultOf(self.admin.delete(paths.consumer_ids_path("g", consumer_id)))
+
+    def value(self, path: str) -> bytes | None:
+        stat = self.successResultOf(self.admin.exists(path))
+        return None if stat is None else self.successResultOf(self.admin.get(path))[0]
+
+    def owner(self, name: str, topic: str = "t") -> tuple[bytes, int] | None:
+        stat = self.successResultOf(self.admin.exists(paths.owner_path("g", topic, name)))
+        return None if stat is None else (self.value(paths.owner_path("g", topic, name)), stat.ephemeralOwner)
+
+    # -- the consumer ---------------------------------------------------------------------------
+
+    def factory(self, broker_id: int, address: tuple[str, int], partitions: list) -> StubFetcher:
+        fetcher = StubFetcher(broker_id, address, partitions)
+        self.fetchers.append(fetcher)
+        return fetcher
+
+    def consumer(self, consumer_id: str = "a", zk: FakeZooKeeper | None = None, **options) -> GroupConsumer:
+        options = {"auto_commit_interval_ms": 0, "rebalance_max_retries": 3, "rebalance_backoff_ms": 500,
+                   "session_timeout_s": 6.0, **options}
+        consumer = GroupConsumer(zk or self.zk, "g", reactor=self.clock, consumer_id=consumer_id,
+                                 fetcher_factory=self.factory, rng=random.Random(1), **options)
+        self.addCleanup(consumer.close)
+        return consumer
+
+    def joined(self, consumer_id: str = "a", subscription=None, **options) -> tuple[GroupConsumer, dict]:
+        consumer = self.consumer(consumer_id, **options)
+        streams = self.successResultOf(consumer.create_message_streams(subscription or {"t": 1}))
+        return consumer, streams
+
+    def running_fetchers(self) -> dict[int, list[str]]:
+        return {f.broker_id: [p.name for p in f.partitions] for f in self.fetchers if f.running}
+
+
+class JoiningTests(GroupTestCase):
+    def test_start_registers_and_rebalances(self) -> None:
+        """NEW -> REBALANCING -> STABLE: registered with the subscription, every partition claimed, fetching."""
+        consumer = self.consumer()
+        self.assertIs(consumer.state, S.NEW)
+        streams = self.successResultOf(consumer.create_message_streams({"t": 2}))
+        self.assertIs(consumer.state, S.STABLE)
+        self.assertEqual([s.stream_id for s in streams["t"]], ["a-0", "a-1"])
+        self.assertEqual(json.loads(self.value(paths.consumer_ids_path("g", "a"))), {"t": 2})
+        self.assertEqual(consumer.owned(), {"t": {"0-0": "a-0", "0-1": "a-0", "0-2": "a-1", "0-3": "a-1"}})
+        self.assertEqual(self.owner("0-3"), (b"a-1", self.zk.session_id))
+        self.assertEqual(self.running_fetchers(), {0: ["0-0", "0-1", "0-2", "0-3"]})
+        self.assertEqual(self.fetchers[0].address, ("h0", 9092))
+        self.assertEqual((consumer.rebalances, consumer.retries), (1, 0))
+
+    def test_register_waits_for_own_stale_node(self) -> None:
+        """A member node of this id held by another session is waited for, then taken."""
+        stale = FakeZooKeeper(self.server)
+        stale.start()
+        self.add_member("a", {"t": 1}, zk=stale)
+        consumer = self.consumer()
+        d = consumer.create_message_streams({"t": 1})
+        self.assertNoResult(d)
+        stale.expire()
+        self.clock.advance(5)
+        self.successResultOf(d)
+        self.assertIs(consumer.state, S.STABLE)
+
+    def test_register_gives_up(self) -> None:
+        """A member node of this id held for good by another session: create_message_streams fails."""
+        self.add_member("a", {"t": 1})
+        d = self.consumer().create_message_streams({"t": 1})
+        for _ in range(5):
+            self.clock.advance(5)
+        self.failureResultOf(d, RebalanceFailed)
+
+    def test_committed_offsets_are_where_fetching_starts(self) -> None:
+        """A partition with a committed offset is fetched from it; one without asks the broker (None)."""
+        self.successResultOf(self.admin.set_or_create(paths.offset_path("g", "t", "0-1"), b"42"))
+        consumer, _ = self.joined()
+        offsets = {p.name: p.fetch_offset for p in self.fetchers[0].partitions}
+        self.assertEqual(offsets, {"0-0": None, "0-1": 42, "0-2": None, "0-3": None})
+
+    def test_second_call_refused(self) -> None:
+        """create_message_streams is called once."""
+        consumer, _ = self.joined()
+        self.failureResultOf(consumer.create_message_streams({"t": 1}), ValueError)
+
+
+class RebalanceTests(GroupTestCase):
+    def test_member_joins_and_leaves(self) -> None:
+        """STABLE -> REBALANCING -> STABLE when a member joins (half each) and when it leaves (all again)."""
+        consumer, _ = self.joined()
+        self.add_member("b", {"t": 1})
+        self.assertIs(consumer.state, S.STABLE)
+        self.assertEqual(consumer.owned(), {"t": {"0-0": "a-0", "0-1": "a-0"}})
+        self.assertIsNone(self.owner("0-2"))
+        self.assertEqual(self.running_fetchers(), {0: ["0-0", "0-1"]})
+        self.remove_member("b")
+        self.assertEqual(sorted(consumer.owned()["t"]), ["0-0", "0-1", "0-2", "0-3"])
+        self.assertEqual(consumer.rebalances, 3)
+
+    def test_two_consumers_share(self) -> None:
+        """Two group consumers on their own sessions split the partitions, each owning its range."""
+        a, _ = self.joined("a")
+        other = FakeZooKeeper(self.server)
+        other.start()
+        b = self.consumer("b", zk=other)
+        self.successResultOf(b.create_message_streams({"t": 1}))
+        self.assertEqual((a.state, b.state), (S.STABLE, S.STABLE))
+        self.assertEqual(a.owned(), {"t": {"0-0": "a-0", "0-1": "a-0"}})
+        self.assertEqual(b.owned(), {"t": {"0-2": "b-0", "0-3": "b-0"}})
+        self.assertEqual(self.owner("0-2"), (b"b-0", other.session_id))
+
+    def test_broker_topic_change(self) -> None:
+        """A broker registering the topic brings its partitions in; a broker leaving takes them away."""
+        consumer, _ = self.joined()
+        broker = FakeZooKeeper(self.server)
+        broker.start()
+        self.successResultOf(broker.create(paths.broker_id_path(1), b"h1:9092", ephemeral=True))
+        self.successResultOf(broker.create(paths.broker_topic_path("t", 1), b"2", ephemeral=True))
+        self.assertEqual(sorted(consumer.owned()["t"]), ["0-0", "0-1", "0-2", "0-3", "1-0", "1-1"])
+        self.assertEqual(self.running_fetchers(), {0: ["0-0", "0-1", "0-2", "0-3"], 1: ["1-0", "1-1"]})
+        self.successResultOf(broker.stop())
+        self.assertEqual(sorted(consumer.owned()["t"]), ["0-0", "0-1", "0-2", "0-3"])
+        self.assertIs(consumer.state, S.STABLE)
+
+    def test_changes_during_a_rebalance_coalesce(self) -> None:
+        """Events during a rebalance cause exactly one more rebalance after it, whatever their number."""
+        consumer, _ = self.joined()
+        self.zk.hold()  # the consumer's ZooKeeper answers slowly
+        self.add_member("b", {"t": 1})  # starts rebalance 2
+        self.assertTrue(consumer.rebalancing)
+        self.register_broker(1, {"t": 2})
+        self.add_member("c", {"t": 1})
+        self.remove_member("c")
+        self.zk.flush()
+        self.assertFalse(consumer.rebalancing)
+        self.assertEqual(consumer.rebalances, 3)
+        self.assertIs(consumer.state, S.STABLE)
+        self.assertEqual(consumer.owned(), {"t": {"0-0": "a-0", "0-1": "a-0", "0-2": "a-0"}})
+
+    def test_rebalance_drops_fetched_data_and_commits(self) -> None:
+        """A rebalance drops what was fetched and not handed out, and commits what was."""
+        consumer, streams = self.joined()
+        [stream] = streams["t"]
+        owned = self.fetchers[0].partitions[0]
+        stream.deliver(owned, (MessageAndOffset(0, 10, b"x"), MessageAndOffset(10, 20, b"y")))
+        message = self.successResultOf(stream.__anext__())
+        self.assertEqual((message.partition, message.next_offset), ("0-0", 10))
+        self.add_member("b", {"t": 1})
+        self.assertEqual(stream.queued, 0)
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"10")
+        self.assertEqual(self.fetchers[-1].partitions[0].fetch_offset, 10)
+
+
+class ConflictTests(GroupTestCase):
+    def hold_partition(self, name: str) -> FakeZooKeeper:
+        other = FakeZooKeeper(self.server)
+        other.start()
+        self.successResultOf(other.create(paths.owner_path("g", "t", name), b"z-0", ephemeral=True, makepath=True))
+        return other
+
+    def test_conflict_backs_off_and_retries(self) -> None:
+        """An owner node still held by another member: release all, back off, retry; STABLE once it goes."""
+        other = self.hold_partition("0-2")
+        consumer = self.consumer()
+        d = consumer.create_message_streams({"t": 1})
+        self.assertNoResult(d)
+        self.assertIs(consumer.state, S.REBALANCING)
+        self.assertEqual(consumer.retries, 1)
+        self.assertEqual(consumer.owned(), {})
+        self.assertIsNone(self.owner("0-0"))  # released while backing off
+        self.successResultOf(other.delete(paths.owner_path("g", "t", "0-2")))
+        self.clock.advance(2)
+        self.successResultOf(d)
+        self.assertIs(consumer.state, S.STABLE)
+        self.assertEqual(len(consumer.owned()["t"]), 4)
+
+    def test_bounded_retries_then_rebalance_failed(self) -> None:
+        """After rebalance_max_retries attempts: FAILED, each stream raises RebalanceFailed once; a change retries."""
+        other = self.hold_partition("0-2")
+        consumer = self.consumer()
+        d = consumer.create_message_streams({"t": 2})
+        for _ in range(3):
+            self.clock.advance(10)
+        streams = self.successResultOf(d)
+        self.assertIs(consumer.state, S.FAILED)
+        self.assertEqual(consumer.retries, 2)
+        self.failureResultOf(consumer.when_stable(), RebalanceFailed)
+        for stream in streams["t"]:
+            failure = self.failureResultOf(stream.__anext__(), RebalanceFailed)
+            self.assertIn("could not rebalance in 3 attempts: owned by another consumer: t:0-2",
+                          failure.getErrorMessage())
+            waiting = stream.__anext__()
+            self.assertNoResult(waiting)  # once
+            waiting.addErrback(lambda f: f.trap(StopAsyncIteration))  # ends at close
+        self.successResultOf(other.stop())
+        self.add_member("b", {"t": 1})  # a change: FAILED -> REBALANCING -> STABLE
+        self.assertIs(consumer.state, S.STABLE)
+
+    def test_reconnecting_retries_a_failed_rebalance(self) -> None:
+        """FAILED, then the session reconnects: it rebalances again."""
+        other = self.hold_partition("0-0")
+        consumer = self.consumer()
+        d = consumer.create_message_streams({"t": 1})
+        for _ in range(3):
+            self.clock.advance(10)
+        self.successResultOf(d)
+        self.assertIs(consumer.state, S.FAILED)
+        self.successResultOf(other.stop())
+        self.zk.suspend()
+        self.zk.reconnect()
+        self.assertIs(consumer.state, S.STABLE)
+
+
+class SessionTests(GroupTestCase):
+    def test_suspended_then_reconnected(self) -> None:
+        """A short connection loss changes nothing: still STABLE, same partitions."""
+        consumer, _ = self.joined()
+        self.zk.suspend()
+        self.clock.advance(5)
+        self.zk.reconnect()
+        self.clock.advance(5)
+        self.assertIs(consumer.state, S.STABLE)
+        self.assertEqual(len(consumer.owned()["t"]), 4)
+        self.assertEqual(consumer.rebalances, 1)
+
+    def test_member_joins_while_disconnected(self) -> None:
+        """The connection's loss drops the members watch; reconnected, a change made meanwhile is noticed."""
+        consumer, _ = self.joined()
+        self.zk.suspend()
+        self.add_member("b", {"t": 1})
+        self.assertEqual(len(consumer.owned()["t"]), 4)
+        self.zk.reconnect()
+        self.assertEqual(consumer.owned(), {"t": {"0-0": "a-0", "0-1": "a-0"}})
+        self.add_member("c", {"t": 2})  # watching again
+        self.assertEqual(consumer.owned(), {"t": {"0-0": "a-0"}})
+
+    def test_out_of_touch_too_long(self) -> None:
+        """Suspended for session_timeout_s: SESSION_LOST, nothing delivered; reconnected: rejoins, STABLE."""
+        consumer, _ = self.joined()
+        self.zk.suspend()
+        self.clock.advance(6)
+        self.assertIs(consumer.state, S.SESSION_LOST)
+        self.assertEqual((consumer.owned(), self.running_fetchers()), ({}, {}))
+        self.zk.reconnect()  # the same session, still alive
+        self.assertIs(consumer.state, S.STABLE)
+        self.assertEqual(self.owner("0-0"), (b"a-0", self.zk.session_id))
+
+    def test_expired_then_rejoins(self) -> None:
+        """Session expired: SESSION_LOST (member and owner nodes gone); a new session: registered again, STABLE."""
+        consumer, _ = self.joined()
+        self.zk.expire()
+        self.assertIs(consumer.state, S.SESSION_LOST)
+        self.assertEqual(consumer.owned(), {})
+        self.assertIsNone(self.value(paths.consumer_ids_path("g", "a")))
+        self.assertIsNone(self.owner("0-0"))
+        self.zk.reconnect()
+        self.assertIs(consumer.state, S.STABLE)
+        self.assertIsNotNone(self.value(paths.consumer_ids_path("g", "a")))
+        self.assertEqual(self.owner("0-0"), (b"a-0", self.zk.session_id))
+        self.assertEqual(self.running_fetchers(), {0: ["0-0", "0-1", "0-2", "0-3"]})
+
+    def test_expired_during_backoff(self) -> None:
+        """The session expires while a rebalance backs off: the sleep ends, SESSION_LOST; rejoining retries."""
+        other = FakeZooKeeper(self.server)
+        other.start()
+        self.successResultOf(other.create(paths.owner_path("g", "t", "0-1"), b"z-0", ephemeral=True, makepath=True))
+        consumer = self.consumer()
+        consumer.create_message_streams({"t": 1})
+        self.assertEqual(consumer.retries, 1)
+        self.zk.expire()
+        self.assertIs(consumer.state, S.SESSION_LOST)
+        self.assertFalse(consumer.rebalancing)
+        self.successResultOf(other.stop())
+        self.zk.reconnect()
+        self.assertIs(consumer.state, S.STABLE)
+
+    def test_rejoin_fails(self) -> None:
+        """Another session took the member id while the session was gone: FAILED, the streams are told."""
+        consumer, streams = self.joined()
+        self.zk.expire()
+        self.add_member("a", {"t": 1})
+        self.zk.reconnect()
+        for _ in range(4):
+            self.clock.advance(10)
+        self.assertIs(consumer.state, S.FAILED)
+        failure = self.failureResultOf(streams["t"][0].__anext__(), RebalanceFailed)
+        self.assertIn("could not rejoin group g", failure.getErrorMessage())
+        self.assertEqual(len(self.flushLoggedErrors(RebalanceFailed)), 1)
+
+
+class OffsetTests(GroupTestCase):
+    def test_commit_writes_moved_offsets(self) -> None:
+        """commit() writes each owned partition's consumed offset, only where it moved."""
+        consumer, _ = self.joined()
+        parts = {p.name: p for p in self.fetchers[0].partitions}
+        parts["0-1"].consumed = 7
+        self.successResultOf(consumer.commit())
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-1")), b"7")
+        self.assertIsNone(self.value(paths.offset_path("g", "t", "0-0")))
+        self.admin.operations.clear()
+        self.zk.operations.clear()
+        self.successResultOf(consumer.commit())
+        self.assertEqual(self.zk.operations, [])
+
+    def test_autocommit(self) -> None:
+        """With auto_commit_interval_ms, offsets are written on the clock."""
+        consumer, _ = self.joined(auto_commit_interval_ms=1000)
+        self.fetchers[0].partitions[2].consumed = 99
+        self.clock.advance(1)
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-2")), b"99")
+
+
+class CloseTests(GroupTestCase):
+    def test_close(self) -> None:
+        """close: commit, release the owner nodes, deregister, stop fetching, end the streams; CLOSED."""
+        consumer, streams = self.joined()
+        self.fetchers[0].partitions[0].consumed = 5
+        self.successResultOf(consumer.close())
+        self.assertIs(consumer.state, S.CLOSED)
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"5")
+        self.assertIsNone(self.owner("0-0"))
+        self.assertIsNone(self.value(paths.consumer_ids_path("g", "a")))
+        self.assertEqual(self.running_fetchers(), {})
+        self.failureResultOf(streams["t"][0].__anext__(), StopAsyncIteration)
+        self.failureResultOf(consumer.when_stable(), ClientClosed)
+        self.assertTrue(self.zk.connected)  # a session given to it is not its to close
+
+    def test_close_while_session_lost(self) -> None:
+        """Closed while SESSION_LOST: nothing to release (the session's nodes went, or will go, with it)."""
+        consumer, _ = self.joined()
+        self.zk.suspend()
+        self.clock.advance(6)
+        self.successResultOf(consumer.close())
+        self.assertIs(consumer.state, S.CLOSED)
+
+    def test_close_during_backoff(self) -> None:
+        """Closing a consumer that is backing off ends the rebalance and the join."""
+        other = FakeZooKeeper(self.server)
+        other.start()
+        self.successResultOf(other.create(paths.owner_path("g", "t", "0-1"), b"z-0", ephemeral=True, makepath=True))
+        consumer = self.consumer()
+        d = consumer.create_message_streams({"t": 1})
+        self.successResultOf(consumer.close())
+        self.assertIs(consumer.state, S.CLOSED)
+        self.successResultOf(d)
+        self.assertIsNone(self.value(paths.consumer_ids_path("g", "a")))
