@@ -14,12 +14,11 @@ from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.consumer.group import GroupConsumer, GroupState
 from twlog.coord import paths
 from twlog.errors import ClientClosed, RebalanceFailed
 from twlog.storage.message import MessageAndOffset
-
-from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 
 S = GroupState
 

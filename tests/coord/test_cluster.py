@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView, parse_broker_address
 from twlog.partition import TopicPartition
-
-from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 
 
 class ClusterViewTests(SynchronousTestCase):

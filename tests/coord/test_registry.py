@@ -7,12 +7,11 @@ from collections.abc import Callable
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, RegistrationState, broker_address
 from twlog.coord.zk import ConnectionLoss
-
-from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 
 S = RegistrationState
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
+from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.coord.zk import (
     CONNECTED,
     LOST,
@@ -18,8 +19,6 @@ from twlog.coord.zk import (
     NotEmptyError,
     ZooKeeper,
 )
-
-from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 
 
 def started(server: FakeZooKeeperServer | None = None) -> FakeZooKeeper:

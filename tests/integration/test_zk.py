@@ -9,12 +9,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
+from tests.integration.zookeeper import connect, expire_session, zookeeper_server
 from twlog.coord import paths
 from twlog.coord.zk import LOST, NodeExistsError, NoNodeError, ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zkserver import ZooKeeperNotFound, find_classpath, four_letter_word
-
-from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
-from tests.integration.zookeeper import connect, expire_session, zookeeper_server
 
 
 class ZooKeeperTests(TestCase):

@@ -24,7 +24,6 @@ from twlog.partition import TopicPartition
 from twlog.protocol.codec import OffsetsRequest
 
 
-
 @dataclass(frozen=True)
 class GroupMember:
     """A registered consumer and its subscription (topic -> streams); None if its registration is unreadable."""

@@ -38,9 +38,15 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, ZooKeeper
 from twlog.errors import ClientClosed, RebalanceFailed
 
+
 def default_consumer_id() -> str:
     """C{<host>-<pid>-<8 hex digits>}: unique per consumer object."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _rebalancer_attribute(name: str, doc: str) -> property:
+    """A read-only attribute of the consumer that is its rebalancer's C{name}."""
+    return property(lambda self: getattr(self.rebalancer, name), doc=doc)
 
 
 def _check_options(group: str, consumer_id: str, auto_offset_reset: str, rebalance_max_retries: int,
@@ -153,32 +159,13 @@ class GroupConsumer:
         self._closed: Deferred[None] | None = None
         self._suspicion = None
 
-    # -- state and statistics ---------------------------------------------------------------
+    # -- state and statistics (the rebalancer's) -------------------------------------------
 
-    @property
-    def state(self) -> GroupState:
-        """Where the consumer is (L{GroupState})."""
-        return self.rebalancer.state
-
-    @property
-    def rebalances(self) -> int:
-        """Completed rebalances."""
-        return self.rebalancer.rebalances
-
-    @property
-    def retries(self) -> int:
-        """Rebalance attempts that failed (almost always a conflict) and were retried."""
-        return self.rebalancer.retries
-
-    @property
-    def last_rebalance_s(self) -> float:
-        """How long the last completed rebalance took."""
-        return self.rebalancer.last_rebalance_s
-
-    @property
-    def rebalancing(self) -> bool:
-        """Whether a rebalance runs now (or one more is due after it)."""
-        return self.rebalancer.running
+    state = _rebalancer_attribute("state", "Where the consumer is (L{GroupState}).")
+    rebalances = _rebalancer_attribute("rebalances", "Completed rebalances.")
+    retries = _rebalancer_attribute("retries", "Rebalance attempts that failed (mostly conflicts) and were retried.")
+    last_rebalance_s = _rebalancer_attribute("last_rebalance_s", "How long the last completed rebalance took.")
+    rebalancing = _rebalancer_attribute("running", "Whether a rebalance runs now (or one more is due after it).")
 
     # -- public API ---------------------------------------------------------------------
 

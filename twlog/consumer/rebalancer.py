@@ -232,7 +232,8 @@ class Rebalancer:
         watches (L{rewatch} sets it again once reconnected).
         """
         def changed(event) -> None:
-            if event.type != EventType.NONE and generation == self.generation:  # older watches: a newer read has its own
+            # Older watches are ignored: a newer read has its own.
+            if event.type != EventType.NONE and generation == self.generation:
                 self.request()
 
         return changed

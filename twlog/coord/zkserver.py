@@ -10,6 +10,7 @@ off, and is stopped by its process id.
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import importlib.util
 import os
@@ -74,8 +75,6 @@ def _die_with_parent() -> None:
     """In the child, before exec: ask Linux to SIGTERM the server if the process that started it dies
     (a killed test run or C{twlog local} must not leave a ZooKeeper behind)."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
