@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.consumer.test_admin -*-
+# -*- test-case-name: tests.consumer.test_admin,tests.integration.test_admin -*-
 """The admin side of consumer groups (C{twlog groups}): describing them (owners, offsets, lag), resetting offsets.
 
 L{describe_groups} reads the group's nodes (Kafka 0.7's layout, through

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.integration.test_groups,tests.consumer.test_group -*-
+# -*- test-case-name: tests.consumer.test_group,tests.integration.test_group,tests.integration.test_groups -*-
 """Group consumers: the paper's decentralized rebalance (section 3.2, Algorithm 1) over ZooKeeper.
 
 Every consumer of a group registers C{/consumers/<group>/ids/<consumer id>}

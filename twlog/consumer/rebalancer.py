@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.consumer.test_group,tests.integration.test_groups -*-
+# -*- test-case-name: tests.consumer.test_group,tests.integration.test_group,tests.integration.test_groups -*-
 """A group member's rebalance machinery: the paper's Algorithm 1 with bounded retries, and what it starts and stops.
 
 L{Rebalancer} runs the rebalances of one member (L{twlog.consumer.group.GroupConsumer})
