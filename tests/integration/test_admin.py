@@ -5,12 +5,11 @@ from __future__ import annotations
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from twlog.bench.group_rebalance import rebalance_benchmark
+from tests.integration.groups import FAST, payloads, registered, start_brokers
+from tests.integration.zookeeper import connect
+from twlog.bench.rebalance import rebalance_benchmark
 from twlog.consumer.admin import GroupMember, describe_groups, reset_offsets
 from twlog.consumer.group import GroupConsumer
-
-from tests.integration.zookeeper import connect
-from tests.integration.groups import FAST, payloads, registered, start_brokers
 
 
 class DescribeTests(TestCase):
