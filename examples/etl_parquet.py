@@ -27,6 +27,10 @@ import json
 import os
 import tempfile
 
+from twlog.client.discovery import discover
+from twlog.client.sync import SyncConnection
+from twlog.protocol.codec import LATEST
+
 OFFSETS_FILE = "_twlog_offsets.json"
 
 
@@ -61,8 +65,6 @@ def store_offsets(output: str, offsets: dict) -> None:
 
 def end_offsets(topic: str, brokers: str | None = None, zookeeper: str | None = None) -> dict:
     """The latest (flushed end) offset of every partition of C{topic} now: this run's end."""
-    from twlog.client.sync import LATEST, SyncConnection, discover
-
     ends: dict = {topic: {}}
     for tp in discover([topic], brokers=brokers, zookeeper=zookeeper):
         with SyncConnection(tp.host, tp.port) as c:
@@ -77,7 +79,7 @@ def run(
     """Load what is new in C{topic} into C{output}; returns the offsets stored (this run's end)."""
     from pyspark.sql import functions as F
 
-    from twlog.spark.source import register
+    from twlog.spark.source import register  # (it imports pyspark)
 
     register(spark)
     start = load_offsets(output)

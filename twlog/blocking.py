@@ -30,7 +30,8 @@ from twisted.python import threadable
 
 from twlog.consumer.simple import LATEST, FetchedMessages, MessageStream, SimpleConsumer
 from twlog.errors import ClientClosed
-from twlog.producer import Partition, Producer
+from twlog.partition import TopicPartition
+from twlog.producer import Producer
 from twlog.protocol.codec import ProduceResult
 from twlog.storage.message import MessageAndOffset
 
@@ -102,7 +103,7 @@ class BlockingProducer(_Facade):
         """Send a batch; see L{Producer.send}."""
         return self._call(self._producer.send, topic, messages, key, partition=partition)
 
-    def partitions(self, topic: str) -> list[Partition]:
+    def partitions(self, topic: str) -> list[TopicPartition]:
         """The partitions of C{topic}, ordered by (broker id, partition)."""
         return self._call(self._producer.partitions, topic)
 

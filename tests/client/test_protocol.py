@@ -11,13 +11,9 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.client.support import FakeEndpoint, framed, written_requests
-from twlog.client.connection import (
-    BrokerConnection,
-    ClientProtocol,
-    client_endpoint,
-    default_retry_policy,
-    parse_brokers,
-)
+from twlog.client.connection import BrokerConnection, client_endpoint
+from twlog.client.options import default_retry_policy
+from twlog.client.protocol import ClientProtocol
 from twlog.errors import (
     NO_ERROR,
     BrokerTimeout,
@@ -376,14 +372,6 @@ class BrokerConnectionTests(SynchronousTestCase):
 
 
 class HelperTests(SynchronousTestCase):
-    def test_parse_brokers(self) -> None:
-        """Broker lists parse from "host:port,..." strings and from pairs."""
-        self.assertEqual(parse_brokers("a:1, b:2"), [("a", 1), ("b", 2)])
-        self.assertEqual(parse_brokers("[::1]:9092"), [("::1", 9092)])
-        self.assertEqual(parse_brokers([("a", "3")]), [("a", 3)])
-        self.assertRaises(ValueError, parse_brokers, "a")
-        self.assertRaises(ValueError, parse_brokers, "")
-
     def test_client_endpoint(self) -> None:
         """An IP address connects directly; a host name goes through the resolver."""
         reactor = MemoryReactorClock()

@@ -16,14 +16,14 @@ from twisted.trial.unittest import TestCase
 from typing_extensions import override
 
 from twlog.blocking import BlockingConsumer, BlockingProducer
+from twlog.broker.service import BrokerService
+from twlog.client.connection import BrokerConnection
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer import EARLIEST, LATEST, SimpleConsumer
 from twlog.errors import BrokerTimeout, ConnectionFailed, FetchSizeTooSmall, OffsetOutOfRange
 from twlog.producer import Producer
-from twlog.client.connection import BrokerConnection
 from twlog.protocol.codec import ProduceRequest, WaitFetchRequest
 from twlog.storage.message import encode_message_set
-from twlog.broker.service import BrokerService
 
 _LOG_FIELDS = {f.name for f in attrs.fields(LogConfig)}
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,14 +8,13 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.test.iosim import ConnectionCompleter, IOPump
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.fakes import ManualRunner
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer import LATEST, SimpleConsumer
 from twlog.errors import OffsetOutOfRange
 from twlog.producer import Producer
 from twlog.protocol.server import Broker, BrokerFactory
 from twlog.storage.manager import LogManager
-
-from tests.fakes import ManualRunner
 
 
 class WireTests(SynchronousTestCase):

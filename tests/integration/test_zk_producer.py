@@ -10,6 +10,10 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
+from tests.integration.broker import start_broker
+from tests.integration.test_registry import node_until
+from tests.integration.zookeeper import connect, expire_session, fresh_connect_string
+from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView
@@ -17,12 +21,8 @@ from twlog.coord.registry import BrokerIdInUse
 from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zkserver import free_port
 from twlog.errors import ConnectionFailed
-from twlog.producer import Partition, Producer, hash_partitioner
-from twlog.broker.service import BrokerService
-
-from tests.integration.broker import start_broker
-from tests.integration.test_registry import node_until
-from tests.integration.zookeeper import connect, expire_session, fresh_connect_string
+from twlog.partition import TopicPartition
+from twlog.producer import Producer, hash_partitioner
 
 
 async def next_change(view: ClusterView) -> None:
@@ -37,7 +37,7 @@ async def next_change(view: ClusterView) -> None:
     await changed
 
 
-async def partitions_until(producer: Producer, topic: str, predicate: Callable[[list[Partition]], bool]):
+async def partitions_until(producer: Producer, topic: str, predicate: Callable[[list[TopicPartition]], bool]):
     """The producer's partitions of C{topic} once C{predicate} holds of them, waiting on the view's changes."""
     while True:
         partitions = await producer.partitions(topic)
@@ -152,7 +152,7 @@ class ZooKeeperProducerTests(TestCase):
             service.logs.get_or_create_log("events", 0)
         producer = self.producer(hosts, rng=random.Random(7))
         partitions = await partitions_until(producer, "events", lambda ps: len(ps) == 6)
-        self.assertEqual(partitions, [Partition(b, p) for b in range(3) for p in range(2)])
+        self.assertEqual(partitions, [TopicPartition("events", b, p) for b in range(3) for p in range(2)])
         self.assertEqual(sorted(producer.cluster.brokers), [0, 1, 2])
 
         before = ends(brokers, "events")
@@ -174,15 +174,15 @@ class ZooKeeperProducerTests(TestCase):
         """An unregistered topic starts at partition 0 of each live broker; registrations then add the rest."""
         hosts, brokers = await self.cluster(2, num_partitions=3)
         producer = self.producer(hosts)
-        self.assertEqual(await producer.partitions("new"), [Partition(0, 0), Partition(1, 0)])
+        self.assertEqual(await producer.partitions("new"), [TopicPartition("new", b, 0) for b in (0, 1)])
 
         await producer.send("new", b"first", partition=0)  # broker 0 creates "new" with 3 partitions
         partitions = await partitions_until(producer, "new", lambda ps: len(ps) == 4)
-        self.assertEqual(partitions, [Partition(0, 0), Partition(0, 1), Partition(0, 2), Partition(1, 0)])
+        self.assertEqual(partitions, [TopicPartition("new", b, p) for b, p in [(0, 0), (0, 1), (0, 2), (1, 0)]])
 
         await producer.send("new", b"second", partition=3)  # partition 0 of broker 1, still bootstrapped
         partitions = await partitions_until(producer, "new", lambda ps: len(ps) == 6)
-        self.assertEqual(partitions, [Partition(b, p) for b in (0, 1) for p in range(3)])
+        self.assertEqual(partitions, [TopicPartition("new", b, p) for b in (0, 1) for p in range(3)])
         self.assertEqual(ends(brokers, "new"), {(0, 0): 14, (1, 0): 15})
 
     async def test_routes_around_a_stopped_broker_and_picks_it_up_again(self) -> None:
@@ -196,7 +196,7 @@ class ZooKeeperProducerTests(TestCase):
         log_dir = brokers[1].config.log.log_dir
         await brokers.pop(1).stopService()
         partitions = await partitions_until(producer, "t", lambda ps: 1 not in {p.broker_id for p in ps})
-        self.assertEqual(partitions, [Partition(0, 0), Partition(2, 0)])
+        self.assertEqual(partitions, [TopicPartition("t", 0, 0), TopicPartition("t", 2, 0)])
         for i in range(20):
             result = await producer.send("t", b"m%d" % i)
             self.assertEqual(result.partition, 0)
@@ -204,7 +204,7 @@ class ZooKeeperProducerTests(TestCase):
 
         brokers[1] = await start_broker(self, log_dir, zookeeper=hosts, broker_id=1)  # a new port
         partitions = await partitions_until(producer, "t", lambda ps: len(ps) == 3)
-        self.assertEqual(partitions, [Partition(0, 0), Partition(1, 0), Partition(2, 0)])
+        self.assertEqual(partitions, [TopicPartition("t", b, 0) for b in range(3)])
         result = await producer.send("t", b"back", partition=1)
         self.assertEqual(brokers[1].logs.get_log("t", 0).end_offset, result.next_offset)
         self.assertEqual(result.offset, 14)  # after the "hello" it kept
@@ -247,7 +247,7 @@ class ZooKeeperProducerTests(TestCase):
         hosts, _ = await self.cluster(1)
         own = self.producer(hosts)
         await own.partitions("t")
-        session = own._zk
+        session = own._router._zk
         self.assertTrue(session.connected)
         await own.close()
         self.assertFalse(session.connected)

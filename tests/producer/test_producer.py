@@ -17,7 +17,8 @@ from twlog.errors import (
     MessageSizeTooLarge,
     QueueFull,
 )
-from twlog.producer import Partition, Producer, hash_partitioner
+from twlog.partition import TopicPartition
+from twlog.producer import Producer, hash_partitioner
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_APPENDED,
@@ -52,7 +53,7 @@ class DiscoveryTests(SynchronousTestCase):
         partitions = self.successResultOf(producer.partitions("t"))
         self.assertEqual(
             partitions,
-            [Partition(3, 0), Partition(3, 1), Partition(3, 2), Partition(7, 0), Partition(7, 1)],
+            [TopicPartition("t", b, p) for b, p in [(3, 0), (3, 1), (3, 2), (7, 0), (7, 1)]],
         )
 
     def test_one_metadata_request_per_broker(self) -> None:
@@ -67,7 +68,7 @@ class DiscoveryTests(SynchronousTestCase):
         """A broker that does not answer METADATA contributes no partitions; the others are used."""
         producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})])
         connections["b0"].down = True
-        self.assertEqual(self.successResultOf(producer.partitions("t")), [Partition(1, 0), Partition(1, 1)])
+        self.assertEqual(self.successResultOf(producer.partitions("t")), [TopicPartition("t", 1, p) for p in (0, 1)])
 
     def test_no_broker_reachable(self) -> None:
         """When no broker answers, send fails with ConnectionFailed naming every broker's problem."""

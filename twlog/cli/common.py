@@ -13,7 +13,7 @@ import sys
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 
-from twlog.client.connection import parse_brokers
+from twlog.client.discovery import parse_brokers
 from twlog.consumer.simple import EARLIEST, LATEST
 from twlog.errors import TwlogError
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from twlog.cli.common import parse_time, single_broker
-from twlog.client.connection import BrokerConnection, parse_brokers
+from twlog.client.connection import BrokerConnection
+from twlog.client.discovery import parse_brokers
 from twlog.consumer.simple import SimpleConsumer
 from twlog.protocol.codec import MetadataRequest
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.spark.test_source -*-
+# -*- test-case-name: tests.client.test_sync,tests.integration.test_spark_source -*-
 """A small synchronous broker client over blocking sockets, for processes without a reactor.
 
 Spark's Python workers are plain processes: they cannot run Twisted's reactor,
@@ -8,20 +8,19 @@ frames requests as C{[int32 size][frame]} and reuses the pure codec
 the bytes on the wire are exactly those of the Twisted client.  Every socket
 has a timeout; failures are typed (L{twlog.errors}) and name the broker.
 
-Discovery (L{discover}) asks each broker for METADATA, or reads ZooKeeper's
-registrations with kazoo's synchronous client: it is meant for the Spark
-driver, once per plan, never per row.
+Discovery (which brokers hold a topic) is L{twlog.client.discovery.discover},
+built on this module.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-import attrs
-
-from twlog.errors import NO_ERROR, BrokerTimeout, ConnectionFailed, ProtocolViolation, UnknownTopic, check
+from twlog.client.options import ClientOptions
+from twlog.errors import BrokerTimeout, ConnectionFailed, ProtocolViolation, check
 from twlog.protocol.codec import (
     FetchRequest,
     MetadataRequest,
@@ -34,34 +33,17 @@ from twlog.protocol.codec import (
     encode_request,
 )
 
-DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
-
 _SIZE = struct.Struct(">i")
-
-
-def parse_brokers(brokers: str) -> list[tuple[str, int]]:
-    """C{"host:port,host:port"} as a list of C{(host, port)}; IPv6 hosts in brackets."""
-    pairs = []
-    for item in filter(None, (part.strip() for part in brokers.split(","))):
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"broker address {item!r} is not host:port")
-        pairs.append((host.strip("[]") or "127.0.0.1", int(port)))
-    if not pairs:
-        raise ValueError("no broker address given")
-    return pairs
 
 
 class SyncConnection:
     """One blocking connection to a broker; requests are answered in order, one at a time."""
 
-    def __init__(
-        self, host: str, port: int, timeout_s: float = 30.0, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
-    ) -> None:
+    def __init__(self, host: str, port: int, options: ClientOptions | None = None, **overrides: Any) -> None:
+        """@param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...)."""
         self.host = host
         self.port = port
-        self.timeout_s = timeout_s
-        self.max_response_bytes = max_response_bytes
+        self.options = ClientOptions.build(options, **overrides)
         self._sock: socket.socket | None = None
 
     @property
@@ -82,7 +64,8 @@ class SyncConnection:
     def _connect(self) -> socket.socket:
         if self._sock is None:
             try:
-                self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+                self._sock = socket.create_connection((self.host, self.port), timeout=self.options.connect_timeout_s)
+                self._sock.settimeout(self.options.timeout_s)
             except OSError as e:
                 raise ConnectionFailed(f"cannot connect to broker {self.address}: {e}") from None
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -110,15 +93,15 @@ class SyncConnection:
         try:
             sock.sendall(_SIZE.pack(len(frame)) + frame)
             (size,) = _SIZE.unpack(self._recv_exactly(sock, 4))
-            if not 0 <= size <= self.max_response_bytes:
+            if not 0 <= size <= self.options.max_response_bytes:
                 raise ProtocolViolation(
                     f"broker {self.address} sent a {size}-byte response, larger than max_response_bytes "
-                    f"{self.max_response_bytes}; connection dropped"
+                    f"{self.options.max_response_bytes}; connection dropped"
                 )
             response = decode_response(request, bytes(self._recv_exactly(sock, size)))
         except TimeoutError:
             self.close()
-            raise BrokerTimeout(f"no answer from broker {self.address} within {self.timeout_s:g} s") from None
+            raise BrokerTimeout(f"no answer from broker {self.address} within {self.options.timeout_s:g} s") from None
         except ConnectionFailed:
             self.close()
             raise
@@ -139,102 +122,3 @@ class SyncConnection:
     def metadata(self, topics: Sequence[str] = ()) -> MetadataResponse:
         """This broker's id, address and topics (every topic it holds when C{topics} is empty)."""
         return self.call(MetadataRequest(tuple(topics)))
-
-
-@attrs.frozen(order=True)
-class TopicPartition:
-    """One partition of a topic in the cluster: held by broker C{broker_id} at C{host:port}."""
-
-    topic: str
-    broker_id: int
-    partition: int
-    host: str = attrs.field(order=False)
-    port: int = attrs.field(order=False)
-
-    @property
-    def name(self) -> str:
-        """The cluster-wide name C{<broker id>-<partition>}."""
-        return f"{self.broker_id}-{self.partition}"
-
-
-def discover(
-    topics: Iterable[str], *, brokers: str | None = None, zookeeper: str | None = None, timeout_s: float = 30.0
-) -> list[TopicPartition]:
-    """Every partition of C{topics} in the cluster, sorted.
-
-    With C{brokers}, each broker is asked METADATA for all its topics (a topic
-    it has no data for is not its); with C{zookeeper}, the brokers' registrations
-    are read.  Addresses are those given (static brokers) or registered (ZooKeeper).
-
-    @raise UnknownTopic: a topic no broker holds, naming the brokers asked.
-    @raise ConnectionFailed: a broker that cannot be reached, naming it.
-    """
-    topics = list(dict.fromkeys(topics))
-    found: list[TopicPartition] = []
-    if (brokers is None) == (zookeeper is None):
-        raise ValueError("give either the brokers option (host:port,...) or the zookeeper option, not both or none")
-    if brokers is not None:
-        asked = parse_brokers(brokers)
-        seen: set[int] = set()
-        for host, port in asked:
-            with SyncConnection(host, port, timeout_s) as connection:
-                metadata = connection.metadata()
-            if metadata.broker_id in seen:
-                continue
-            seen.add(metadata.broker_id)
-            held = {t.topic: t.partitions for t in metadata.topics if t.error == NO_ERROR}
-            for topic in topics:
-                for partition in range(held.get(topic, 0)):
-                    found.append(TopicPartition(topic, metadata.broker_id, partition, host, port))
-        where = "brokers " + ", ".join(f"{h}:{p}" for h, p in asked)
-    else:
-        found = _zookeeper_partitions(topics, zookeeper, timeout_s)
-        where = f"the brokers registered in ZooKeeper at {zookeeper}"
-    for topic in topics:
-        if not any(tp.topic == topic for tp in found):
-            raise UnknownTopic(f"topic {topic!r} is on none of {where}")
-    return sorted(found)
-
-
-def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float) -> list[TopicPartition]:
-    from kazoo.client import KazooClient
-    from kazoo.exceptions import NoNodeError
-
-    from twlog.coord.paths import BROKER_IDS, broker_id_path, broker_topic_path
-
-    zk = KazooClient(zookeeper, timeout=timeout_s)
-    try:
-        zk.start(timeout=timeout_s)
-    except Exception as e:
-        zk.close()
-        raise ConnectionFailed(f"cannot connect to ZooKeeper at {zookeeper}: {e}") from None
-    try:
-        addresses: dict[int, tuple[str, int]] = {}
-        for child in zk.get_children(BROKER_IDS) if zk.exists(BROKER_IDS) else []:
-            try:
-                data, _ = zk.get(broker_id_path(int(child)))
-            except NoNodeError:
-                continue
-            (host, port), = parse_brokers(data.decode())
-            addresses[int(child)] = (host, port)
-        found = []
-        for topic in topics:
-            try:
-                children = zk.get_children(broker_topic_path(topic))
-            except NoNodeError:
-                continue
-            for child in children:
-                broker_id = int(child)
-                if broker_id not in addresses:
-                    continue  # registered topic of a broker that has left
-                try:
-                    data, _ = zk.get(broker_topic_path(topic, broker_id))
-                except NoNodeError:
-                    continue
-                host, port = addresses[broker_id]
-                for partition in range(int(data.decode() or 0)):
-                    found.append(TopicPartition(topic, broker_id, partition, host, port))
-        return found
-    finally:
-        zk.stop()
-        zk.close()

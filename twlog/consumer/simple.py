@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
-from twlog.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
+from twlog.client.connection import BrokerConnection, IBrokerConnection
+from twlog.client.options import ClientOptions
 from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, FetchSizeTooSmall, ProtocolViolation, check
 from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset, iter_messages
@@ -80,12 +82,11 @@ class SimpleConsumer:
         max_bytes: int = 300 * 1024,
         max_wait_ms: int = 10_000,
         min_bytes: int = 1,
-        timeout_s: float = 30.0,
-        connect_timeout_s: float = 10.0,
-        connect_attempts: int = 3,
-        retry_policy: Callable[[int], float] | None = None,
-        connection_factory: Callable[[], BrokerConnection] | None = None,
+        options: ClientOptions | None = None,
+        connection_factory: Callable[[], IBrokerConnection] | None = None,
+        **overrides: Any,
     ) -> None:
+        """@param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...)."""
         if reactor is None:
             from twisted.internet import reactor
         if max_bytes <= 0:
@@ -96,14 +97,11 @@ class SimpleConsumer:
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.clock = reactor
+        self.options = ClientOptions.build(options, **overrides).for_fetches(max_bytes)
         if connection_factory is None:
 
             def connection_factory() -> BrokerConnection:
-                return BrokerConnection(
-                    host, port, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
-                    connect_attempts=connect_attempts, retry_policy=retry_policy,
-                    max_response_bytes=max(DEFAULT_MAX_RESPONSE_BYTES, 2 * max_bytes),
-                )
+                return BrokerConnection(host, port, reactor=reactor, options=self.options)
 
         self._new_connection = connection_factory
         self._connection = connection_factory()

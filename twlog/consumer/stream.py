@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail, succeed
 from twisted.logger import Logger
 
-from twlog.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, default_retry_policy
+from twlog.client.connection import BrokerConnection, IBrokerConnection
+from twlog.client.options import ClientOptions
 from twlog.consumer.simple import decode_fetched
 from twlog.errors import (
     NO_ERROR,
@@ -242,7 +243,7 @@ class BrokerFetcher:
         self,
         broker_id: int,
         partitions: list[OwnedPartition],
-        connection: BrokerConnection,
+        connection: IBrokerConnection,
         *,
         clock,
         fetch_max_bytes: int,
@@ -267,17 +268,17 @@ class BrokerFetcher:
 
     @classmethod
     def connect(cls, broker_id: int, address: tuple[str, int], partitions: list[OwnedPartition], *, reactor,
-                timeout_s: float, connect_timeout_s: float, connect_attempts: int, fetch_max_bytes: int,
-                max_wait_ms: int, reset: str) -> BrokerFetcher:
-        """A fetcher with a new connection to the broker at C{address}, and the default reconnect policy."""
+                fetch_max_bytes: int, max_wait_ms: int, reset: str, options: ClientOptions | None = None,
+                **overrides: Any) -> BrokerFetcher:
+        """A fetcher with a new connection to the broker at C{address}, retrying with the options' policy.
+
+        @param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...).
+        """
+        options = ClientOptions.build(options, **overrides).for_fetches(fetch_max_bytes * len(partitions))
         host, port = address
-        connection = BrokerConnection(
-            host, port, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
-            connect_attempts=connect_attempts,
-            max_response_bytes=max(DEFAULT_MAX_RESPONSE_BYTES, 2 * fetch_max_bytes * len(partitions)),
-        )
+        connection = BrokerConnection(host, port, reactor=reactor, options=options)
         return cls(broker_id, partitions, connection, clock=reactor, fetch_max_bytes=fetch_max_bytes,
-                   max_wait_ms=max_wait_ms, reset=reset, retry_policy=default_retry_policy())
+                   max_wait_ms=max_wait_ms, reset=reset, retry_policy=options.backoff())
 
     def start(self) -> None:
         """Start the loop (and tell the streams to wake it when they have room)."""

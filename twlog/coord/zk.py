@@ -292,3 +292,44 @@ def _fire(d: Deferred, result) -> None:
         d.errback(e)
     else:
         d.callback(value)
+
+
+class BlockingZooKeeper:
+    """A short synchronous ZooKeeper session for reads, in processes without a reactor (the Spark driver).
+
+    Use it as a context manager; it keeps kazoo inside this module.  A missing
+    node reads as None (L{get}) or no children (L{children}).
+
+    @raise ZooKeeperUnavailable: (on entering) no session within C{timeout_s}.
+    """
+
+    def __init__(self, hosts: str, timeout_s: float = 30.0) -> None:
+        self.hosts = hosts
+        self._timeout_s = timeout_s
+        self._client = KazooClient(hosts, timeout=timeout_s)
+
+    def __enter__(self) -> BlockingZooKeeper:
+        try:
+            self._client.start(timeout=self._timeout_s)
+        except Exception as e:
+            self._client.close()
+            raise ZooKeeperUnavailable(f"cannot connect to ZooKeeper at {self.hosts}: {e}") from None
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._client.stop()
+        self._client.close()
+
+    def children(self, path: str) -> list[str]:
+        """The children of C{path} ([] if it does not exist)."""
+        try:
+            return self._client.get_children(path)
+        except NoNodeError:
+            return []
+
+    def get(self, path: str) -> bytes | None:
+        """The value of C{path} (None if it does not exist)."""
+        try:
+            return self._client.get(path)[0]
+        except NoNodeError:
+            return None

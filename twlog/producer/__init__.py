@@ -1,5 +1,6 @@
 """The producer: batches of messages to a topic's partitions, acknowledged or fire-and-forget."""
 
-from twlog.producer.producer import Partition, Producer, hash_partitioner
+from twlog.producer.producer import Producer
+from twlog.producer.router import Partitioner, hash_partitioner
 
-__all__ = ["Partition", "Producer", "hash_partitioner"]
+__all__ = ["Partitioner", "Producer", "hash_partitioner"]

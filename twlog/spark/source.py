@@ -65,9 +65,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from twlog.client.sync import SyncConnection, TopicPartition, UnknownTopic, discover
+from twlog.client.discovery import PartitionLocation, discover
+from twlog.client.options import ClientOptions
+from twlog.client.sync import SyncConnection
+from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange, UnknownTopic
 from twlog.protocol.codec import EARLIEST, LATEST
-from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange
 from twlog.storage.message import iter_messages
 
 SCHEMA = "topic string, partition string, offset long, value binary, broker int"
@@ -163,15 +165,16 @@ class _Options:
         if self.fetch_size < 16:
             raise ValueError("fetchSize must be at least 16 bytes")
         self.fail_on_data_loss = _bool(options.get("failOnDataLoss"), True)
-        self.timeout_s = int(options.get("timeoutMs", 30000)) / 1000
+        timeout_s = int(options.get("timeoutMs", 30000)) / 1000
+        self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s)
         budget = options.get("maxOffsetsPerTrigger")
         self.max_bytes_per_trigger = int(budget) if budget is not None else None
         if self.max_bytes_per_trigger is not None and self.max_bytes_per_trigger < 1:
             raise ValueError("maxOffsetsPerTrigger (bytes of log) must be positive")
 
-    def partitions(self) -> list[TopicPartition]:
+    def partitions(self) -> list[PartitionLocation]:
         """The topic partitions to read, discovered now."""
-        found = discover(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, timeout_s=self.timeout_s)
+        found = discover(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
         if self.assign is None:
             return found
         chosen = [tp for tp in found if tp.name in self.assign.get(tp.topic, ())]
@@ -182,15 +185,15 @@ class _Options:
                 raise UnknownTopic(f"topic {topic!r} has no partition {', '.join(sorted(missing))} (it has {have})")
         return chosen
 
-    def connect(self, tp: TopicPartition) -> SyncConnection:
-        return SyncConnection(tp.host, tp.port, self.timeout_s)
+    def connect(self, tp: PartitionLocation) -> SyncConnection:
+        return SyncConnection(tp.host, tp.port, self.client)
 
-    def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+    def bounds(self, tp: PartitionLocation) -> tuple[int, int]:
         """The partition's earliest and latest (flushed end) offsets."""
         with self.connect(tp) as c:
             return c.offset(tp.topic, tp.partition, EARLIEST), c.offset(tp.topic, tp.partition, LATEST)
 
-    def start(self, tp: TopicPartition, earliest: int, latest: int) -> int:
+    def start(self, tp: PartitionLocation, earliest: int, latest: int) -> int:
         """Where reading C{tp} starts, per startingOffsets and failOnDataLoss."""
         start = _resolve(self.starting, tp, earliest, latest, missing=earliest)
         if earliest <= start <= latest:
@@ -206,7 +209,7 @@ class _Options:
         )
 
 
-def _resolve(spec, tp: TopicPartition, earliest: int, latest: int, missing: int) -> int:
+def _resolve(spec, tp: PartitionLocation, earliest: int, latest: int, missing: int) -> int:
     if spec == "earliest":
         return earliest
     if spec == "latest":
@@ -223,12 +226,12 @@ def _resolve(spec, tp: TopicPartition, earliest: int, latest: int, missing: int)
 class TwlogPartition(InputPartition):
     """One topic partition's offset range C{[start, end)} and where to fetch it."""
 
-    def __init__(self, tp: TopicPartition, start: int, end: int, fetch_size: int, timeout_s: float) -> None:
+    def __init__(self, tp: PartitionLocation, start: int, end: int, fetch_size: int, options: ClientOptions) -> None:
         self.tp = tp
         self.start = start
         self.end = end
         self.fetch_size = fetch_size
-        self.timeout_s = timeout_s
+        self.options = options
 
     def __repr__(self) -> str:
         return f"TwlogPartition({self.tp.topic} {self.tp.name} [{self.start}, {self.end}))"
@@ -253,7 +256,7 @@ def read_range(part: TwlogPartition) -> Iterator:
     tp = part.tp
     where = f"{tp.topic} partition {tp.name} (broker {tp.host}:{tp.port})"
     offset = part.start
-    with SyncConnection(tp.host, tp.port, part.timeout_s) as connection:
+    with SyncConnection(tp.host, tp.port, part.options) as connection:
         while offset < part.end:
             try:
                 data = connection.fetch(tp.topic, tp.partition, offset, part.fetch_size)
@@ -333,7 +336,7 @@ class TwlogBatchReader(DataSourceReader):
                     f"ending offset {end} of {tp.topic} partition {tp.name} is past the end of the log {latest}"
                 )
             if end > start:
-                plan.append(TwlogPartition(tp, start, end, o.fetch_size, o.timeout_s))
+                plan.append(TwlogPartition(tp, start, end, o.fetch_size, o.client))
         return plan
 
     def read(self, partition: TwlogPartition) -> Iterator:
@@ -343,11 +346,11 @@ class TwlogBatchReader(DataSourceReader):
 # -- streaming ---------------------------------------------------------------------------------
 
 
-def _get(offsets: dict, tp: TopicPartition) -> int | None:
+def _get(offsets: dict, tp: PartitionLocation) -> int | None:
     return offsets.get(tp.topic, {}).get(tp.name)
 
 
-def _put(offsets: dict, tp: TopicPartition, value: int) -> None:
+def _put(offsets: dict, tp: PartitionLocation, value: int) -> None:
     offsets.setdefault(tp.topic, {})[tp.name] = value
 
 
@@ -393,7 +396,7 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for tp in new:
                 _put(end, tp, o.bounds(tp)[0])
             return _sorted(end)
-        backlog: dict[TopicPartition, int] = {}
+        backlog: dict[PartitionLocation, int] = {}
         for tp in parts:
             latest = o.bounds(tp)[1]
             if self._target is not None:
@@ -411,7 +414,7 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     _put(end, tp, self._boundary(tp, _get(start, tp), share))
         return _sorted(end)
 
-    def _boundary(self, tp: TopicPartition, offset: int, budget: int) -> int:
+    def _boundary(self, tp: PartitionLocation, offset: int, budget: int) -> int:
         """The end of the last whole message within C{budget} bytes from C{offset} (at least one message)."""
         with self.options.connect(tp) as c:
             try:
@@ -439,7 +442,7 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"partition {name} of topic {topic!r} has offsets [{begin}, {stop}) to read, "
                         "but no broker holds it now"
                     )
-                plan.append(TwlogPartition(tp, begin, stop, o.fetch_size, o.timeout_s))
+                plan.append(TwlogPartition(tp, begin, stop, o.fetch_size, o.client))
         return plan
 
     def read(self, partition: TwlogPartition) -> Iterator:

@@ -1,0 +1,283 @@
+# -*- test-case-name: tests.client.test_protocol -*-
+"""L{ClientProtocol}: the client's side of one connection to a broker.
+
+The 0.7 framing has no correlation id: responses come back in request order, so
+the protocol keeps the Deferreds of outstanding requests in a FIFO and gives
+each response to the oldest one.  Requests without a response (fire-and-forget
+PRODUCE) never enter the FIFO.  Anything that could break the pairing (a
+timeout, a response nobody asked for, an oversized frame) aborts the connection
+and fails every waiter, because a late answer would otherwise be given to the
+wrong request; a broker's response nobody asked for or an oversized one is a
+L{ProtocolViolation}.  L{twlog.client.connection.BrokerConnection} reconnects it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+from twisted.protocols.basic import Int32StringReceiver
+from twisted.python.failure import Failure
+from typing_extensions import override
+from zope.interface import implementer
+
+from twlog.client.options import DEFAULT_MAX_RESPONSE_BYTES
+from twlog.errors import BrokerTimeout, ConnectionFailed, ConnectionLost, ProtocolViolation, TwlogError
+from twlog.protocol import codec
+from twlog.protocol.codec import Request, describe_request
+
+
+class _Waiter:
+    """One request waiting for its response."""
+
+    __slots__ = ("deferred", "hold_s", "what")
+
+    def __init__(self, deferred: Deferred[bytes], hold_s: float, what: str) -> None:
+        self.deferred = deferred
+        self.hold_s = hold_s
+        self.what = what
+
+
+@implementer(IPushProducer)
+class ClientProtocol(Int32StringReceiver):
+    """One connection to a broker: frames requests and pairs responses with them in FIFO order.
+
+    The protocol registers itself as a streaming producer on its transport, so
+    the transport tells it when its write buffer is full (L{pauseProducing})
+    and drained (L{resumeProducing}).  While paused, frames are held in order
+    and the Deferreds of fire-and-forget L{send}s stay unfired, so a producer
+    that waits for them has bounded memory.  (The mixin's read pausing is not
+    used: a client always reads its responses.)
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        *,
+        timeout_s: float = 30.0,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        peer: str = "?",
+    ) -> None:
+        self.MAX_LENGTH = max_response_bytes
+        self.timeout_s = timeout_s
+        self.peer = peer
+        self._clock = clock
+        self._waiting: deque[_Waiter] = deque()
+        #: Frames held while the transport is paused, with the Deferred of a fire-and-forget send.
+        self._held: deque[tuple[bytes, Deferred[None] | None]] = deque()
+        self._paused = False
+        self._connected = False
+        #: Why the connection cannot be used any more, once it cannot.
+        self._broken: TwlogError | None = None
+        self._lost_waiters: list[Deferred[None]] = []
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def usable(self) -> bool:
+        """Whether requests can be sent: connected, and neither aborted nor lost."""
+        return self._connected and self._broken is None
+
+    @property
+    def paused(self) -> bool:
+        """Whether the transport asked us to stop writing (its buffer is full)."""
+        return self._paused
+
+    def pending(self) -> int:
+        """How many requests wait for a response."""
+        return len(self._waiting)
+
+    def when_lost(self) -> Deferred[None]:
+        """A Deferred that fires once the connection is lost (in the next turn if it already is).
+
+        It fires in the reactor turn after C{connectionLost}, so that a
+        reconnecting service, told of the loss after this protocol, has
+        noticed it by then.
+        """
+        if not self._connected and self.transport is not None:
+            return deferLater(self._clock, 0, lambda: None)
+        d: Deferred[None] = Deferred()
+        self._lost_waiters.append(d)
+        return d
+
+    # -- Twisted callbacks ---------------------------------------------------
+
+    @override
+    def connectionMade(self) -> None:
+        self._connected = True
+        self.transport.registerProducer(self, True)
+
+    @override
+    def stringReceived(self, frame: bytes) -> None:
+        if self._broken is not None:
+            return  # aborted: whatever still arrives belongs to requests already failed
+        if not self._waiting:
+            self._log.error(
+                "broker {peer} sent a {size}-byte response while no request was waiting; dropping the connection",
+                peer=self.peer, size=len(frame),
+            )
+            self._abort(ProtocolViolation(f"broker {self.peer} sent a response nobody asked for; connection dropped"))
+            return
+        self._waiting.popleft().deferred.callback(frame)
+
+    @override
+    def lengthLimitExceeded(self, length: int) -> None:
+        self._log.error(
+            "broker {peer} sent a {length}-byte response, over the {limit}-byte limit; dropping the connection",
+            peer=self.peer, length=length, limit=self.MAX_LENGTH,
+        )
+        self._abort(
+            ProtocolViolation(
+                f"broker {self.peer} sent a {length}-byte response, larger than max_response_bytes "
+                f"{self.MAX_LENGTH}; connection dropped"
+            )
+        )
+
+    @override
+    def connectionLost(self, reason: Failure = None) -> None:
+        self._connected = False
+        if self._broken is None:
+            why = reason.getErrorMessage() if reason is not None else "closed"
+            self._broken = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
+        self._fail_all(self._broken)
+        waiters, self._lost_waiters = self._lost_waiters, []
+        if waiters:
+            # Next turn: ClientService hears of the loss after us, and must have by then.
+            self._clock.callLater(0, lambda: [d.callback(None) for d in waiters])
+
+    @override
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    @override
+    def resumeProducing(self) -> None:
+        self._paused = False
+        while self._held and not self._paused and self._broken is None:
+            frame, d = self._held.popleft()
+            self.sendString(frame)
+            if d is not None:
+                d.callback(None)
+
+    @override
+    def stopProducing(self) -> None:
+        self._paused = True  # the connection is going away; connectionLost fails what is held
+
+    # -- requests ------------------------------------------------------------
+
+    def request(self, request: Request, *, timeout_s: float | None = None, hold_s: float = 0.0) -> Deferred[bytes]:
+        """Send C{request} and fire with its response frame (error code first, no size prefix).
+
+        The response must come within C{timeout_s} (default: the protocol's),
+        plus C{hold_s} (how long the broker may hold this request, as a waiting
+        fetch) plus the hold times of the requests ahead of it.  Otherwise the
+        Deferred fails with L{BrokerTimeout}, the connection is aborted, and
+        every other waiter fails with L{ConnectionFailed}.  Cancelling the
+        Deferred also aborts the connection, for the same reason.
+        """
+        if not codec.expects_response(request):
+            raise ValueError(f"{describe_request(request)} gets no response: use send()")
+        if not self.usable:
+            return fail(self._unusable())
+        frame = codec.encode_request(request)
+        what = describe_request(request)
+        ahead_s = sum(w.hold_s for w in self._waiting)
+        waiter = _Waiter(Deferred(canceller=self._cancelled), hold_s, what)
+        self._waiting.append(waiter)
+        self._write(frame, None)
+        timeout = (self.timeout_s if timeout_s is None else timeout_s) + hold_s + ahead_s
+
+        def timed_out(result: object, after: float) -> Failure:
+            return Failure(
+                BrokerTimeout(f"no answer from broker {self.peer} within {after:g} s to {what}; connection dropped")
+            )
+
+        waiter.deferred.addTimeout(timeout, self._clock, onTimeoutCancel=timed_out)
+        return waiter.deferred
+
+    def send(self, request: Request) -> Deferred[None]:
+        """Send a request that gets no response; fire once it is written to the transport.
+
+        While the transport is paused the Deferred stays unfired: callers that
+        wait for it before sending more are held back by TCP's flow control.
+        """
+        if codec.expects_response(request):
+            raise ValueError(f"{describe_request(request)} gets a response: use request()")
+        if not self.usable:
+            return fail(self._unusable())
+        frame = codec.encode_request(request)
+        if not self._paused and not self._held:
+            self.sendString(frame)
+            return succeed(None)
+        d: Deferred[None] = Deferred(canceller=self._unhold)
+        self._held.append((frame, d))
+        return d
+
+    def prepare_close(self, error: TwlogError) -> None:
+        """Before a clean close: write every held frame, fail the waiting requests with C{error}, and
+        unregister as the transport's producer.
+
+        A transport does not finish C{loseConnection} while a paused producer
+        is registered, so closing must come after this.  The waiting requests
+        would get no answer: a closing transport stops reading.
+        """
+        held, self._held = self._held, deque()
+        for frame, d in held:
+            self.sendString(frame)
+            if d is not None:
+                d.callback(None)
+        if self._broken is None:
+            self._broken = error
+        self._fail_all(error)
+        if self._connected and self.transport is not None and self.transport.producer is self:
+            self.transport.unregisterProducer()
+
+    def abort(self, error: TwlogError) -> None:
+        """Drop the connection now and fail every waiting request with C{error} (for closing)."""
+        self._abort(error)
+
+    # -- internals -----------------------------------------------------------
+
+    def _unusable(self) -> TwlogError:
+        if self._broken is not None:
+            return type(self._broken)(str(self._broken))
+        return ConnectionFailed(f"not connected to broker {self.peer}")
+
+    def _write(self, frame: bytes, d: Deferred[None] | None) -> None:
+        if self._paused or self._held:
+            self._held.append((frame, d))
+        else:
+            self.sendString(frame)
+
+    def _unhold(self, d: Deferred[None]) -> None:
+        """A held send was cancelled: it was never written, so it can simply be forgotten."""
+        self._held = deque(item for item in self._held if item[1] is not d)
+
+    def _cancelled(self, d: Deferred[bytes]) -> None:
+        """A waiting request was cancelled (or timed out): its response would go to the next one, so abort."""
+        self._waiting = deque(w for w in self._waiting if w.deferred is not d)
+        self._abort(
+            ConnectionFailed(
+                f"connection to broker {self.peer} dropped: an earlier request on it timed out or was cancelled"
+            )
+        )
+
+    def _abort(self, error: TwlogError) -> None:
+        if self._broken is None:
+            self._broken = error
+        self._fail_all(error)
+        if self.transport is not None and self._connected:
+            self.transport.abortConnection()
+
+    def _fail_all(self, error: TwlogError) -> None:
+        waiting, self._waiting = self._waiting, deque()
+        held, self._held = self._held, deque()
+        for waiter in waiting:
+            waiter.deferred.errback(type(error)(str(error)))
+        for _, d in held:
+            if d is not None:
+                d.errback(type(error)(str(error)))

@@ -1,0 +1,247 @@
+# -*- test-case-name: tests.producer.test_producer,tests.integration.test_zk_producer -*-
+"""L{Router}: a topic's partitions, and the choice of the one a batch goes to.
+
+A topic's partitions are the L{TopicPartition}s over the brokers that hold it,
+ordered by (broker id, partition), as in Kafka 0.7.  The router learns them in
+one of two ways:
+
+  - from a static broker list: METADATA from every broker of the pool
+    (L{twlog.client.discovery.metadata_partitions});
+  - from ZooKeeper: a L{ClusterView} watches the live brokers and each topic's
+    registrations, and the pool follows the live brokers.  A topic no live
+    broker has registered starts at partition 0 of each live broker (the broker
+    creates the log on the first write and registers it); registrations replace
+    those bootstrap partitions as they come, and the partitions of a broker
+    that left are not chosen any more (Kafka 0.7's ZKBrokerPartitionInfo).
+
+A batch goes to the partition given by index, else the one the partitioner
+picks for its key, else a random one.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Callable
+
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.python.failure import Failure
+
+from twlog.client.discovery import metadata_partitions
+from twlog.client.pool import ConnectionPool
+from twlog.coord.cluster import ClusterView
+from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
+from twlog.errors import ClientClosed, ConnectionFailed
+from twlog.partition import TopicPartition
+from twlog.protocol.codec import MetadataRequest
+
+#: A partitioning function: C{(key, number of partitions) -> partition index}.
+Partitioner = Callable[[bytes, int], int]
+
+
+def hash_partitioner(key: bytes, num_partitions: int) -> int:
+    """The default partitioner: CRC-32 of the key, modulo the number of partitions (stable across runs)."""
+    return zlib.crc32(key) % num_partitions
+
+
+class Router:
+    """Knows the partitions of topics (asking the brokers or following ZooKeeper) and picks one per batch.
+
+    @param zookeeper: None (static brokers: the pool's), a connect string (the
+        router opens the session on first use and closes it in L{close}), or a
+        started session, which it leaves open.
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        *,
+        zookeeper: str | IZooKeeper | None = None,
+        reactor=None,
+        partitioner: Partitioner | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._pool = pool
+        self._partitioner = partitioner or hash_partitioner
+        self._rng = rng or random.Random()
+        self._zk: IZooKeeper | None = None
+        self._own_zk = isinstance(zookeeper, str)
+        if zookeeper is not None:
+            self._zk = ZooKeeper(zookeeper, reactor=reactor) if isinstance(zookeeper, str) else zookeeper
+        self._zk_started = not self._own_zk
+        self._view: ClusterView | None = None
+        self._view_waiters: list[Deferred[ClusterView]] = []
+        self._view_starting: Deferred | None = None
+        # The live brokers each topic was bootstrapped with (partition 0 of each, until they register).
+        self._bootstrap: dict[str, set[int]] = {}
+        self._topics: dict[str, list[TopicPartition]] = {}
+        self._discovering: dict[str, list[Deferred[list[TopicPartition]]]] = {}
+        self._closed = False
+
+    @property
+    def cluster(self) -> ClusterView | None:
+        """With ZooKeeper, the view of live brokers and registrations, once started."""
+        return self._view
+
+    def known(self, topic: str) -> list[TopicPartition] | None:
+        """C{topic}'s partitions if known and not being discovered again (the fast path), else None."""
+        return None if topic in self._discovering else self._topics.get(topic)
+
+    def forget(self, topic: str) -> None:
+        """Ask again on the next send to C{topic} (a broker may be gone, or back)."""
+        self._topics.pop(topic, None)
+
+    def choose(self, topic: str, partitions: list[TopicPartition], key: bytes | None,
+               index: int | None) -> TopicPartition:
+        """The partition at C{index}, else the partitioner's for C{key}, else a random one.
+
+        @raise ValueError: C{index} is outside the partitions.
+        """
+        n = len(partitions)
+        if index is None:
+            index = self._rng.randrange(n) if key is None else self._partitioner(key, n)
+        if not 0 <= index < n:
+            raise ValueError(f"partition index {index} is outside topic {topic!r}'s partitions [0, {n - 1}]")
+        return partitions[index]
+
+    def broker_left(self, broker_id: int) -> bool:
+        """Whether, with ZooKeeper, C{broker_id} is no longer live (its partitions are not chosen any more)."""
+        return self._view is not None and not self._closed and broker_id not in self._pool
+
+    async def partitions(self, topic: str) -> list[TopicPartition]:
+        """C{topic}'s partitions, ordered by (broker id, partition), discovering them if not known yet."""
+        known = self._topics.get(topic)
+        if known is not None:
+            return known
+        # Every caller waits on its own Deferred, fired in call order, so that
+        # sends made during a discovery keep their order.
+        waiting: Deferred[list[TopicPartition]] = Deferred()
+        if topic in self._discovering:
+            self._discovering[topic].append(waiting)
+        else:
+            self._discovering[topic] = [waiting]
+            Deferred.fromCoroutine(self._discover(topic)).addBoth(self._discovered, topic)
+        return await waiting
+
+    async def close(self) -> None:
+        """Stop following ZooKeeper (closing the session if the router opened it)."""
+        self._closed = True
+        if self._zk is None:
+            return
+        if self._view_starting is not None:
+            await self._view_starting  # (fires with None once the waiters are told)
+        if self._view is not None:
+            self._view.remove_listener(self._cluster_changed)
+            self._view.stop()
+        if self._own_zk and self._zk_started:
+            self._zk_started = False
+            await self._zk.stop()
+
+    # -- discovery -------------------------------------------------------------------
+
+    def _discovered(self, result: list[TopicPartition] | Failure, topic: str) -> None:
+        waiters = self._discovering.pop(topic, [])
+        if not isinstance(result, Failure):
+            self._topics[topic] = result
+        for d in waiters:
+            if isinstance(result, Failure):
+                d.errback(result.value)
+            else:
+                d.callback(result)
+
+    async def _discover(self, topic: str) -> list[TopicPartition]:
+        """Ask every broker for its id and its partition count of C{topic} (or ZooKeeper, with one)."""
+        if self._zk is not None:
+            try:
+                view = await self._cluster()
+                await view.watch_topic(topic)
+            except KazooException as e:
+                raise ConnectionFailed(f"cannot read brokers from ZooKeeper at {self._zk.hosts}: {e!r}") from None
+            if self._closed:
+                raise ClientClosed("the producer is closed")
+            return self._zk_partitions(topic)
+        connections = self._pool.static
+        answers = await DeferredList([c.request(MetadataRequest((topic,))) for c in connections], consumeErrors=True)
+        partitions: set[TopicPartition] = set()
+        problems = []
+        for connection, (ok, value) in zip(connections, answers):
+            if not ok:
+                problems.append(f"{connection.address}: {value.getErrorMessage()}")
+                continue
+            self._pool.learned(value.broker_id, connection)
+            partitions.update(metadata_partitions(value, (topic,), connection.address))
+        if not partitions:
+            raise ConnectionFailed(
+                f"no broker gave partitions for topic {topic!r}: " + ("; ".join(problems) or "none has any")
+            )
+        return sorted(partitions)
+
+    # -- ZooKeeper -----------------------------------------------------------------------
+
+    async def _cluster(self) -> ClusterView:
+        """The started view (starting the session and the view on first use; retried after a failure)."""
+        if self._view is not None:
+            return self._view
+        waiting: Deferred[ClusterView] = Deferred()
+        self._view_waiters.append(waiting)
+        if self._view_starting is None:
+            self._view_starting = Deferred.fromCoroutine(self._start_cluster()).addBoth(self._cluster_started)
+        return await waiting
+
+    async def _start_cluster(self) -> ClusterView:
+        if not self._zk_started:
+            await self._zk.start()
+            self._zk_started = True
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        view = ClusterView(self._zk)
+        view.add_listener(self._cluster_changed)
+        try:
+            await view.start()
+        except BaseException:
+            view.stop()
+            raise
+        return view
+
+    def _cluster_started(self, result: ClusterView | Failure) -> None:
+        self._view_starting = None
+        waiters, self._view_waiters = self._view_waiters, []
+        if isinstance(result, Failure):
+            for d in waiters:
+                d.errback(result.value)
+            return
+        if self._closed:
+            result.stop()
+            for d in waiters:
+                d.errback(ClientClosed("the producer is closed"))
+            return
+        self._view = result
+        self._cluster_changed()
+        for d in waiters:
+            d.callback(result)
+
+    def _cluster_changed(self) -> None:
+        """The view changed: the pool follows the live brokers, and known topics are recomputed."""
+        if self._view is None or self._closed:
+            return
+        self._pool.follow(self._view.brokers)
+        for topic in list(self._topics):
+            try:
+                self._topics[topic] = self._zk_partitions(topic)
+            except ConnectionFailed:
+                del self._topics[topic]  # no broker: the next send says so
+
+    def _zk_partitions(self, topic: str) -> list[TopicPartition]:
+        """C{topic}'s partitions on live brokers: the registered ones, plus partition 0 of each broker
+        the topic was bootstrapped on that has not registered it yet."""
+        live = self._view.brokers
+        if not live:
+            raise ConnectionFailed(f"no broker is registered in ZooKeeper at {self._zk.hosts}: none is live")
+        registered = self._view.partitions(topic)
+        if not registered:
+            # Nobody live holds it: partition 0 of each live broker, which creates the log on the first write.
+            self._bootstrap[topic] = set(live)
+            return [TopicPartition(topic, b, 0) for b in sorted(live)]
+        holders = {b for b, _ in registered}
+        pending = {(b, 0) for b in self._bootstrap.get(topic, ()) if b in live and b not in holders}
+        return [TopicPartition(topic, b, p) for b, p in sorted(set(registered) | pending)]
