@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from twisted.internet.threads import blockingCallFromThread
 from twisted.python import threadable
 
+from twlog.consumer.group import GroupConsumer
 from twlog.consumer.simple import LATEST, FetchedMessages, MessageStream, SimpleConsumer
 from twlog.errors import ClientClosed
 from twlog.partition import TopicPartition
@@ -224,8 +225,6 @@ class BlockingGroupConsumer(_Facade):
     """
 
     def __init__(self, zookeeper: str, group: str, *, reactor=None, **options: Any) -> None:
-        from twlog.consumer.group import GroupConsumer
-
         super().__init__(reactor)
         self._consumer = self._call(lambda: GroupConsumer(zookeeper, group, reactor=self._reactor, **options))
 
