@@ -19,10 +19,9 @@ class TopicPartitionTests(SynchronousTestCase):
         self.assertEqual(TopicPartition.from_name("clicks", "0-1"), tp)
 
     def test_sorts_by_topic_then_broker_then_partition(self) -> None:
-        parts = [TopicPartition("b", 0, 0), TopicPartition("a", 1, 0), TopicPartition("a", 0, 10), TopicPartition("a", 0, 2)]
-        self.assertEqual(
-            [str(p) for p in sorted(parts)], ["a:0-2", "a:0-10", "a:1-0", "b:0-0"]
-        )
+        parts = [TopicPartition("b", 0, 0), TopicPartition("a", 1, 0),
+                 TopicPartition("a", 0, 10), TopicPartition("a", 0, 2)]
+        self.assertEqual([str(p) for p in sorted(parts)], ["a:0-2", "a:0-10", "a:1-0", "b:0-0"])
 
     def test_bad_forms_are_refused(self) -> None:
         for text in ["clicks", "clicks:1", "clicks:a-1", ":0-1", "clicks:0-", "clicks:-1-2", "clicks:0-1-2"]:

@@ -9,17 +9,16 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
+from tests.integration.broker import wait_until
+from twlog.broker.service import BrokerService
+from twlog.client.connection import BrokerConnection
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer.group import GroupConsumer, GroupState
 from twlog.consumer.stream import GroupMessage, GroupStream
 from twlog.coord import paths
 from twlog.coord.zk import NoNodeError, ZooKeeper
-from twlog.client.connection import BrokerConnection
 from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, OffsetsRequest, ProduceRequest
 from twlog.storage.message import encode_message_set
-from twlog.broker.service import BrokerService
-
-from tests.integration.broker import wait_until
 
 #: Fast rebalances and no long holds, so that tests stay short.
 FAST = {"rebalance_backoff_ms": 50, "max_wait_ms": 200, "auto_commit_interval_ms": 100, "session_timeout_s": 4.0}

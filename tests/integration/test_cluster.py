@@ -5,11 +5,10 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from tests.integration.zookeeper import connect
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView, parse_broker_address
 from twlog.coord.zk import ZooKeeper
-
-from tests.integration.zookeeper import connect
 
 
 def next_change(view: ClusterView) -> Deferred:

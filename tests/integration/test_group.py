@@ -6,15 +6,14 @@ from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import TestCase
 
+from tests.integration.broker import wait_until
+from tests.integration.groups import FAST, Collector, payloads, produce_all, registered, start_brokers, wait_settled
+from tests.integration.zookeeper import connect
 from twlog.blocking import BlockingGroupConsumer
 from twlog.consumer.group import GroupConsumer, GroupState
 from twlog.coord import paths
 from twlog.coord.zk import ZooKeeper
 from twlog.errors import RebalanceFailed
-
-from tests.integration.broker import wait_until
-from tests.integration.zookeeper import connect
-from tests.integration.groups import FAST, Collector, payloads, produce_all, registered, start_brokers, wait_settled
 
 
 class GroupConsumerTests(TestCase):

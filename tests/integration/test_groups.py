@@ -10,9 +10,6 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.trial.unittest import TestCase
 
-from twlog.consumer.group import GroupConsumer, GroupState
-from twlog.coord import paths
-
 from tests.integration.groups import (
     FAST,
     Collector,
@@ -24,6 +21,8 @@ from tests.integration.groups import (
     wait_settled,
 )
 from tests.integration.zookeeper import connect, expire_session
+from twlog.consumer.group import GroupConsumer, GroupState
+from twlog.coord import paths
 
 
 class GroupTests(TestCase):

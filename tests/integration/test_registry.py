@@ -8,12 +8,11 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from tests.integration.zookeeper import connect, expire_session
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, broker_address
 from twlog.coord.zk import CONNECTED, SUSPENDED, ZnodeStat, ZooKeeper
-
-from tests.integration.zookeeper import connect, expire_session
 
 
 class FakeLogs:
