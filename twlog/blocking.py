@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from twisted.internet.threads import blockingCallFromThread
 from twisted.python import threadable
+from typing_extensions import Self
 
 from twlog.consumer.group import GroupConsumer
 from twlog.consumer.simple import LATEST, FetchedMessages, MessageStream, SimpleConsumer
@@ -72,7 +73,7 @@ def _check_thread() -> None:
 
 
 class _Facade:
-    """Calls into the reactor thread and waits for the result."""
+    """Calls into the reactor thread and waits for the result; a context manager that closes on exit."""
 
     def __init__(self, reactor) -> None:
         self._reactor = running_reactor(reactor)
@@ -82,6 +83,16 @@ class _Facade:
         if not self._reactor.running:
             raise ClientClosed("the reactor is not running")
         return blockingCallFromThread(self._reactor, function, *args, **kwargs)
+
+    def close(self) -> None:
+        """Release what the wrapped client holds (each facade says what that is)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class BlockingProducer(_Facade):
@@ -115,12 +126,6 @@ class BlockingProducer(_Facade):
     def close(self) -> None:
         """Flush and close the connections."""
         self._call(self._producer.close)
-
-    def __enter__(self) -> BlockingProducer:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class BlockingStream(_Facade):
@@ -174,12 +179,6 @@ class BlockingConsumer(_Facade):
     def close(self) -> None:
         """Close the consumer's connections and streams."""
         self._call(self._consumer.close)
-
-    def __enter__(self) -> BlockingConsumer:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class BlockingGroupStream(_Facade):
@@ -249,9 +248,3 @@ class BlockingGroupConsumer(_Facade):
     def close(self) -> None:
         """Commit, release the partitions, leave the group; the streams end."""
         self._call(self._consumer.close)
-
-    def __enter__(self) -> BlockingGroupConsumer:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

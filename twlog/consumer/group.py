@@ -30,6 +30,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 
+from twlog.client.options import ClientOptions
 from twlog.consumer.rebalance import encode_subscription, stream_ids, validate_subscription
 from twlog.consumer.rebalancer import Consumption, GroupState, Rebalancer
 from twlog.consumer.registry import Ownership, deregister_member, describe_error, register_member
@@ -83,6 +84,9 @@ class GroupConsumer:
     @param session_timeout_s: the ZooKeeper session timeout; out of touch with
         ZooKeeper this long, the consumer stops delivering (others may own its
         partitions by then) until it has rejoined.
+    @param options: how the fetch loops talk to brokers (L{ClientOptions});
+        C{timeout_s}, C{connect_timeout_s} and C{connect_attempts}, when given,
+        replace its fields.
     @param fetcher_factory: C{(broker id, (host, port), [OwnedPartition])} -> a
         fetch loop (default: L{BrokerFetcher.connect} with the options above).
     """
@@ -104,9 +108,10 @@ class GroupConsumer:
         rebalance_max_retries: int = 4,
         rebalance_backoff_ms: int = 500,
         session_timeout_s: float = 6.0,
-        timeout_s: float = 30.0,
-        connect_timeout_s: float = 10.0,
-        connect_attempts: int = 3,
+        options: ClientOptions | None = None,
+        timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
+        connect_attempts: int | None = None,
         rng: random.Random | None = None,
         fetcher_factory: Callable[..., object] | None = None,
     ) -> None:
@@ -123,10 +128,11 @@ class GroupConsumer:
         self.max_wait_ms = max_wait_ms
         self.rebalance_max_retries = rebalance_max_retries
         self.rebalance_backoff_ms = rebalance_backoff_ms
-        self.timeout_s = timeout_s
+        overrides = dict(timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, connect_attempts=connect_attempts)
+        #: How the fetch loops talk to brokers: C{options} with the keywords given replacing its fields.
+        self.options = ClientOptions.build(options, **{k: v for k, v in overrides.items() if v is not None})
+        self.timeout_s = self.options.timeout_s
         self.session_timeout_s = session_timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self.connect_attempts = connect_attempts
         self._reactor = reactor
         self._rng = rng or random.Random()
         if IZooKeeper.providedBy(zookeeper):
@@ -140,8 +146,8 @@ class GroupConsumer:
         )
         if fetcher_factory is None:
             fetcher_factory = partial(
-                BrokerFetcher.connect, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
-                connect_attempts=connect_attempts, fetch_max_bytes=fetch_max_bytes, max_wait_ms=max_wait_ms,
+                BrokerFetcher.connect, reactor=reactor, options=self.options, fetch_max_bytes=fetch_max_bytes,
+                max_wait_ms=max_wait_ms,
                 reset=auto_offset_reset,
             )
         self._subscription: dict[str, int] = {}
