@@ -16,7 +16,7 @@ _EXPORTS = {
     "BlockingProducer": "twlog.blocking",
     "BlockingConsumer": "twlog.blocking",
     "BlockingGroupConsumer": "twlog.blocking",
-    "TopicPartition": "twlog.client.discovery",
+    "TopicPartition": "twlog.partition",
     "EARLIEST": "twlog.protocol.codec",
     "LATEST": "twlog.protocol.codec",
 }
