@@ -3,6 +3,8 @@ in-memory broker connection (L{FakeConnection})."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
 from zope.interface import implementer
 
@@ -181,3 +183,23 @@ class FakeConnection:
             self.ends[(produce.topic, produce.partition)] = end
             results.append(ProduceResult(produce.topic, produce.partition, NO_ERROR, start, end))
         return AckProduceResponse(NO_ERROR, tuple(results))
+
+
+class FakeLogs:
+    """The part of LogManager a registration uses: topics() and topic-creation listeners."""
+
+    def __init__(self, topics: dict[str, int] | None = None) -> None:
+        self._topics = dict(topics or {})
+        self._listeners: list[Callable[[str, int], object]] = []
+
+    def topics(self) -> dict[str, int]:
+        return dict(self._topics)
+
+    def add_topic_listener(self, listener) -> None:
+        self._listeners.append(listener)
+
+    def create(self, topic: str, count: int) -> None:
+        """A first write created C{topic} with C{count} partitions."""
+        self._topics[topic] = count
+        for listener in self._listeners:
+            listener(topic, count)

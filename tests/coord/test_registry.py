@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.fakes import FakeLogs
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
@@ -14,26 +13,6 @@ from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, Registration
 from twlog.coord.zk import ConnectionLoss
 
 S = RegistrationState
-
-
-class FakeLogs:
-    """The part of LogManager a registration uses: topics() and topic-creation listeners."""
-
-    def __init__(self, topics: dict[str, int] | None = None) -> None:
-        self._topics = dict(topics or {})
-        self._listeners: list[Callable[[str, int], object]] = []
-
-    def topics(self) -> dict[str, int]:
-        return dict(self._topics)
-
-    def add_topic_listener(self, listener) -> None:
-        self._listeners.append(listener)
-
-    def create(self, topic: str, count: int) -> None:
-        """A first write created C{topic} with C{count} partitions."""
-        self._topics[topic] = count
-        for listener in self._listeners:
-            listener(topic, count)
 
 
 def config(broker_id: int = 5) -> BrokerConfig:

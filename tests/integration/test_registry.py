@@ -8,31 +8,12 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from tests.fakes import FakeLogs
 from tests.integration.zookeeper import connect, expire_session
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, broker_address
 from twlog.coord.zk import CONNECTED, SUSPENDED, ZnodeStat, ZooKeeper
-
-
-class FakeLogs:
-    """The part of LogManager a registration uses: topics() and topic-creation listeners."""
-
-    def __init__(self, topics: dict[str, int] | None = None) -> None:
-        self._topics = dict(topics or {})
-        self._listeners: list[Callable[[str, int], object]] = []
-
-    def topics(self) -> dict[str, int]:
-        return dict(self._topics)
-
-    def add_topic_listener(self, listener) -> None:
-        self._listeners.append(listener)
-
-    def create(self, topic: str, count: int) -> None:
-        """A first write created C{topic} with C{count} partitions."""
-        self._topics[topic] = count
-        for listener in self._listeners:
-            listener(topic, count)
 
 
 async def node_until(zk: ZooKeeper, path: str, predicate: Callable[[ZnodeStat | None], bool]) -> ZnodeStat | None:
