@@ -191,3 +191,39 @@ class RebalanceFailed(TwlogError):
 
 class UnknownTopic(TwlogError):
     """No broker asked holds the topic (it has never been written to, or the name is misspelt)."""
+
+
+# -- what a Kafka 0.7 client is told ---------------------------------------------------------
+
+#: The codes a Kafka 0.7 client knows (0.7's C{ErrorMapping}): Unknown, none, and 1 to 4.
+KAFKA07_CODES = frozenset(range(UNKNOWN, InvalidFetchSize.code + 1))
+
+#: Each twlog-only condition, as the nearest code a Kafka 0.7 client knows.  The broker answers
+#: request types 0-4 (0.7's) through this table; twlog's own types (5-7) carry the precise code.
+#: docs/protocol.md ("Kafka 0.7 compatibility") shows it with what a 0.7 client then does.
+KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
+    # 0.7 had no topic-name check of its own: its InvalidTopicException was outside ErrorMapping.
+    InvalidTopic: BrokerError,
+    # A message the broker refuses: what 0.7 called an invalid message.
+    MessageSizeTooLarge: InvalidMessage,
+    # 0.7 mapped its InvalidMessageSizeException ("the fetch size may be too small") to 4.  A
+    # FETCH or MULTIFETCH never gets it: it gets error 0 and a partial message, as from 0.7.
+    FetchSizeTooSmall: InvalidFetchSize,
+    # An offset that is no message's: 0.7's "bad offset" code, on which its consumers reset
+    # (autooffset.reset) instead of decoding bytes from the middle of a message.
+    OffsetNotOnBoundary: OffsetOutOfRange,
+    RequestTimedOut: BrokerError,
+    RequestTooLarge: BrokerError,
+    InvalidRequest: BrokerError,
+    BrokerShuttingDown: BrokerError,
+    StorageFailed: BrokerError,
+}
+
+
+def kafka07_code(code: int) -> int:
+    """C{code} as a Kafka 0.7 client may see it: itself if 0.7 knew it, else its L{KAFKA07_NEAREST} code
+    (Unknown, -1, for a code in neither)."""
+    if code in KAFKA07_CODES:
+        return code
+    cls = ERRORS.get(code)
+    return KAFKA07_NEAREST[cls].code if cls in KAFKA07_NEAREST else UNKNOWN

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import zlib
 
 import attrs
 from twisted.internet.task import Clock
@@ -11,6 +12,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.config import BrokerConfig, LogConfig
 from twlog.errors import (
+    ERRORS,
+    UNKNOWN,
     FetchSizeTooSmall,
     InvalidFetchSize,
     InvalidMessage,
@@ -21,6 +24,7 @@ from twlog.errors import (
     RequestTimedOut,
     RequestTooLarge,
     WrongPartition,
+    kafka07_code,
 )
 from twlog.protocol import codec
 from twlog.protocol.codec import (
@@ -40,6 +44,7 @@ from twlog.protocol.codec import (
 from twlog.protocol.server import Broker, BrokerFactory
 from twlog.storage.manager import LogManager
 from twlog.storage.message import encode_message_set, iter_messages
+from twlog.storage.segment import FileRegion
 
 from ..fakes import ManualRunner, run_now
 
@@ -127,22 +132,37 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
             [(0, 0, 19), (0, 19, 29), (WrongPartition.code, -1, -1), (InvalidTopic.code, -1, -1)],
         )
 
+    #: Fetches of the log C{[a*100, b]} on partition 0, each with its precise error (WAIT_FETCH) and the
+    #: code a FETCH (Kafka 0.7's type) gets.
+    FETCH_ERRORS = {
+        FetchRequest("bad/topic", 0, 0, 100): (InvalidTopic.code, UNKNOWN),
+        FetchRequest("t", 2, 0, 100): (WrongPartition.code, WrongPartition.code),
+        FetchRequest("t", -1, 0, 100): (WrongPartition.code, WrongPartition.code),
+        FetchRequest("t", 0, 500, 100): (OffsetOutOfRange.code, OffsetOutOfRange.code),
+        FetchRequest("t", 0, -5, 100): (OffsetOutOfRange.code, OffsetOutOfRange.code),
+        FetchRequest("t", 0, 3, 100): (OffsetNotOnBoundary.code, OffsetOutOfRange.code),
+        FetchRequest("t", 0, 0, 50): (FetchSizeTooSmall.code, 0),  # FETCH: a partial message
+        FetchRequest("t", 0, 0, 0): (InvalidFetchSize.code, InvalidFetchSize.code),
+        FetchRequest("t", 1, 7, 100): (OffsetOutOfRange.code, OffsetOutOfRange.code),  # never written: empty at 0
+    }
+
     def test_fetch_errors(self) -> None:
-        """Fetch errors come back as codes: topic, partition, offset, size, boundary."""
+        """FETCH (Kafka 0.7's type) answers each error with a code a 0.7 client knows."""
         self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a" * 100, b"b"])))
-        cases = {
-            FetchRequest("bad/topic", 0, 0, 100): InvalidTopic.code,
-            FetchRequest("t", 2, 0, 100): WrongPartition.code,
-            FetchRequest("t", -1, 0, 100): WrongPartition.code,
-            FetchRequest("t", 0, 500, 100): OffsetOutOfRange.code,
-            FetchRequest("t", 0, -5, 100): OffsetOutOfRange.code,
-            FetchRequest("t", 0, 3, 100): OffsetNotOnBoundary.code,
-            FetchRequest("t", 0, 0, 50): FetchSizeTooSmall.code,
-            FetchRequest("t", 0, 0, 0): InvalidFetchSize.code,
-            FetchRequest("t", 1, 7, 100): OffsetOutOfRange.code,  # partition never written: empty at 0
-        }
-        for request, code in cases.items():
-            self.assertEqual(self.fetched(self.broker.fetch(request))[0], code, request)
+        for request, (_, code) in self.FETCH_ERRORS.items():
+            response = self.broker.fetch(request)
+            data = b"".join(p if isinstance(p, bytes) else p.read() for p in response)
+            self.assertEqual(codec.decode_fetch_response(data[4:]).error, code, request)
+
+    def test_wait_fetch_errors(self) -> None:
+        """WAIT_FETCH (twlog's type) answers each error with its precise code: topic, partition, offset, size,
+        boundary."""
+        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a" * 100, b"b"])))
+        for request, (code, _) in self.FETCH_ERRORS.items():
+            parts = self.broker.wait_fetch(WaitFetchRequest(0, 0, (request,)))
+            data = b"".join(p if isinstance(p, bytes) else p.read() for p in parts)
+            (part,) = codec.decode_multifetch_response(data[4:]).parts
+            self.assertEqual((part.error, part.messages), (code, b""), request)
 
     def test_fetch_of_unwritten_partition(self) -> None:
         """A partition nobody wrote to reads as an empty log at offset 0."""
@@ -317,17 +337,34 @@ class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
 
     def test_truncated_body(self) -> None:
         """A frame whose body stops short is InvalidRequest, never a crash."""
-        data = codec.encode_request(FetchRequest("t", 0, 0, 100))[:-3]
+        data = codec.encode_request(WaitFetchRequest(0, 0, (FetchRequest("t", 0, 0, 100),)))[:-3]
         self.protocol.dataReceived(struct.pack(">i", len(data)) + data)
         self.assertEqual(codec.decode_error(responses(self.transport.value())[0]), InvalidRequest.code)
+        self.assertTrue(self.transport.disconnecting)
+
+    def test_truncated_body_of_a_kafka07_type(self) -> None:
+        """A truncated FETCH (a 0.7 type) gets Unknown (-1), the nearest code a 0.7 client knows."""
+        data = codec.encode_request(FetchRequest("t", 0, 0, 100))[:-3]
+        self.protocol.dataReceived(struct.pack(">i", len(data)) + data)
+        self.assertEqual(codec.decode_error(responses(self.transport.value())[0]), UNKNOWN)
+        self.assertTrue(self.transport.disconnecting)
 
     def test_oversize_frame_refused_before_buffering(self) -> None:
         """A size prefix over max_request_bytes is refused at once, before its body arrives."""
-        self.protocol.dataReceived(struct.pack(">i", 10_000_000) + b"\x00\x00")
+        self.protocol.dataReceived(struct.pack(">ih", 10_000_000, codec.ACK_PRODUCE))
         (response,) = responses(self.transport.value())
         self.assertEqual(codec.decode_error(response), RequestTooLarge.code)
         self.assertTrue(self.transport.disconnecting)
         self.assertLess(len(self.protocol._unprocessed), 100)
+
+    def test_oversize_frame_of_a_kafka07_type(self) -> None:
+        """An oversized PRODUCE (a 0.7 type), or a frame whose type has not arrived, gets Unknown (-1)."""
+        for head in (struct.pack(">ih", 10_000_000, codec.PRODUCE), struct.pack(">i", 10_000_000)):
+            protocol, transport = self.connect()
+            protocol.dataReceived(head)
+            (response,) = responses(transport.value())
+            self.assertEqual(codec.decode_error(response), UNKNOWN)
+            self.assertTrue(transport.disconnecting)
 
     def test_invalid_produce_in_ack_mode(self) -> None:
         """An acknowledged produce with a corrupt set gets InvalidMessage for it and the connection stays open."""
@@ -354,3 +391,192 @@ class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
         self.assertEqual(self.broker.waiting_fetches(), 1)
         self.protocol.connectionLost(None)
         self.assertEqual(self.broker.waiting_fetches(), 0)
+
+
+# -- Kafka 0.7's request types, written out by hand from 0.7's layouts (not through twlog's codec) --------------
+
+
+def string07(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return struct.pack(">h", len(data)) + data
+
+
+def request07(kind: int, body: bytes) -> bytes:
+    """[int32 size][int16 request type][body]."""
+    return struct.pack(">ih", 2 + len(body), kind) + body
+
+
+def fetch_body07(topic: str, partition: int, offset: int, max_size: int) -> bytes:
+    """A FETCH body, also one fetch of a MULTIFETCH: topic, int32 partition, int64 offset, int32 max size."""
+    return string07(topic) + struct.pack(">iqi", partition, offset, max_size)
+
+
+def message07(payload: bytes) -> bytes:
+    """One magic-0 message set entry: [int32 N][int8 magic 0][uint32 crc32(payload)][payload]."""
+    return struct.pack(">ibI", 1 + 4 + len(payload), 0, zlib.crc32(payload)) + payload
+
+
+def produce07(topic: str, partition: int, message_set: bytes) -> bytes:
+    return request07(0, string07(topic) + struct.pack(">ii", partition, len(message_set)) + message_set)
+
+
+def fetch07(topic: str, partition: int, offset: int, max_size: int) -> bytes:
+    return request07(1, fetch_body07(topic, partition, offset, max_size))
+
+
+def multifetch07(*fetches: tuple[str, int, int, int]) -> bytes:
+    return request07(2, struct.pack(">h", len(fetches)) + b"".join(fetch_body07(*f) for f in fetches))
+
+
+def offsets07(topic: str, partition: int, time: int, max_offsets: int) -> bytes:
+    return request07(4, string07(topic) + struct.pack(">iqi", partition, time, max_offsets))
+
+
+def fetch_response07(frame_: bytes) -> tuple[int, bytes]:
+    """A FETCH response frame (size removed): [int16 error][message set bytes]."""
+    return struct.unpack_from(">h", frame_)[0], frame_[2:]
+
+
+def multifetch_response07(frame_: bytes) -> tuple[int, list[tuple[int, bytes]]]:
+    """[int16 error], then parts [int32 2 + n][int16 error][n bytes] to the end of the frame."""
+    (error,) = struct.unpack_from(">h", frame_)
+    parts, pos = [], 2
+    while pos < len(frame_):
+        size, part_error = struct.unpack_from(">ih", frame_, pos)
+        parts.append((part_error, frame_[pos + 6 : pos + 4 + size]))
+        pos += 4 + size
+    return error, parts
+
+
+def offsets_response07(frame_: bytes) -> tuple[int, list[int]]:
+    """[int16 error][int32 count][count x int64 offset]; an error-only frame has no count."""
+    (error,) = struct.unpack_from(">h", frame_)
+    if len(frame_) == 2:
+        return error, []
+    (count,) = struct.unpack_from(">i", frame_, 2)
+    return error, list(struct.unpack_from(f">{count}q", frame_, 6))
+
+
+KAFKA07 = range(-1, 5)
+#: Every error twlog added to 0.7's: what a 0.7 client must never see on types 0-4.
+TWLOG_ONLY = sorted((cls for code, cls in ERRORS.items() if code not in KAFKA07), key=lambda c: c.code)
+
+
+class Kafka07Tests(BrokerTestMixin, SynchronousTestCase):
+    """Request types 0-4 behave as on a Kafka 0.7 broker; twlog's types 5-7 keep twlog's precise codes."""
+
+    def setUp(self) -> None:
+        self.make_broker()
+        self.protocol, self.transport = self.connect()
+        self.big = message07(b"x" * 200)  # 209 bytes
+        self.small = message07(b"y")
+        self.protocol.dataReceived(produce07("t", 0, self.big + self.small))
+        self.assertEqual(self.transport.value(), b"")  # PRODUCE: no response
+
+    def answers(self, data: bytes) -> list[bytes]:
+        self.transport.clear()
+        self.protocol.dataReceived(data)
+        return responses(self.transport.value())
+
+    def test_fetch_oversize_first_message_is_partial(self) -> None:
+        """A FETCH whose first message exceeds the max size gets error 0 and exactly max size bytes of it."""
+        for max_size in (1, 3, 4, 50, 208):
+            (answer,) = self.answers(fetch07("t", 0, 0, max_size))
+            self.assertEqual(fetch_response07(answer), (0, self.big[:max_size]), max_size)
+        (answer,) = self.answers(fetch07("t", 0, 0, 209))
+        self.assertEqual(fetch_response07(answer), (0, self.big))
+        (answer,) = self.answers(fetch07("t", 0, 0, 10_000))  # capped at the end of the (flushed) log
+        self.assertEqual(fetch_response07(answer), (0, self.big + self.small))
+        self.assertFalse(self.transport.disconnecting)
+
+    def test_partial_message_is_zero_copy(self) -> None:
+        """The partial bytes are a file region of the segment, as any fetch's."""
+        header, region = self.broker.fetch(FetchRequest("t", 0, 0, 50))
+        self.assertEqual(header, struct.pack(">ih", 52, 0))
+        self.assertIsInstance(region, FileRegion)
+        self.assertEqual((region.position, region.length, region.read()), (0, 50, self.big[:50]))
+
+    def test_partial_message_stops_at_the_flushed_end(self) -> None:
+        """Unflushed bytes after the partial message's offset are not sent."""
+        self.make_broker(flush_messages=1000, flush_interval_ms=100)
+        self.protocol, self.transport = self.connect()
+        self.protocol.dataReceived(produce07("t", 0, self.big))
+        self.clock.advance(0.1)
+        self.protocol.dataReceived(produce07("t", 0, self.small))  # appended, not flushed
+        (answer,) = self.answers(fetch07("t", 0, 0, 1000))
+        self.assertEqual(fetch_response07(answer), (0, self.big))
+        (answer,) = self.answers(fetch07("t", 0, 0, 100))
+        self.assertEqual(fetch_response07(answer), (0, self.big[:100]))
+
+    def test_multifetch_oversize_first_message_is_partial(self) -> None:
+        """Each MULTIFETCH part follows FETCH: a partial first message with error 0."""
+        (answer,) = self.answers(multifetch07(("t", 0, 0, 100), ("t", 0, 209, 100), ("t", 0, 0, 7)))
+        self.assertEqual(multifetch_response07(answer), (0, [(0, self.big[:100]), (0, self.small), (0, self.big[:7])]))
+
+    def test_misaligned_offset(self) -> None:
+        """An offset inside a message gets OffsetOutOfRange (1) on FETCH and MULTIFETCH."""
+        (fetch,) = self.answers(fetch07("t", 0, 3, 100))
+        (multi,) = self.answers(multifetch07(("t", 0, 3, 100), ("t", 0, 0, 300)))
+        self.assertEqual(fetch_response07(fetch), (OffsetOutOfRange.code, b""))
+        self.assertEqual(multifetch_response07(multi), (0, [(OffsetOutOfRange.code, b""), (0, self.big + self.small)]))
+
+    def test_invalid_topic(self) -> None:
+        """A topic name twlog refuses gets Unknown (-1) on FETCH, MULTIFETCH and OFFSETS."""
+        (fetch,) = self.answers(fetch07("a/b", 0, 0, 100))
+        (multi,) = self.answers(multifetch07(("a/b", 0, 0, 100)))
+        (offsets,) = self.answers(offsets07("..", 0, -1, 1))
+        self.assertEqual(fetch_response07(fetch), (UNKNOWN, b""))
+        self.assertEqual(multifetch_response07(multi), (0, [(UNKNOWN, b"")]))
+        self.assertEqual(offsets_response07(offsets), (UNKNOWN, []))
+
+    def test_offsets(self) -> None:
+        """OFFSETS answers in 0.7's layout."""
+        (latest,) = self.answers(offsets07("t", 0, -1, 1))
+        (earliest,) = self.answers(offsets07("t", 0, -2, 1))
+        self.assertEqual((offsets_response07(latest), offsets_response07(earliest)), ((0, [219]), (0, [0])))
+
+    def test_every_twlog_error_on_kafka07_types(self) -> None:
+        """Whatever twlog-only condition a read meets, FETCH, MULTIFETCH and OFFSETS answer a code in -1..4,
+        the one kafka07_code names; WAIT_FETCH and METADATA carry the precise code."""
+        for cls in TWLOG_ONLY:
+            def refuse(topic, cls=cls):
+                raise cls(f"refused {topic}")
+
+            self.patch(self.logs, "partition_count", refuse)
+            (fetch,) = self.answers(fetch07("t", 0, 0, 100))
+            (multi,) = self.answers(multifetch07(("t", 0, 0, 100)))
+            (offsets,) = self.answers(offsets07("t", 0, -1, 1))
+            nearest = kafka07_code(cls.code)
+            self.assertIn(nearest, KAFKA07, cls)
+            self.assertEqual(fetch_response07(fetch), (nearest, b""), cls)
+            self.assertEqual(multifetch_response07(multi), (0, [(nearest, b"")]), cls)
+            self.assertEqual(offsets_response07(offsets), (nearest, []), cls)
+            (wait, metadata) = self.answers(frame(WaitFetchRequest(0, 0, (FetchRequest("t", 0, 0, 100),))) +
+                                            frame(MetadataRequest(("t",))))
+            self.assertEqual([p.error for p in codec.decode_multifetch_response(wait).parts], [cls.code], cls)
+            self.assertEqual([t.error for t in codec.decode_metadata_response(metadata).topics], [cls.code], cls)
+        self.assertFalse(self.transport.disconnecting)
+
+    def test_every_twlog_error_from_a_handler(self) -> None:
+        """A handler that fails with a twlog-only error answers a 0.7 type (1, 2, 4) with a code in -1..4 and
+        twlog's types (5, 6, 7) with the precise code, in an error-only response."""
+        kafka07 = [fetch07("t", 0, 0, 100), multifetch07(("t", 0, 0, 100)), offsets07("t", 0, -1, 1)]
+        twlog = [frame(AckProduceRequest(ACK_APPENDED, 0, ())), frame(WaitFetchRequest(0, 0, ())),
+                 frame(MetadataRequest())]
+        for cls in TWLOG_ONLY:
+            def refuse(request, peer="?", cls=cls):
+                raise cls("refused")
+
+            for kind in list(self.broker.handlers):
+                self.broker.handlers[kind] = refuse
+            answers = self.answers(b"".join(kafka07 + twlog))
+            codes = [struct.unpack(">h", a)[0] for a in answers]
+            self.assertEqual([len(a) for a in answers], [2] * 6, cls)
+            self.assertEqual(codes, [kafka07_code(cls.code)] * 3 + [cls.code] * 3, cls)
+            self.assertTrue(set(codes[:3]) <= set(KAFKA07), cls)
+
+    def test_malformed_kafka07_frame(self) -> None:
+        """A malformed MULTIFETCH (a count running past the frame) gets -1, then the connection closes."""
+        (answer,) = self.answers(request07(2, struct.pack(">h", 5) + fetch_body07("t", 0, 0, 100)))
+        self.assertEqual(struct.unpack(">h", answer)[0], UNKNOWN)
+        self.assertTrue(self.transport.disconnecting)

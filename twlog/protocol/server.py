@@ -35,6 +35,7 @@ from twlog.errors import (
     RequestTimedOut,
     RequestTooLarge,
     WrongPartition,
+    kafka07_code,
 )
 from twlog.protocol import codec
 from twlog.protocol.codec import (
@@ -57,14 +58,27 @@ from twlog.storage.segment import FileRegion
 
 _SIZE = struct.Struct(">i")
 
+#: Kafka 0.7's request types (0-4): their responses carry only codes a 0.7 client knows
+#: (L{twlog.errors.kafka07_code}), and their fetches return partial messages as 0.7 did.
+KAFKA07_REQUESTS = (ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduceRequest, OffsetsRequest)
+
 #: A response: a frame (error code and body, no size prefix), or parts of a
 #: zero-copy response (size prefix included) mixing bytes and file regions.
 Response = bytes | list[bytes | FileRegion]
 
 
-def error_code(failure: Failure) -> int:
-    """The wire code for a handler's failure."""
-    return failure.value.code if isinstance(failure.value, BrokerError) else UNKNOWN
+def error_code(failure: Failure, request: object = None) -> int:
+    """The wire code for a handler's failure (for C{request}: a 0.7 type gets a 0.7 code)."""
+    code = failure.value.code if isinstance(failure.value, BrokerError) else UNKNOWN
+    return kafka07_code(code) if isinstance(request, KAFKA07_REQUESTS) else code
+
+
+def frame_code(code: int, request_type: int | None) -> int:
+    """The code answering a frame of C{request_type} that was not decoded (malformed or too large).
+
+    A 0.7 request type, or one the broker has not read yet (None), gets the nearest 0.7 code.
+    """
+    return kafka07_code(code) if request_type is None or codec.PRODUCE <= request_type <= codec.OFFSETS else code
 
 
 @attrs.define(eq=False)
@@ -167,8 +181,14 @@ class Broker:
 
     # -- fetch -------------------------------------------------------------
 
-    def _read(self, fetch: FetchRequest) -> tuple[int, FileRegion | None]:
-        """One fetch: its error code and region."""
+    def _read(self, fetch: FetchRequest, kafka07: bool = False) -> tuple[int, FileRegion | None]:
+        """One fetch: its error code and region.
+
+        With C{kafka07} (FETCH, MULTIFETCH), as a 0.7 broker: a first message
+        larger than the max size is sent partial with error 0, and a twlog-only
+        error becomes the nearest 0.7 code; otherwise (WAIT_FETCH) the precise
+        code.
+        """
         try:
             validate_topic(fetch.topic)
             count = self.logs.partition_count(fetch.topic)
@@ -181,18 +201,18 @@ class Broker:
                 if fetch.offset != 0:
                     raise OffsetOutOfRange(f"offset {fetch.offset} is outside the empty log [0, 0]")
                 return NO_ERROR, None
-            return NO_ERROR, log.read(fetch.offset, fetch.max_bytes)
+            return NO_ERROR, log.read(fetch.offset, fetch.max_bytes, partial_ok=kafka07)
         except BrokerError as e:
-            return e.code, None
+            return (kafka07_code(e.code) if kafka07 else e.code), None
 
     def fetch(self, request: FetchRequest, peer: str = "?") -> Response:
-        """FETCH: a header and the log bytes, zero-copy."""
-        error, region = self._read(request)
+        """FETCH: a header and the log bytes, zero-copy (as Kafka 0.7: partial first message, 0.7 codes)."""
+        error, region = self._read(request, kafka07=True)
         length = region.length if region is not None else 0
         return [codec.fetch_response_header(error, length), *([region] if length else [])]
 
-    def _multifetch_parts(self, fetches: tuple[FetchRequest, ...]) -> list[bytes | FileRegion]:
-        reads = [self._read(f) for f in fetches]
+    def _multifetch_parts(self, fetches: tuple[FetchRequest, ...], kafka07: bool = False) -> list[bytes | FileRegion]:
+        reads = [self._read(f, kafka07) for f in fetches]
         lengths = [r.length if r is not None else 0 for _, r in reads]
         parts: list[bytes | FileRegion] = [codec.multifetch_response_header(NO_ERROR, lengths)]
         for (error, region), length in zip(reads, lengths):
@@ -202,8 +222,8 @@ class Broker:
         return parts
 
     def multifetch(self, request: MultiFetchRequest, peer: str = "?") -> Response:
-        """MULTIFETCH: one part per fetch, in order."""
-        return self._multifetch_parts(request.fetches)
+        """MULTIFETCH: one part per fetch, in order (each as a FETCH)."""
+        return self._multifetch_parts(request.fetches, kafka07=True)
 
     def wait_fetch(self, request: WaitFetchRequest, peer: str = "?") -> Response | Deferred[Response]:
         """WAIT_FETCH: answer once min_bytes are readable over all fetches, or when max_wait_ms has passed."""
@@ -254,14 +274,14 @@ class Broker:
     # -- offsets and metadata ------------------------------------------------
 
     def offsets(self, request: OffsetsRequest, peer: str = "?") -> Response:
-        """OFFSETS: offsets before a time, newest first."""
+        """OFFSETS: offsets before a time, newest first (errors as Kafka 0.7 codes)."""
         try:
             validate_topic(request.topic)
             count = self.logs.partition_count(request.topic)
             if not 0 <= request.partition < count:
                 raise WrongPartition(f"partition {request.partition} of {request.topic!r} is outside [0, {count - 1}]")
         except BrokerError as e:
-            return codec.encode_offsets_response(e.code, ())
+            return codec.encode_offsets_response(kafka07_code(e.code), ())
         log = self.logs.get_log(request.topic, request.partition)
         if log is None:
             offsets = [0] if request.time < 0 and request.max_offsets > 0 else []
@@ -341,7 +361,7 @@ class BrokerProtocol(Int32StringReceiver):
             request = codec.decode_request(frame)
         except MalformedRequest as e:
             self._log.warn("closing the connection from {peer}: malformed request: {error}", peer=self.peer, error=e)
-            self._close_with(InvalidRequest.code)
+            self._close_with(frame_code(InvalidRequest.code, _request_type(frame)))
             return
         handler = self._broker.handlers[type(request)]
         if not codec.expects_response(request):
@@ -354,18 +374,18 @@ class BrokerProtocol(Int32StringReceiver):
         self._slots.append(slot)
         d = maybeDeferred(handler, request, self.peer)
         slot.deferred = d
-        d.addErrback(self._failed)
+        d.addErrback(self._failed, request)
         d.addCallback(slot.fill)
         d.addBoth(lambda _: self._pump())
         if len(self._slots) >= self._broker.config.max_pending_requests and not self._read_paused:
             self._read_paused = True
             self.pauseProducing()
 
-    def _failed(self, failure: Failure) -> bytes:
+    def _failed(self, failure: Failure, request: object) -> bytes:
         if failure.check(CancelledError):  # the connection went away while the answer was pending
             return b""
-        code = error_code(failure)
-        if code == UNKNOWN:
+        code = error_code(failure, request)
+        if error_code(failure) == UNKNOWN:
             self._log.failure("request from {peer} failed", failure, peer=self.peer)
         return codec.encode_error_response(code)
 
@@ -375,7 +395,9 @@ class BrokerProtocol(Int32StringReceiver):
             "closing the connection from {peer}: a {length}-byte request exceeds the {limit}-byte limit",
             peer=self.peer, length=length, limit=self.MAX_LENGTH,
         )
-        self._close_with(RequestTooLarge.code)
+        # The request type follows the size, when it has arrived with it (Int32StringReceiver keeps the
+        # unread bytes, size first, in its "recvd" attribute).
+        self._close_with(frame_code(RequestTooLarge.code, _request_type(self.recvd[4:])))
 
     def _close_with(self, code: int) -> None:
         """Answer the offending request with C{code} after the earlier ones, then close."""
@@ -430,6 +452,11 @@ class BrokerProtocol(Int32StringReceiver):
         for slot in slots:
             if not slot.ready and slot.deferred is not None:
                 slot.deferred.cancel()
+
+
+def _request_type(frame: bytes) -> int | None:
+    """The request type a frame starts with, if it has one."""
+    return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else None
 
 
 class BrokerFactory(ServerFactory):

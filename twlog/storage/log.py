@@ -254,17 +254,21 @@ class Log:
 
     # -- reading -----------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> FileRegion:
+    def read(self, offset: int, max_bytes: int, *, partial_ok: bool = False) -> FileRegion:
         """The flushed bytes from C{offset}, at most C{max_bytes}, within one segment.
 
         C{offset} must start a message: the first entry is checked (size,
         magic, CRC).  An offset at or past the flushed end but not past the
         written end reads as empty.  The region may end in a partial message.
 
+        @param partial_ok: read as Kafka 0.7 did: a first message larger than
+            C{max_bytes} gives its first C{max_bytes} bytes (a partial message,
+            which 0.7 clients detect and fetch again with a larger size) instead
+            of L{FetchSizeTooSmall}.
         @raise InvalidFetchSize: C{max_bytes} is not positive.
         @raise OffsetOutOfRange: C{offset} is before the start or past the end.
         @raise OffsetNotOnBoundary: C{offset} is inside the log but inside a message.
-        @raise FetchSizeTooSmall: the message at C{offset} is larger than C{max_bytes}.
+        @raise FetchSizeTooSmall: the message at C{offset} is larger than C{max_bytes} (unless C{partial_ok}).
         """
         if max_bytes <= 0:
             raise InvalidFetchSize(f"fetch size {max_bytes} must be positive")
@@ -280,7 +284,8 @@ class Log:
         if offset >= visible:
             return FileRegion(segment, position, 0, offset)
         available = min(segment.size, visible - segment.base_offset) - position
-        check_message_start(segment, position, available, max_bytes, offset, self._config.segment_bytes)
+        check_message_start(segment, position, available, None if partial_ok else max_bytes, offset,
+                            self._config.segment_bytes)
         return FileRegion(segment, position, min(max_bytes, available), offset)
 
     # -- offsets by time ---------------------------------------------------
@@ -345,14 +350,14 @@ class Log:
 
 
 def check_message_start(
-    segment: Segment, position: int, available: int, max_bytes: int, offset: int, segment_bytes: int
+    segment: Segment, position: int, available: int, max_bytes: int | None, offset: int, segment_bytes: int
 ) -> None:
-    """Raise unless a whole, CRC-valid message of at most C{max_bytes} starts at C{position} of C{segment}."""
+    """Raise unless a whole, CRC-valid message (of at most C{max_bytes}, unless None) starts at C{position}."""
     head = segment.pread(position, min(available, 4096))
     size = int.from_bytes(head[:4], "big", signed=True) if len(head) >= 4 else -1
     if size < MIN_MESSAGE_BYTES or size + 4 > available or size > segment_bytes:
         raise OffsetNotOnBoundary(f"offset {offset} does not start a message")
-    if size + 4 > max_bytes:
+    if max_bytes is not None and size + 4 > max_bytes:
         raise FetchSizeTooSmall(
             f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {max_bytes}"
         )
