@@ -49,19 +49,19 @@ class FetchTests(SynchronousTestCase):
     def test_messages_and_next_offset(self) -> None:
         """A fetch yields every message with its offsets, and the offset to fetch next."""
         consumer, (connection,), _ = make_consumer()
-        connection.responses.append(fetch_frame(SET))
+        connection.responses.append(wait_frame(SET))
         fetched = self.successResultOf(consumer.fetch("t", 0, 100, 50))
         self.assertEqual(
             list(fetched),
             [MessageAndOffset(100, 110, b"a"), MessageAndOffset(110, 121, b"bb"), MessageAndOffset(121, 133, b"ccc")],
         )
         self.assertEqual(fetched.next_offset, 133)
-        self.assertEqual(connection.requests, [FetchRequest("t", 0, 100, 50)])
+        self.assertEqual(connection.requests, [WaitFetchRequest(0, 0, (FetchRequest("t", 0, 100, 50),))])
 
     def test_partial_trailing_message_dropped(self) -> None:
         """A fetch cut inside the last entry drops it, and next_offset points at its start."""
         consumer, (connection,), _ = make_consumer()
-        connection.responses.append(fetch_frame(SET[:25]))
+        connection.responses.append(wait_frame(SET[:25]))
         fetched = self.successResultOf(consumer.fetch("t", 0, 0, 25))
         self.assertEqual([m.payload for m in fetched], [b"a", b"bb"])
         self.assertEqual(fetched.next_offset, 21)
@@ -69,35 +69,51 @@ class FetchTests(SynchronousTestCase):
     def test_empty_fetch(self) -> None:
         """A fetch at the end of the log has no messages and keeps the same offset."""
         consumer, (connection,), _ = make_consumer()
-        connection.responses.append(fetch_frame(b""))
+        connection.responses.append(wait_frame(b""))
         self.assertEqual(self.successResultOf(consumer.fetch("t", 0, 42)), FetchedMessages((), 42))
 
     def test_crc_checked(self) -> None:
         """A message whose CRC does not match fails the fetch with InvalidMessage."""
         consumer, (connection,), _ = make_consumer()
-        connection.responses.append(fetch_frame(SET[:-1] + b"X"))
+        connection.responses.append(wait_frame(SET[:-1] + b"X"))
         self.failureResultOf(consumer.fetch("t", 0, 0), InvalidMessage)
 
     def test_message_larger_than_fetch(self) -> None:
         """A first message that does not fit in max_bytes is a clear FetchSizeTooSmall, not an empty answer."""
         consumer, (connection,), _ = make_consumer()
-        connection.responses.append(fetch_frame(SET[:6]))
+        connection.responses.append(wait_frame(SET[:6]))
         failure = self.failureResultOf(consumer.fetch("t", 3, 0, 6), FetchSizeTooSmall)
-        self.assertIn("t-3", str(failure.value))
-        self.assertIn("max_bytes=6", str(failure.value))
+        self.assertIn("the message at offset 0 of t-3 is 10 bytes, larger than max_bytes=6", str(failure.value))
 
     def test_broker_says_fetch_too_small(self) -> None:
         """The broker's FetchSizeTooSmall error gets the same clear message."""
         consumer, (connection,), _ = make_consumer()
         connection.responses.append(FetchSizeTooSmall("broker said so"))
+        connection.responses.append(fetch_frame(SET[:4]))  # a FETCH of 4 bytes: the message's length field
+        failure = self.failureResultOf(consumer.fetch("t", 0, 7, 6), FetchSizeTooSmall)
+        self.assertIn("offset 7 of t-0 is 10 bytes, larger than max_bytes=6; fetch it with max_bytes=10",
+                      str(failure.value))
+        self.assertEqual(connection.requests[1:], [FetchRequest("t", 0, 7, 4)])
+
+    def test_broker_says_fetch_too_small_and_size_unknown(self) -> None:
+        """When the size cannot be learnt, the error still names the offset and max_bytes."""
+        consumer, (connection,), _ = make_consumer()
+        connection.responses.append(FetchSizeTooSmall("broker said so"))
+        connection.responses.append(ConnectionFailed("gone"))
         failure = self.failureResultOf(consumer.fetch("t", 0, 7, 6), FetchSizeTooSmall)
         self.assertIn("offset 7 of t-0 is larger than max_bytes=6", str(failure.value))
+
+    def test_fetch_of_fewer_bytes_than_a_length_field(self) -> None:
+        """max_bytes under 4 can never hold a message: FetchSizeTooSmall, not an endless empty answer."""
+        consumer, (connection,), _ = make_consumer()
+        connection.responses.append(wait_frame(SET[:3]))
+        self.failureResultOf(consumer.fetch("t", 0, 0, 3), FetchSizeTooSmall)
 
     def test_compressed_messages(self) -> None:
         """A compressed wrapper is opened; its messages resume at the wrapper until the last one."""
         consumer, (connection,), _ = make_consumer()
         data = encode_message_set([b"x", b"y"], CODEC_GZIP)
-        connection.responses.append(fetch_frame(data))
+        connection.responses.append(wait_frame(data))
         fetched = self.successResultOf(consumer.fetch("t", 0, 0))
         self.assertEqual([(m.payload, m.next_offset) for m in fetched], [(b"x", 0), (b"y", len(data))])
         self.assertEqual(fetched.next_offset, len(data))

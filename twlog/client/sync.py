@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from twlog.client.options import ClientOptions
-from twlog.errors import BrokerTimeout, ConnectionFailed, ProtocolViolation, check
+from twlog.errors import BrokerError, BrokerTimeout, ConnectionFailed, FetchSizeTooSmall, ProtocolViolation, check
 from twlog.protocol.codec import (
     FetchRequest,
     MetadataRequest,
@@ -28,6 +28,7 @@ from twlog.protocol.codec import (
     OffsetsRequest,
     Request,
     Response,
+    WaitFetchRequest,
     decode_response,
     describe_request,
     encode_request,
@@ -111,8 +112,36 @@ class SyncConnection:
         return check(response, f"broker {self.address} refused {describe_request(request)}")
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
-        """Up to C{max_bytes} of raw log from C{offset}; broker errors raise their typed exceptions."""
-        return self.call(FetchRequest(topic, partition, offset, max_bytes)).messages
+        """Up to C{max_bytes} of raw log from C{offset}; broker errors raise their typed exceptions.
+
+        Sent as twlog's WAIT_FETCH waiting 0 ms, which names every error precisely (FetchSizeTooSmall,
+        OffsetNotOnBoundary...), where a FETCH is answered as a Kafka 0.7 broker would.
+        """
+        request = WaitFetchRequest(0, 0, (FetchRequest(topic, partition, offset, max_bytes),))
+        parts = self.call(request).parts
+        if len(parts) != 1:
+            self.close()
+            raise ProtocolViolation(f"broker {self.address} answered a one-part WAIT_FETCH with {len(parts)} parts")
+        try:
+            return check(parts[0], f"broker {self.address} refused {describe_request(request)}").messages
+        except FetchSizeTooSmall:
+            needed = self._message_size(topic, partition, offset)
+            size = f"is {needed} bytes, " if needed is not None else "is "
+            raise FetchSizeTooSmall(
+                f"the message at offset {offset} of {topic}-{partition} (broker {self.address}) {size}larger than "
+                f"max_bytes={max_bytes}"
+            ) from None
+
+    def _message_size(self, topic: str, partition: int, offset: int) -> int | None:
+        """The size (length field included) of the message at C{offset}, or None if it cannot be learnt.
+
+        A FETCH of 4 bytes: the broker answers it as Kafka 0.7 would, with the start of the message.
+        """
+        try:
+            data = self.call(FetchRequest(topic, partition, offset, 4)).messages
+        except (BrokerError, ConnectionFailed, BrokerTimeout):
+            return None
+        return int.from_bytes(data, "big", signed=True) + 4 if len(data) == 4 else None
 
     def offset(self, topic: str, partition: int, time: int) -> int:
         """The single offset OFFSETS answers for C{time} (L{LATEST} or L{EARLIEST})."""

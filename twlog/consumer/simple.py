@@ -53,15 +53,33 @@ def decode_fetched(data: bytes, topic: str, partition: int, offset: int, max_byt
     try:
         messages = tuple(iter_messages(data, offset))
     except FetchSizeTooSmall:
-        raise _too_small(topic, partition, offset, max_bytes) from None
+        needed = int.from_bytes(data[:4], "big", signed=True) + 4 if len(data) >= 4 else None
+        raise _too_small(topic, partition, offset, max_bytes, needed) from None
     return FetchedMessages(messages, messages[-1].next_offset if messages else offset)
 
 
-def _too_small(topic: str, partition: int, offset: int, max_bytes: int) -> FetchSizeTooSmall:
+def _too_small(topic: str, partition: int, offset: int, max_bytes: int, needed: int | None) -> FetchSizeTooSmall:
+    if needed is None:
+        return FetchSizeTooSmall(
+            f"the message at offset {offset} of {topic}-{partition} is larger than max_bytes={max_bytes}; "
+            f"fetch it with a larger max_bytes"
+        )
     return FetchSizeTooSmall(
-        f"the message at offset {offset} of {topic}-{partition} is larger than max_bytes={max_bytes}; "
-        f"fetch it with a larger max_bytes"
+        f"the message at offset {offset} of {topic}-{partition} is {needed} bytes, larger than "
+        f"max_bytes={max_bytes}; fetch it with max_bytes={needed} or more"
     )
+
+
+async def _message_size(connection: BrokerConnection, topic: str, partition: int, offset: int) -> int | None:
+    """The size (length field included) of the message at C{offset}, from its first 4 bytes, or None.
+
+    A FETCH of 4 bytes: the broker answers it as Kafka 0.7 would, with the start of the message.
+    """
+    try:
+        data = (await connection.request(FetchRequest(topic, partition, offset, 4))).messages
+    except Exception:
+        return None
+    return int.from_bytes(data, "big", signed=True) + 4 if len(data) == 4 else None
 
 
 class SimpleConsumer:
@@ -176,21 +194,24 @@ class SimpleConsumer:
         if self._closed:
             raise ClientClosed("the consumer is closed")
         fetch = FetchRequest(topic, partition, offset, max_bytes)
+        # Always twlog's WAIT_FETCH (a plain fetch waits 0 ms): on it the broker names every error precisely
+        # (FetchSizeTooSmall, OffsetNotOnBoundary...), where FETCH answers as a Kafka 0.7 broker would.
+        if max_wait_ms is None:
+            request = WaitFetchRequest(0, 0, (fetch,))
+        else:
+            request = WaitFetchRequest(max_wait_ms, self.min_bytes if min_bytes is None else min_bytes, (fetch,))
         try:
-            if max_wait_ms is None:
-                data = (await connection.request(fetch)).messages
-            else:
-                request = WaitFetchRequest(max_wait_ms, self.min_bytes if min_bytes is None else min_bytes, (fetch,))
-                parts = (await connection.request(request)).parts
-                if len(parts) != 1:
-                    raise ProtocolViolation(
-                        f"broker {connection.address} answered a one-part WAIT_FETCH with {len(parts)} parts"
-                    )
-                data = check(
-                    parts[0], f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{offset}"
-                ).messages
+            parts = (await connection.request(request)).parts
+            if len(parts) != 1:
+                raise ProtocolViolation(
+                    f"broker {connection.address} answered a one-part WAIT_FETCH with {len(parts)} parts"
+                )
+            data = check(
+                parts[0], f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{offset}"
+            ).messages
         except FetchSizeTooSmall:
-            raise _too_small(topic, partition, offset, max_bytes) from None
+            needed = await _message_size(connection, topic, partition, offset)
+            raise _too_small(topic, partition, offset, max_bytes, needed) from None
         return decode_fetched(data, topic, partition, offset, max_bytes)
 
     async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:

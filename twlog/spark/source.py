@@ -271,10 +271,10 @@ def read_range(part: TwlogPartition) -> Iterator:
                     f"offset {offset} of {where} is no longer in the log while reading [{part.start}, {part.end}) "
                     "(deleted by retention?)"
                 ) from None
-            except FetchSizeTooSmall:
+            except FetchSizeTooSmall as e:
                 raise FetchSizeTooSmall(
                     f"the message at offset {offset} of {where} is larger than the fetchSize option "
-                    f"({part.fetch_size} bytes): raise fetchSize"
+                    f"({part.fetch_size} bytes): raise fetchSize ({e})"
                 ) from None
             if not data:
                 raise OffsetOutOfRange(
@@ -293,10 +293,10 @@ def read_range(part: TwlogPartition) -> Iterator:
                     next_offset = message.next_offset
             except InvalidMessage as e:
                 raise InvalidMessage(f"{where}: {e}") from None
-            except FetchSizeTooSmall:
+            except FetchSizeTooSmall as e:
                 raise FetchSizeTooSmall(
                     f"the message at offset {offset} of {where} is larger than the fetchSize option "
-                    f"({part.fetch_size} bytes): raise fetchSize"
+                    f"({part.fetch_size} bytes): raise fetchSize ({e})"
                 ) from None
             if next_offset <= offset:
                 raise InvalidMessage(f"no whole message at offset {offset} of {where}")

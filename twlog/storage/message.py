@@ -209,6 +209,8 @@ def iter_messages(
     pos = 0
     while pos < n:
         if n - pos < 4:
+            if pos == 0 and not whole_buffer:  # a fetch of 1-3 bytes: not even the size fits
+                raise FetchSizeTooSmall(f"the message at offset {offset} is larger than the fetch size {n}")
             break
         size = _LENGTH.unpack_from(buf, pos)[0]
         end = pos + 4 + size
