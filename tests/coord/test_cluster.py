@@ -7,6 +7,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView, parse_broker_address
+from twlog.coord.registry import broker_value
 from twlog.partition import TopicPartition
 
 
@@ -61,6 +62,13 @@ class ClusterViewTests(SynchronousTestCase):
         self.register(1, b"10.0.0.1-1300000000:10.0.0.1:9092", {"clicks": 2})
         self.assertEqual(view.brokers, {1: ("10.0.0.1", 9092)})
         self.assertEqual(view.partitions("clicks"), [(1, 0), (1, 1)])
+
+    def test_what_twlog_writes(self) -> None:
+        """What a twlog broker registers (0.7's form, IPv6 in brackets) reads back as its host and port."""
+        view = self.view()
+        self.register(1, broker_value("10.0.0.1", 9092, 1300000000000).encode())
+        self.register(2, broker_value("::1", 9093, 1300000000000).encode())
+        self.assertEqual(view.brokers, {1: ("10.0.0.1", 9092), 2: ("::1", 9093)})
 
     def test_partitions_only_of_live_brokers_sorted(self) -> None:
         """A topic's partitions are those of live brokers, sorted by (broker id, partition), numerically."""
@@ -132,6 +140,20 @@ class AddressTests(SynchronousTestCase):
         self.assertEqual(parse_broker_address(b"10.0.0.1-1300000000:10.0.0.1:9092"), ("10.0.0.1", 9092))
         self.assertEqual(parse_broker_address(b"[::1]:9092"), ("::1", 9092))
 
+    def test_07_forms(self) -> None:
+        """0.7's <host>-<ms>:<host>:<port> with hyphenated names, IPv6 bracketed or bare, and surrounding space."""
+        cases = {
+            b"10.0.0.1-1300000000:10.0.0.1:9092": ("10.0.0.1", 9092),
+            b"my-host-1300000000000:my-host:9092": ("my-host", 9092),
+            b"[::1]-1300000000000:[::1]:9092": ("::1", 9092),
+            b"::1-1300000000000:::1:9092": ("::1", 9092),
+            b"some-creator:h:1": ("h", 1),
+            b" h:1\n": ("h", 1),
+        }
+        for value, address in cases.items():
+            self.assertEqual(parse_broker_address(value), address, value)
+
     def test_bad(self) -> None:
-        """A value without a port is a ValueError."""
-        self.assertRaises(ValueError, parse_broker_address, b"garbage")
+        """A value without a host or a port is a ValueError."""
+        for value in (b"garbage", b"h:", b":9092", b"h:99999", b"h:x", b"x[::1]:9", b"\xff:1"):
+            self.assertRaises(ValueError, parse_broker_address, value)

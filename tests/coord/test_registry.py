@@ -9,19 +9,25 @@ from tests.fakes import FakeLogs
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
-from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, RegistrationState, broker_address
+from twlog.coord.cluster import parse_broker_address
+from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, RegistrationState, broker_address, broker_value
 from twlog.coord.zk import ConnectionLoss
 
 S = RegistrationState
 
 
-def config(broker_id: int = 5) -> BrokerConfig:
-    return BrokerConfig(log=LogConfig("unused"), broker_id=broker_id, host="127.0.0.1")
+def config(broker_id: int = 5, host: str = "127.0.0.1") -> BrokerConfig:
+    return BrokerConfig(log=LogConfig("unused"), broker_id=broker_id, host=host)
+
+
+#: What the broker of config() writes, Kafka 0.7's form, when its clock says 1300000000 s.
+VALUE = b"127.0.0.1-1300000000000:127.0.0.1:9092"
 
 
 class RegistrationStateTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
+        self.clock.advance(1300000000)
         self.server = FakeZooKeeperServer()
         self.zk = FakeZooKeeper(self.server)
         self.zk.start()
@@ -47,7 +53,7 @@ class RegistrationStateTests(SynchronousTestCase):
 
     def assertRegistered(self, topics: dict[str, int]) -> None:
         session = self.zk.session_id
-        self.assertEqual(self.node(paths.broker_id_path(5)), (b"127.0.0.1:9092", session))
+        self.assertEqual(self.node(paths.broker_id_path(5)), (VALUE, session))
         for topic, count in topics.items():
             self.assertEqual(self.node(paths.broker_topic_path(topic, 5)), (str(count).encode(), session))
 
@@ -102,6 +108,34 @@ class RegistrationStateTests(SynchronousTestCase):
         self.successResultOf(d)
         self.assertIs(registration.state, S.REGISTERED)
         self.assertRegistered({"clicks": 3})
+
+    def test_waits_for_own_previous_registration_in_07_form(self) -> None:
+        """A previous run's 0.7-form value (another creator timestamp) or an IPv6 one is this broker's too."""
+        for host, value in (("127.0.0.1", b"127.0.0.1-1200000000000:127.0.0.1:9092"),
+                            ("::1", b"[::1]-1200000000000:[::1]:9092"), ("::1", b"[::1]:9092")):
+            server = FakeZooKeeperServer()
+            zk, previous = FakeZooKeeper(server), FakeZooKeeper(server)
+            zk.start()
+            previous.start()
+            self.successResultOf(previous.create(paths.broker_id_path(5), value, ephemeral=True, makepath=True))
+            registration = BrokerRegistration(zk, config(host=host), FakeLogs(), 9092, clock=self.clock,
+                                              stale_wait_s=15)
+            d = registration.start()
+            self.clock.advance(10)
+            self.assertNoResult(d)
+            previous.expire()
+            self.successResultOf(d)
+            written = self.successResultOf(zk.get(paths.broker_id_path(5)))[0]
+            self.assertEqual(parse_broker_address(written), (host, 9092))
+            self.assertNotEqual(written, value)
+
+    def test_id_in_use_by_a_07_broker(self) -> None:
+        """Another address in 0.7's form is another broker: refused, named as host:port."""
+        self.successResultOf(self.other.create(paths.broker_id_path(5), b"10.0.0.1-1300000000:10.0.0.1:9092",
+                                               ephemeral=True, makepath=True))
+        failure = self.failureResultOf(self.registration().start(), BrokerIdInUse)
+        self.assertEqual(failure.getErrorMessage(),
+                         "broker id 5 is already registered by a live broker at 10.0.0.1:9092")
 
     def test_own_previous_registration_that_stays(self) -> None:
         """... and refused after stale_wait_s if it does not go."""
@@ -220,3 +254,11 @@ class AddressTests(SynchronousTestCase):
         """Addresses are host:port, with IPv6 hosts in brackets."""
         self.assertEqual(broker_address("127.0.0.1", 9092), "127.0.0.1:9092")
         self.assertEqual(broker_address("::1", 9092), "[::1]:9092")
+
+    def test_broker_value(self) -> None:
+        """/brokers/ids/<id> holds Kafka 0.7's Broker.getZKString: <host>-<ms>:<host>:<port>."""
+        self.assertEqual(broker_value("10.0.0.1", 9092, 1300000000), "10.0.0.1-1300000000:10.0.0.1:9092")
+        self.assertEqual(broker_value("10.0.0.1", 9092, 1300000000).split(":")[1:], ["10.0.0.1", "9092"])  # 0.7
+        self.assertEqual(broker_value("::1", 9092, 5), "[::1]-5:[::1]:9092")
+        for host in ("10.0.0.1", "my-host.example", "::1"):
+            self.assertEqual(parse_broker_address(broker_value(host, 9092, 1300000000000).encode()), (host, 9092))

@@ -12,6 +12,7 @@ from tests.fakes import FakeLogs
 from tests.integration.zookeeper import connect, expire_session
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
+from twlog.coord.cluster import parse_broker_address
 from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, broker_address
 from twlog.coord.zk import CONNECTED, SUSPENDED, ZnodeStat, ZooKeeper
 
@@ -45,7 +46,8 @@ class RegistrationTests(TestCase):
         zk = await connect(self)
         await self.registration(zk, FakeLogs({"clicks": 3, "views": 1}), port=9093)
         value, stat = await zk.get(paths.broker_id_path(5))
-        self.assertEqual((value, stat.ephemeralOwner), (b"127.0.0.1:9093", zk.client_id[0]))
+        self.assertRegex(value, rb"^127\.0\.0\.1-\d{13}:127\.0\.0\.1:9093$")  # Kafka 0.7's form
+        self.assertEqual((parse_broker_address(value), stat.ephemeralOwner), (("127.0.0.1", 9093), zk.client_id[0]))
         for topic, count in (("clicks", b"3"), ("views", b"1")):
             value, stat = await zk.get(paths.broker_topic_path(topic, 5))
             self.assertEqual((value, stat.ephemeralOwner), (count, zk.client_id[0]))

@@ -10,6 +10,8 @@ by (broker id, partition).
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,13 +23,50 @@ from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, NoNodeError
 from twlog.partition import TopicPartition
 
 
+#: Kafka 0.7's C{<creator id>:<address>}, the creator id being C{<host>-<ms since the epoch>}.
+_CREATOR = re.compile(r"^(?P<creator>.*-\d+):(?P<address>.+)$", re.DOTALL)
+
+
 def parse_broker_address(value: bytes) -> tuple[str, int]:
-    """A broker registration's value, C{host:port} (Kafka 0.7 wrote C{creator:host:port}: the last two count)."""
-    text = value.decode("utf-8")
-    host, _, port = text.rpartition(":")
-    if ":" in host and not host.startswith("["):
-        host = host.rpartition(":")[2]  # 0.7's "creator:host:port"
-    return host.strip("[]"), int(port)
+    """A broker registration's value as C{(host, port)}: the one parser every reader of C{/brokers/ids/<id>} uses.
+
+    Both forms are read: Kafka 0.7's C{<creator id>:<host>:<port>} (creator id C{<host>-<ms>},
+    L{twlog.coord.registry.broker_value}, what twlog writes) and a plain C{<host>:<port>}.  An IPv6 host
+    may be in brackets (C{[::1]:9092}, C{[::1]-1300000000000:[::1]:9092}) or, in 0.7's form, bare.
+
+    @raise ValueError: neither form, or a port that is not a number in 0-65535.
+    """
+    try:
+        text = value.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"broker registration {value!r} is not UTF-8") from None
+    head, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"broker registration {text!r} does not end in :<port>")
+    if head.endswith("]"):  # a bracketed IPv6 host, alone or after 0.7's "creator:"
+        start = head.rfind("[")
+        if start < 0 or (start > 0 and head[start - 1] != ":"):
+            raise ValueError(f"broker registration {text!r} has a bad [host]")
+        host = head[start + 1 : -1]
+    else:
+        creator = _CREATOR.match(head)
+        if creator is not None:
+            host = creator.group("address")
+        elif ":" in head and not _is_ipv6(head):
+            host = head.rpartition(":")[2]  # another creator id: 0.7 clients take the last two fields too
+        else:
+            host = head
+    if not host or "[" in host or "]" in host:
+        raise ValueError(f"broker registration {text!r} has no host")
+    return host, int(port)
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 class ClusterView:

@@ -2,7 +2,9 @@
 """A broker's registration in ZooKeeper: its address and its topics, kept across session expiry.
 
 Kafka 0.7's broker registry (shared/DESIGN.md, "ZooKeeper layout"): the
-ephemeral node C{/brokers/ids/<id>} holds the broker's C{host:port}, and the
+ephemeral node C{/brokers/ids/<id>} holds the broker's address in 0.7's form,
+C{<host>-<ms since the epoch>:<host>:<port>} (L{broker_value}; 0.7 clients
+C{split(":")} it), read back by L{twlog.coord.cluster.parse_broker_address}; the
 ephemeral node C{/brokers/topics/<topic>/<id>} its partition count of the topic
 (ASCII decimal), one per topic the broker holds.  Producers and consumers
 watch both (L{twlog.coord.cluster.ClusterView}).
@@ -14,7 +16,8 @@ Ephemeral nodes belong to the session that created them and go with it.  So:
     name between two logs.  One exception: a registration with this
     broker's own address is its previous life (it crashed or was killed, and
     the server has not yet expired that session), so the broker waits for it
-    to expire, up to C{stale_wait_s}.
+    to expire, up to C{stale_wait_s}.  Only the host and port are compared: the
+    creator id's timestamp differs from run to run.
   - When the session expires (LOST, then CONNECTED on a new session), every
     node is gone, and the broker registers again: its id, then each topic.
     After a lost connection (SUSPENDED, then CONNECTED on the same session)
@@ -36,6 +39,7 @@ from twisted.logger import Logger
 
 from twlog.config import BrokerConfig
 from twlog.coord import paths
+from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, KazooException, NodeExistsError, NoNodeError
 from twlog.errors import TwlogError
 from twlog.storage.manager import LogManager
@@ -74,8 +78,31 @@ class BrokerIdInUse(TwlogError):
 
 
 def broker_address(host: str, port: int) -> str:
-    """The value of C{/brokers/ids/<id>}: C{host:port}, an IPv6 host in brackets."""
+    """C{host:port}, an IPv6 host in brackets: how log lines name a broker."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def broker_value(host: str, port: int, created_ms: int) -> str:
+    """The value of C{/brokers/ids/<id>}, Kafka 0.7's C{Broker.getZKString}: C{<creator id>:<host>:<port>},
+    the creator id being C{<host>-<created_ms>}.  An IPv6 host is in brackets (in the creator id too)."""
+    name = f"[{host}]" if ":" in host else host
+    return f"{name}-{created_ms}:{name}:{port}"
+
+
+def _describe(value: bytes) -> str:
+    """A registration value as C{host:port} for messages (as stored, if it does not parse)."""
+    try:
+        return broker_address(*parse_broker_address(value))
+    except ValueError:
+        return value.decode("utf-8", "replace")
+
+
+def _same_address(a: bytes, b: bytes) -> bool:
+    """Whether two registration values name one host and port (whatever their creator ids)."""
+    try:
+        return parse_broker_address(a) == parse_broker_address(b)
+    except ValueError:
+        return a == b
 
 
 class BrokerRegistration:
@@ -105,8 +132,10 @@ class BrokerRegistration:
         self._logs = logs
         self._clock = clock
         self.broker_id = config.broker_id
-        #: What this broker registers as its address.
+        #: This broker's address, C{host:port}.
         self.address = broker_address(config.advertised_host, port)
+        #: What this broker writes to C{/brokers/ids/<id>} (0.7's form; the creator id dates from now).
+        self.value = broker_value(config.advertised_host, port, int(clock.seconds() * 1000))
         self.stale_wait_s = stale_wait_s
         self.state = RegistrationState.STOPPED
         self._running = False
@@ -213,7 +242,7 @@ class BrokerRegistration:
 
     async def _claim_id(self) -> None:
         path = paths.broker_id_path(self.broker_id)
-        value = self.address.encode("utf-8")
+        value = self.value.encode("utf-8")
         deadline = self._clock.seconds() + self.stale_wait_s
         while True:
             held = await self._create_or_adopt(path, value)
@@ -223,15 +252,16 @@ class BrokerRegistration:
                 continue  # deleted meanwhile: try again
             current, stat = held
             owner = stat.ephemeralOwner
-            holder = current.decode("utf-8", "replace")
+            holder = _describe(current)
             if not owner:
                 raise BrokerIdInUse(
                     f"broker id {self.broker_id} is already registered at {holder} by a persistent node, "
                     f"not by a live broker; delete {path} if no broker uses this id"
                 )
             remaining = deadline - self._clock.seconds()
-            if current != value or remaining <= 0:
-                expired = " (its session did not expire in time)" if current == value else ""
+            same = _same_address(current, value)  # a previous run of this broker (its creator id differs)
+            if not same or remaining <= 0:
+                expired = " (its session did not expire in time)" if same else ""
                 raise BrokerIdInUse(
                     f"broker id {self.broker_id} is already registered by a live broker at {holder}{expired}"
                 )
@@ -386,4 +416,4 @@ class _Stale(TwlogError):
         super().__init__("the ZooKeeper session expired (or the registration stopped) while registering")
 
 
-__all__ = ["BrokerIdInUse", "BrokerRegistration", "RegistrationState", "broker_address"]
+__all__ = ["BrokerIdInUse", "BrokerRegistration", "RegistrationState", "broker_address", "broker_value"]
