@@ -22,7 +22,6 @@ from twlog.coord import paths
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, NoNodeError
 from twlog.partition import TopicPartition
 
-
 #: Kafka 0.7's C{<creator id>:<address>}, the creator id being C{<host>-<ms since the epoch>}.
 _CREATOR = re.compile(r"^(?P<creator>.*-\d+):(?P<address>.+)$", re.DOTALL)
 
