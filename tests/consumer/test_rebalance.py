@@ -86,9 +86,16 @@ class ConsumerAssignmentTests(SynchronousTestCase):
         """Subscriptions are registered as JSON topic -> streams, and bad ones are refused."""
         self.assertEqual(encode_subscription({"t": 2, "a": 1}), b'{"a":1,"t":2}')
         self.assertEqual(decode_subscription(b'{"t": 3}'), {"t": 3})
-        for bad in (b"not json", b"[1]", b'{"t": 0}', b'{"t": "2"}', b'{"t": true}', b"\xff"):
+        for bad in (b"not json", b"[1]", b'{"t": 0}', b'{"t": "2"}', b'{"t": true}', b"\xff", b"", b"a/b", b'"."'):
             self.assertRaises(ValueError, decode_subscription, bad)
+        self.assertEqual(decode_subscription(b'{ "t": 3, "u": 1 }\n'), {"t": 3, "u": 1})  # 0.7's TopicCount spacing
         self.assertEqual(validate_subscription({"t": 1}), {"t": 1})
+
+    def test_bare_topic_subscription(self) -> None:
+        """A registration holding a bare topic name (a 0.7-era client's) is one stream of that topic."""
+        for value, topic in ((b"clicks", "clicks"), (b"clicks\n", "clicks"), (b" my.topic-1 ", "my.topic-1"),
+                             (b"2024", "2024"), (b"null", "null"), (b'"quoted"', "quoted")):
+            self.assertEqual(decode_subscription(value), {topic: 1}, value)
         for bad in ({}, {"": 1}, {"a/b": 1}, {"t": 0}, {"t": 1.5}):
             self.assertRaises(ValueError, validate_subscription, bad)
 

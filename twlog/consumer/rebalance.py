@@ -21,7 +21,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+from twlog.errors import InvalidTopic
 from twlog.partition import TopicPartition
+from twlog.storage.manager import validate_topic
 
 P = TypeVar("P", str, TopicPartition)
 
@@ -119,16 +121,24 @@ def encode_subscription(subscription: Mapping[str, int]) -> bytes:
 
 
 def decode_subscription(value: bytes) -> dict[str, int]:
-    """The subscription in a consumer registration's value.
+    """The subscription in a consumer registration's value: JSON C{{"topic": streams}} (Kafka 0.7's
+    C{TopicCount}), or, as some 0.7-era clients wrote it, a bare topic name: one stream of that topic.
 
-    @raise ValueError: not a JSON object of topic -> positive stream count.
+    @raise ValueError: neither a JSON object of topic -> positive stream count nor a valid topic name.
     """
     try:
-        data = json.loads(value.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"subscription is not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError("subscription is not a JSON object")
+        text = value.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"subscription is not UTF-8: {e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = text  # not JSON: maybe a bare topic name
+    if not isinstance(data, dict):  # a name JSON also reads ("7", "null") or a JSON string is a topic too
+        try:
+            return {validate_topic(data if isinstance(data, str) else text): 1}
+        except InvalidTopic:
+            raise ValueError(f"subscription {text[:100]!r} is neither a JSON object nor a topic name") from None
     result = {}
     for topic, count in data.items():
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:

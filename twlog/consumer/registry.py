@@ -14,6 +14,7 @@ Both the group consumer (L{twlog.consumer.group}) and the admin side
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +28,7 @@ from twlog.errors import RebalanceFailed
 from twlog.partition import TopicPartition
 
 _log = Logger()
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def describe_error(error: BaseException) -> str:
@@ -62,11 +64,12 @@ async def read_values(zk: IZooKeeper, paths_: list[str]) -> list[bytes | None]:
 
 
 def parse_offset(value: bytes | None) -> int | None:
-    """An offset node's value as an int (None if missing or not a number)."""
-    try:
-        return int(value.decode().strip()) if value is not None else None
-    except ValueError:
+    """An offset node's value as an int: decimal digits, with any whitespace, newlines or NULs around them
+    (as hand-edited or 0.7-era tools leave them).  None if missing or not a number."""
+    if value is None:
         return None
+    text = value.decode("utf-8", "replace").strip(" \t\r\n\x00")
+    return int(text) if _DIGITS.fullmatch(text) else None
 
 
 # -- members ---------------------------------------------------------------------------------
@@ -86,8 +89,8 @@ async def read_members(zk: IZooKeeper, group: str, watch=None) -> dict[str, dict
         try:
             result[member] = decode_subscription(value)
         except ValueError as e:
-            _log.warn("group {group}: member {member} has an unreadable subscription: {error}", group=group,
-                      member=member, error=e)
+            _log.warn("group {group}: skipping member {member}: {path} holds an unreadable subscription: {error}",
+                      group=group, member=member, path=f"{ids_path}/{member}", error=e)
             result[member] = None
     return result
 

@@ -116,16 +116,8 @@ class BrokerRegistration:
 
     _log = Logger()
 
-    def __init__(
-        self,
-        zk: IZooKeeper,
-        config: BrokerConfig,
-        logs: LogManager,
-        port: int,
-        *,
-        clock=None,
-        stale_wait_s: float = 15.0,
-    ) -> None:
+    def __init__(self, zk: IZooKeeper, config: BrokerConfig, logs: LogManager, port: int, *, clock=None,
+                 stale_wait_s: float = 15.0) -> None:
         if clock is None:
             from twisted.internet import reactor as clock
         self._zk = zk
