@@ -5,7 +5,9 @@ Codes exist only at the edges: a server sends C{getattr(exc, "code", UNKNOWN)},
 a client turns a code back into an exception with L{error_for} (or L{raise_for},
 L{check}), the one mapping used by the Twisted client, the blocking client and
 the Spark source, with one message format (L{error_message}).  Codes 0-4 are
-Kafka 0.7's; the rest are twlog's additions.
+Kafka 0.7's; the rest are twlog's additions, which a response to one of 0.7's
+request types never carries: L{kafka07_code} turns each into the nearest 0.7
+code (the table L{KAFKA07_NEAREST}).
 """
 
 from __future__ import annotations

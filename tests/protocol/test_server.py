@@ -462,6 +462,18 @@ KAFKA07 = range(-1, 5)
 TWLOG_ONLY = sorted((cls for code, cls in ERRORS.items() if code not in KAFKA07), key=lambda c: c.code)
 
 
+class Kafka07CodeTests(SynchronousTestCase):
+    def test_table(self) -> None:
+        """0.7's codes stay; every twlog-only code has its nearest 0.7 code; an unknown code is Unknown."""
+        self.assertEqual([kafka07_code(c) for c in KAFKA07], list(KAFKA07))
+        self.assertEqual({cls.__name__: kafka07_code(cls.code) for cls in TWLOG_ONLY}, {
+            "InvalidTopic": -1, "MessageSizeTooLarge": 2, "FetchSizeTooSmall": 4, "OffsetNotOnBoundary": 1,
+            "RequestTimedOut": -1, "RequestTooLarge": -1, "InvalidRequest": -1, "BrokerShuttingDown": -1,
+            "StorageFailed": -1,
+        })
+        self.assertEqual(kafka07_code(99), UNKNOWN)
+
+
 class Kafka07Tests(BrokerTestMixin, SynchronousTestCase):
     """Request types 0-4 behave as on a Kafka 0.7 broker; twlog's types 5-7 keep twlog's precise codes."""
 

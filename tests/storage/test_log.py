@@ -341,6 +341,25 @@ class ReadTests(LogTestMixin, SynchronousTestCase):
         e = self.assertRaises(FetchSizeTooSmall, self.log.read, 109, 50)
         self.assertIn("109 bytes, larger than the fetch size 50", str(e))
 
+    def test_partial_first_message_as_kafka07(self) -> None:
+        """With partial_ok (Kafka 0.7's FETCH), a message larger than max_bytes gives its first max_bytes bytes,
+        as a file region (zero-copy); a larger max_bytes still stops at the flushed end and the segment end."""
+        whole = self.log.read(109, 109).read()
+        for max_bytes in (1, 4, 50, 108):
+            region = self.log.read(109, max_bytes, partial_ok=True)
+            self.assertEqual((region.offset, region.length, region.read()), (109, max_bytes, whole[:max_bytes]))
+        end = self.log.end_offset
+        self.log.append(encode_message_set(payloads(1)))  # not flushed: not visible
+        self.assertEqual(self.log.read(end - 109, 10_000, partial_ok=True).length, 109)
+        segment_end = self.log.segments[0].end_offset
+        self.assertLessEqual(self.log.read(0, 10**9, partial_ok=True).length, segment_end)
+
+    def test_partial_ok_still_checks_the_boundary(self) -> None:
+        """partial_ok does not lift the boundary check: an offset inside a message is OffsetNotOnBoundary."""
+        for offset in (110, 150, 217):
+            self.assertRaises(OffsetNotOnBoundary, self.log.read, offset, 50, partial_ok=True)
+        self.assertRaises(InvalidFetchSize, self.log.read, 0, 0, partial_ok=True)
+
     def test_partial_last_message(self) -> None:
         """A read may end inside a message; the reader drops the partial entry."""
         region = self.log.read(0, 300)
