@@ -15,6 +15,7 @@ from twlog.errors import (
     ConnectionLost,
     FetchSizeTooSmall,
     InvalidMessage,
+    InvalidTopic,
     OffsetOutOfRange,
 )
 from twlog.protocol import codec
@@ -139,6 +140,13 @@ class FetchTests(SynchronousTestCase):
         connection.responses.append(codec.encode_offsets_response(NO_ERROR, [300, 0]))
         self.assertEqual(self.successResultOf(consumer.offsets("t", 1, EARLIEST, 2)), [300, 0])
         self.assertEqual(connection.requests, [OffsetsRequest("t", 1, -2, 2)])
+
+    def test_offsets_of_an_invalid_topic(self) -> None:
+        """An invalid topic is InvalidTopic before OFFSETS is sent (the broker answers 0.7's types with -1)."""
+        consumer, (connection,), _ = make_consumer()
+        failure = self.failureResultOf(consumer.offsets("bad/topic", 0), InvalidTopic)
+        self.assertIn("OFFSETS bad/topic-0: InvalidTopic (error 5)", str(failure.value))
+        self.assertEqual(connection.requests, [])
 
     def test_closed(self) -> None:
         """After close(), fetches fail with ClientClosed and the connection is closed."""

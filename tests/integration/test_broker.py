@@ -11,6 +11,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import raw_connect, start_broker, wait_until
 from twlog.errors import (
+    UNKNOWN,
     BrokerShuttingDown,
     InvalidMessage,
     InvalidRequest,
@@ -29,6 +30,7 @@ from twlog.protocol.codec import (
     MetadataRequest,
     OffsetsRequest,
     ProduceRequest,
+    WaitFetchRequest,
 )
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
@@ -134,7 +136,7 @@ class BadInputTests(TestCase):
 
     async def test_oversize_frame(self) -> None:
         """A frame over max_request_bytes gets RequestTooLarge and a close, before its body is sent."""
-        self.client.send(struct.pack(">ih", 10 * 1024 * 1024, 0))
+        self.client.send(struct.pack(">ih", 10 * 1024 * 1024, codec.ACK_PRODUCE))
         (response,) = await self.client.responses(1)
         await self.client.closed
         self.assertEqual(codec.decode_error(response), RequestTooLarge.code)
@@ -158,26 +160,20 @@ class BadInputTests(TestCase):
         await self.healthy()
 
     async def test_request_errors_keep_the_connection(self) -> None:
-        """Bad topics, partitions and offsets get error codes and the connection stays usable."""
-        self.client.send(
-            FetchRequest("../../etc", 0, 0, 100),
-            FetchRequest("t", 2, 0, 100),
-            FetchRequest("t", 0, 10**9, 100),
-            FetchRequest("t", 0, 7, 100),
-            OffsetsRequest("t", 99, -1, 1),
-            MetadataRequest(),
-        )
-        frames = await self.client.responses(6)
+        """Bad topics, partitions and offsets get error codes and the connection stays usable: Kafka 0.7's
+        codes on FETCH and OFFSETS (0.7's types), the precise ones on WAIT_FETCH."""
+        fetches = [FetchRequest("../../etc", 0, 0, 100), FetchRequest("t", 2, 0, 100), FetchRequest("t", 0, 10**9, 100),
+                   FetchRequest("t", 0, 7, 100)]
+        self.client.send(*fetches, OffsetsRequest("t", 99, -1, 1), MetadataRequest(),
+                         *(WaitFetchRequest(0, 0, (f,)) for f in fetches))
+        frames = await self.client.responses(10)
         self.assertEqual(
-            [codec.decode_error(f) for f in frames],
-            [
-                InvalidTopic.code,
-                WrongPartition.code,
-                OffsetOutOfRange.code,
-                OffsetNotOnBoundary.code,
-                WrongPartition.code,
-                0,
-            ],
+            [codec.decode_error(f) for f in frames[:6]],
+            [UNKNOWN, WrongPartition.code, OffsetOutOfRange.code, OffsetOutOfRange.code, WrongPartition.code, 0],
+        )
+        self.assertEqual(
+            [codec.decode_multifetch_response(f).parts[0].error for f in frames[6:]],
+            [InvalidTopic.code, WrongPartition.code, OffsetOutOfRange.code, OffsetNotOnBoundary.code],
         )
         await self.healthy()
 

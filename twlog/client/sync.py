@@ -20,7 +20,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from twlog.client.options import ClientOptions
-from twlog.errors import BrokerError, BrokerTimeout, ConnectionFailed, FetchSizeTooSmall, ProtocolViolation, check
+from twlog.errors import (
+    BrokerError,
+    BrokerTimeout,
+    ConnectionFailed,
+    FetchSizeTooSmall,
+    InvalidTopic,
+    ProtocolViolation,
+    check,
+    error_message,
+)
 from twlog.protocol.codec import (
     FetchRequest,
     MetadataRequest,
@@ -33,8 +42,21 @@ from twlog.protocol.codec import (
     describe_request,
     encode_request,
 )
+from twlog.storage.manager import validate_topic
 
 _SIZE = struct.Struct(">i")
+
+
+def check_topic(topic: str, context: str) -> None:
+    """Refuse a topic name the broker would refuse, before a request of Kafka 0.7's types (OFFSETS) is sent:
+    the broker answers those with 0.7's codes only, where an invalid topic is just Unknown (-1).
+
+    @raise InvalidTopic: naming C{context} and what is wrong with the name.
+    """
+    try:
+        validate_topic(topic)
+    except InvalidTopic as e:
+        raise InvalidTopic(f"{error_message(InvalidTopic.code, context)} ({e})") from None
 
 
 class SyncConnection:
@@ -145,6 +167,7 @@ class SyncConnection:
 
     def offset(self, topic: str, partition: int, time: int) -> int:
         """The single offset OFFSETS answers for C{time} (L{LATEST} or L{EARLIEST})."""
+        check_topic(topic, f"OFFSETS {topic}-{partition}")
         offsets = self.call(OffsetsRequest(topic, partition, time, 1)).offsets
         return offsets[0] if offsets else 0
 

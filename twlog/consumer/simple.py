@@ -22,6 +22,7 @@ from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection, IBrokerConnection
 from twlog.client.options import ClientOptions
+from twlog.client.sync import check_topic
 from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, FetchSizeTooSmall, ProtocolViolation, check
 from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset, iter_messages
@@ -217,6 +218,7 @@ class SimpleConsumer:
     async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:
         if self._closed:
             raise ClientClosed("the consumer is closed")
+        check_topic(topic, f"OFFSETS {topic}-{partition}")
         response = await self._connection.request(OffsetsRequest(topic, partition, time, max_offsets))
         return list(response.offsets)
 
