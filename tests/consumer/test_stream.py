@@ -16,7 +16,7 @@ from twlog.errors import (
     WrongPartition,
 )
 from twlog.protocol import codec
-from twlog.protocol.codec import OffsetsRequest, WaitFetchRequest
+from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import MessageAndOffset, encode_message_set, iter_messages
 
 
@@ -157,6 +157,17 @@ class FetcherTests(SynchronousTestCase):
         self.failureResultOf(self.stream.__anext__(), FetchSizeTooSmall)
         request, _ = self.connection.waiting[0]
         self.assertEqual([f.partition for f in request.fetches], [1])
+        self.fetcher.stop()
+
+    def test_broker_size_error_names_the_size_needed(self) -> None:
+        """FetchSizeTooSmall (7) from the broker: a 4-byte FETCH reads the message's length; the error names it."""
+        self.p0.fetch_offset = 0
+        self.fetcher.start()
+        self.connection.answer(fetch_frame((FetchSizeTooSmall.code, b""), (0, b"")))
+        request = self.connection.answer(codec.fetch_response_header(0, 4) + (2496).to_bytes(4, "big"))
+        self.assertEqual(request, FetchRequest("t", 0, 0, 4))
+        failure = self.failureResultOf(self.stream.__anext__(), FetchSizeTooSmall)
+        self.assertIn("is 2500 bytes, larger than max_bytes=1000; fetch it with max_bytes=2500", str(failure.value))
         self.fetcher.stop()
 
     def test_stop_drops_late_answers(self) -> None:

@@ -55,11 +55,12 @@ def decode_fetched(data: bytes, topic: str, partition: int, offset: int, max_byt
         messages = tuple(iter_messages(data, offset))
     except FetchSizeTooSmall:
         needed = int.from_bytes(data[:4], "big", signed=True) + 4 if len(data) >= 4 else None
-        raise _too_small(topic, partition, offset, max_bytes, needed) from None
+        raise too_small(topic, partition, offset, max_bytes, needed) from None
     return FetchedMessages(messages, messages[-1].next_offset if messages else offset)
 
 
-def _too_small(topic: str, partition: int, offset: int, max_bytes: int, needed: int | None) -> FetchSizeTooSmall:
+def too_small(topic: str, partition: int, offset: int, max_bytes: int, needed: int | None) -> FetchSizeTooSmall:
+    """The error for a message at C{offset} larger than C{max_bytes}, naming the size C{needed} when known."""
     if needed is None:
         return FetchSizeTooSmall(
             f"the message at offset {offset} of {topic}-{partition} is larger than max_bytes={max_bytes}; "
@@ -71,7 +72,7 @@ def _too_small(topic: str, partition: int, offset: int, max_bytes: int, needed: 
     )
 
 
-async def _message_size(connection: BrokerConnection, topic: str, partition: int, offset: int) -> int | None:
+async def message_size(connection: BrokerConnection, topic: str, partition: int, offset: int) -> int | None:
     """The size (length field included) of the message at C{offset}, from its first 4 bytes, or None.
 
     A FETCH of 4 bytes: the broker answers it as Kafka 0.7 would, with the start of the message.
@@ -211,8 +212,8 @@ class SimpleConsumer:
                 parts[0], f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{offset}"
             ).messages
         except FetchSizeTooSmall:
-            needed = await _message_size(connection, topic, partition, offset)
-            raise _too_small(topic, partition, offset, max_bytes, needed) from None
+            needed = await message_size(connection, topic, partition, offset)
+            raise too_small(topic, partition, offset, max_bytes, needed) from None
         return decode_fetched(data, topic, partition, offset, max_bytes)
 
     async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:

@@ -22,7 +22,7 @@ from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection, IBrokerConnection
 from twlog.client.options import ClientOptions
-from twlog.consumer.simple import decode_fetched
+from twlog.consumer.simple import decode_fetched, message_size, too_small
 from twlog.errors import (
     NO_ERROR,
     BrokerError,
@@ -368,9 +368,12 @@ class BrokerFetcher:
             self._log.warn("{topic}/{partition}: offset {offset} is out of range; resetting to the {reset}",
                            topic=p.topic, partition=p.name, offset=offset, reset=self.reset)
             await self._reset(p)
+        elif error == FetchSizeTooSmall.code:
+            needed = await message_size(self.connection, p.topic, p.partition, offset)
+            self._give_up(p, too_small(p.topic, p.partition, offset, self.fetch_max_bytes, needed))
         else:
             failure = error_for(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
-            if error in (FetchSizeTooSmall.code, InvalidMessage.code):
+            if error == InvalidMessage.code:
                 self._give_up(p, failure)
             else:
                 self._pause_partition(p, failure)
