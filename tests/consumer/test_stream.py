@@ -164,7 +164,7 @@ class FetcherTests(SynchronousTestCase):
         self.p0.fetch_offset = 0
         self.fetcher.start()
         self.connection.answer(fetch_frame((FetchSizeTooSmall.code, b""), (0, b"")))
-        request = self.connection.answer(codec.fetch_response_header(0, 4) + (2496).to_bytes(4, "big"))
+        request = self.connection.answer(codec.fetch_response_header(0, 4)[4:] + (2496).to_bytes(4, "big"))
         self.assertEqual(request, FetchRequest("t", 0, 0, 4))
         failure = self.failureResultOf(self.stream.__anext__(), FetchSizeTooSmall)
         self.assertIn("is 2500 bytes, larger than max_bytes=1000; fetch it with max_bytes=2500", str(failure.value))
