@@ -180,9 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--brokers", type=_positive_int, default=1, help="how many brokers (default: 1)")
     local.add_argument("--data", default="twlog-local", help="directory for all data (default: ./twlog-local)")
     local.add_argument("--port", type=_positive_int, default=9092,
-                       help="first broker port; the next free ones follow (default: 9092)")
+                       help="the first broker's port; broker N listens on PORT+N (default: 9092)")
     local.add_argument("--zookeeper-port", type=_positive_int, default=2181,
-                       help="ZooKeeper's port, or any free one if taken (default: 2181)")
+                       help="ZooKeeper's port (default: 2181)")
     local.add_argument("--num-partitions", type=_positive_int, default=4,
                        help="partitions of a new topic on each broker (default: 4)")
     local.add_argument("--flush-interval-ms", type=_positive_int, default=200,
@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
         command = benches.add_parser(name, help=help_text, description=description)
         _throughput_options(command, fetch_bytes, fetch_help, dir_help)
         command.set_defaults(run=run)
+        if name == "storage":
+            command.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
+                                 help="compress each batch into one wrapper, which the log validates on append "
+                                 "by decompressing it (default: none)")
 
     rebalance = benches.add_parser(
         "rebalance",
