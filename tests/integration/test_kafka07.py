@@ -49,14 +49,9 @@ from tests.integration.kafka07 import (
     parse_broker,
     topic_count_value,
 )
+from twlog.coord.zkserver import free_port, free_ports
 
 PARTITIONS_PER_BROKER = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Local(ProcessProtocol):
@@ -92,7 +87,7 @@ async def start_local(testcase: TestCase, brokers: int = 2) -> Cluster:
     data = os.path.abspath(testcase.mktemp())
     local = _Local()
     argv = [sys.executable, "-m", "twlog.cli", "local", "--brokers", str(brokers), "--data", data,
-            "--port", str(_free_port()), "--zookeeper-port", str(_free_port()),
+            "--port", str(free_ports(brokers)), "--zookeeper-port", str(free_port()),
             "--num-partitions", str(PARTITIONS_PER_BROKER), "--flush-interval-ms", "20"]
     transport = reactor.spawnProcess(local, sys.executable, argv, env=os.environ.copy())
 

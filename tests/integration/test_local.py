@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import sys
 
 from twisted.internet import reactor
@@ -13,7 +14,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
 from tests.integration.test_cli import twlog
-from twlog.coord.zkserver import four_letter_word, free_port
+from twlog.coord.zkserver import four_letter_word, free_port, free_ports
 
 
 class _Local(ProcessProtocol):
@@ -35,24 +36,61 @@ class _Local(ProcessProtocol):
         self.ended.callback(reason.value.exitCode)
 
 
+def start_local(testcase: TestCase, *args: str) -> tuple[_Local, object]:
+    """Run C{twlog local ARGS} in its own process, killed (by pid) at the end of the test if still running."""
+    local = _Local()
+    argv = [sys.executable, "-m", "twlog.cli", "local", *args]
+    transport = reactor.spawnProcess(local, sys.executable, argv, env=os.environ.copy())
+
+    def kill_if_running():
+        if not local.ended.called:
+            transport.signalProcess("KILL")
+            return local.ended
+
+    testcase.addCleanup(kill_if_running)
+    return local, transport
+
+
+def banner_ports(banner: str) -> tuple[int, list[int]]:
+    """ZooKeeper's port and the brokers' ports, from twlog local's banner."""
+    zookeeper = int(re.search(r"ZooKeeper at 127\.0\.0\.1:(\d+)", banner).group(1))
+    brokers = [int(p) for p in re.findall(r"localhost:(\d+)", banner.split("broker(s) at ")[1].split(";")[0])]
+    return zookeeper, brokers
+
+
+class _Consumer(ProcessProtocol):
+    """A `twlog consume --follow`-like process: its stdout, and a Deferred per expected line."""
+
+    def __init__(self) -> None:
+        self.output = b""
+        self.waiting: list[tuple[bytes, Deferred]] = []
+        self.ended: Deferred = Deferred()
+
+    def outReceived(self, data: bytes) -> None:
+        self.output += data
+        for line, d in list(self.waiting):
+            if line in self.output.split(b"\n"):
+                self.waiting.remove((line, d))
+                d.callback(None)
+
+    def printed(self, line: bytes) -> Deferred:
+        d: Deferred = Deferred()
+        self.waiting.append((line, d))
+        self.outReceived(b"")
+        return d
+
+    def processEnded(self, reason) -> None:
+        self.ended.callback(None)
+
+
 class LocalClusterTests(TestCase):
     timeout = 120
 
     async def test_local_cluster(self) -> None:
         """twlog local runs ZooKeeper and two registered brokers; Ctrl-C stops them all cleanly."""
         data = os.path.abspath(self.mktemp())
-        first_port = free_port()
-        local = _Local()
-        argv = [sys.executable, "-m", "twlog.cli", "local", "--brokers", "2", "--data", data,
-                "--port", str(first_port), "--zookeeper-port", str(free_port())]
-        transport = reactor.spawnProcess(local, sys.executable, argv, env=os.environ.copy())
-
-        def kill_if_running():
-            if not local.ended.called:
-                transport.signalProcess("KILL")
-                return local.ended
-
-        self.addCleanup(kill_if_running)
+        local, transport = start_local(self, "--brokers", "2", "--data", data, "--port", str(free_ports(2)),
+                                       "--zookeeper-port", str(free_port()))
         banner = await local.ready
         zookeeper = re.search(r"ZooKeeper at (127\.0\.0\.1:\d+)", banner).group(1)
         ports = [int(p) for p in re.findall(r"localhost:(\d+)", banner.split("broker(s) at ")[1].split(";")[0])]
@@ -78,3 +116,66 @@ class LocalClusterTests(TestCase):
         self.assertEqual(four_letter_word(int(zookeeper.split(":")[1])), b"")  # ZooKeeper is gone
         for broker in ("broker-0", "broker-1"):
             self.assertTrue(os.path.exists(os.path.join(data, broker, ".twlog-clean-shutdown")))
+
+    async def test_restart_keeps_ports(self) -> None:
+        """Stopped while a group consumer is connected and started again at once, twlog local gets the same
+        ports (the TIME_WAIT connections left do not count as taken), and the consumer carries on."""
+        data = os.path.abspath(self.mktemp())
+        args = ("--data", data, "--port", str(free_ports(1)), "--zookeeper-port", str(free_port()),
+                "--flush-interval-ms", "20")
+        local, transport = start_local(self, *args)
+        zookeeper, brokers = banner_ports(await local.ready)
+        status, _, err = await twlog("produce", "--zookeeper", f"127.0.0.1:{zookeeper}", "-t", "clicks",
+                                     stdin=b"first\n")
+        self.assertEqual(status, 0, err)
+        consumer = _Consumer()
+        argv = [sys.executable, "-m", "twlog.cli", "consume", "--zookeeper", f"127.0.0.1:{zookeeper}",
+                "--group", "g", "--topic", "clicks"]
+        consumer_transport = reactor.spawnProcess(consumer, sys.executable, argv, env=os.environ.copy())
+
+        def stop_consumer():
+            if not consumer.ended.called:
+                consumer_transport.signalProcess("KILL")
+                return consumer.ended
+
+        self.addCleanup(stop_consumer)
+        await consumer.printed(b"first")
+
+        transport.signalProcess(signal.SIGINT)
+        await local.ended
+        with socket.socket() as plain:  # what a probe without SO_REUSEADDR saw: ZooKeeper's port "taken"
+            self.assertRaises(OSError, plain.bind, ("127.0.0.1", zookeeper))
+
+        again, again_transport = start_local(self, *args)
+        self.assertEqual(banner_ports(await again.ready), (zookeeper, brokers))
+        status, _, err = await twlog("produce", "--zookeeper", f"127.0.0.1:{zookeeper}", "-t", "clicks",
+                                     stdin=b"second\n")
+        self.assertEqual(status, 0, err)
+        await consumer.printed(b"second")
+
+        # A second twlog local on the same data directory: one line, exit 1, before anything starts.
+        status, out, err = await twlog("local", "--data", data, "--port", str(free_ports(1)),
+                                       "--zookeeper-port", str(free_port()))
+        self.assertEqual((status, out), (1, b""))
+        self.assertEqual(err, b"twlog: %s is in use by another twlog local (pid %d); stop it, or pick another "
+                         b"directory with --data\n" % (data.encode(), again_transport.pid))
+
+    async def test_port_taken(self) -> None:
+        """A port another process listens on stops twlog local with one line naming it and the option."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        self.addCleanup(listener.close)
+        taken = listener.getsockname()[1]
+        data = os.path.abspath(self.mktemp())
+        status, out, err = await twlog("local", "--data", data, "--zookeeper-port", str(taken),
+                                       "--port", str(free_ports(1)))
+        self.assertEqual((status, out), (1, b""))
+        self.assertEqual(err, b"twlog: cannot use port %d for ZooKeeper (Address already in use); pick another "
+                         b"with --zookeeper-port\n" % taken)
+        status, out, err = await twlog("local", "--data", data, "--zookeeper-port", str(free_port()),
+                                       "--port", str(taken))
+        self.assertEqual((status, out), (1, b""))
+        self.assertEqual(err, b"twlog: cannot use port %d for broker 0 (Address already in use); pick other ports "
+                         b"with --port (broker N listens on --port + N)\n" % taken)

@@ -7,16 +7,21 @@ broker's partitions.  The brokers run in this process, one Twisted service
 each, registered in ZooKeeper like any other broker.  Ctrl-C (or SIGTERM)
 stops the brokers cleanly (flush, clean-shutdown marker, deregistration),
 then ZooKeeper.
+
+It starts on the ports asked for (by default ZooKeeper on 2181, brokers from
+9092) or not at all: a port another process listens on, or a data directory
+another C{twlog local} uses (C{<data>/.twlog-local.lock}), is one line naming
+the option to change.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
-import socket
 import sys
 
 from twisted.application.service import MultiService
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import Deferred, DeferredList, FirstError
 from twisted.logger import (
     FilteringLogObserver,
     LogLevel,
@@ -27,27 +32,63 @@ from twisted.logger import (
 
 from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
-from twlog.coord.zkserver import ZooKeeperServer, free_port
+from twlog.coord.zkserver import PortInUse, ZooKeeperServer, bind_error
+from twlog.errors import TwlogError
+
+#: The lock file of C{--data}, held (flock) for the life of the C{twlog local} using it.
+LOCK_FILE = ".twlog-local.lock"
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+class LocalError(TwlogError):
+    """C{twlog local} cannot start: said in one line, naming what to change."""
 
 
-def broker_ports(first: int, count: int) -> list[int]:
-    """C{count} ports from C{first} upward that are free now (skipping taken ones)."""
-    ports, port = [], first
-    while len(ports) < count:
-        if port > 65535:
-            raise OSError(f"no {count} free ports from {first}")
-        if _port_free(port):
-            ports.append(port)
-        port += 1
+def lock_data_directory(data: str) -> int:
+    """Lock C{data} for this process (an exclusive C{flock} on L{LOCK_FILE}, released when the process ends).
+
+    The brokers' own locks (C{broker-<id>/.lock}, taken by their log
+    managers) are other files: the two never block each other.
+
+    @return: the lock file's descriptor (close it to unlock).
+    @raise LocalError: another C{twlog local} runs on C{data}.
+    """
+    os.makedirs(data, exist_ok=True)
+    path = os.path.join(data, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        pid = f" (pid {holder})" if holder.isdigit() else ""
+        raise LocalError(f"{data} is in use by another twlog local{pid}; stop it, or pick another directory "
+                         "with --data") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def check_ports(zookeeper_port: int, first_broker_port: int, brokers: int) -> list[int]:
+    """The brokers' ports (C{brokers} consecutive ones from C{first_broker_port}), once all ports are free.
+
+    Probed as the servers will bind them, so the connections of a C{twlog
+    local} stopped a moment ago do not count; a port another process
+    listens on is a L{LocalError} naming it and the option to change.
+    """
+    ports = list(range(first_broker_port, first_broker_port + brokers))
+    if ports[-1] > 65535:
+        raise LocalError(f"{brokers} broker ports from {first_broker_port} go past 65535; pick a lower --port")
+    if zookeeper_port in ports:
+        raise LocalError(f"port {zookeeper_port} is both ZooKeeper's (--zookeeper-port) and a broker's (--port)")
+    error = bind_error(zookeeper_port)
+    if error is not None:
+        raise LocalError(f"cannot use port {zookeeper_port} for ZooKeeper ({error}); "
+                         "pick another with --zookeeper-port")
+    for broker_id, port in enumerate(ports):
+        error = bind_error(port)
+        if error is not None:
+            raise LocalError(f"cannot use port {port} for broker {broker_id} ({error}); "
+                             "pick other ports with --port (broker N listens on --port + N)")
     return ports
 
 
@@ -68,20 +109,30 @@ def usage_text(zookeeper: str, ports: list[int], data: str) -> str:
 async def run_local(reactor, args) -> None:
     """Start ZooKeeper and the brokers, print how to use them, and run until the reactor stops."""
     data = os.path.abspath(args.data)
-    os.makedirs(data, exist_ok=True)
+    lock = lock_data_directory(data)
+    try:
+        await _run_cluster(reactor, args, data)
+    finally:
+        os.close(lock)
+
+
+async def _run_cluster(reactor, args, data: str) -> None:
+    ports = check_ports(args.zookeeper_port, args.port, args.brokers)
     # The brokers' log lines (topics created, recovery, bad clients) go to stderr.
     globalLogBeginner.beginLoggingTo(
         [FilteringLogObserver(textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(LogLevel.info)])],
         redirectStandardIO=False,
     )
     print(f"starting ZooKeeper under {os.path.join(data, 'zookeeper')} ...", file=sys.stderr)
-    zk_port = args.zookeeper_port if _port_free(args.zookeeper_port) else free_port()
-    zookeeper = ZooKeeperServer(os.path.join(data, "zookeeper"), port=zk_port)
-    zookeeper.start()
+    zookeeper = ZooKeeperServer(os.path.join(data, "zookeeper"), port=args.zookeeper_port)
+    try:
+        zookeeper.start()
+    except PortInUse as e:  # taken since check_ports
+        raise LocalError(f"{e}; pick another port with --zookeeper-port") from None
     top = MultiService()
     services = []
     try:
-        for broker_id, port in enumerate(broker_ports(args.port, args.brokers)):
+        for broker_id, port in enumerate(ports):
             config = BrokerConfig(
                 log=LogConfig(os.path.join(data, f"broker-{broker_id}"), num_partitions=args.num_partitions,
                               flush_interval_ms=args.flush_interval_ms),
@@ -89,11 +140,16 @@ async def run_local(reactor, args) -> None:
                 port=port,
                 zookeeper=zookeeper.connect_string,
             )
-            service = BrokerService(config, reactor)
+            service = BrokerService(config, reactor, stop_reactor_on_error=False)
             service.setServiceParent(top)
             services.append(service)
         top.startService()
-        await DeferredList([s.listening for s in services], fireOnOneErrback=True, consumeErrors=True)
+        try:
+            await DeferredList([s.listening for s in services], fireOnOneErrback=True, consumeErrors=True)
+        except FirstError as e:
+            failed = services[e.index].config
+            raise LocalError(f"broker {failed.broker_id} (port {failed.port}) cannot start: "
+                             f"{e.subFailure.getErrorMessage()}") from None
     except BaseException:
         await top.stopService()
         zookeeper.stop()

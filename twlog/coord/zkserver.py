@@ -11,6 +11,7 @@ off, and is stopped by its process id.
 from __future__ import annotations
 
 import ctypes
+import errno
 import glob
 import importlib.util
 import os
@@ -27,6 +28,10 @@ _DEBIAN_LIBS = ("/usr/share/zookeeper/lib", "/usr/share/java")
 
 class ZooKeeperNotFound(TwlogError):
     """No ZooKeeper server jars or no Java on this machine."""
+
+
+class PortInUse(TwlogError):
+    """A server cannot listen on its port: another process listens there."""
 
 
 def find_classpath() -> str:
@@ -54,6 +59,32 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def bind_error(port: int, host: str = "127.0.0.1") -> str | None:
+    """Why a server could not listen on C{host:port} now (C{"Address already in use"}), or None if it could.
+
+    Probed as servers bind (Twisted and Java listeners set C{SO_REUSEADDR}), so
+    the connections a server left behind when it stopped a moment ago
+    (C{TIME_WAIT}, C{FIN_WAIT2}) do not count: only a live listener, or a
+    socket bound without C{SO_REUSEADDR}, does.
+    """
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e.strerror or errno.errorcode.get(e.errno, str(e))
+    return None
+
+
+def free_ports(count: int, attempts: int = 100) -> int:
+    """The first of C{count} consecutive TCP ports on 127.0.0.1 that nothing listens on now."""
+    for _ in range(attempts):
+        first = free_port()
+        if first + count - 1 <= 65535 and all(bind_error(first + i) is None for i in range(1, count)):
+            return first
+    raise OSError(f"no {count} consecutive free ports found")
 
 
 def four_letter_word(port: int, word: bytes = b"ruok", timeout_s: float = 1.0) -> bytes:
@@ -104,13 +135,14 @@ class ZooKeeperServer:
         """Start the server and wait until it serves requests.
 
         When the port was picked here and something else took it before the
-        server bound it, try again on another free port.
+        server bound it, try again on another free port; a port given by the
+        caller that another process listens on is L{PortInUse}.
         """
         for attempt in range(attempts):
             try:
                 return self._start_once(timeout_s)
-            except ZooKeeperNotFound as e:
-                if not (self._port_chosen and "Address already in use" in str(e)) or attempt == attempts - 1:
+            except PortInUse:
+                if not self._port_chosen or attempt == attempts - 1:
                     raise
                 self.port = free_port()
         raise AssertionError("unreachable")
@@ -122,6 +154,10 @@ class ZooKeeperServer:
                 "no 'java' on PATH: ZooKeeper needs Java 11 or newer (apt-get install openjdk-17-jre-headless)"
             )
         classpath = find_classpath()
+        # Before the JVM starts: a server already on the port would answer the readiness probe below.
+        error = bind_error(self.port)
+        if error is not None:
+            raise PortInUse(f"ZooKeeper cannot listen on 127.0.0.1:{self.port}: {error}")
         data_dir = os.path.join(self.directory, "data")
         os.makedirs(data_dir, exist_ok=True)
         config = os.path.join(self.directory, "zoo.cfg")
@@ -142,6 +178,7 @@ class ZooKeeperServer:
             config,
         ]
         with open(self.log_path, "ab") as log:
+            log_start = log.tell()  # this run's output, not an earlier run's
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout_s
@@ -154,7 +191,10 @@ class ZooKeeperServer:
             time.sleep(0.1)
         self.stop()
         with open(self.log_path, "rb") as f:
+            f.seek(log_start)
             tail = f.read()[-2000:].decode(errors="replace")
+        if "Address already in use" in tail:
+            raise PortInUse(f"ZooKeeper cannot listen on 127.0.0.1:{self.port}: Address already in use")
         raise ZooKeeperNotFound(f"ZooKeeper did not start on 127.0.0.1:{self.port}; its output ends:\n{tail}")
 
     def stop(self, timeout_s: float = 15.0) -> None:

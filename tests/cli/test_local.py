@@ -1,0 +1,107 @@
+"""Tests for `twlog local`'s start-up checks: ports probed as servers bind them, and the data directory's lock."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.cli.local import LOCK_FILE, LocalError, check_ports, lock_data_directory
+from twlog.coord.zkserver import bind_error, free_port, free_ports
+
+
+def listening_socket(testcase: SynchronousTestCase, port: int = 0) -> socket.socket:
+    """A live listener on 127.0.0.1 (C{port}, or any free one), closed after the test."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", port))
+    s.listen(1)
+    testcase.addCleanup(s.close)
+    return s
+
+
+def leave_time_wait(testcase: SynchronousTestCase) -> int:
+    """A port whose server stopped after a client connected: only a TIME_WAIT socket is left on it."""
+    server = listening_socket(testcase)
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server side closes first: it is the side left in TIME_WAIT
+    client.recv(1)
+    client.close()
+    server.close()
+    return port
+
+
+class PortProbeTests(SynchronousTestCase):
+    def test_listener_is_in_use(self) -> None:
+        """A port another socket listens on cannot be bound: bind_error says why."""
+        port = listening_socket(self).getsockname()[1]
+        self.assertEqual(bind_error(port), "Address already in use")
+
+    def test_time_wait_is_free(self) -> None:
+        """The TIME_WAIT connections a stopped server leaves do not make its port taken (a server can bind it)."""
+        port = leave_time_wait(self)
+        with socket.socket() as plain:  # what the old probe did, without SO_REUSEADDR: "taken"
+            self.assertRaises(OSError, plain.bind, ("127.0.0.1", port))
+        self.assertIsNone(bind_error(port))
+
+    def test_free_ports_are_consecutive_and_free(self) -> None:
+        """free_ports(n) is the first of n consecutive ports that can all be bound."""
+        first = free_ports(3)
+        self.assertEqual([bind_error(p) for p in range(first, first + 3)], [None, None, None])
+
+
+class CheckPortsTests(SynchronousTestCase):
+    def test_ports_after_restart(self) -> None:
+        """Ports with only TIME_WAIT sockets are the ones used: the brokers' are consecutive from --port."""
+        zookeeper = leave_time_wait(self)
+        first = free_ports(2)
+        self.assertEqual(check_ports(zookeeper, first, 2), [first, first + 1])
+
+    def test_zookeeper_port_taken(self) -> None:
+        """A ZooKeeper port another process listens on is an error naming it and --zookeeper-port."""
+        taken = listening_socket(self).getsockname()[1]
+        e = self.assertRaises(LocalError, check_ports, taken, free_ports(1), 1)
+        self.assertEqual(str(e), f"cannot use port {taken} for ZooKeeper (Address already in use); "
+                                 "pick another with --zookeeper-port")
+
+    def test_broker_port_taken(self) -> None:
+        """A taken broker port is an error naming the port, the broker and --port; no other port is tried."""
+        first = free_ports(2)
+        listening_socket(self, first + 1)
+        e = self.assertRaises(LocalError, check_ports, free_port(), first, 2)
+        self.assertIn(f"cannot use port {first + 1} for broker 1 (Address already in use)", str(e))
+        self.assertIn("--port", str(e))
+
+    def test_same_port_twice(self) -> None:
+        """ZooKeeper's port inside the brokers' range is refused."""
+        first = free_ports(2)
+        e = self.assertRaises(LocalError, check_ports, first + 1, first, 2)
+        self.assertIn("--zookeeper-port", str(e))
+
+    def test_past_last_port(self) -> None:
+        """Brokers' ports past 65535 are refused before anything is probed."""
+        e = self.assertRaises(LocalError, check_ports, free_port(), 65535, 2)
+        self.assertIn("65535", str(e))
+
+
+class DataLockTests(SynchronousTestCase):
+    def test_second_lock_is_refused(self) -> None:
+        """A data directory locked by a twlog local cannot be locked again, until the first lets go."""
+        data = os.path.abspath(self.mktemp())
+        fd = lock_data_directory(data)
+        e = self.assertRaises(LocalError, lock_data_directory, data)
+        self.assertEqual(str(e), f"{data} is in use by another twlog local (pid {os.getpid()}); stop it, or "
+                                 "pick another directory with --data")
+        os.close(fd)
+        os.close(lock_data_directory(data))
+
+    def test_lock_is_not_a_broker_lock(self) -> None:
+        """The lock file is the directory's own, beside the brokers' directories, not inherited by children."""
+        data = os.path.abspath(self.mktemp())
+        fd = lock_data_directory(data)
+        self.addCleanup(os.close, fd)
+        self.assertEqual(os.listdir(data), [LOCK_FILE])
+        self.assertFalse(os.get_inheritable(fd))
