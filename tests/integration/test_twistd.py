@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
+import sysconfig
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
-from twisted.trial.unittest import TestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from tests.integration.broker import RawClient
 from tests.integration.test_registry import node_until
@@ -145,3 +148,49 @@ class TwistdZooKeeperTests(TestCase):
         first.transport.signalProcess(signal.SIGTERM)
         self.assertEqual(await first.ended, "SIGTERM", first.output.decode())
         self.assertIsNone(await zk.exists(paths.broker_id_path(3)))
+
+
+_PLUGIN_CHECK = """
+import pkgutil, site, sys
+site.addsitedir(sys.argv[1])          # the install under test: its .pth files are read
+from twisted.application.service import IServiceMaker
+from twisted.plugin import getPlugins
+makers = {m.tapname: m for m in getPlugins(IServiceMaker)}
+print("twistd plugin:", makers["twlog"].module if "twlog" in makers else None)
+print("pyspark hook:", any(m.name == "pyspark_twlog" for m in pkgutil.iter_modules()))
+"""
+
+
+class EditableInstallTests(SynchronousTestCase):
+    def test_plain_editable_install_finds_the_plugin(self) -> None:
+        """After a plain `pip install -e .` (setuptools' default mode, no compat), Twisted's plugin scan finds
+        `twistd twlog` and PySpark's scan finds pyspark_twlog: the install is a .pth to the project directory.
+
+        The project is copied (so the build leaves nothing in the tree), installed offline with this venv's
+        setuptools into a prefix, and checked by a Python that sees this venv's packages but none of its .pth
+        files (so not the checkout this suite runs from).
+        """
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        project = os.path.abspath(self.mktemp())
+        os.makedirs(project)
+        for name in ("setup.cfg", "pyproject.toml", "README.md"):
+            shutil.copy(os.path.join(root, name), project)
+        for name in ("twlog", "twisted", "pyspark_twlog"):
+            shutil.copytree(os.path.join(root, name), os.path.join(project, name),
+                            ignore=shutil.ignore_patterns("__pycache__", "dropin.cache"))
+        prefix = os.path.abspath(self.mktemp())
+        install = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+             "--disable-pip-version-check", "--prefix", prefix, "-e", project],
+            capture_output=True, text=True, timeout=120, cwd=project,
+        )
+        self.assertEqual(install.returncode, 0, install.stderr)
+        installed = sysconfig.get_path("purelib", vars={"base": prefix, "platbase": prefix})
+        here = sysconfig.get_path("purelib")  # this venv's packages (Twisted, pyspark), without their .pth files
+        check = subprocess.run(
+            [sys.executable, "-S", "-c", f"import sys; sys.path.append({here!r}); " + _PLUGIN_CHECK, installed],
+            capture_output=True, text=True, timeout=60, cwd=prefix,
+        )
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertIn("twistd plugin: twlog.broker.tap\n", check.stdout)
+        self.assertIn("pyspark hook: True\n", check.stdout)
