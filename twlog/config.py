@@ -83,6 +83,12 @@ class BrokerConfig:
     host: str | None = None
     #: Frames larger than this are refused before they are buffered.
     max_request_bytes: int = 100 * 1024 * 1024
+    #: Bytes of requests all connections together may buffer (partial frames, and frames waiting behind
+    #: max_pending_requests): past it, the connections with the largest frames still to come stop reading.
+    max_buffered_request_bytes: int = 256 * 1024 * 1024
+    #: Open client connections past which a new one is closed at once (None: derived at start from the
+    #: descriptor limit, less a reserve for segment files).
+    max_connections: int | None = None
     #: Requests awaiting their response on one connection before the broker stops reading from it.
     max_pending_requests: int = 128
     #: The longest a waiting fetch is held, whatever the client asks.
@@ -102,6 +108,10 @@ class BrokerConfig:
             problems.append("max_request_bytes must be at least 1024")
         if self.max_pending_requests < 1:
             problems.append("max_pending_requests must be at least 1")
+        if self.max_buffered_request_bytes < self.max_request_bytes:
+            problems.append("max_buffered_request_bytes must be at least max_request_bytes (the largest request fits)")
+        if self.max_connections is not None and self.max_connections < 1:
+            problems.append("max_connections must be at least 1")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -142,6 +142,14 @@ class StorageFailed(BrokerError):
     recovers it (retrying an fsync after an error can report success for data that was lost)."""
 
 
+@_wire(14)
+class TooManyOpenFiles(BrokerError):
+    """The broker is out of file descriptors (EMFILE/ENFILE) and could not open a segment file or directory;
+    nothing was written, and the partition takes appends again once descriptors free up: retry."""
+
+    retriable = True
+
+
 class MalformedRequest(TwlogError):
     """The peer sent bytes that do not parse as a request or response (a protocol error, not a user error)."""
 
@@ -219,6 +227,7 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     InvalidRequest: BrokerError,
     BrokerShuttingDown: BrokerError,
     StorageFailed: BrokerError,
+    TooManyOpenFiles: BrokerError,
 }
 
 

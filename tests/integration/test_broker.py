@@ -228,7 +228,7 @@ class BadInputTests(TestCase):
 
 def _broker_protocols(service) -> list:
     """The broker-side protocols of live connections (found through the reactor's selectables)."""
-    from twlog.protocol.server import BrokerProtocol
+    from twlog.protocol.connection import BrokerProtocol
 
     found = []
     for selectable in set(reactor.getReaders() + reactor.getWriters()):

@@ -6,10 +6,15 @@ shutdown), listens, and with C{config.zookeeper} registers the broker.  It
 starts in that order and stops in reverse, each step waiting for the one
 before: on SIGTERM the broker first leaves ZooKeeper (producers and consumers
 stop sending to it), then stops accepting, then flushes every log and leaves
-the clean-shutdown marker.
+the clean-shutdown marker.  When that final flush fails, the stop is logged
+as unclean, and a process run by twistd exits with status 1.
 """
 
 from __future__ import annotations
+
+import atexit
+import os
+import sys
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, DeferredList, succeed
@@ -17,11 +22,13 @@ from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
 from twisted.logger import Logger
 from typing_extensions import override
 
+from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.config import BrokerConfig
 from twlog.coord.registry import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import TwlogError
-from twlog.protocol.server import Broker, BrokerFactory
+from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.server import Broker
 from twlog.storage.manager import LogManager, thread_pool_runner
 
 
@@ -36,6 +43,10 @@ class BrokerService(Service):
     @param zookeeper_session_timeout_s: how long ZooKeeper keeps this broker
         registered after losing touch with it.
     @param zookeeper_connect_timeout_s: how long to wait for ZooKeeper at start.
+    @param unclean_exit_code: when set (C{twistd twlog} sets 1), a stop whose
+        final flush failed makes the process exit with this status once the
+        reactor has stopped (instead of twistd's clean exit, or its re-raised
+        SIGTERM).  Embedders and tests leave it None and read L{stopped_cleanly}.
     """
 
     _log = Logger()
@@ -48,6 +59,7 @@ class BrokerService(Service):
         stop_reactor_on_error: bool = True,
         zookeeper_session_timeout_s: float = 10.0,
         zookeeper_connect_timeout_s: float = 15.0,
+        unclean_exit_code: int | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
@@ -60,6 +72,9 @@ class BrokerService(Service):
         self.stop_reactor_on_error = stop_reactor_on_error
         self.zookeeper_session_timeout_s = zookeeper_session_timeout_s
         self.zookeeper_connect_timeout_s = zookeeper_connect_timeout_s
+        self.unclean_exit_code = unclean_exit_code
+        #: Once stopped: whether every log was flushed and the clean-shutdown marker left.
+        self.stopped_cleanly: bool | None = None
         #: The ZooKeeper session, while the broker runs with C{config.zookeeper}.
         self.zookeeper: ZooKeeper | None = None
         #: The broker's registration in ZooKeeper, once made.
@@ -76,6 +91,12 @@ class BrokerService(Service):
         except (TwlogError, OSError) as e:
             self._cannot_start("cannot start the broker: {error}", error=e)
             return
+        open_files = raise_open_files_limit()
+        if self.factory.max_connections is None:
+            segments = sum(len(log.segments) for log in self.logs.logs().values())
+            self.factory.max_connections = default_max_connections(open_files, segments)
+        self._log.info("broker {id}: at most {cap} client connections (open-files limit {limit})",
+                       id=self.config.broker_id, cap=self.factory.max_connections, limit=open_files)
         self._log.info(
             "broker {id}: {count} partitions under {log_dir}{recovered}",
             id=self.config.broker_id, count=len(self.logs.logs()), log_dir=self.config.log.log_dir,
@@ -170,8 +191,42 @@ class BrokerService(Service):
         d = DeferredList(stops)
         if self.logs.running:
             d.addCallback(lambda _: self.logs.stop())
-            d.addCallback(lambda _: self._log.info("broker {id} stopped cleanly", id=self.config.broker_id))
+            d.addCallback(self._stopped)
         return d
+
+    def _stopped(self, clean: bool) -> None:
+        self.stopped_cleanly = clean
+        if clean:
+            self._log.info("broker {id} stopped cleanly", id=self.config.broker_id)
+            return
+        self._log.critical(
+            "broker {id} stopped uncleanly: the final flush failed, so no clean-shutdown marker was left; "
+            "the next start recovers every log", id=self.config.broker_id,
+        )
+        if self.unclean_exit_code is not None:
+            self._reactor.addSystemEventTrigger("after", "shutdown", self._exit_with, self.unclean_exit_code)
+
+    def _exit_with(self, code: int) -> None:
+        """Make the process exit with C{code} once twistd is done (its pid file removed, its log closed).
+
+        twistd ends a process stopped by a signal with that signal again (it
+        reads the reactor's C{_exitSignal} when the reactor returns) and
+        otherwise exits 0; it has no exit status of its own to set.  So: no
+        signal, and an exit handler that ends the process with C{code}.
+        """
+        if getattr(self._reactor, "_exitSignal", None) is not None:
+            self._reactor._exitSignal = None
+        atexit.register(_exit_now, code)
+
+
+def _exit_now(code: int) -> None:
+    """End the process with C{code} (from an exit handler: SystemExit there would not change the status)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 class _Stopped(TwlogError):

@@ -79,6 +79,13 @@ class Options(usage.Options):
         ["max-message-bytes", None, 1_000_000, "Largest message accepted.", _int("max-message-bytes", 9)],
         ["max-request-bytes", None, 100 * 1024 * 1024, "Largest request frame accepted.",
          _int("max-request-bytes", 1024)],
+        ["max-buffered-request-bytes", None, 256 * 1024 * 1024,
+         "Bytes of requests all connections together may buffer (at least --max-request-bytes); past it, the "
+         "connections with the largest frames still to come stop reading until space frees.",
+         _int("max-buffered-request-bytes", 1024)],
+        ["max-connections", None, None,
+         "Client connections past which a new one is closed at once (default: the open-files limit, raised to "
+         "its hard limit at start, less a reserve for segment files).", _int("max-connections", 1)],
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
@@ -106,6 +113,8 @@ class Options(usage.Options):
                 interface=self["interface"],
                 host=self["host"],
                 max_request_bytes=self["max-request-bytes"],
+                max_buffered_request_bytes=self["max-buffered-request-bytes"],
+                max_connections=self["max-connections"],
                 zookeeper=self["zookeeper"],
                 sendfile=not self["no-sendfile"],
             )
@@ -116,5 +125,5 @@ class Options(usage.Options):
 def makeService(options: Options) -> MultiService:
     """The service tree twistd runs for C{twistd twlog}."""
     top = MultiService()
-    BrokerService(options.config).setServiceParent(top)
+    BrokerService(options.config, unclean_exit_code=1).setServiceParent(top)
     return top

@@ -19,7 +19,6 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
-from twisted.protocols.basic import Int32StringReceiver
 from twisted.python.failure import Failure
 from typing_extensions import override
 from zope.interface import implementer
@@ -28,6 +27,7 @@ from twlog.client.options import DEFAULT_MAX_RESPONSE_BYTES
 from twlog.errors import BrokerTimeout, ConnectionFailed, ConnectionLost, ProtocolViolation, TwlogError
 from twlog.protocol import codec
 from twlog.protocol.codec import Request, describe_request
+from twlog.protocol.framing import FrameReceiver
 
 
 class _Waiter:
@@ -42,15 +42,16 @@ class _Waiter:
 
 
 @implementer(IPushProducer)
-class ClientProtocol(Int32StringReceiver):
+class ClientProtocol(FrameReceiver):
     """One connection to a broker: frames requests and pairs responses with them in FIFO order.
 
     The protocol registers itself as a streaming producer on its transport, so
     the transport tells it when its write buffer is full (L{pauseProducing})
     and drained (L{resumeProducing}).  While paused, frames are held in order
     and the Deferreds of fire-and-forget L{send}s stay unfired, so a producer
-    that waits for them has bounded memory.  (The mixin's read pausing is not
-    used: a client always reads its responses.)
+    that waits for them has bounded memory.  (L{FrameReceiver}'s read pausing
+    is not used: a client always reads its responses.)  Responses are framed in
+    time linear in their size: a large fetch response is joined once.
     """
 
     _log = Logger()
@@ -63,6 +64,7 @@ class ClientProtocol(Int32StringReceiver):
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         peer: str = "?",
     ) -> None:
+        super().__init__()
         self.MAX_LENGTH = max_response_bytes
         self.timeout_s = timeout_s
         self.peer = peer

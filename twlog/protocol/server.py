@@ -1,39 +1,29 @@
 # -*- test-case-name: tests.protocol.test_server -*-
-"""The broker's side of the wire: request handling (L{Broker}) and the connection protocol.
+"""The broker's request handling: L{Broker}.
 
 L{Broker} turns decoded requests into responses using a L{LogManager}; it does
-no I/O of its own.  L{BrokerProtocol} frames (Twisted's Int32StringReceiver),
-decodes, dispatches through a dict of handlers, and writes responses strictly
-in request order with L{ResponseSender} (zero-copy for log bytes).
+no I/O of its own.  The connections that frame, decode and answer requests
+are L{twlog.protocol.connection}'s.
 """
 
 from __future__ import annotations
 
-import struct
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import attrs
-from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
-from twisted.protocols.basic import Int32StringReceiver
-from twisted.python.failure import Failure
-from typing_extensions import override
 
 from twlog.config import BrokerConfig
 from twlog.errors import (
     NO_ERROR,
-    UNKNOWN,
     BrokerError,
     InvalidFetchSize,
-    InvalidRequest,
-    MalformedRequest,
     OffsetOutOfRange,
     RequestTimedOut,
-    RequestTooLarge,
+    TooManyOpenFiles,
     WrongPartition,
     kafka07_code,
 )
@@ -51,12 +41,9 @@ from twlog.protocol.codec import (
     TopicMetadata,
     WaitFetchRequest,
 )
-from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.storage.log import AppendResult
 from twlog.storage.manager import LogManager, validate_topic
 from twlog.storage.segment import FileRegion
-
-_SIZE = struct.Struct(">i")
 
 #: Kafka 0.7's request types (0-4): their responses carry only codes a 0.7 client knows
 #: (L{twlog.errors.kafka07_code}), and their fetches return partial messages as 0.7 did.
@@ -65,20 +52,6 @@ KAFKA07_REQUESTS = (ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduc
 #: A response: a frame (error code and body, no size prefix), or parts of a
 #: zero-copy response (size prefix included) mixing bytes and file regions.
 Response = bytes | list[bytes | FileRegion]
-
-
-def error_code(failure: Failure, request: object = None) -> int:
-    """The wire code for a handler's failure (for C{request}: a 0.7 type gets a 0.7 code)."""
-    code = failure.value.code if isinstance(failure.value, BrokerError) else UNKNOWN
-    return kafka07_code(code) if isinstance(request, KAFKA07_REQUESTS) else code
-
-
-def frame_code(code: int, request_type: int | None) -> int:
-    """The code answering a frame of C{request_type} that was not decoded (malformed or too large).
-
-    A 0.7 request type, or one the broker has not read yet (None), gets the nearest 0.7 code.
-    """
-    return kafka07_code(code) if request_type is None or codec.PRODUCE <= request_type <= codec.OFFSETS else code
 
 
 @attrs.define(eq=False)
@@ -100,7 +73,7 @@ class Broker:
     def __init__(self, logs: LogManager, config: BrokerConfig, clock: IReactorTime) -> None:
         self.logs = logs
         self.config = config
-        self._clock = clock
+        self._clock = self.clock = clock
         self._waiting: dict[tuple[str, int], set[_WaitingFetch]] = {}
         logs.add_flush_listener(self._flushed)
         self.handlers: dict[type, Callable[..., Any]] = {
@@ -169,8 +142,8 @@ class Broker:
             flushed.addTimeout(timeout_s, self._clock)
             try:
                 offset = await flushed
-            except Exception as e:  # a timeout, or a failed fsync
-                code = RequestTimedOut.code
+            except Exception as e:  # a timeout, a failed fsync, or no descriptor to open a directory for one
+                code = TooManyOpenFiles.code if isinstance(e, TooManyOpenFiles) else RequestTimedOut.code
                 self._log.warn("acknowledged produce to {topic}: not flushed: {error}",
                                topic=results[index].topic, error=e)
                 results[index] = attrs.evolve(results[index], error=code)
@@ -309,173 +282,3 @@ class Broker:
 
     #: The port actually listened on (set by the service once listening; config.port may be 0).
     port: int = 0
-
-
-class _Slot:
-    """A response place in a connection's queue, filled when its handler finishes."""
-
-    __slots__ = ("ready", "value", "deferred")
-
-    def __init__(self) -> None:
-        self.ready = False
-        self.value: Response | None = None
-        self.deferred: Deferred | None = None
-
-    def fill(self, value: Response) -> None:
-        self.ready = True
-        self.value = value
-
-
-class BrokerProtocol(Int32StringReceiver):
-    """One client connection: frame, decode, dispatch, and answer in request order."""
-
-    _log = Logger()
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self.MAX_LENGTH = broker.config.max_request_bytes
-        self._slots: deque[_Slot] = deque()
-        self._writing = False
-        self._pumping = False
-        self._closing = False
-        self._read_paused = False
-        self._resume_at = broker.config.max_pending_requests // 2
-        self._use_sendfile = False
-        self.peer = "?"
-        #: Bytes of log data sent zero-copy and copied, over the connection's life.
-        self.sendfile_bytes = 0
-        self.copied_bytes = 0
-
-    @override
-    def connectionMade(self) -> None:
-        self.factory.connections.add(self)
-        peer = self.transport.getPeer()
-        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
-        self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
-
-    @override
-    def stringReceived(self, frame: bytes) -> None:
-        if self._closing:
-            return
-        try:
-            request = codec.decode_request(frame)
-        except MalformedRequest as e:
-            self._log.warn("closing the connection from {peer}: malformed request: {error}", peer=self.peer, error=e)
-            self._close_with(frame_code(InvalidRequest.code, _request_type(frame)))
-            return
-        handler = self._broker.handlers[type(request)]
-        if not codec.expects_response(request):
-            try:
-                handler(request, self.peer)
-            except Exception:
-                self._log.failure("handling a request from {peer} failed", peer=self.peer)
-            return
-        slot = _Slot()
-        self._slots.append(slot)
-        d = maybeDeferred(handler, request, self.peer)
-        slot.deferred = d
-        d.addErrback(self._failed, request)
-        d.addCallback(slot.fill)
-        d.addBoth(lambda _: self._pump())
-        if len(self._slots) >= self._broker.config.max_pending_requests and not self._read_paused:
-            self._read_paused = True
-            self.pauseProducing()
-
-    def _failed(self, failure: Failure, request: object) -> bytes:
-        if failure.check(CancelledError):  # the connection went away while the answer was pending
-            return b""
-        code = error_code(failure, request)
-        if error_code(failure) == UNKNOWN:
-            self._log.failure("request from {peer} failed", failure, peer=self.peer)
-        return codec.encode_error_response(code)
-
-    @override
-    def lengthLimitExceeded(self, length: int) -> None:
-        self._log.warn(
-            "closing the connection from {peer}: a {length}-byte request exceeds the {limit}-byte limit",
-            peer=self.peer, length=length, limit=self.MAX_LENGTH,
-        )
-        # The request type follows the size, when it has arrived with it (Int32StringReceiver keeps the
-        # unread bytes, size first, in its "recvd" attribute).
-        self._close_with(frame_code(RequestTooLarge.code, _request_type(self.recvd[4:])))
-
-    def _close_with(self, code: int) -> None:
-        """Answer the offending request with C{code} after the earlier ones, then close."""
-        self._closing = True
-        if not self._read_paused:
-            self._read_paused = True
-            self.pauseProducing()
-        slot = _Slot()
-        slot.fill(codec.encode_error_response(code))
-        self._slots.append(slot)
-        self._pump()
-
-    def _pump(self) -> None:
-        """Write ready responses in order, one at a time."""
-        if self._pumping:
-            return
-        self._pumping = True
-        try:
-            while not self._writing and self._slots and self._slots[0].ready:
-                value = self._slots.popleft().value
-                parts = [_SIZE.pack(len(value)) + value] if isinstance(value, bytes) else value
-                sender = ResponseSender(self.transport, parts, self._use_sendfile)
-                self._writing = True
-                d = sender.start()
-                d.addCallbacks(self._sent, self._send_failed, callbackArgs=(sender,))
-        finally:
-            self._pumping = False
-        if self._writing:
-            return
-        if self._closing and not self._slots:
-            self.transport.loseConnection()
-        elif self._read_paused and not self._closing and len(self._slots) <= self._resume_at:
-            self._read_paused = False
-            self.resumeProducing()
-
-    def _sent(self, _: None, sender: ResponseSender) -> None:
-        self.sendfile_bytes += sender.sendfile_bytes
-        self.copied_bytes += sender.copied_bytes
-        self._writing = False
-        if not self._pumping:
-            self._pump()
-
-    def _send_failed(self, failure: Failure) -> None:
-        self._writing = False
-        self._log.info("stopped answering {peer}: {error}", peer=self.peer, error=failure.getErrorMessage())
-        self.transport.abortConnection()
-
-    @override
-    def connectionLost(self, reason: Failure = None) -> None:
-        self.factory.connections.discard(self)
-        slots, self._slots = self._slots, deque()
-        for slot in slots:
-            if not slot.ready and slot.deferred is not None:
-                slot.deferred.cancel()
-
-
-def _request_type(frame: bytes) -> int | None:
-    """The request type a frame starts with, if it has one."""
-    return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else None
-
-
-class BrokerFactory(ServerFactory):
-    """Builds a L{BrokerProtocol} per connection, all sharing one L{Broker}."""
-
-    noisy = False
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        #: The open client connections.
-        self.connections: set[BrokerProtocol] = set()
-
-    def disconnect_all(self) -> None:
-        """Drop every client connection now (at shutdown, before the logs close)."""
-        for protocol in list(self.connections):
-            protocol.transport.abortConnection()
-
-    @override
-    def buildProtocol(self, addr) -> BrokerProtocol:
-        protocol = BrokerProtocol(self.broker)
-        protocol.factory = self
-        return protocol

@@ -7,6 +7,9 @@ or when someone asks (L{Flusher.flush}).  The fsync runs on a pool thread,
 never on the reactor, one at a time per log; only when it is done does the
 flushed offset, which bounds what readers and OFFSETS see, move.  A failed
 write or fsync fails the log for good: only a restart (recovery) is safe then.
+Running out of descriptors to open a directory for its fsync does not: the
+directories are opened before anything is fsynced, so nothing failed, and
+the flush is tried again later.
 """
 
 from __future__ import annotations
@@ -20,21 +23,36 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
-from twlog.errors import StorageFailed
-from twlog.storage.segment import Segment
+from twlog.errors import StorageFailed, TooManyOpenFiles
+from twlog.storage.segment import Segment, descriptors_error, out_of_descriptors
 
 #: Runs a blocking callable on a pool thread and returns a Deferred of its result.
 ThreadRunner = Callable[..., Deferred]
 
 
 def _fsync_all(segments: list[Segment], directories: list[str]) -> None:
-    for segment in segments:
-        segment.fsync()
-    for directory in directories:  # new segment files' names must survive a power loss too
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
+    """fsync C{segments}, then C{directories} (new segment files' names must survive a power loss too).
+
+    The directories are opened first: out of descriptors, nothing has been
+    fsynced, and L{TooManyOpenFiles} says the flush may simply be tried again.
+    """
+    fds: list[int] = []
+    try:
+        for directory in directories:
+            fds.append(os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    except OSError as e:
+        for fd in fds:
+            os.close(fd)
+        if out_of_descriptors(e):
+            raise descriptors_error(e, f"cannot open {directory} to fsync it") from None
+        raise
+    try:
+        for segment in segments:
+            segment.fsync()
+        for fd in fds:
             os.fsync(fd)
-        finally:
+    finally:
+        for fd in fds:
             os.close(fd)
 
 
@@ -144,7 +162,8 @@ class Flusher:
         self._unflushed_messages = 0
         self._flush_in_flight = True
         d = self._run_in_thread(_fsync_all, dirty, directories)
-        d.addCallbacks(self._flushed, self._flush_failed, callbackArgs=(target, waiters), errbackArgs=(waiters,))
+        d.addCallbacks(self._flushed, self._flush_failed, callbackArgs=(target, waiters),
+                       errbackArgs=(waiters, dirty, directories))
 
     def _flushed(self, _: object, target: int, waiters: list[Deferred[int]]) -> None:
         self._flush_in_flight = False
@@ -155,12 +174,32 @@ class Flusher:
             waiter.callback(self.flushed_offset)
         self._after_flush()
 
-    def _flush_failed(self, failure: Failure, waiters: list[Deferred[int]]) -> None:
+    def _flush_failed(
+        self, failure: Failure, waiters: list[Deferred[int]], dirty: list[Segment], directories: list[str]
+    ) -> None:
         self._flush_in_flight = False
+        if failure.check(TooManyOpenFiles):
+            self._not_flushed(failure.value, waiters, dirty, directories)
+            return
         self.fail(failure.value)
         for waiter in waiters + self._flush_waiters:
             waiter.errback(StorageFailed(f"fsync failed in {self.directory}: {failure.getErrorMessage()}"))
         self._flush_waiters = []
+
+    def _not_flushed(
+        self, error: TooManyOpenFiles, waiters: list[Deferred[int]], dirty: list[Segment], directories: list[str]
+    ) -> None:
+        """Out of descriptors before any fsync: keep everything to flush, fail the waiters (retriable), retry later."""
+        self._log.warn("{directory}: flush postponed: {error}", directory=self.directory, error=error)
+        self._dirty = [s for s in dirty if s not in self._dirty] + self._dirty
+        self._sync_directories.update(directories)
+        self._flush_again = False
+        for waiter in waiters + self._flush_waiters:
+            waiter.errback(TooManyOpenFiles(str(error)))
+        self._flush_waiters = []
+        if not self.closed and self._flush_timer is None:
+            self._flush_timer = self._clock.callLater(max(self._config.flush_interval_ms, 100) / 1000,
+                                                      self._timed_flush)
 
     def _after_flush(self) -> None:
         if self._flush_again and not self.closed and self.failed is None:

@@ -34,7 +34,7 @@ from twlog.errors import (
 from twlog.storage.flush import Flusher, ThreadRunner
 from twlog.storage.message import MIN_MESSAGE_BYTES, scan, validate_message_set
 from twlog.storage.recovery import Truncation, recover_segment
-from twlog.storage.segment import FileRegion, Segment, parse_segment_name
+from twlog.storage.segment import FileRegion, Segment, descriptors_error, out_of_descriptors, parse_segment_name
 
 __all__ = ["EARLIEST_TIME", "LATEST_TIME", "AppendResult", "Log", "ThreadRunner", "Truncation"]
 
@@ -96,13 +96,26 @@ class Log:
         partial or CRC-invalid entry; segments must be contiguous.
 
         @raise CorruptLog: segments leave a gap or overlap.
+        @raise TooManyOpenFiles: the process is out of descriptors; nothing is left open, and opening
+            again once descriptors free up works.
         """
         parent_created = not os.path.isdir(directory)
-        os.makedirs(directory, exist_ok=True)
-        bases = sorted(
-            base for base in (parse_segment_name(name) for name in os.listdir(directory)) if base is not None
-        )
-        segments = [Segment.open(directory, base) for base in bases] or [Segment.open(directory, 0, create=True)]
+        segments: list[Segment] = []
+        try:
+            os.makedirs(directory, exist_ok=True)
+            bases = sorted(
+                base for base in (parse_segment_name(name) for name in os.listdir(directory)) if base is not None
+            )
+            for base in bases:
+                segments.append(Segment.open(directory, base))
+            if not segments:
+                segments.append(Segment.open(directory, 0, create=True))
+        except OSError as e:
+            for segment in segments:
+                segment.close()
+            if out_of_descriptors(e):
+                raise descriptors_error(e, f"cannot open {directory}") from None
+            raise
         try:
             for before, after in zip(segments, segments[1:]):
                 if before.end_offset != after.base_offset:
@@ -168,6 +181,8 @@ class Log:
 
         @raise InvalidMessage: the set is malformed; nothing is written.
         @raise MessageSizeTooLarge: the set cannot fit in one segment.
+        @raise TooManyOpenFiles: a new segment was due and no descriptor was free; nothing is written,
+            and the log takes appends again once descriptors free up.
         """
         if self.closed:
             raise RuntimeError(f"{self.directory} is closed")
@@ -195,9 +210,17 @@ class Log:
         return AppendResult(offset, active.end_offset, count)
 
     def _roll(self) -> Segment:
-        """Start a new active segment at the current end."""
+        """Start a new active segment at the current end.
+
+        @raise TooManyOpenFiles: out of descriptors: nothing changed (the log is not failed).
+        """
         self._segments[-1].write_out()
-        segment = Segment.open(self.directory, self.end_offset, create=True)
+        try:
+            segment = Segment.open(self.directory, self.end_offset, create=True)
+        except OSError as e:
+            if out_of_descriptors(e):
+                raise descriptors_error(e, f"cannot roll {self.directory}") from None
+            raise
         self._flusher.sync_directory(self.directory)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)

@@ -138,19 +138,33 @@ class LogManager:
         """Whether the directory is open (started and not yet stopped)."""
         return self._lock_fd >= 0
 
-    def stop(self) -> Deferred[None]:
-        """Flush every log, close them, and leave the clean-shutdown marker."""
+    def stop(self) -> Deferred[bool]:
+        """Flush every log, close them, and leave the clean-shutdown marker; fire with whether that worked.
+
+        Fires with False (never fails) when a flush or the marker failed: the
+        logs are closed without the marker, so the next start recovers them.
+        """
         if self._retention.running:
             self._retention.stop()
         d = self.flush_all()
 
-        def failed(failure):
+        def flushed(_: object) -> bool:
+            try:
+                self.close(clean=True)
+            except OSError:
+                self._log.failure("leaving the clean-shutdown marker failed")
+                self.close()
+                return False
+            return True
+
+        def failed(failure) -> bool:
             if failure.check(FirstError):
                 failure = failure.value.subFailure
             self._log.failure("flush at shutdown failed; leaving no clean-shutdown marker", failure)
             self.close()
+            return False
 
-        return d.addCallbacks(lambda _: self.close(clean=True), failed)
+        return d.addCallbacks(flushed, failed)
 
     def close(self, clean: bool = False) -> None:
         """Close every log and unlock the directory, at once, without flushing.

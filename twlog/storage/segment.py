@@ -10,10 +10,13 @@ which a sendfile producer can write without the bytes entering Python.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 
 import attrs
+
+from twlog.errors import TooManyOpenFiles
 
 SEGMENT_SUFFIX = ".log"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
@@ -22,6 +25,16 @@ _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 def segment_name(base_offset: int) -> str:
     """The file name of the segment whose first byte is at C{base_offset}."""
     return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def out_of_descriptors(error: BaseException) -> bool:
+    """Whether C{error} says the process (EMFILE) or the system (ENFILE) has no file descriptor to spare."""
+    return isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def descriptors_error(error: OSError, what: str) -> TooManyOpenFiles:
+    """The retriable error for C{what} (e.g. "cannot roll <dir>") failing for want of a descriptor."""
+    return TooManyOpenFiles(f"{what}: {error.strerror or error} (out of file descriptors; retry)")
 
 
 def parse_segment_name(name: str) -> int | None:

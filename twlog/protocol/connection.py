@@ -1,0 +1,254 @@
+# -*- test-case-name: tests.protocol.test_server,tests.protocol.test_budget -*-
+"""The broker's connections: L{BrokerProtocol} (one client) and L{BrokerFactory} (all of them).
+
+L{BrokerProtocol} frames requests (L{FrameReceiver}, linear time), decodes
+them, dispatches them to the L{Broker}'s handlers, and writes the responses
+strictly in request order with L{ResponseSender} (zero-copy for log bytes).
+L{BrokerFactory} holds what the connections share: the budget of buffered
+request bytes (L{RequestBudget}, C{max_buffered_request_bytes}) and the
+connection cap (C{max_connections}).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+
+from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
+from twisted.internet.protocol import ServerFactory
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from typing_extensions import override
+
+from twlog.errors import UNKNOWN, BrokerError, InvalidRequest, MalformedRequest, RequestTooLarge, kafka07_code
+from twlog.protocol import codec
+from twlog.protocol.budget import RequestBudget
+from twlog.protocol.framing import FrameReceiver
+from twlog.protocol.sendfile import ResponseSender, can_sendfile
+from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
+
+_SIZE = struct.Struct(">i")
+
+
+def error_code(failure: Failure, request: object = None) -> int:
+    """The wire code for a handler's failure (for C{request}: a 0.7 type gets a 0.7 code)."""
+    code = failure.value.code if isinstance(failure.value, BrokerError) else UNKNOWN
+    return kafka07_code(code) if isinstance(request, KAFKA07_REQUESTS) else code
+
+
+def frame_code(code: int, request_type: int | None) -> int:
+    """The code answering a frame of C{request_type} that was not decoded (malformed or too large).
+
+    A 0.7 request type, or one the broker has not read yet (None), gets the nearest 0.7 code.
+    """
+    return kafka07_code(code) if request_type is None or codec.PRODUCE <= request_type <= codec.OFFSETS else code
+
+
+class _Slot:
+    """A response place in a connection's queue, filled when its handler finishes."""
+
+    __slots__ = ("ready", "value", "deferred")
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.value: Response | None = None
+        self.deferred: Deferred | None = None
+
+    def fill(self, value: Response) -> None:
+        self.ready = True
+        self.value = value
+
+
+class BrokerProtocol(FrameReceiver):
+    """One client connection: frame, decode, dispatch, and answer in request order."""
+
+    _log = Logger()
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__()
+        self._broker = broker
+        self.MAX_LENGTH = broker.config.max_request_bytes
+        self._slots: deque[_Slot] = deque()
+        self._writing = False
+        self._pumping = False
+        self._closing = False
+        self._read_paused = False
+        self._resume_at = broker.config.max_pending_requests // 2
+        self._use_sendfile = False
+        self.peer = "?"
+        #: Bytes of log data sent zero-copy and copied, over the connection's life.
+        self.sendfile_bytes = 0
+        self.copied_bytes = 0
+
+    @override
+    def connectionMade(self) -> None:
+        self.factory.connections.add(self)
+        peer = self.transport.getPeer()
+        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
+
+    @override
+    def stringReceived(self, frame: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            request = codec.decode_request(frame)
+        except MalformedRequest as e:
+            self._log.warn("closing the connection from {peer}: malformed request: {error}", peer=self.peer, error=e)
+            self._close_with(frame_code(InvalidRequest.code, _request_type(frame)))
+            return
+        handler = self._broker.handlers[type(request)]
+        if not codec.expects_response(request):
+            try:
+                handler(request, self.peer)
+            except Exception:
+                self._log.failure("handling a request from {peer} failed", peer=self.peer)
+            return
+        slot = _Slot()
+        self._slots.append(slot)
+        d = maybeDeferred(handler, request, self.peer)
+        slot.deferred = d
+        d.addErrback(self._failed, request)
+        d.addCallback(slot.fill)
+        d.addBoth(lambda _: self._pump())
+        if len(self._slots) >= self._broker.config.max_pending_requests and not self._read_paused:
+            self._read_paused = True
+            self.pauseProducing()
+
+    def _failed(self, failure: Failure, request: object) -> bytes:
+        if failure.check(CancelledError):  # the connection went away while the answer was pending
+            return b""
+        code = error_code(failure, request)
+        if error_code(failure) == UNKNOWN:
+            self._log.failure("request from {peer} failed", failure, peer=self.peer)
+        return codec.encode_error_response(code)
+
+    @override
+    def lengthLimitExceeded(self, length: int) -> None:
+        self._log.warn(
+            "closing the connection from {peer}: a {length}-byte request exceeds the {limit}-byte limit",
+            peer=self.peer, length=length, limit=self.MAX_LENGTH,
+        )
+        # The request type follows the size, when it has arrived with it.
+        self._close_with(frame_code(RequestTooLarge.code, _request_type(self.peek(2))))
+
+    @override
+    def buffer_changed(self) -> None:
+        self.factory.budget.update(self)
+
+    def _close_with(self, code: int) -> None:
+        """Answer the offending request with C{code} after the earlier ones, then close."""
+        self._closing = True
+        self.discard_buffer()  # nothing after it is read: its bytes need no room
+        if not self._read_paused:
+            self._read_paused = True
+            self.pauseProducing()
+        slot = _Slot()
+        slot.fill(codec.encode_error_response(code))
+        self._slots.append(slot)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Write ready responses in order, one at a time."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            while not self._writing and self._slots and self._slots[0].ready:
+                value = self._slots.popleft().value
+                parts = [_SIZE.pack(len(value)) + value] if isinstance(value, bytes) else value
+                sender = ResponseSender(self.transport, parts, self._use_sendfile)
+                self._writing = True
+                d = sender.start()
+                d.addCallbacks(self._sent, self._send_failed, callbackArgs=(sender,))
+        finally:
+            self._pumping = False
+        if self._writing:
+            return
+        if self._closing and not self._slots:
+            self.transport.loseConnection()
+        elif self._read_paused and not self._closing and len(self._slots) <= self._resume_at:
+            self._read_paused = False
+            self.resumeProducing()
+
+    def _sent(self, _: None, sender: ResponseSender) -> None:
+        self.sendfile_bytes += sender.sendfile_bytes
+        self.copied_bytes += sender.copied_bytes
+        self._writing = False
+        if not self._pumping:
+            self._pump()
+
+    def _send_failed(self, failure: Failure) -> None:
+        self._writing = False
+        self._log.info("stopped answering {peer}: {error}", peer=self.peer, error=failure.getErrorMessage())
+        self.transport.abortConnection()
+
+    @override
+    def connectionLost(self, reason: Failure = None) -> None:
+        self.factory.connections.discard(self)
+        self.factory.budget.forget(self)
+        slots, self._slots = self._slots, deque()
+        for slot in slots:
+            if not slot.ready and slot.deferred is not None:
+                slot.deferred.cancel()
+
+
+def _request_type(frame: bytes) -> int | None:
+    """The request type a frame starts with, if it has one."""
+    return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else None
+
+
+class BrokerFactory(ServerFactory):
+    """Builds a L{BrokerProtocol} per connection, all sharing one L{Broker}, one L{RequestBudget}
+    (C{max_buffered_request_bytes}) and a cap on connections.
+
+    Past L{max_connections}, a new connection is accepted and closed at once
+    (L{buildProtocol} returns None), with one log line per L{REFUSED_LOG_INTERVAL_S}.
+    """
+
+    noisy = False
+    _log = Logger()
+    #: The least time between two log lines about refused connections.
+    REFUSED_LOG_INTERVAL_S = 10.0
+
+    def __init__(self, broker: Broker, max_connections: int | None = None) -> None:
+        self.broker = broker
+        #: The open client connections.
+        self.connections: set[BrokerProtocol] = set()
+        #: The bytes of requests all connections buffer, against C{max_buffered_request_bytes}.
+        self.budget = RequestBudget(broker.config.max_buffered_request_bytes)
+        #: Connections past this many are closed at once (None: no cap; the service sets the default).
+        self.max_connections = max_connections if max_connections is not None else broker.config.max_connections
+        #: Connections refused at the cap, over the factory's life.
+        self.refused = 0
+        self._refused_unlogged = 0
+        self._refused_logged_at: float | None = None
+
+    def disconnect_all(self) -> None:
+        """Drop every client connection now (at shutdown, before the logs close)."""
+        for protocol in list(self.connections):
+            protocol.transport.abortConnection()
+
+    @override
+    def buildProtocol(self, addr) -> BrokerProtocol | None:
+        if self.max_connections is not None and len(self.connections) >= self.max_connections:
+            self._refuse(addr)
+            return None  # the listening port closes the accepted socket at once
+        protocol = BrokerProtocol(self.broker)
+        protocol.factory = self
+        return protocol
+
+    def _refuse(self, addr) -> None:
+        self.refused += 1
+        self._refused_unlogged += 1
+        now = self.broker.clock.seconds()
+        if self._refused_logged_at is not None and now - self._refused_logged_at < self.REFUSED_LOG_INTERVAL_S:
+            return
+        self._log.warn(
+            "refused {count} connection(s), the last from {peer}: {open} are open, the cap "
+            "(--max-connections) is {cap}",
+            count=self._refused_unlogged, peer=f"{getattr(addr, 'host', '?')}:{getattr(addr, 'port', '?')}",
+            open=len(self.connections), cap=self.max_connections,
+        )
+        self._refused_unlogged = 0
+        self._refused_logged_at = now
