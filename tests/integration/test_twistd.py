@@ -166,22 +166,27 @@ class EditableInstallTests(SynchronousTestCase):
         """After a plain `pip install -e .` (setuptools' default mode, no compat), Twisted's plugin scan finds
         `twistd twlog` and PySpark's scan finds pyspark_twlog: the install is a .pth to the project directory.
 
-        The project is copied (so the build leaves nothing in the tree), installed offline with this venv's
-        setuptools into a prefix, and checked by a Python that sees this venv's packages but none of its .pth
-        files (so not the checkout this suite runs from).
+        The project is copied (so the build leaves nothing in the tree), renamed (so this venv's twlog is
+        left alone), installed offline with this venv's setuptools into a prefix, and checked by a Python
+        that sees this venv's packages but none of its .pth files (so not the checkout this suite runs from).
         """
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         project = os.path.abspath(self.mktemp())
         os.makedirs(project)
-        for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        for name in ("pyproject.toml", "README.md"):
             shutil.copy(os.path.join(root, name), project)
+        with open(os.path.join(root, "setup.cfg")) as f:
+            config = f.read()
+        # Another distribution name, and --ignore-installed: pip must not uninstall this venv's twlog.
+        with open(os.path.join(project, "setup.cfg"), "w") as f:
+            f.write(config.replace("\nname = twlog\n", "\nname = twlog-editable-check\n", 1))
         for name in ("twlog", "twisted", "pyspark_twlog"):
             shutil.copytree(os.path.join(root, name), os.path.join(project, name),
                             ignore=shutil.ignore_patterns("__pycache__", "dropin.cache"))
         prefix = os.path.abspath(self.mktemp())
         install = subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-             "--disable-pip-version-check", "--prefix", prefix, "-e", project],
+             "--ignore-installed", "--disable-pip-version-check", "--prefix", prefix, "-e", project],
             capture_output=True, text=True, timeout=120, cwd=project,
         )
         self.assertEqual(install.returncode, 0, install.stderr)
