@@ -41,6 +41,11 @@ class LogConfig:
     #: The largest single message (entry) accepted, compressed wrappers included
     #: (never more than a segment holds).
     max_message_bytes: int = 1_000_000
+    #: The most a compressed message may decompress to when the broker validates it on append
+    #: (default: 10x max_message_bytes).
+    max_decompressed_bytes: int = attrs.field(
+        default=attrs.Factory(lambda self: 10 * self.max_message_bytes, takes_self=True)
+    )
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -60,6 +65,8 @@ class LogConfig:
             problems.append("retention_check_interval_ms must be positive")
         if self.max_message_bytes < 9:
             problems.append("max_message_bytes must be at least 9")
+        if self.max_decompressed_bytes < 9:
+            problems.append("max_decompressed_bytes must be at least 9")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -102,6 +102,11 @@ class InvalidTopic(BrokerError):
 class MessageSizeTooLarge(BrokerError):
     """A message or message set exceeds the configured maximum size."""
 
+    #: The size of the message refused (its length field N), when known.
+    message_size: int | None = None
+    #: The limit it broke (the broker's max_message_bytes), when known.
+    limit: int | None = None
+
 
 @_wire(7)
 class FetchSizeTooSmall(BrokerError):

@@ -74,10 +74,19 @@ class FetchTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(consumer.fetch("t", 0, 42)), FetchedMessages((), 42))
 
     def test_crc_checked(self) -> None:
-        """A message whose CRC does not match fails the fetch with InvalidMessage."""
+        """A message whose CRC does not match ends the fetch after the valid ones; a fetch from it raises
+        InvalidMessage naming the partition, its offset and the offset after it."""
         consumer, (connection,), _ = make_consumer()
-        connection.responses.append(wait_frame(SET[:-1] + b"X"))
-        self.failureResultOf(consumer.fetch("t", 0, 0), InvalidMessage)
+        bad = SET[:-1] + b"X"
+        connection.responses.append(wait_frame(bad))
+        fetched = self.successResultOf(consumer.fetch("t", 0, 0))
+        self.assertEqual([m.payload for m in fetched], [b"a", b"bb"])
+        self.assertEqual((fetched.next_offset, fetched.corrupt.offset), (21, 21))
+        connection.responses.append(wait_frame(bad[21:]))
+        error = self.failureResultOf(consumer.fetch("t", 0, 21), InvalidMessage).value
+        self.assertEqual((error.offset, error.next_offset), (21, 33))
+        self.assertIn("t-0: the message at offset 21 is corrupt (CRC mismatch); the next message starts at "
+                      "offset 33", str(error))
 
     def test_message_larger_than_fetch(self) -> None:
         """A first message that does not fit in max_bytes is a clear FetchSizeTooSmall, not an empty answer."""

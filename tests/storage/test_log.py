@@ -69,9 +69,10 @@ class AppendTests(LogTestMixin, SynchronousTestCase):
         self.assertEqual(log.end_offset, 0)
 
     def test_message_above_max_rejected(self) -> None:
-        """A message larger than max_message_bytes is rejected even if well formed."""
+        """A message larger than max_message_bytes is rejected even if well formed: MessageSizeTooLarge."""
         log = self.open_log(max_message_bytes=50)
-        self.assertRaises(InvalidMessage, log.append, encode_message(b"x" * 60))
+        e = self.assertRaises(MessageSizeTooLarge, log.append, encode_message(b"x" * 60))
+        self.assertEqual((e.message_size, e.limit), (65, 50))
 
     def test_set_larger_than_segment_rejected(self) -> None:
         """A set that cannot fit in one segment is MessageSizeTooLarge."""

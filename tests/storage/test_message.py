@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.errors import FetchSizeTooSmall, InvalidMessage
+from twlog.errors import FetchSizeTooSmall, InvalidMessage, MessageSizeTooLarge
 from twlog.storage import message
 from twlog.storage.crc import crc32, crcmod_crc32, crcmod_uses_extension
 from twlog.storage.message import (
@@ -158,8 +158,9 @@ class ValidationTests(SynchronousTestCase):
 
     def test_too_large(self) -> None:
         """A message above the maximum size is rejected even when its CRC is right."""
-        e = self.assertRaises(InvalidMessage, validate_message_set, encode_message(b"x" * 100), 50)
+        e = self.assertRaises(MessageSizeTooLarge, validate_message_set, encode_message(b"x" * 100), 50)
         self.assertIn("exceeds the maximum 50", str(e))
+        self.assertEqual((e.message_size, e.limit), (105, 50))
 
     def test_accepts_memoryview_and_bytearray(self) -> None:
         """Validation works on any buffer, without copying it first."""

@@ -77,6 +77,9 @@ class Options(usage.Options):
         ["retention-check-interval-ms", None, 300_000, "How often retention runs.",
          _int("retention-check-interval-ms", 1)],
         ["max-message-bytes", None, 1_000_000, "Largest message accepted.", _int("max-message-bytes", 9)],
+        ["max-decompressed-bytes", None, None,
+         "Most a compressed message may decompress to when validated on append (default: 10x --max-message-bytes).",
+         _int("max-decompressed-bytes", 9)],
         ["max-request-bytes", None, 100 * 1024 * 1024, "Largest request frame accepted.",
          _int("max-request-bytes", 1024)],
         ["max-buffered-request-bytes", None, 256 * 1024 * 1024,
@@ -105,6 +108,8 @@ class Options(usage.Options):
                 retention_bytes=self["retention-bytes"],
                 retention_check_interval_ms=self["retention-check-interval-ms"],
                 max_message_bytes=self["max-message-bytes"],
+                **({} if self["max-decompressed-bytes"] is None
+                   else {"max_decompressed_bytes": self["max-decompressed-bytes"]}),
             )
             self.config = BrokerConfig(
                 log=log,

@@ -6,11 +6,13 @@ from __future__ import annotations
 import sys
 
 from twisted.internet.defer import Deferred
+from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from twlog.cli.common import parse_time, single_broker
 from twlog.consumer.group import GroupConsumer
 from twlog.consumer.simple import LATEST, SimpleConsumer
 from twlog.errors import TwlogError
+from twlog.storage.message import CorruptMessage
 
 
 async def consume(reactor, args) -> None:
@@ -20,7 +22,7 @@ async def consume(reactor, args) -> None:
     if args.group:
         raise TwlogError("--group needs --zookeeper: groups are coordinated through ZooKeeper")
     host, port = single_broker(args.broker)
-    consumer = SimpleConsumer(host, port, reactor=reactor, max_bytes=args.max_bytes)
+    consumer = SimpleConsumer(host, port, reactor=reactor, max_bytes=args.max_bytes, on_corrupt=_on_corrupt(args))
     out = sys.stdout.buffer
     printed = 0
     try:
@@ -49,8 +51,24 @@ async def consume(reactor, args) -> None:
                 break
             offset = fetched.next_offset
         out.flush()
+    except CorruptMessage as e:
+        out.flush()  # the messages before the corrupt one are printed; then one line names it
+        raise TwlogError(f"{e} (--skip-corrupt skips it)") from None
     finally:
         await consumer.close()
+
+
+def _on_corrupt(args) -> str:
+    """The consumers' C{on_corrupt}; with --skip-corrupt, each skip (a warning the consumer logs) goes to stderr."""
+    if not getattr(args, "skip_corrupt", False):
+        return "fail"
+    globalLogPublisher.addObserver(_print_skips)  # (once: the publisher keeps one of each)
+    return "skip"
+
+
+def _print_skips(event: dict) -> None:
+    if event.get("log_level") == LogLevel.warn and "corrupt" in (event.get("log_format") or ""):
+        print(f"twlog: {formatEvent(event)}", file=sys.stderr)
 
 
 async def consume_group(reactor, args) -> None:
@@ -59,7 +77,7 @@ async def consume_group(reactor, args) -> None:
         raise TwlogError("--zookeeper needs --group: the consumer group this member joins")
     if args.offset not in ("earliest", "latest"):
         raise TwlogError("with --zookeeper, --offset is where a new group starts: earliest or latest")
-    consumer = GroupConsumer(args.zookeeper, args.group, reactor=reactor,
+    consumer = GroupConsumer(args.zookeeper, args.group, reactor=reactor, on_corrupt=_on_corrupt(args),
                              auto_offset_reset="smallest" if args.offset == "earliest" else "largest")
     out = sys.stdout.buffer
     printed = 0

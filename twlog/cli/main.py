@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="keep waiting for new messages (the broker wakes the consumer)")
     consume.add_argument("--max-bytes", type=_positive_int, default=300 * 1024,
                          help="bytes per fetch (default: 300 KiB)")
+    consume.add_argument("--skip-corrupt", action="store_true",
+                         help="skip a corrupt stored message (logged with its byte range) instead of stopping at it "
+                         "with an error naming its offsets (exit status 1)")
     consume.set_defaults(run="twlog.cli.consume:consume", react=True)
 
     offsets = client_command(

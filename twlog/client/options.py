@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 from twisted.application.internet import backoffPolicy
 
+from twlog.storage.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
+
 #: The largest response frame a client accepts by default: room for big fetches.
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
@@ -38,6 +40,8 @@ class ClientOptions:
     @ivar connect_attempts: ... or for this many failed attempts.
     @ivar max_response_bytes: the largest response frame accepted (L{ProtocolViolation} above).
     @ivar retry_policy: reconnect and refetch backoff; None: L{default_retry_policy}.
+    @ivar max_decompressed_bytes: the most a compressed message may decompress to when read
+        (a bigger one is a L{twlog.storage.message.CorruptMessage}); the broker's default bound.
     """
 
     timeout_s: float = 30.0
@@ -45,6 +49,7 @@ class ClientOptions:
     connect_attempts: int = 3
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     retry_policy: RetryPolicy | None = None
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
 
     @classmethod
     def build(cls, options: ClientOptions | None = None, **overrides: Any) -> ClientOptions:

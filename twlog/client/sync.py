@@ -43,6 +43,7 @@ from twlog.protocol.codec import (
     encode_request,
 )
 from twlog.storage.manager import validate_topic
+from twlog.storage.message import MIN_MESSAGE_BYTES, CorruptMessage
 
 _SIZE = struct.Struct(">i")
 
@@ -153,6 +154,24 @@ class SyncConnection:
                 f"the message at offset {offset} of {topic}-{partition} (broker {self.address}) {size}larger than "
                 f"max_bytes={max_bytes}"
             ) from None
+
+    def read_past_refusal(self, topic: str, partition: int, previous: int | None, offset: int, max_bytes: int,
+                          refusal: Exception) -> bytes:
+        """The bytes from C{offset}, which the broker refused to read from (C{refusal}, an L{OffsetNotOnBoundary})
+        although the message at C{previous} ends there: the message at C{offset} is corrupt.  They are read from
+        C{previous}, whose bytes run into it.
+
+        @raise CorruptMessage: the message at C{offset} is not whole in them (or C{previous} is None): naming
+            the offset after it when its length field is sane.
+        """
+        data = b""
+        if previous is not None:
+            data = self.fetch(topic, partition, previous, max_bytes + offset - previous)[offset - previous :]
+        size = int.from_bytes(data[:4], "big", signed=True) if len(data) >= 4 else -1
+        if size < MIN_MESSAGE_BYTES or 4 + size > len(data):
+            after = offset + 4 + size if size >= MIN_MESSAGE_BYTES else None
+            raise CorruptMessage(f"the broker refuses to read from it: {refusal}", offset, after, topic, partition)
+        return data
 
     def _message_size(self, topic: str, partition: int, offset: int) -> int | None:
         """The size (length field included) of the message at C{offset}, or None if it cannot be learnt.

@@ -34,6 +34,7 @@ from twlog.client.options import ClientOptions
 from twlog.consumer.rebalance import encode_subscription, stream_ids, validate_subscription
 from twlog.consumer.rebalancer import Consumption, GroupState, Rebalancer
 from twlog.consumer.registry import Ownership, deregister_member, describe_error, register_member
+from twlog.consumer.simple import check_on_corrupt
 from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupStream
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, ZooKeeper
@@ -84,6 +85,10 @@ class GroupConsumer:
     @param session_timeout_s: the ZooKeeper session timeout; out of touch with
         ZooKeeper this long, the consumer stops delivering (others may own its
         partitions by then) until it has rejoined.
+    @param on_corrupt: C{"fail"}: a corrupt message is raised by its stream, in its partition's
+        place after the messages before it (L{twlog.storage.message.CorruptMessage}, naming the
+        offsets), and the partition is not fetched any more; C{"skip"}: it is logged with its
+        byte range and skipped.
     @param options: how the fetch loops talk to brokers (L{ClientOptions});
         C{timeout_s}, C{connect_timeout_s} and C{connect_attempts}, when given,
         replace its fields.
@@ -108,6 +113,7 @@ class GroupConsumer:
         rebalance_max_retries: int = 4,
         rebalance_backoff_ms: int = 500,
         session_timeout_s: float = 6.0,
+        on_corrupt: str = "fail",
         options: ClientOptions | None = None,
         timeout_s: float | None = None,
         connect_timeout_s: float | None = None,
@@ -123,6 +129,7 @@ class GroupConsumer:
                        fetch_max_bytes)
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.auto_offset_reset = auto_offset_reset
+        self.on_corrupt = check_on_corrupt(on_corrupt)
         self.queued_max_messages = queued_max_messages
         self.fetch_max_bytes = fetch_max_bytes
         self.max_wait_ms = max_wait_ms
@@ -148,7 +155,7 @@ class GroupConsumer:
             fetcher_factory = partial(
                 BrokerFetcher.connect, reactor=reactor, options=self.options, fetch_max_bytes=fetch_max_bytes,
                 max_wait_ms=max_wait_ms,
-                reset=auto_offset_reset,
+                reset=auto_offset_reset, on_corrupt=self.on_corrupt,
             )
         self._subscription: dict[str, int] = {}
         self._streams: dict[str, list[GroupStream]] = {}

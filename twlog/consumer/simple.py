@@ -4,7 +4,11 @@
 Kafka 0.7's SimpleConsumer, on Twisted: the consumer names the topic,
 partition and byte offset, and gets the messages with the offset to fetch
 next.  Every CRC is checked and a partial trailing entry dropped
-(L{iter_messages}).  L{MessageStream} is the async iterator over one partition
+(L{scan_messages}).  A corrupt message never hides the valid ones before it: a
+fetch returns those, and the next fetch (at the corrupt message's offset)
+raises L{CorruptMessage} naming the partition, the message's offset and the
+offset after it, or, with C{on_corrupt="skip"}, logs the byte range and goes
+on past it.  L{MessageStream} is the async iterator over one partition
 that never ends: it uses the waiting fetch (WAIT_FETCH), so an idle consumer is
 woken by new data instead of sleeping and polling.  Rewinding is starting a
 new fetch or stream at any offset.
@@ -23,11 +27,39 @@ from twisted.logger import Logger
 from twlog.client.connection import BrokerConnection, IBrokerConnection
 from twlog.client.options import ClientOptions
 from twlog.client.sync import check_topic
-from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, FetchSizeTooSmall, ProtocolViolation, check
+from twlog.errors import (
+    ClientClosed,
+    ConnectionFailed,
+    ConnectionLost,
+    FetchSizeTooSmall,
+    OffsetNotOnBoundary,
+    ProtocolViolation,
+    check,
+)
 from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
-from twlog.storage.message import MessageAndOffset, iter_messages
+from twlog.storage.message import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    MIN_MESSAGE_BYTES,
+    CorruptMessage,
+    MessageAndOffset,
+    scan_messages,
+)
 
-__all__ = ["EARLIEST", "LATEST", "FetchedMessages", "MessageStream", "SimpleConsumer", "decode_fetched"]
+__all__ = ["EARLIEST", "LATEST", "CorruptMessage", "FetchedMessages", "MessageStream", "SimpleConsumer",
+           "decode_fetched"]
+
+#: What a consumer does at a corrupt message: raise L{CorruptMessage} (after the valid messages
+#: before it), or log its byte range and go on after it.
+ON_CORRUPT = ("fail", "skip")
+
+_log = Logger()
+
+
+def check_on_corrupt(on_corrupt: str) -> str:
+    """C{on_corrupt} if it is one of L{ON_CORRUPT}."""
+    if on_corrupt not in ON_CORRUPT:
+        raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
+    return on_corrupt
 
 
 @attrs.frozen
@@ -37,6 +69,10 @@ class FetchedMessages:
     messages: tuple[MessageAndOffset, ...]
     #: Where the next fetch starts: after the last whole message, or the fetch's offset if there was none.
     next_offset: int
+    #: The corrupt message at C{next_offset} that ended this fetch: the next fetch raises it.
+    corrupt: CorruptMessage | None = None
+    #: The corrupt messages skipped (with C{on_corrupt="skip"}), each logged with its byte range.
+    skipped: tuple[CorruptMessage, ...] = ()
 
     def __iter__(self) -> Iterator[MessageAndOffset]:
         return iter(self.messages)
@@ -45,18 +81,78 @@ class FetchedMessages:
         return len(self.messages)
 
 
-def decode_fetched(data: bytes, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedMessages:
+def decode_fetched(
+    data: bytes, topic: str, partition: int, offset: int, max_bytes: int, *, on_corrupt: str = "fail",
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> FetchedMessages:
     """The messages in the fetched bytes C{data} that start at C{offset}.
 
+    The valid messages before a corrupt one are returned, with C{next_offset}
+    at the corrupt one (and C{corrupt} set): a fetch from there raises it.  With
+    C{on_corrupt="skip"}, a corrupt message whose length is sane is logged and
+    skipped instead.
+
     @raise FetchSizeTooSmall: the first message does not fit in C{max_bytes}.
-    @raise InvalidMessage: a CRC mismatch or a malformed entry.
+    @raise CorruptMessage: (an L{InvalidMessage}) the first message is corrupt, and not skipped.
     """
+    messages: list[MessageAndOffset] = []
+    skipped: list[CorruptMessage] = []
+    next_offset = offset
     try:
-        messages = tuple(iter_messages(data, offset))
+        for item in scan_messages(data, offset, max_decompressed_bytes=max_decompressed_bytes):
+            if type(item) is not CorruptMessage:
+                messages.append(item)
+                next_offset = item.next_offset
+                continue
+            error = item.named(topic, partition)
+            if on_corrupt == "skip" and error.next_offset is not None:
+                skipped.append(skip(error))
+                next_offset = error.next_offset
+            elif messages or skipped:
+                return FetchedMessages(tuple(messages), next_offset, error, tuple(skipped))
+            else:
+                raise error
     except FetchSizeTooSmall:
+        if messages or skipped:  # pragma: no cover - scan_messages raises it for a first entry only
+            raise
         needed = int.from_bytes(data[:4], "big", signed=True) + 4 if len(data) >= 4 else None
         raise too_small(topic, partition, offset, max_bytes, needed) from None
-    return FetchedMessages(messages, messages[-1].next_offset if messages else offset)
+    return FetchedMessages(tuple(messages), next_offset, None, tuple(skipped))
+
+
+def skip(error: CorruptMessage) -> CorruptMessage:
+    """Log that the corrupt message C{error} is skipped, naming its byte range; return it."""
+    _log.warn("skipping the corrupt message at bytes {range} of {topic}-{partition}: {reason}",
+              range=error.byte_range, topic=error.topic, partition=error.partition, reason=error.reason)
+    return error
+
+
+async def read_past_refusal(
+    connection: IBrokerConnection, topic: str, partition: int, previous: int, offset: int, max_bytes: int,
+    refusal: Exception, *, on_corrupt: str = "fail", max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> FetchedMessages:
+    """What to make of the broker's refusal (L{OffsetNotOnBoundary}) to read from C{offset}, a message boundary
+    (the message at C{previous} ends there): the message at C{offset} is corrupt.  Read it from C{previous},
+    whose bytes run into it, and decode from C{offset} as L{decode_fetched} does.
+
+    @raise CorruptMessage: naming C{offset} and, if its length field is sane, the offset after it.
+    """
+    fetch = FetchRequest(topic, partition, previous, max_bytes + (offset - previous))
+    part = (await connection.request(WaitFetchRequest(0, 0, (fetch,)))).parts[0]
+    data = check(part, f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{previous}").messages
+    data = data[offset - previous :]
+    if not data:
+        raise refusal
+    try:
+        return decode_fetched(data, topic, partition, offset, max_bytes, on_corrupt=on_corrupt,
+                              max_decompressed_bytes=max_decompressed_bytes)
+    except FetchSizeTooSmall:
+        size = int.from_bytes(data[:4], "big", signed=True) if len(data) >= 4 else -1
+        after = offset + 4 + size if size >= MIN_MESSAGE_BYTES else None
+        error = CorruptMessage(f"the broker refuses to read from it: {refusal}", offset, after, topic, partition)
+    if on_corrupt == "skip" and error.next_offset is not None:
+        return FetchedMessages((), error.next_offset, None, (skip(error),))
+    raise error
 
 
 def too_small(topic: str, partition: int, offset: int, max_bytes: int, needed: int | None) -> FetchSizeTooSmall:
@@ -102,11 +198,15 @@ class SimpleConsumer:
         max_bytes: int = 300 * 1024,
         max_wait_ms: int = 10_000,
         min_bytes: int = 1,
+        on_corrupt: str = "fail",
         options: ClientOptions | None = None,
         connection_factory: Callable[[], IBrokerConnection] | None = None,
         **overrides: Any,
     ) -> None:
-        """@param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...)."""
+        """@param on_corrupt: C{"fail"}: a corrupt message raises L{CorruptMessage} (after the valid
+            messages before it); C{"skip"}: it is logged with its byte range and skipped.
+        @param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...).
+        """
         if reactor is None:
             from twisted.internet import reactor
         if max_bytes <= 0:
@@ -116,6 +216,7 @@ class SimpleConsumer:
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
+        self.on_corrupt = check_on_corrupt(on_corrupt)
         self.clock = reactor
         self.options = ClientOptions.build(options, **overrides).for_fetches(max_bytes)
         if connection_factory is None:
@@ -127,6 +228,8 @@ class SimpleConsumer:
         self._connection = connection_factory()
         self._streams: set[MessageStream] = set()
         self._closed = False
+        #: Per (topic, partition): the offset of the last message a fetch returned, and the offset after it.
+        self._boundaries: dict[tuple[str, int], tuple[int, int]] = {}
 
     def fetch(
         self,
@@ -144,8 +247,14 @@ class SimpleConsumer:
         C{min_bytes} (default the consumer's) are readable, or after
         C{max_wait_ms}, possibly with no messages.
 
+        A corrupt message ends the fetch: the valid messages before it are
+        returned, and a fetch from it raises L{CorruptMessage} (unless the
+        consumer skips corrupt messages).
+
         @raise OffsetOutOfRange: the offset is outside the log.
         @raise FetchSizeTooSmall: the message at C{offset} is larger than C{max_bytes}.
+        @raise CorruptMessage: the message at C{offset} is corrupt (an L{InvalidMessage} naming the
+            partition, its offset and the offset after it).
         """
         return Deferred.fromCoroutine(
             self._fetch(self._connection, topic, partition, offset, max_bytes or self.max_bytes, max_wait_ms, min_bytes)
@@ -214,7 +323,20 @@ class SimpleConsumer:
         except FetchSizeTooSmall:
             needed = await message_size(connection, topic, partition, offset)
             raise too_small(topic, partition, offset, max_bytes, needed) from None
-        return decode_fetched(data, topic, partition, offset, max_bytes)
+        except OffsetNotOnBoundary as e:
+            previous, end = self._boundaries.get((topic, partition), (None, None))
+            if end != offset:
+                raise
+            fetched = await read_past_refusal(
+                connection, topic, partition, previous, offset, max_bytes, e, on_corrupt=self.on_corrupt,
+                max_decompressed_bytes=self.options.max_decompressed_bytes,
+            )
+        else:
+            fetched = decode_fetched(data, topic, partition, offset, max_bytes, on_corrupt=self.on_corrupt,
+                                     max_decompressed_bytes=self.options.max_decompressed_bytes)
+        if fetched.messages and fetched.messages[-1].next_offset == fetched.next_offset:
+            self._boundaries[topic, partition] = (fetched.messages[-1].offset, fetched.next_offset)
+        return fetched
 
     async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:
         if self._closed:

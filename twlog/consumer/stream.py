@@ -22,7 +22,7 @@ from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection, IBrokerConnection
 from twlog.client.options import ClientOptions
-from twlog.consumer.simple import decode_fetched, message_size, too_small
+from twlog.consumer.simple import check_on_corrupt, decode_fetched, message_size, read_past_refusal, too_small
 from twlog.errors import (
     NO_ERROR,
     BrokerError,
@@ -31,12 +31,13 @@ from twlog.errors import (
     ConnectionFailed,
     FetchSizeTooSmall,
     InvalidMessage,
+    OffsetNotOnBoundary,
     OffsetOutOfRange,
     ProtocolViolation,
     error_for,
 )
 from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
-from twlog.storage.message import MessageAndOffset
+from twlog.storage.message import DEFAULT_MAX_DECOMPRESSED_BYTES, CorruptMessage, MessageAndOffset
 
 #: C{auto_offset_reset} values and the OFFSETS time each asks for.
 RESET_TIMES = {"smallest": EARLIEST, "largest": LATEST}
@@ -56,8 +57,8 @@ class GroupMessage(NamedTuple):
 class OwnedPartition:
     """A partition a consumer owns in one rebalance generation: where to fetch next and what was consumed."""
 
-    __slots__ = ("active", "broker_id", "committed", "consumed", "failed", "fetch_offset", "name", "partition",
-                 "paused_until", "stream", "topic")
+    __slots__ = ("active", "boundary", "broker_id", "committed", "consumed", "failed", "fetch_offset", "name",
+                 "partition", "paused_until", "stream", "topic")
 
     def __init__(self, topic: str, name: str, broker_id: int, partition: int, stream: GroupStream,
                  offset: int | None) -> None:
@@ -78,6 +79,8 @@ class OwnedPartition:
         self.failed = False
         #: Not fetched before this time (after a broker error on this partition).
         self.paused_until = 0.0
+        #: The offset of the last message fetched and the offset after it (a known message boundary).
+        self.boundary: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return f"<OwnedPartition {self.topic}/{self.name} fetch={self.fetch_offset} consumed={self.consumed}>"
@@ -250,8 +253,14 @@ class BrokerFetcher:
         max_wait_ms: int,
         reset: str,
         retry_policy: Callable[[int], float],
+        on_corrupt: str = "fail",
+        max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     ) -> None:
         self.broker_id = broker_id
+        #: C{"fail"}: a corrupt message is raised in its partition's place, after the messages before it,
+        #: and the partition is not fetched any more; C{"skip"}: it is logged and skipped.
+        self.on_corrupt = check_on_corrupt(on_corrupt)
+        self.max_decompressed_bytes = max_decompressed_bytes
         self.partitions = partitions
         self.connection = connection
         self.fetch_max_bytes = fetch_max_bytes
@@ -268,8 +277,8 @@ class BrokerFetcher:
 
     @classmethod
     def connect(cls, broker_id: int, address: tuple[str, int], partitions: list[OwnedPartition], *, reactor,
-                fetch_max_bytes: int, max_wait_ms: int, reset: str, options: ClientOptions | None = None,
-                **overrides: Any) -> BrokerFetcher:
+                fetch_max_bytes: int, max_wait_ms: int, reset: str, on_corrupt: str = "fail",
+                options: ClientOptions | None = None, **overrides: Any) -> BrokerFetcher:
         """A fetcher with a new connection to the broker at C{address}, retrying with the options' policy.
 
         @param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...).
@@ -278,7 +287,8 @@ class BrokerFetcher:
         host, port = address
         connection = BrokerConnection(host, port, reactor=reactor, options=options)
         return cls(broker_id, partitions, connection, clock=reactor, fetch_max_bytes=fetch_max_bytes,
-                   max_wait_ms=max_wait_ms, reset=reset, retry_policy=options.backoff())
+                   max_wait_ms=max_wait_ms, reset=reset, retry_policy=options.backoff(), on_corrupt=on_corrupt,
+                   max_decompressed_bytes=options.max_decompressed_bytes)
 
     def start(self) -> None:
         """Start the loop (and tell the streams to wake it when they have room)."""
@@ -355,14 +365,21 @@ class BrokerFetcher:
 
     async def _take(self, p: OwnedPartition, error: int, data: bytes) -> None:
         offset = p.fetch_offset
-        if error == NO_ERROR:
+        if error == NO_ERROR or error == OffsetNotOnBoundary.code:
             try:
-                fetched = decode_fetched(data, p.topic, p.partition, offset, self.fetch_max_bytes)
+                if error == NO_ERROR:
+                    fetched = decode_fetched(data, p.topic, p.partition, offset, self.fetch_max_bytes,
+                                             on_corrupt=self.on_corrupt,
+                                             max_decompressed_bytes=self.max_decompressed_bytes)
+                else:
+                    fetched = await self._read_past_refusal(p, offset)
             except (FetchSizeTooSmall, InvalidMessage) as e:
                 self._give_up(p, e)
                 return
-            if fetched.messages:
+            if fetched.next_offset != offset:
                 p.fetch_offset = fetched.next_offset
+                if fetched.messages and fetched.messages[-1].next_offset == fetched.next_offset:
+                    p.boundary = (fetched.messages[-1].offset, fetched.next_offset)
                 p.stream.deliver(p, fetched.messages)
         elif error == OffsetOutOfRange.code:
             self._log.warn("{topic}/{partition}: offset {offset} is out of range; resetting to the {reset}",
@@ -377,6 +394,15 @@ class BrokerFetcher:
                 self._give_up(p, failure)
             else:
                 self._pause_partition(p, failure)
+
+    async def _read_past_refusal(self, p: OwnedPartition, offset: int):
+        """The broker will not read from C{offset}, where the group's offsets say a message starts: it is corrupt."""
+        refusal = error_for(OffsetNotOnBoundary.code, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
+        if p.boundary is None or p.boundary[1] != offset:
+            raise CorruptMessage(f"the broker refuses to read from it: {refusal}", offset, None, p.topic, p.name)
+        return await read_past_refusal(self.connection, p.topic, p.partition, p.boundary[0], offset,
+                                       self.fetch_max_bytes, refusal, on_corrupt=self.on_corrupt,
+                                       max_decompressed_bytes=self.max_decompressed_bytes)
 
     def _pause_partition(self, p: OwnedPartition, error: Exception) -> None:
         """Leave C{p} out of the fetches for a while, after the broker refused it."""

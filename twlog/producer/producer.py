@@ -27,7 +27,7 @@ from twlog.client.options import ClientOptions
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import IZooKeeper
-from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, ProtocolViolation, check
+from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, MessageSizeTooLarge, ProtocolViolation, check
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
 from twlog.producer.router import Partitioner, Router, hash_partitioner
@@ -281,7 +281,10 @@ class Producer:
         results = response.results
         if len(results) != 1:
             raise ProtocolViolation(f"broker {connection.address} answered one produce with {len(results)} results")
-        return check(results[0], f"broker {connection.address} did not take the batch for {topic}-{target.partition}")
+        context = f"broker {connection.address} did not take the batch for {topic}-{target.partition}"
+        if results[0].error == MessageSizeTooLarge.code:  # it carries the size and the broker's limit
+            raise results[0].size_error(context)
+        return check(results[0], context)
 
     def _deliver_batch(self, target: TopicPartition, payloads: list[bytes]) -> Deferred:
         return self._track(Deferred.fromCoroutine(self._deliver(target, payloads)))

@@ -22,7 +22,14 @@ from typing import TypeVar
 
 import attrs
 
-from twlog.errors import NO_ERROR, MalformedRequest, ProtocolViolation
+from twlog.errors import (
+    NO_ERROR,
+    BrokerError,
+    MalformedRequest,
+    MessageSizeTooLarge,
+    ProtocolViolation,
+    error_message,
+)
 from twlog.protocol.primitives import (
     I16,
     I32,
@@ -77,8 +84,35 @@ class ProduceResult:
     topic: str
     partition: int
     error: int
+    #: Where the set landed; -1 when refused, except for MessageSizeTooLarge: the refused message's size.
     offset: int
+    #: The offset after the set; -1 when refused, except for MessageSizeTooLarge: the limit it broke.
     next_offset: int
+
+    @classmethod
+    def refused(cls, topic: str, partition: int, error: BrokerError) -> ProduceResult:
+        """The result of a set refused with C{error}: -1 for both offsets, except that a
+        L{MessageSizeTooLarge} carries the refused size and the limit there (-1 for one not known)."""
+        if isinstance(error, MessageSizeTooLarge):
+            return cls(topic, partition, error.code, _or_minus_one(error.message_size), _or_minus_one(error.limit))
+        return cls(topic, partition, error.code, -1, -1)
+
+    def size_error(self, context: str) -> MessageSizeTooLarge:
+        """The L{MessageSizeTooLarge} of a result refused with it, carrying the size and the limit the broker sent."""
+        size = self.offset if self.offset >= 0 else None
+        limit = self.next_offset if self.next_offset >= 0 else None
+        text = error_message(self.error, context)
+        if size is not None and limit is not None:
+            text += f" (a message of {size} bytes; the broker's limit is {limit})"
+        elif limit is not None:
+            text += f" (the broker's limit is {limit})"
+        error = MessageSizeTooLarge(text)
+        error.message_size, error.limit = size, limit
+        return error
+
+
+def _or_minus_one(value: int | None) -> int:
+    return -1 if value is None else value
 
 
 @attrs.frozen

@@ -119,7 +119,7 @@ class Broker:
                     "rejected a produce from {peer} to {topic}-{partition}: {error}",
                     peer=peer, topic=produce.topic, partition=produce.partition, error=e,
                 )
-                results.append(ProduceResult(produce.topic, produce.partition, e.code, -1, -1))
+                results.append(ProduceResult.refused(produce.topic, produce.partition, e))
                 continue
             results.append(ProduceResult(produce.topic, produce.partition, NO_ERROR, *appended[:2]))
             log = self.logs.get_log(produce.topic, produce.partition)

@@ -36,7 +36,10 @@ Options (names as in Spark's Kafka source where they fit; case-insensitive):
     the task with L{FetchSizeTooSmall} naming the option.
   - C{failOnDataLoss} (default true): a starting offset before the earliest one
     still in the log (deleted by retention) or past the end fails with
-    L{OffsetOutOfRange}; with false, reading starts at the earliest offset.
+    L{OffsetOutOfRange}, and a corrupt stored message fails the task with
+    L{InvalidMessage} naming its offset and the offset after it; with false,
+    reading starts at the earliest offset, and corrupt messages are logged
+    (with their byte range) and skipped.
   - C{timeoutMs}: socket timeout for every broker request (default 30000).
 
 Each Spark input partition is one topic partition's C{[start, end)} range: the
@@ -56,6 +59,7 @@ when the query starts.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -70,8 +74,9 @@ from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange, UnknownTopic
 from twlog.protocol.codec import EARLIEST, LATEST
-from twlog.storage.message import iter_messages
+from twlog.storage.message import CorruptMessage, iter_messages, scan_messages
 
+_logger = logging.getLogger(__name__)
 SCHEMA = "topic string, partition string, offset long, value binary, broker int"
 DEFAULT_FETCH_SIZE = 1024 * 1024
 
@@ -226,8 +231,10 @@ def _resolve(spec, tp: PartitionLocation, earliest: int, latest: int, missing: i
 class TwlogPartition(InputPartition):
     """One topic partition's offset range C{[start, end)} and where to fetch it."""
 
-    def __init__(self, tp: PartitionLocation, start: int, end: int, fetch_size: int, options: ClientOptions) -> None:
+    def __init__(self, tp: PartitionLocation, start: int, end: int, fetch_size: int, options: ClientOptions,
+                 fail_on_data_loss: bool = True) -> None:
         self.tp = tp
+        self.fail_on_data_loss = fail_on_data_loss
         self.start = start
         self.end = end
         self.fetch_size = fetch_size
@@ -247,60 +254,23 @@ def _arrow_schema():
 
 
 def read_range(part: TwlogPartition) -> Iterator:
-    """The messages of C{part} as Arrow record batches, one per fetch; CRC checked; stops at C{part.end}."""
+    """The messages of C{part} as Arrow record batches, one per fetch; CRC checked; stops at C{part.end}.
+
+    A corrupt message fails the task naming its offsets, or, with C{failOnDataLoss} false, is logged
+    (with its byte range) and skipped.
+    """
     import pyarrow as pa
 
     if not isinstance(part, TwlogPartition):
         return  # Spark's placeholder partition when the plan is empty
     schema = _arrow_schema()
     tp = part.tp
-    where = f"{tp.topic} partition {tp.name} (broker {tp.host}:{tp.port})"
     offset = part.start
+    previous: int | None = None  # the offset of the message that ends at `offset`, when known
     with SyncConnection(tp.host, tp.port, part.options) as connection:
         while offset < part.end:
-            try:
-                data = connection.fetch(tp.topic, tp.partition, offset, part.fetch_size)
-            except OffsetNotOnBoundary:
-                if offset == part.start:
-                    raise OffsetNotOnBoundary(
-                        f"offset {offset} of {where} is not the start of a message (or the message there is corrupt)"
-                    ) from None
-                raise InvalidMessage(f"corrupt message at offset {offset} of {where}") from None
-            except OffsetOutOfRange:
-                raise OffsetOutOfRange(
-                    f"offset {offset} of {where} is no longer in the log while reading [{part.start}, {part.end}) "
-                    "(deleted by retention?)"
-                ) from None
-            except FetchSizeTooSmall as e:
-                raise FetchSizeTooSmall(
-                    f"the message at offset {offset} of {where} is larger than the fetchSize option "
-                    f"({part.fetch_size} bytes): raise fetchSize ({e})"
-                ) from None
-            if not data:
-                raise OffsetOutOfRange(
-                    f"{where} ends at offset {offset}, before the end {part.end} of the range being read"
-                )
-            offsets: list[int] = []
-            values: list[bytes] = []
-            next_offset = offset
-            try:
-                for message in iter_messages(data, offset):
-                    if message.offset >= part.end:
-                        next_offset = part.end
-                        break
-                    offsets.append(message.offset)
-                    values.append(message.payload)
-                    next_offset = message.next_offset
-            except InvalidMessage as e:
-                raise InvalidMessage(f"{where}: {e}") from None
-            except FetchSizeTooSmall as e:
-                raise FetchSizeTooSmall(
-                    f"the message at offset {offset} of {where} is larger than the fetchSize option "
-                    f"({part.fetch_size} bytes): raise fetchSize ({e})"
-                ) from None
-            if next_offset <= offset:
-                raise InvalidMessage(f"no whole message at offset {offset} of {where}")
-            offset = next_offset
+            offsets, values, next_offset, last = _read_fetch(connection, part, offset, previous)
+            offset, previous = next_offset, last
             if offsets:
                 n = len(offsets)
                 yield pa.RecordBatch.from_arrays(
@@ -313,6 +283,70 @@ def read_range(part: TwlogPartition) -> Iterator:
                     ],
                     schema=schema,
                 )
+
+
+def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, previous: int | None):
+    """One fetch of C{part} from C{offset}: its offsets and values before C{part.end}, the offset to go on
+    from, and the offset of the last message read (when it ends where reading goes on)."""
+    tp = part.tp
+    where = f"{tp.topic} partition {tp.name} (broker {tp.host}:{tp.port})"
+    start = offset
+    try:
+        data = connection.fetch(tp.topic, tp.partition, offset, part.fetch_size)
+    except OffsetNotOnBoundary as e:
+        if offset == part.start:
+            raise OffsetNotOnBoundary(
+                f"offset {offset} of {where} is not the start of a message (or the message there is corrupt)"
+            ) from None
+        try:  # a message ends at `offset`, so the one there is corrupt: read it from the one before
+            data = connection.read_past_refusal(tp.topic, tp.partition, previous, offset, part.fetch_size, e)
+        except CorruptMessage as corrupt:
+            return [], [], _corrupt(part, corrupt.named(tp.topic, tp.name)), None
+    except OffsetOutOfRange:
+        raise OffsetOutOfRange(
+            f"offset {offset} of {where} is no longer in the log while reading [{part.start}, {part.end}) "
+            "(deleted by retention?)"
+        ) from None
+    except FetchSizeTooSmall as e:
+        raise FetchSizeTooSmall(
+            f"the message at offset {offset} of {where} is larger than the fetchSize option "
+            f"({part.fetch_size} bytes): raise fetchSize ({e})"
+        ) from None
+    if not data:
+        raise OffsetOutOfRange(f"{where} ends at offset {offset}, before the end {part.end} of the range being read")
+    offsets: list[int] = []
+    values: list[bytes] = []
+    last = None
+    try:
+        for item in scan_messages(data, offset, max_decompressed_bytes=part.options.max_decompressed_bytes):
+            if item.offset >= part.end:
+                return offsets, values, part.end, None
+            if type(item) is CorruptMessage:
+                offset = _corrupt(part, item.named(tp.topic, tp.name))
+                last = None
+                continue
+            offsets.append(item.offset)
+            values.append(item.payload)
+            offset = item.next_offset
+            last = item.offset
+    except FetchSizeTooSmall as e:
+        raise FetchSizeTooSmall(
+            f"the message at offset {start} of {where} is larger than the fetchSize option "
+            f"({part.fetch_size} bytes): raise fetchSize ({e})"
+        ) from None
+    if offset <= start:
+        raise InvalidMessage(f"no whole message at offset {start} of {where}")
+    return offsets, values, offset, last if last is not None and offset > last else None
+
+
+def _corrupt(part: TwlogPartition, error: CorruptMessage) -> int:
+    """Fail on the corrupt message C{error} (failOnDataLoss), or log it and return where to go on."""
+    if part.fail_on_data_loss or error.next_offset is None:
+        raise InvalidMessage(f"{error} (broker {part.tp.host}:{part.tp.port}); set failOnDataLoss=false to skip "
+                             "corrupt messages")
+    _logger.warning("skipping the corrupt message at bytes %s of %s partition %s: %s", error.byte_range,
+                    part.tp.topic, part.tp.name, error.reason)
+    return error.next_offset
 
 
 # -- batch ---------------------------------------------------------------------------------
@@ -336,7 +370,7 @@ class TwlogBatchReader(DataSourceReader):
                     f"ending offset {end} of {tp.topic} partition {tp.name} is past the end of the log {latest}"
                 )
             if end > start:
-                plan.append(TwlogPartition(tp, start, end, o.fetch_size, o.client))
+                plan.append(TwlogPartition(tp, start, end, o.fetch_size, o.client, o.fail_on_data_loss))
         return plan
 
     def read(self, partition: TwlogPartition) -> Iterator:
@@ -442,7 +476,7 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"partition {name} of topic {topic!r} has offsets [{begin}, {stop}) to read, "
                         "but no broker holds it now"
                     )
-                plan.append(TwlogPartition(tp, begin, stop, o.fetch_size, o.client))
+                plan.append(TwlogPartition(tp, begin, stop, o.fetch_size, o.client, o.fail_on_data_loss))
         return plan
 
     def read(self, partition: TwlogPartition) -> Iterator:

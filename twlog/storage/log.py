@@ -190,11 +190,9 @@ class Log:
             raise StorageFailed(f"{self.directory} failed ({self.failed}); restart the broker to recover it")
         size = len(message_set)
         if size > self._config.segment_bytes:
-            raise MessageSizeTooLarge(
-                f"a message set of {size} bytes does not fit in a segment of {self._config.segment_bytes} bytes"
-            )
+            raise set_too_large(size, self._config.segment_bytes)
         if count is None:
-            count = validate_message_set(message_set, self._max_message_bytes)
+            count = validate_message_set(message_set, self._max_message_bytes, self._config.max_decompressed_bytes)
         if count == 0:
             return AppendResult(self.end_offset, self.end_offset, 0)
         active = self._segments[-1]
@@ -370,6 +368,13 @@ class Log:
         self._flusher.close()
         for segment in self._segments:
             segment.close()
+
+
+def set_too_large(size: int, segment_bytes: int) -> MessageSizeTooLarge:
+    """The error for a message set of C{size} bytes, larger than a segment: it carries the size and the limit."""
+    error = MessageSizeTooLarge(f"a message set of {size} bytes does not fit in a segment of {segment_bytes} bytes")
+    error.message_size, error.limit = size, segment_bytes
+    return error
 
 
 def check_message_start(

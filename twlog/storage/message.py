@@ -16,26 +16,34 @@ can check every CRC of an append at memory speed.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from twlog.errors import FetchSizeTooSmall, InvalidMessage
+from twlog.errors import FetchSizeTooSmall, InvalidMessage, MessageSizeTooLarge
+from twlog.storage.compression import (
+    CODEC_GZIP,
+    CODEC_NAMES,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    KNOWN_CODECS,
+    DecompressedTooLarge,
+    codec_name,
+    compress,
+    decompress,
+)
 from twlog.storage.crc import crc32
 
-try:  # optional: snappy compression (pip install 'twlog[snappy]')
-    import cramjam
-except ImportError:  # pragma: no cover - depends on the install
-    cramjam = None
+__all__ = [
+    "CODEC_GZIP", "CODEC_NAMES", "CODEC_NONE", "CODEC_SNAPPY", "DEFAULT_MAX_DECOMPRESSED_BYTES", "CorruptMessage",
+    "DecompressedTooLarge", "MessageAndOffset", "ScanResult", "compress", "decompress", "encode_message",
+    "encode_message_set", "iter_messages", "scan", "scan_messages", "validate_message_set",
+]
 
 MAGIC_PLAIN = 0
 MAGIC_ATTRIBUTES = 1
 
-CODEC_NONE = 0
-CODEC_GZIP = 1
-CODEC_SNAPPY = 2
 CODEC_MASK = 0x03
-CODEC_NAMES = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY}
 
 LENGTH_BYTES = 4
 #: Bytes an uncompressed (magic 0) message adds to its payload: length, magic, CRC.
@@ -46,7 +54,6 @@ MIN_MESSAGE_BYTES = 5
 _LENGTH = struct.Struct(">i")
 _HEADER0 = struct.Struct(">iBI")  # N, magic, crc
 _HEADER1 = struct.Struct(">iBBI")  # N, magic, attributes, crc
-
 
 
 class MessageAndOffset(NamedTuple):
@@ -67,6 +74,44 @@ class ScanResult(NamedTuple):
     #: When C{problem} is set: the stop is an entry that runs past the end of
     #: the buffer (size C{needed} bytes from C{valid_bytes}), not a bad one.
     needed: int = 0
+    #: When C{problem} is set: the stop is an entry larger than the maximum (its size N), not a bad one.
+    oversize: int = 0
+
+
+class CorruptMessage(InvalidMessage):
+    """A stored message that cannot be read: where it is, where the next one starts, and why.
+
+    Readers hand out the valid messages before it first, then raise this (or,
+    told to skip, log it and go on at C{next_offset}).  C{next_offset} is None
+    when the message's length field is not sane, so where the next message
+    starts is unknown and the message cannot be skipped.
+    """
+
+    def __init__(self, reason: str, offset: int, next_offset: int | None, topic: str | None = None,
+                 partition: int | str | None = None) -> None:
+        self.reason = reason
+        self.offset = offset
+        self.next_offset = next_offset
+        self.topic = topic
+        self.partition = partition
+        where = f"{topic}-{partition}: " if topic is not None else ""
+        if next_offset is None:
+            after = "where the next message starts is unknown (its length field is not sane, or not readable)"
+        else:
+            after = f"the next message starts at offset {next_offset}"
+        super().__init__(f"{where}the message at offset {offset} is corrupt ({reason}); {after}")
+
+    def __reduce__(self):
+        return (CorruptMessage, (self.reason, self.offset, self.next_offset, self.topic, self.partition))
+
+    @property
+    def byte_range(self) -> str:
+        """C{[offset, next_offset)} as text, for logs."""
+        return f"[{self.offset}, {self.next_offset if self.next_offset is not None else '?'})"
+
+    def named(self, topic: str, partition: int | str) -> CorruptMessage:
+        """This error, naming the partition it was found in."""
+        return CorruptMessage(self.reason, self.offset, self.next_offset, topic, partition)
 
 
 # -- encoding ---------------------------------------------------------------
@@ -101,16 +146,23 @@ def encode_message_set(payloads: Iterable[bytes], codec: int = CODEC_NONE) -> by
 # -- validation -------------------------------------------------------------
 
 
-def scan(buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFFF, origin: int = 0) -> ScanResult:
+def scan(
+    buf: bytes | bytearray | memoryview,
+    max_message_bytes: int = 0x7FFFFFFF,
+    origin: int = 0,
+    wrappers: list[int] | None = None,
+) -> ScanResult:
     """Walk the entries of C{buf} and stop at the first one that is not a whole, valid message.
 
-    A message is valid when its size is sane (at least the header, at most
-    C{max_message_bytes}), its magic and codec are known, and its CRC matches.
-    Compressed wrappers are checked as one message; their insides are not
-    decompressed here.  Problems name byte positions counted from C{origin}
-    (the position of C{buf} in a larger file).  No per-message object is built: the loop is the
-    broker's hottest, so the common case (magic 0, all well) takes one
-    C{unpack_from} and one CRC, and only a failure pays for a diagnosis.
+    A message is valid here when its size is sane (at least the header, at most
+    C{max_message_bytes}), its magic and attributes are known (a codec, no other
+    bit), and its CRC matches.  Compressed wrappers are checked as one message,
+    not opened: their positions are appended to C{wrappers} when given, for
+    L{validate_message_set} to open.  Problems name byte positions counted from
+    C{origin} (the position of C{buf} in a larger file).  No per-message object
+    is built: the loop is the broker's hottest, so the common case (magic 0, all
+    well) takes one C{unpack_from} and one CRC, and only a failure pays for a
+    diagnosis.
     """
     n = len(buf)
     unpack0 = _HEADER0.unpack_from
@@ -130,10 +182,12 @@ def scan(buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFF
         elif (
             magic != MAGIC_ATTRIBUTES
             or size < 6
-            or buf[pos + 5] not in _CODECS
+            or buf[pos + 5] not in KNOWN_CODECS
             or check(buf[pos + 10 : end]) != _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
         ):
             return _diagnose(buf, pos, count, max_message_bytes, origin)
+        elif buf[pos + 5] and wrappers is not None:
+            wrappers.append(pos)
         pos = end
         count += 1
     return ScanResult(pos, count, None)
@@ -157,171 +211,203 @@ def _diagnosis(buf: bytes | bytearray | memoryview, pos: int, count: int, max_me
     if size < MIN_MESSAGE_BYTES:
         return ScanResult(pos, count, f"message size {size} at byte {pos} is below the minimum {MIN_MESSAGE_BYTES}")
     if size > max_message_bytes:
-        return ScanResult(pos, count, f"message size {size} at byte {pos} exceeds the maximum {max_message_bytes}")
+        return ScanResult(
+            pos, count, f"message size {size} at byte {pos} exceeds the maximum {max_message_bytes}", oversize=size
+        )
     if pos + 4 + size > n:
         return ScanResult(
             pos, count, f"partial message at byte {pos}: {size} bytes announced, {n - pos - 4} present", size + 4
         )
-    if magic not in (MAGIC_PLAIN, MAGIC_ATTRIBUTES):
-        return ScanResult(pos, count, f"unknown magic {magic} at byte {pos}")
-    if magic == MAGIC_ATTRIBUTES:
-        if size < 6:
-            return ScanResult(pos, count, f"magic-1 message at byte {pos} is too short")
-        if buf[pos + 5] not in _CODECS:
-            return ScanResult(pos, count, f"unknown attributes {buf[pos + 5]:#x} at byte {pos}")
-    return ScanResult(pos, count, f"CRC mismatch in message at byte {pos}")
+    problem = _entry_problem(buf, pos, pos + 4 + size)
+    if problem == "CRC mismatch":
+        problem = "CRC mismatch in message"
+    return ScanResult(pos, count, f"{problem} at byte {pos}")
 
 
-def validate_message_set(buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFFF) -> int:
+def _entry_problem(buf: bytes | bytearray | memoryview, pos: int, end: int) -> str | None:
+    """What is wrong with the whole entry C{buf[pos:end]} (magic, attributes, CRC), or None."""
+    magic = buf[pos + 4]
+    if magic == MAGIC_PLAIN:
+        start = pos + 9
+        crc = _LENGTH.unpack_from(buf, pos + 5)[0] & 0xFFFFFFFF
+    elif magic == MAGIC_ATTRIBUTES:
+        if end - pos < 10:
+            return "magic-1 message too short"
+        if buf[pos + 5] not in KNOWN_CODECS:
+            return f"unknown attributes {buf[pos + 5]:#x}"
+        start = pos + 10
+        crc = _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
+    else:
+        return f"unknown magic {magic}"
+    if crc32(buf[start:end]) != crc:
+        return "CRC mismatch"
+    return None
+
+
+def validate_message_set(
+    buf: bytes | bytearray | memoryview,
+    max_message_bytes: int = 0x7FFFFFFF,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> int:
     """Check that C{buf} is whole, valid messages and nothing else; return how many.
 
+    Every entry is checked as by L{scan}; then every compressed wrapper is
+    decompressed (into at most C{max_decompressed_bytes}) and its inner set
+    checked the same way: whole, valid, uncompressed messages, at least one.
+    A set that passes is one every reader can read.
+
+    @raise MessageSizeTooLarge: an entry is larger than C{max_message_bytes}, or
+        a wrapper decompresses to more than C{max_decompressed_bytes}.
     @raise InvalidMessage: naming the first problem and its byte position.
     """
-    result = scan(buf, max_message_bytes)
+    wrappers: list[int] = []
+    result = scan(buf, max_message_bytes, wrappers=wrappers)
     if result.problem is not None:
+        if result.oversize:
+            error = MessageSizeTooLarge(result.problem)
+            error.message_size, error.limit = result.oversize, max_message_bytes
+            raise error
         raise InvalidMessage(result.problem)
+    for pos in wrappers:
+        size = _LENGTH.unpack_from(buf, pos)[0]
+        try:
+            open_wrapper(buf[pos + 5], bytes(buf[pos + 10 : pos + 4 + size]), max_decompressed_bytes)
+        except InvalidMessage as e:
+            raise InvalidMessage(f"the {codec_name(buf[pos + 5])} message at byte {pos}: {e}") from None
+        except DecompressedTooLarge as e:
+            error = DecompressedTooLarge(f"the message at byte {pos}: {e}")
+            error.limit = e.limit
+            raise error from None
     return result.count
+
+
+def open_wrapper(codec: int, payload: bytes, max_decompressed_bytes: int) -> list[bytes]:
+    """The payloads of the inner set of a compressed wrapper: decompressed within the bound, every entry checked.
+
+    @raise InvalidMessage: the payload does not decompress, or the inner set is empty,
+        malformed, has a bad CRC, or holds a compressed message (nesting is refused).
+    @raise DecompressedTooLarge: it decompresses to more than C{max_decompressed_bytes}.
+    """
+    inner = decompress(codec, payload, max_decompressed_bytes)
+    nested: list[int] = []
+    result = scan(inner, wrappers=nested)
+    if result.problem is not None:
+        raise InvalidMessage(f"inside it, {result.problem}")
+    if nested:
+        raise InvalidMessage(f"it holds a compressed message (at byte {nested[0]} inside it): nesting is refused")
+    if not result.count:
+        raise InvalidMessage("it holds no message")
+    payloads = []
+    pos = 0
+    n = len(inner)
+    while pos < n:
+        end = pos + 4 + _LENGTH.unpack_from(inner, pos)[0]
+        payloads.append(inner[pos + (9 if inner[pos + 4] == MAGIC_PLAIN else 10) : end])
+        pos = end
+    return payloads
 
 
 # -- decoding ---------------------------------------------------------------
 
 
-def iter_messages(
-    buf: bytes | bytearray | memoryview, offset: int, *, deep: bool = True, whole_buffer: bool = False
-) -> Iterator[MessageAndOffset]:
-    """Decode the messages of a fetched buffer that starts at log C{offset}.
+def scan_messages(
+    buf: bytes | bytearray | memoryview,
+    offset: int,
+    *,
+    deep: bool = True,
+    whole_buffer: bool = False,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> Iterator[MessageAndOffset | CorruptMessage]:
+    """Decode the messages of a fetched buffer that starts at log C{offset}, reporting bad ones in line.
 
-    A partial last entry (a fetch cuts the set at its byte limit) is dropped,
-    unless it is the only entry and C{buf} is full: then the message is larger
-    than the fetch size, and L{FetchSizeTooSmall} says so rather than stall.
-    Every CRC is checked.  With C{deep}, compressed wrappers are opened; their
-    inner messages carry the wrapper's offset, and the last one the offset
-    after the wrapper, so that a consumer committing C{next_offset} never skips
-    a message.
+    Yields a L{MessageAndOffset} per valid message and a L{CorruptMessage}
+    (not raised) per bad one, in log order, and goes on after a bad message
+    whose length field is sane; it stops after one whose length is not (its
+    C{next_offset} is None).  A partial last entry (a fetch cuts the set at its
+    byte limit) is dropped, unless it is the only entry and C{buf} is full:
+    then the message is larger than the fetch size, and L{FetchSizeTooSmall}
+    says so rather than stall.  With C{deep}, compressed wrappers are opened
+    (within C{max_decompressed_bytes}, refusing nesting); their inner messages
+    carry the wrapper's offset, and the last one the offset after the wrapper,
+    so that a consumer committing C{next_offset} never skips a message.  A
+    wrapper with anything wrong inside is one bad message.
 
     @param whole_buffer: the buffer is a complete set (not cut by a fetch
-        limit), so any partial entry is an error.
-    @raise InvalidMessage: on a CRC mismatch or malformed entry.
+        limit), so a partial entry is a bad one.
     """
     if not isinstance(buf, bytes):
         buf = bytes(buf)
     n = len(buf)
     pos = 0
+    unpack = _LENGTH.unpack_from
     while pos < n:
         if n - pos < 4:
             if pos == 0 and not whole_buffer:  # a fetch of 1-3 bytes: not even the size fits
                 raise FetchSizeTooSmall(f"the message at offset {offset} is larger than the fetch size {n}")
-            break
-        size = _LENGTH.unpack_from(buf, pos)[0]
+            if whole_buffer:
+                yield CorruptMessage(f"a partial length field of {n - pos} bytes", offset + pos, None)
+            return
+        size = unpack(buf, pos)[0]
         end = pos + 4 + size
         if size < MIN_MESSAGE_BYTES:
-            raise InvalidMessage(f"message size {size} at offset {offset + pos} is below the minimum")
+            yield CorruptMessage(f"its length field says {size} bytes, below the minimum", offset + pos, None)
+            return
         if end > n:
-            if pos == 0 and not whole_buffer:
+            if whole_buffer:
+                yield CorruptMessage(f"{size} bytes announced, {n - pos - 4} present", offset + pos, None)
+            elif pos == 0:
                 raise FetchSizeTooSmall(
                     f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {n}"
                 )
-            break
+            return
         magic = buf[pos + 4]
         if magic == MAGIC_PLAIN:
-            crc = _LENGTH.unpack_from(buf, pos + 5)[0] & 0xFFFFFFFF
-            start = pos + 9
+            crc = unpack(buf, pos + 5)[0] & 0xFFFFFFFF
+            payload = buf[pos + 9 : end]
             codec = CODEC_NONE
-        elif magic == MAGIC_ATTRIBUTES and size >= 6:
+        elif magic == MAGIC_ATTRIBUTES and size >= 6 and buf[pos + 5] in KNOWN_CODECS:
             codec = buf[pos + 5]
-            crc = _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
-            start = pos + 10
+            crc = unpack(buf, pos + 6)[0] & 0xFFFFFFFF
+            payload = buf[pos + 10 : end]
         else:
-            raise InvalidMessage(f"unknown magic {magic} at offset {offset + pos}")
-        payload = buf[start:end]
+            yield CorruptMessage(_entry_problem(buf, pos, end) or "unreadable", offset + pos, offset + end)
+            pos = end
+            continue
         if crc32(payload) != crc:
-            raise InvalidMessage(f"CRC mismatch in the message at offset {offset + pos}")
-        if codec == CODEC_NONE or not deep:
+            yield CorruptMessage("CRC mismatch", offset + pos, offset + end)
+        elif codec == CODEC_NONE or not deep:
             yield MessageAndOffset(offset + pos, offset + end, payload)
         else:
-            inner = list(iter_messages(decompress(codec, payload), 0, deep=True, whole_buffer=True))
-            for i, message in enumerate(inner):
-                last = i == len(inner) - 1
-                yield MessageAndOffset(offset + pos, offset + end if last else offset + pos, message.payload)
+            try:
+                inner = open_wrapper(codec, payload, max_decompressed_bytes)
+            except (InvalidMessage, MessageSizeTooLarge) as e:
+                yield CorruptMessage(f"{codec_name(codec)} message: {e}", offset + pos, offset + end)
+            else:
+                here = offset + pos
+                for p in inner[:-1]:
+                    yield MessageAndOffset(here, here, p)
+                yield MessageAndOffset(here, offset + end, inner[-1])
         pos = end
-    if whole_buffer and pos != n:
-        raise InvalidMessage(f"partial message at offset {offset + pos}")
 
 
-# -- compression ------------------------------------------------------------
+def iter_messages(
+    buf: bytes | bytearray | memoryview,
+    offset: int,
+    *,
+    deep: bool = True,
+    whole_buffer: bool = False,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> Iterator[MessageAndOffset]:
+    """The valid messages of a fetched buffer that starts at log C{offset} (see L{scan_messages}).
 
-_SNAPPY_JAVA_MAGIC = b"\x82SNAPPY\x00"
-_SNAPPY_JAVA_HEADER = struct.Struct(">8sii")
-_SNAPPY_BLOCK = 32 * 1024
+    The valid messages before a bad one are yielded first; then the bad one
+    raises.
 
-
-def _snappy():
-    if cramjam is None:  # pragma: no cover - depends on the install
-        raise InvalidMessage("snappy needs the cramjam package: pip install 'twlog[snappy]'")
-    return cramjam.snappy
-
-
-def _gzip_compress(data: bytes) -> bytes:
-    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: gzip framing
-    return compressor.compress(data) + compressor.flush()
-
-
-def _gzip_decompress(data: bytes) -> bytes:
-    return zlib.decompress(data, 47)  # 47: gzip or zlib framing
-
-
-def _snappy_compress(data: bytes) -> bytes:
-    """snappy-java's stream framing, as Kafka 0.7 clients wrote it: a header, then length-prefixed blocks."""
-    snappy = _snappy()
-    parts = [_SNAPPY_JAVA_HEADER.pack(_SNAPPY_JAVA_MAGIC, 1, 1)]
-    for start in range(0, len(data), _SNAPPY_BLOCK):
-        block = bytes(snappy.compress_raw(data[start : start + _SNAPPY_BLOCK]))
-        parts.append(_LENGTH.pack(len(block)))
-        parts.append(block)
-    return b"".join(parts)
-
-
-def _snappy_decompress(data: bytes) -> bytes:
-    snappy = _snappy()
-    if not data.startswith(_SNAPPY_JAVA_MAGIC):
-        return bytes(snappy.decompress_raw(data))
-    parts = []
-    pos = _SNAPPY_JAVA_HEADER.size
-    while pos < len(data):
-        if pos + 4 > len(data):
-            raise InvalidMessage("truncated snappy block header")
-        size = _LENGTH.unpack_from(data, pos)[0]
-        if size < 0 or pos + 4 + size > len(data):
-            raise InvalidMessage("truncated snappy block")
-        parts.append(bytes(snappy.decompress_raw(data[pos + 4 : pos + 4 + size])))
-        pos += 4 + size
-    return b"".join(parts)
-
-
-_CODECS = {
-    CODEC_NONE: (bytes, bytes),
-    CODEC_GZIP: (_gzip_compress, _gzip_decompress),
-    CODEC_SNAPPY: (_snappy_compress, _snappy_decompress),
-}
-
-
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress C{data} with C{codec} (a CODEC_* number)."""
-    try:
-        return _CODECS[codec][0](data)
-    except KeyError:
-        raise InvalidMessage(f"unknown codec {codec}") from None
-
-
-def decompress(codec: int, data: bytes) -> bytes:
-    """Decompress a wrapper payload; a corrupt payload is L{InvalidMessage}."""
-    try:
-        function = _CODECS[codec][1]
-    except KeyError:
-        raise InvalidMessage(f"unknown codec {codec}") from None
-    try:
-        return function(data)
-    except InvalidMessage:
-        raise
-    except Exception as e:
-        raise InvalidMessage(f"cannot decompress a codec-{codec} message: {e}") from None
+    @raise CorruptMessage: (an L{InvalidMessage}) naming the bad message's offset and the offset after it.
+    @raise FetchSizeTooSmall: the buffer holds only part of its first message.
+    """
+    for item in scan_messages(buf, offset, deep=deep, whole_buffer=whole_buffer,
+                              max_decompressed_bytes=max_decompressed_bytes):
+        if type(item) is CorruptMessage:
+            raise item
+        yield item
