@@ -6,22 +6,23 @@ while it holds too many requests in flight, the frames behind them).  The
 per-frame limit (C{max_request_bytes}) alone does not bound the sum: eight
 clients sending 95 MiB of a frame and never finishing held 841 MB.  The
 budget counts what every connection holds (L{RequestBudget.total}) and
-decides which connections may read:
+decides which connections may read, by reservation:
 
- - a connection holding nothing always reads (a small request arrives whole
-   in one read and is handled at once, so healthy clients are never held);
- - a connection holding part of a frame reads while the rest of its frame
-   fits in the budget: the holders needing the fewest bytes to finish go
-   first, each reserving what it still needs; the others, the connections
-   with the largest frames still to come, stop reading
-   (C{transport.pauseProducing}) and resume as space frees (a frame is
-   handled, or a connection closes).
+ - a connection holding nothing always reads: a small request arrives whole
+   in one read and is handled at once, so healthy clients are never held;
+ - a connection that starts a frame it cannot finish in that read is
+   admitted if the rest of the frame fits in the budget, beside the rest
+   every admitted frame still needs: then it reads until its frame is whole,
+   and the frame is handled; otherwise it stops reading
+   (C{transport.pauseProducing}), holding only that first read;
+ - as space frees (a frame is handled, a connection closes), the stopped
+   connections needing the fewest bytes to finish are admitted first, so
+   the frames still to come that are largest wait longest.
 
-So every frame being read can complete without the total passing the
-bound, and no set of half-sent frames can deadlock each other.  The total
-can pass the bound only by the one read (at most L{READ_BYTES}) of a
-connection that starts a frame while the budget is full, after which that
-connection stops reading.
+So every admitted frame can complete without the total passing the bound,
+and half-sent frames never deadlock each other.  The total passes the bound
+only by the first read (at most L{READ_BYTES}) of each connection stopped
+because the budget was full when it started a frame.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class RequestBudget:
         #: The largest L{total} seen (for tests and stats).
         self.peak = 0
         self._held: dict[Holder, tuple[int, int]] = {}  # connection -> (buffered, needed), if it buffers any
-        self._needed = 0  # the sum of every holder's needed bytes
+        self._admitted: set[Holder] = set()
+        self._reserved = 0  # what the admitted frames still need, together
         self._stopped: set[Holder] = set()
 
     @property
@@ -67,8 +69,12 @@ class RequestBudget:
         """How many connections the budget stopped reading."""
         return len(self._stopped)
 
+    def is_stopped(self, holder: Holder) -> bool:
+        """Whether the budget stopped C{holder} reading."""
+        return holder in self._stopped
+
     def update(self, holder: Holder) -> None:
-        """C{holder} read, delivered frames or closed: account what it holds now, and rebalance."""
+        """C{holder} read or delivered frames: account what it holds now; admit or stop it; admit others."""
         self._set(holder, holder.buffered_bytes, holder.needed_bytes)
 
     def forget(self, holder: Holder) -> None:
@@ -77,34 +83,43 @@ class RequestBudget:
         self._set(holder, 0, 0)
 
     def _set(self, holder: Holder, buffered: int, needed: int) -> None:
+        before = self.total + self._reserved
         old_buffered, old_needed = self._held.pop(holder, (0, 0))
-        if buffered:
-            self._held[holder] = (buffered, needed)
-        else:
-            needed = 0
         self.total += buffered - old_buffered
-        self._needed += needed - old_needed
         self.peak = max(self.peak, self.total)
-        if buffered != old_buffered or needed != old_needed:
-            self._rebalance()
+        admitted = holder in self._admitted
+        if admitted:
+            self._admitted.discard(holder)
+            self._reserved -= old_needed
+        if not buffered:  # holds nothing: reads freely
+            self._release(holder)
+        else:
+            self._held[holder] = (buffered, needed)
+            if admitted and needed <= old_needed:  # the same frame, still coming
+                self._admit(holder, needed)
+            elif holder not in self._stopped:  # a new frame
+                if self.total + self._reserved + needed <= self.limit:
+                    self._admit(holder, needed)
+                else:
+                    self._stopped.add(holder)
+                    holder.hold_reading(BUDGET)
+        if self._stopped and self.total + self._reserved < before:
+            self._admit_waiting()
 
-    def _rebalance(self) -> None:
-        if self.total + self._needed <= self.limit:  # every frame being read fits: nobody waits
-            if self._stopped:
-                stopped, self._stopped = self._stopped, set()
-                for holder in stopped:
-                    holder.release_reading(BUDGET)
-            return
-        free = self.limit - self.total
-        for holder, (_, needed) in sorted(self._held.items(), key=lambda item: item[1][1]):
-            if needed <= free:
-                free -= needed
-                if holder in self._stopped:
-                    self._stopped.discard(holder)
-                    holder.release_reading(BUDGET)
-            elif holder not in self._stopped:
-                self._stopped.add(holder)
-                holder.hold_reading(BUDGET)
-        for holder in [h for h in self._stopped if h not in self._held]:  # holds nothing now: reads again
+    def _admit(self, holder: Holder, needed: int) -> None:
+        self._admitted.add(holder)
+        self._reserved += needed
+
+    def _release(self, holder: Holder) -> None:
+        if holder in self._stopped:
             self._stopped.discard(holder)
             holder.release_reading(BUDGET)
+
+    def _admit_waiting(self) -> None:
+        """Admit stopped connections, fewest bytes still needed first, while their frames fit."""
+        for holder in sorted(self._stopped, key=lambda h: self._held.get(h, (0, 0))[1]):
+            needed = self._held.get(holder, (0, 0))[1]
+            if self.total + self._reserved + needed > self.limit:
+                break
+            self._admit(holder, needed)
+            self._release(holder)

@@ -78,9 +78,11 @@ class FrameReceiver(Protocol):
 
     def _take(self, n: int) -> bytes:
         """The next C{n} bytes (all buffered), each copied once; a read that is exactly one frame is not copied."""
+        if n == 0:
+            return b""
         chunks = self._chunks
         self._pending -= n
-        first = chunks[0] if chunks else b""
+        first = chunks[0]
         if self._offset == 0 and len(first) == n:
             chunks.popleft()
             return first

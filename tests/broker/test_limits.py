@@ -1,0 +1,144 @@
+"""Tests for the broker's descriptor limits (twlog.broker.limits), its new options, and how a stop whose final
+flush failed is reported (twlog.broker.service)."""
+
+from __future__ import annotations
+
+import errno
+import resource
+import signal
+
+from twisted.internet import reactor
+from twisted.logger import globalLogPublisher
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from twlog.broker import limits
+from twlog.broker import service as service_module
+from twlog.broker.tap import Options, makeService
+from twlog.config import BrokerConfig, LogConfig
+from twlog.storage.message import encode_message_set
+
+
+class LimitTests(SynchronousTestCase):
+    def test_default_max_connections(self) -> None:
+        """The limit less the open segments, a quarter for segments to come, and a fixed reserve."""
+        self.assertEqual(limits.default_max_connections(1024, 0), 1024 - 256 - 64)
+        self.assertEqual(limits.default_max_connections(1024, 100), 1024 - 100 - 256 - 64)
+        self.assertEqual(limits.default_max_connections(256, 10), 256 - 10 - 64 - 64)
+        self.assertEqual(limits.default_max_connections(64, 500), 1)
+
+    def test_raise_open_files_limit(self) -> None:
+        """The soft limit goes up to the hard one."""
+        calls = []
+        self.patch(limits.resource, "getrlimit", lambda which: (1024, 4096))
+        self.patch(limits.resource, "setrlimit", lambda which, value: calls.append((which, value)))
+        self.assertEqual(limits.raise_open_files_limit(), 4096)
+        self.assertEqual(calls, [(resource.RLIMIT_NOFILE, (4096, 4096))])
+
+    def test_raise_refused(self) -> None:
+        """Where the system refuses, the soft limit stays, with a warning."""
+
+        def refuse(which, value):
+            raise ValueError("not allowed")
+
+        self.patch(limits.resource, "getrlimit", lambda which: (1024, 4096))
+        self.patch(limits.resource, "setrlimit", refuse)
+        self.assertEqual(limits.raise_open_files_limit(), 1024)
+
+    def test_unlimited(self) -> None:
+        self.patch(limits.resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        self.assertEqual(limits.raise_open_files_limit(), 1 << 20)
+
+
+class OptionTests(SynchronousTestCase):
+    def parse(self, *argv: str) -> Options:
+        options = Options()
+        options.parseOptions(list(argv))
+        return options
+
+    def test_defaults(self) -> None:
+        config = self.parse().config
+        self.assertEqual((config.max_buffered_request_bytes, config.max_connections), (256 * 1024 * 1024, None))
+
+    def test_options(self) -> None:
+        config = self.parse("--max-buffered-request-bytes", "200_000_000", "--max-connections", "500").config
+        self.assertEqual((config.max_buffered_request_bytes, config.max_connections), (200_000_000, 500))
+
+    def test_budget_below_the_largest_request(self) -> None:
+        """The budget must hold the largest request, or that request could never be read."""
+        e = self.assertRaises(usage.UsageError, self.parse, "--max-request-bytes", "2048",
+                              "--max-buffered-request-bytes", "1024")
+        self.assertIn("max_buffered_request_bytes must be at least max_request_bytes", str(e))
+        self.assertRaises(usage.UsageError, self.parse, "--max-connections", "0")
+
+    def test_twistd_exits_non_zero_on_an_unclean_stop(self) -> None:
+        (service,) = makeService(self.parse("--port", "0"))
+        self.assertEqual(service.unclean_exit_code, 1)
+
+
+class FakeReactor:
+    """What L{BrokerService._exit_with} and L{BrokerService._stopped} touch of a reactor."""
+
+    def __init__(self) -> None:
+        self._exitSignal = signal.SIGTERM
+        self.triggers = []
+
+    def addSystemEventTrigger(self, phase, event, f, *args):
+        self.triggers.append((phase, event, f, args))
+
+
+class UncleanStopTests(TestCase):
+    def events(self) -> list[dict]:
+        events: list[dict] = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        return events
+
+    async def start(self, **kwargs) -> service_module.BrokerService:
+        config = BrokerConfig(log=LogConfig(self.mktemp(), flush_interval_ms=600_000), port=0)
+        service = service_module.BrokerService(config, reactor, stop_reactor_on_error=False, **kwargs)
+        service.startService()
+        await service.listening
+        return service
+
+    async def test_failed_final_flush_is_unclean(self) -> None:
+        """A final flush that fails is logged as an unclean stop, never as "stopped cleanly"."""
+        events = self.events()
+        service = await self.start()
+        self.assertGreaterEqual(service.factory.max_connections, 1)
+        log = service.logs.get_or_create_log("t", 0)
+        log.append(encode_message_set([b"a"]))
+        log._flusher.fail(OSError(errno.EIO, "Input/output error"))
+        await service.stopService()
+        self.assertIs(service.stopped_cleanly, False)
+        texts = [e.get("log_format", "") for e in events]
+        self.assertTrue(any("stopped uncleanly" in t for t in texts), texts)
+        self.assertFalse(any("stopped cleanly" in t for t in texts), texts)
+        self.flushLoggedErrors()
+
+    async def test_clean_stop(self) -> None:
+        events = self.events()
+        service = await self.start()
+        service.logs.get_or_create_log("t", 0).append(encode_message_set([b"a"]))
+        await service.stopService()
+        self.assertIs(service.stopped_cleanly, True)
+        self.assertTrue(any("stopped cleanly" in e.get("log_format", "") for e in events))
+
+    def test_exit_status(self) -> None:
+        """With unclean_exit_code, an unclean stop asks for that exit once the reactor is down: no re-raised
+        signal, and an exit handler that ends the process with the code."""
+        fake = FakeReactor()
+        service = service_module.BrokerService.__new__(service_module.BrokerService)
+        service._reactor = fake
+        service.unclean_exit_code = 1
+        service.config = BrokerConfig(log=LogConfig("unused"))
+        service._stopped(False)
+        ((phase, event, f, args),) = fake.triggers
+        self.assertEqual((phase, event, args), ("after", "shutdown", (1,)))
+        registered = []
+        self.patch(service_module.atexit, "register", lambda *a: registered.append(a))
+        f(*args)
+        self.assertIsNone(fake._exitSignal)
+        self.assertEqual(registered, [(service_module._exit_now, 1)])
+        service._stopped(True)
+        self.assertEqual(len(fake.triggers), 1)
