@@ -9,8 +9,10 @@ from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker
 from tests.integration.spark import spark_call, spark_session
+from tests.storage.corrupt import NOT_GZIP, write_partition
 from twlog.errors import ConnectionFailed, InvalidMessage, OffsetOutOfRange
 from twlog.producer import Producer
+from twlog.storage.message import encode_message_set
 
 TOPIC = "clicks"
 
@@ -186,6 +188,23 @@ class ErrorTests(SparkTestCase):
         self.assertIn("InvalidMessage", message)
         self.assertIn(f"offset {bad}", message)
         self.assertIn("partition 0-0", message)
+
+
+    async def test_corrupt_wrapper_between_good_messages(self):
+        """5 good messages, a wrapper that is not gzip (stored by an older version), 5 more: the read fails naming
+        the bad offset and the offset after it; with failOnDataLoss=false the 10 good ones are read."""
+        log_dir = self.mktemp()
+        good = payloads("g", 10)
+        _, bad, after = write_partition(log_dir, TOPIC, encode_message_set(good[:5]), NOT_GZIP,
+                                        encode_message_set(good[5:]))
+        service = await start_broker(self, log_dir=log_dir)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        message = await self.error(brokers=brokers, subscribe=TOPIC)
+        self.assertIn("InvalidMessage", message)
+        self.assertIn(f"the message at offset {bad} is corrupt", message)
+        self.assertIn(f"the next message starts at offset {after}", message)
+        rows = await self.rows(brokers=brokers, subscribe=TOPIC, failOnDataLoss="false")
+        self.assertEqual([r[3] for r in rows], good)
 
 
 del ConnectionFailed, InvalidMessage, OffsetOutOfRange

@@ -301,7 +301,7 @@ def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, p
         try:  # a message ends at `offset`, so the one there is corrupt: read it from the one before
             data = connection.read_past_refusal(tp.topic, tp.partition, previous, offset, part.fetch_size, e)
         except CorruptMessage as corrupt:
-            return [], [], _corrupt(part, corrupt.named(tp.topic, tp.name)), None
+            return [], [], _corrupt(part, corrupt), None
     except OffsetOutOfRange:
         raise OffsetOutOfRange(
             f"offset {offset} of {where} is no longer in the log while reading [{part.start}, {part.end}) "
@@ -322,7 +322,7 @@ def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, p
             if item.offset >= part.end:
                 return offsets, values, part.end, None
             if type(item) is CorruptMessage:
-                offset = _corrupt(part, item.named(tp.topic, tp.name))
+                offset = _corrupt(part, item)
                 last = None
                 continue
             offsets.append(item.offset)
@@ -342,8 +342,9 @@ def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, p
 def _corrupt(part: TwlogPartition, error: CorruptMessage) -> int:
     """Fail on the corrupt message C{error} (failOnDataLoss), or log it and return where to go on."""
     if part.fail_on_data_loss or error.next_offset is None:
-        raise InvalidMessage(f"{error} (broker {part.tp.host}:{part.tp.port}); set failOnDataLoss=false to skip "
-                             "corrupt messages")
+        bare = CorruptMessage(error.reason, error.offset, error.next_offset)
+        raise InvalidMessage(f"{part.tp.topic} partition {part.tp.name} (broker {part.tp.host}:{part.tp.port}): "
+                             f"{bare}; set failOnDataLoss=false to skip corrupt messages")
     _logger.warning("skipping the corrupt message at bytes %s of %s partition %s: %s", error.byte_range,
                     part.tp.topic, part.tp.name, error.reason)
     return error.next_offset

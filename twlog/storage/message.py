@@ -271,7 +271,7 @@ def validate_message_set(
     for pos in wrappers:
         size = _LENGTH.unpack_from(buf, pos)[0]
         try:
-            open_wrapper(buf[pos + 5], bytes(buf[pos + 10 : pos + 4 + size]), max_decompressed_bytes)
+            open_wrapper(buf[pos + 5], bytes(buf[pos + 10 : pos + 4 + size]), max_decompressed_bytes, collect=False)
         except InvalidMessage as e:
             raise InvalidMessage(f"the {codec_name(buf[pos + 5])} message at byte {pos}: {e}") from None
         except DecompressedTooLarge as e:
@@ -281,28 +281,46 @@ def validate_message_set(
     return result.count
 
 
-def open_wrapper(codec: int, payload: bytes, max_decompressed_bytes: int) -> list[bytes]:
+def open_wrapper(codec: int, payload: bytes, max_decompressed_bytes: int, collect: bool = True) -> list[bytes]:
     """The payloads of the inner set of a compressed wrapper: decompressed within the bound, every entry checked.
+
+    One pass over the inner set; with C{collect} false (validation only) no payload is copied out.
 
     @raise InvalidMessage: the payload does not decompress, or the inner set is empty,
         malformed, has a bad CRC, or holds a compressed message (nesting is refused).
     @raise DecompressedTooLarge: it decompresses to more than C{max_decompressed_bytes}.
     """
     inner = decompress(codec, payload, max_decompressed_bytes)
-    nested: list[int] = []
-    result = scan(inner, wrappers=nested)
-    if result.problem is not None:
-        raise InvalidMessage(f"inside it, {result.problem}")
-    if nested:
-        raise InvalidMessage(f"it holds a compressed message (at byte {nested[0]} inside it): nesting is refused")
-    if not result.count:
-        raise InvalidMessage("it holds no message")
-    payloads = []
-    pos = 0
+    payloads: list[bytes] = []
     n = len(inner)
+    if not n:
+        raise InvalidMessage("it holds no message")
+    unpack0 = _HEADER0.unpack_from
+    check = crc32
+    pos = 0
     while pos < n:
-        end = pos + 4 + _LENGTH.unpack_from(inner, pos)[0]
-        payloads.append(inner[pos + (9 if inner[pos + 4] == MAGIC_PLAIN else 10) : end])
+        if n - pos < 9:
+            raise InvalidMessage(f"inside it, partial message header at byte {pos}")
+        size, magic, crc = unpack0(inner, pos)
+        end = pos + 4 + size
+        if size < MIN_MESSAGE_BYTES or end > n:
+            raise InvalidMessage(f"inside it, {_diagnosis(inner, pos, 0, 0x7FFFFFFF).problem}")
+        if magic == MAGIC_PLAIN:
+            start = pos + 9
+        elif magic == MAGIC_ATTRIBUTES and size >= 6 and inner[pos + 5] == CODEC_NONE:
+            start = pos + 10
+            crc = _LENGTH.unpack_from(inner, pos + 6)[0] & 0xFFFFFFFF
+        elif magic == MAGIC_ATTRIBUTES and size >= 6 and inner[pos + 5] in KNOWN_CODECS:
+            raise InvalidMessage(f"it holds a compressed message (at byte {pos} inside it): nesting is refused")
+        else:
+            raise InvalidMessage(f"inside it, {_entry_problem(inner, pos, end)} at byte {pos}")
+        if collect:
+            body = inner[start:end]
+            if check(body) != crc:
+                raise InvalidMessage(f"inside it, CRC mismatch in message at byte {pos}")
+            payloads.append(body)
+        elif check(inner[start:end]) != crc:
+            raise InvalidMessage(f"inside it, CRC mismatch in message at byte {pos}")
         pos = end
     return payloads
 
