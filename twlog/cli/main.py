@@ -235,6 +235,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bytes per fetch of the data source (default: 1 MiB)")
     spark.set_defaults(run="twlog.bench.spark:main_spark")
 
+    frames = benches.add_parser(
+        "frames", help="broker CPU per MB of one large request frame (1, 10 and 100 MB)",
+        description="Send one acknowledged produce frame of each size to a broker process over loopback TCP; "
+        "print the broker's CPU time for each and per MB (flat when framing is linear).",
+    )
+    frames.add_argument("--sizes", type=_int_list, default=[1, 10, 100],
+                        help="comma-separated frame sizes in MB (default: 1,10,100)")
+    frames.add_argument("--total-mb", type=_positive_int, default=200,
+                        help="MB sent at each size, in as many frames as that takes (default: 200)")
+    frames.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
+    frames.set_defaults(run="twlog.bench.frames:main_frames")
+
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
     _size_option(crc)
