@@ -458,7 +458,7 @@ class ShutdownMarkerTests(SynchronousTestCase):
         """stop() flushes, closes and writes the clean-shutdown marker."""
         manager = self.manager()
         self.write(manager, payloads(3))
-        self.assertIsNone(self.successResultOf(manager.stop()))
+        self.assertIs(self.successResultOf(manager.stop()), True)
         self.assertTrue(os.path.exists(self.marker))
 
     def test_clean_restart_skips_recovery_and_removes_marker(self) -> None:
@@ -519,7 +519,7 @@ class ShutdownMarkerTests(SynchronousTestCase):
         manager.get_or_create_log("t", 0).append(encode_message_set(payloads(2)))
         d = manager.stop()
         runner.fail_one(OSError("disk gone"))
-        self.successResultOf(d)
+        self.assertIs(self.successResultOf(d), False)
         self.assertFalse(os.path.exists(self.marker))
         self.assertTrue(self.flushLoggedErrors(StorageFailed))
         self.assertTrue(self.manager().recovered)
