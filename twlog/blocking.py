@@ -155,7 +155,12 @@ class BlockingStream(_Facade):
 
 
 class BlockingConsumer(_Facade):
-    """L{SimpleConsumer} for plain scripts: fetch, offsets, and a blocking L{stream}."""
+    """L{SimpleConsumer} for plain scripts: fetch, offsets, and a blocking L{stream}.
+
+    It takes L{SimpleConsumer}'s keywords: C{on_corrupt="skip"} skips corrupt stored messages (logged
+    with their byte range) instead of raising L{twlog.storage.message.CorruptMessage} after the valid
+    messages before them.
+    """
 
     def __init__(self, host: str, port: int, *, reactor=None, **options: Any) -> None:
         super().__init__(reactor)

@@ -11,13 +11,15 @@ from twlog.consumer.stream import BrokerFetcher, GroupMessage, GroupStream, Owne
 from twlog.errors import (
     ConnectionLost,
     FetchSizeTooSmall,
+    InvalidMessage,
+    OffsetNotOnBoundary,
     OffsetOutOfRange,
     RebalanceFailed,
     WrongPartition,
 )
 from twlog.protocol import codec
 from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
-from twlog.storage.message import MessageAndOffset, encode_message_set, iter_messages
+from twlog.storage.message import CODEC_GZIP, MessageAndOffset, encode_message, encode_message_set, iter_messages
 
 
 def messages(payloads: list[bytes], offset: int = 0) -> tuple[MessageAndOffset, ...]:
@@ -207,3 +209,62 @@ class FetcherTests(SynchronousTestCase):
         request, _ = self.connection.waiting[0]
         self.assertEqual([f.partition for f in request.fetches], [0, 1])
         self.fetcher.stop()
+
+
+class CorruptMessageTests(SynchronousTestCase):
+    """A group stream hands out the good messages before a corrupt one, then the error; or skips it."""
+
+    def setUp(self) -> None:
+        self.good, self.more = encode_message_set([b"a", b"b"]), encode_message_set([b"c"])
+        self.bad = encode_message(b"not gzip", CODEC_GZIP)
+        self.data = self.good + self.bad + self.more
+
+    def fetcher(self, on_corrupt: str):
+        connection = FakeConnection()
+        stream = GroupStream("t", "c-0", max_queued=10)
+        owned = OwnedPartition("t", "4-0", 4, 0, stream, 0)
+        fetcher = BrokerFetcher(4, [owned], connection, clock=Clock(), fetch_max_bytes=1000, max_wait_ms=500,
+                                reset="smallest", retry_policy=lambda attempt: 1.0, on_corrupt=on_corrupt)
+        fetcher.start()
+        return connection, stream, owned, fetcher
+
+    def test_good_ones_then_the_error(self) -> None:
+        connection, stream, owned, fetcher = self.fetcher("fail")
+        connection.answer(fetch_frame((0, self.data)))
+        self.assertEqual(owned.fetch_offset, len(self.good))
+        request = connection.answer(fetch_frame((0, self.data[len(self.good):])))
+        self.assertEqual(request.fetches[0].offset, len(self.good))
+        got = [self.successResultOf(stream.__anext__()).payload for _ in range(2)]
+        error = self.failureResultOf(stream.__anext__(), InvalidMessage).value
+        self.assertEqual(got, [b"a", b"b"])
+        self.assertEqual((error.offset, error.next_offset), (len(self.good), len(self.good) + len(self.bad)))
+        self.assertTrue(owned.failed)
+        fetcher.stop()
+
+    def test_skip(self) -> None:
+        connection, stream, owned, fetcher = self.fetcher("skip")
+        connection.answer(fetch_frame((0, self.data)))
+        self.assertEqual([self.successResultOf(stream.__anext__()).payload for _ in range(3)], [b"a", b"b", b"c"])
+        self.assertEqual(owned.fetch_offset, len(self.data))
+        fetcher.stop()
+
+    def test_refused_boundary_read_from_the_message_before(self) -> None:
+        """The broker refuses to read from a known boundary (a CRC-bad message there): the fetcher reads it from
+        the message before, and names (or skips to) the offset after it."""
+        crc_bad = bytearray(encode_message(b"payload"))
+        crc_bad[-1] ^= 1
+        for on_corrupt in ("fail", "skip"):
+            connection, stream, owned, fetcher = self.fetcher(on_corrupt)
+            connection.answer(fetch_frame((0, self.good + bytes(crc_bad)[:5])))  # cut inside the bad one
+            boundary = len(self.good)
+            connection.answer(fetch_frame((OffsetNotOnBoundary.code, b"")))
+            request = connection.answer(fetch_frame((0, self.good[10:] + bytes(crc_bad))))
+            self.assertEqual(request.fetches[0].offset, 10)  # the message before the boundary
+            for _ in range(2):
+                self.successResultOf(stream.__anext__())
+            if on_corrupt == "fail":
+                error = self.failureResultOf(stream.__anext__(), InvalidMessage).value
+                self.assertEqual((error.offset, error.next_offset), (boundary, boundary + len(crc_bad)))
+            else:
+                self.assertEqual(owned.fetch_offset, boundary + len(crc_bad))
+            fetcher.stop()
