@@ -14,10 +14,19 @@ The one window left: a crash after the Parquet commit and before the rename
 makes the next run load that range again.  The output keeps the ``partition``
 and ``offset`` columns, so such duplicates can be recognised (they share both).
 
-Run::
+A payload that is not a JSON object is handled as ``--on-bad-json`` says:
+``fail`` (the default) stops the run before anything is written, naming the
+first such message's partition and offset; ``skip`` leaves such messages out;
+``null`` writes them with a null field, that is under
+``<field>=__HIVE_DEFAULT_PARTITION__`` (Spark's directory for null), where JSON
+objects without the field go too.  Each run prints how many rows it wrote and
+how many payloads were not JSON.
 
-    SPARK_LOCAL_IP=127.0.0.1 python examples/etl_parquet.py --brokers localhost:9092 \\
-        --topic clicks --output /data/clicks --field page
+Run (from the checkout, with twlog's venv: Spark's Python workers must import
+twlog, so PYSPARK_PYTHON defaults to the Python running this script)::
+
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python examples/etl_parquet.py --brokers localhost:9092 \\
+        --topic clicks --output /data/clicks --field page [--on-bad-json fail|skip|null]
 """
 
 from __future__ import annotations
@@ -25,13 +34,35 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
+from dataclasses import dataclass
 
 from twlog.client.discovery import discover
 from twlog.client.sync import SyncConnection
 from twlog.protocol.codec import LATEST
 
 OFFSETS_FILE = "_twlog_offsets.json"
+#: What --on-bad-json accepts: stop the run, leave the message out, or write it with a null field.
+ON_BAD_JSON = ("fail", "skip", "null")
+
+
+class BadPayload(Exception):
+    """With C{on_bad_json="fail"}: a message's payload is not a JSON object; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What one run did."""
+
+    #: The offsets stored: this run's end, where the next run starts.
+    offsets: dict
+    #: Rows written to the Parquet output.
+    rows: int
+    #: Payloads that were not JSON objects (left out with C{skip}, written with a null field with C{null}).
+    not_json: int
+    #: Rows written with no value for the field (under C{<field>=__HIVE_DEFAULT_PARTITION__}).
+    no_field: int
 
 
 def offsets_path(output: str) -> str:
@@ -74,13 +105,19 @@ def end_offsets(topic: str, brokers: str | None = None, zookeeper: str | None = 
 
 def run(
     spark, topic: str, output: str, *, brokers: str | None = None, zookeeper: str | None = None,
-    field: str = "page", compression: str = "zstd",
-) -> dict:
-    """Load what is new in C{topic} into C{output}; returns the offsets stored (this run's end)."""
+    field: str = "page", compression: str = "zstd", on_bad_json: str = "fail",
+) -> Loaded:
+    """Load what is new in C{topic} into C{output}; the offsets stored are this run's end.
+
+    @raise BadPayload: with C{on_bad_json="fail"}, when a payload is not a JSON object.
+    """
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from twlog.spark.source import register  # (it imports pyspark)
 
+    if on_bad_json not in ON_BAD_JSON:
+        raise ValueError(f"on_bad_json is one of {', '.join(ON_BAD_JSON)}, not {on_bad_json!r}")
     register(spark)
     start = load_offsets(output)
     end = end_offsets(topic, brokers=brokers, zookeeper=zookeeper)
@@ -98,13 +135,49 @@ def run(
         payload.alias("json"),
         "partition",
         "offset",
-    )
-    rows.write.mode("append").partitionBy(field).option("compression", compression).parquet(output)
+        F.json_object_keys(payload).isNotNull().alias("_object"),  # null for bad JSON and for non-objects
+    ).persist(StorageLevel.MEMORY_AND_DISK)  # counted, then written: the topic is read once
+    try:
+        counts = {
+            (r["_object"], r["_field"]): r["count"]
+            for r in rows.groupBy("_object", F.col(field).isNotNull().alias("_field")).count().collect()
+        }
+        not_json = sum(n for (is_object, _), n in counts.items() if not is_object)
+        if not_json and on_bad_json == "fail":
+            first = rows.filter(~F.col("_object")).orderBy("partition", "offset").first()
+            raise BadPayload(
+                f"{not_json} message(s) of {topic} are not JSON objects, the first at partition {first.partition} "
+                f"offset {first.offset}: {first.json[:60]!r}; nothing was written (--on-bad-json skip leaves "
+                "them out, --on-bad-json null writes them with a null field)"
+            )
+        kept = [key for key in counts if key[0] or on_bad_json == "null"]
+        selected = rows if on_bad_json == "null" else rows.filter(F.col("_object"))
+        (selected.drop("_object").write.mode("append").partitionBy(field).option("compression", compression)
+         .parquet(output))
+    finally:
+        rows.unpersist()
     store_offsets(output, end)  # only reached when the write has committed
-    return end
+    return Loaded(
+        offsets=end,
+        rows=sum(counts[key] for key in kept),
+        not_json=not_json,
+        no_field=sum(counts[key] for key in kept if not key[1]),
+    )
 
 
-def main(argv: list[str] | None = None) -> None:
+def summary(loaded: Loaded, output: str, field: str, on_bad_json: str) -> str:
+    """What a run prints: rows written, payloads that were not JSON, the offsets stored."""
+    lines = [f"wrote {loaded.rows} rows to {output}, partitioned by {field}"]
+    if loaded.no_field:
+        lines.append(f"{loaded.no_field} of them have no {field} (under {field}=__HIVE_DEFAULT_PARTITION__)")
+    if loaded.not_json:
+        done = "left out" if on_bad_json == "skip" else f"written with a null {field}"
+        lines.append(f"{loaded.not_json} payloads were not JSON objects: {done}")
+    lines.append(f"offsets stored: {json.dumps(loaded.offsets, sort_keys=True)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--brokers", help="host:port,...")
@@ -113,20 +186,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", required=True, help="the Parquet directory (offsets are stored inside it)")
     parser.add_argument("--field", default="page", help="the JSON field to partition the output by")
     parser.add_argument("--compression", default="zstd", choices=["zstd", "snappy", "gzip", "none"])
+    parser.add_argument("--on-bad-json", default="fail", choices=ON_BAD_JSON,
+                        help="a payload that is not a JSON object: fail the run before writing (default), skip it, "
+                        "or write it with a null field")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers import twlog
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"twlog-etl-{args.topic}").getOrCreate()
     try:
-        end = run(
+        loaded = run(
             spark, args.topic, args.output, brokers=args.brokers, zookeeper=args.zookeeper, field=args.field,
-            compression=args.compression,
+            compression=args.compression, on_bad_json=args.on_bad_json,
         )
-        print(json.dumps(end, sort_keys=True))
+    except BadPayload as e:
+        print(f"etl_parquet: {e}", file=sys.stderr)
+        return 1
     finally:
         spark.stop()
+    print(summary(loaded, args.output, args.field, args.on_bad_json))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

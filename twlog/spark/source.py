@@ -84,8 +84,19 @@ __all__ = ["SCHEMA", "TwlogDataSource", "register", "UnknownTopic"]
 
 
 def register(spark) -> None:
-    """Make C{spark.read.format("twlog")} and C{spark.readStream.format("twlog")} available in C{spark}."""
-    spark.dataSource.register(TwlogDataSource)
+    """Make C{spark.read.format("twlog")} and C{spark.readStream.format("twlog")} available in C{spark}.
+
+    A session whose workers' Python has twlog found the source by itself (PySpark
+    imports the C{pyspark_*} packages it finds, here C{pyspark_twlog}): then this
+    does nothing, since registering again would replace that source and make
+    Spark warn "The data source twlog replaced a statically registered data source".
+    """
+    try:  # the JVM's data source table (the lookup runs once per session); Spark Connect has no JVM here
+        found = spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(TwlogDataSource.name())
+    except Exception:
+        found = False
+    if not found:
+        spark.dataSource.register(TwlogDataSource)
 
 
 class TwlogDataSource(DataSource):
