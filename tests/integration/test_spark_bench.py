@@ -1,0 +1,25 @@
+"""`twlog bench spark` as a user runs it: a table on stdout and no traceback on stderr."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from twisted.trial.unittest import SynchronousTestCase
+
+
+class SparkBenchTests(SynchronousTestCase):
+    def test_no_traceback(self) -> None:
+        """The benchmark prints its four rows, exits 0, and PySpark's daemon prints no BrokenPipeError: every
+        read runs to its end (a read cut short by limit() breaks a worker's pipe)."""
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        env.pop("PYSPARK_PYTHON", None)  # the benchmark's own default: the Python running it
+        result = subprocess.run([sys.executable, "-m", "twlog.cli", "bench", "spark", "--messages", "20000"],
+                                capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        for label in ("twlog -> count()", "json  -> count()", "twlog -> parquet", "json  -> parquet"):
+            self.assertIn(label, result.stdout)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertNotIn("BrokenPipeError", result.stderr)
+        self.assertNotIn("replaced a statically registered data source", result.stderr)
