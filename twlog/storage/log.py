@@ -96,26 +96,10 @@ class Log:
         partial or CRC-invalid entry; segments must be contiguous.
 
         @raise CorruptLog: segments leave a gap or overlap.
-        @raise TooManyOpenFiles: the process is out of descriptors; nothing is left open, and opening
-            again once descriptors free up works.
+        @raise TooManyOpenFiles: out of descriptors; nothing is left open (opening again later works).
         """
         parent_created = not os.path.isdir(directory)
-        segments: list[Segment] = []
-        try:
-            os.makedirs(directory, exist_ok=True)
-            bases = sorted(
-                base for base in (parse_segment_name(name) for name in os.listdir(directory)) if base is not None
-            )
-            for base in bases:
-                segments.append(Segment.open(directory, base))
-            if not segments:
-                segments.append(Segment.open(directory, 0, create=True))
-        except OSError as e:
-            for segment in segments:
-                segment.close()
-            if out_of_descriptors(e):
-                raise descriptors_error(e, f"cannot open {directory}") from None
-            raise
+        segments, created = open_segments(directory)
         try:
             for before, after in zip(segments, segments[1:]):
                 if before.end_offset != after.base_offset:
@@ -126,7 +110,7 @@ class Log:
                     )
             truncation = recover_segment(segments[-1], config.segment_bytes) if recover else None
             log = cls(directory, segments, config, clock, run_in_thread)
-            if not bases:  # a new segment file (and maybe a new directory) to make durable
+            if created:  # a new segment file (and maybe a new directory) to make durable
                 log._flusher.sync_directory(directory)
                 if parent_created:
                     log._flusher.sync_directory(os.path.dirname(os.path.abspath(directory)))
@@ -208,10 +192,7 @@ class Log:
         return AppendResult(offset, active.end_offset, count)
 
     def _roll(self) -> Segment:
-        """Start a new active segment at the current end.
-
-        @raise TooManyOpenFiles: out of descriptors: nothing changed (the log is not failed).
-        """
+        """Start a new active segment at the current end (TooManyOpenFiles without a descriptor: nothing changed)."""
         self._segments[-1].write_out()
         try:
             segment = Segment.open(self.directory, self.end_offset, create=True)
@@ -375,6 +356,28 @@ def set_too_large(size: int, segment_bytes: int) -> MessageSizeTooLarge:
     error = MessageSizeTooLarge(f"a message set of {size} bytes does not fit in a segment of {segment_bytes} bytes")
     error.message_size, error.limit = size, segment_bytes
     return error
+
+
+def open_segments(directory: str) -> tuple[list[Segment], bool]:
+    """Open every segment of C{directory} (created if missing), or create its first; and whether it was created.
+
+    @raise TooManyOpenFiles: out of descriptors; the segments opened so far are closed again.
+    """
+    segments: list[Segment] = []
+    try:
+        os.makedirs(directory, exist_ok=True)
+        bases = sorted(base for base in map(parse_segment_name, os.listdir(directory)) if base is not None)
+        for base in bases:
+            segments.append(Segment.open(directory, base))
+        if not segments:
+            segments.append(Segment.open(directory, 0, create=True))
+    except OSError as e:
+        for segment in segments:
+            segment.close()
+        if out_of_descriptors(e):
+            raise descriptors_error(e, f"cannot open {directory}") from None
+        raise
+    return segments, not bases
 
 
 def check_message_start(
