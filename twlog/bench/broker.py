@@ -25,6 +25,7 @@ from twisted.internet.task import deferLater
 from twlog.bench.common import MB, payloads, react_status
 from twlog.consumer.simple import SimpleConsumer
 from twlog.producer import Producer
+from twlog.storage.message import CODEC_NAMES, encode_message_set
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -37,7 +38,12 @@ def _cpu_seconds(pid: int) -> float:
 class BrokerProcess:
     """A C{twistd -n twlog} child on a free loopback port, for benchmarks and tools."""
 
-    def __init__(self, log_dir: str, *extra: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, log_dir: str, *extra: str, timeout_s: float = 30.0, source: str | None = None) -> None:
+        """Start the broker with its data under C{log_dir}, C{extra} arguments added.
+
+        @param source: a twlog source tree (a checkout) to run the broker from, put first on its
+            C{PYTHONPATH}: to compare two versions with the same client.
+        """
         self.log_dir = log_dir
         os.makedirs(log_dir, exist_ok=True)
         #: The broker's own log (twistd's output), next to its data.
@@ -45,7 +51,11 @@ class BrokerProcess:
         argv = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
                 "twlog", "--port", "0", "--log-dir", os.path.join(log_dir, "data"), *extra]
         self._output = open(self.log_path, "wb")
-        self.process = subprocess.Popen(argv, stdout=self._output, stderr=subprocess.STDOUT)
+        env = None
+        if source is not None:
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [os.path.abspath(source), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        self.process = subprocess.Popen(argv, stdout=self._output, stderr=subprocess.STDOUT, env=env)
         self.port = self._wait_for_port(timeout_s)
 
     def _wait_for_port(self, timeout_s: float) -> int:
@@ -111,7 +121,7 @@ async def _wait_for_end(reactor, consumer, topic: str, end: int, timeout_s: floa
 
 
 async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size: int, batches: Sequence[int],
-                            fetch_bytes: int, progress: TextIO | None) -> list[BrokerRow]:
+                            fetch_bytes: int, progress: TextIO | None, codec: str = "none") -> list[BrokerRow]:
     rows = []
     consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=fetch_bytes)
     try:
@@ -121,18 +131,23 @@ async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size:
             distinct = min(count, max(1, 100_000 // batch))
             data = payloads(distinct * batch, size)
             sets = [data[i * batch : (i + 1) * batch] for i in range(distinct)]
-            producer = Producer(f"127.0.0.1:{broker.port}", reactor=reactor, ack="none")
+            # Where the log ends once every set is in: each set's size as the producer encodes it.
+            set_bytes = [len(encode_message_set(s, CODEC_NAMES[codec])) for s in sets]
+            end = sum(set_bytes) * (count // distinct) + sum(set_bytes[: count % distinct])
+            producer = Producer(f"127.0.0.1:{broker.port}", reactor=reactor, ack="none", codec=codec)
             await producer.partitions(topic)  # discovery is not part of the measurement
             if progress is not None:
-                progress.write(f"  producing {count * batch:,} messages in batches of {batch}\n")
+                progress.write(f"  producing {count * batch:,} messages in batches of {batch}"
+                               f"{'' if codec == 'none' else ', ' + codec}\n")
             cpu = broker.cpu_seconds()
             started = time.perf_counter()
             send = producer.send
             for i in range(count):
                 await send(topic, sets[i % distinct], partition=0)
-            await _wait_for_end(reactor, consumer, topic, count * batch * (size + 9))
+            await _wait_for_end(reactor, consumer, topic, end)
             elapsed = time.perf_counter() - started
-            rows.append(BrokerRow(f"produce, batch {batch}, fire-and-forget", count * batch, elapsed,
+            how = "fire-and-forget" if codec == "none" else codec
+            rows.append(BrokerRow(f"produce, batch {batch}, {how}", count * batch, elapsed,
                                   count * batch * size, broker.cpu_seconds() - cpu))
             await producer.close()
         rows.append(await _consume_all(consumer, broker, f"bench-{batches[-1]}", fetch_bytes, size, "", progress))
@@ -160,9 +175,9 @@ async def _consume_all(consumer, broker: BrokerProcess, topic: str, fetch_bytes:
 
 
 async def _consume_copying(reactor, root: str, topic: str, fetch_bytes: int, size: int,
-                           progress: TextIO | None) -> BrokerRow:
+                           progress: TextIO | None, source: str | None = None) -> BrokerRow:
     """The same consumption from a broker restarted on the same data with sendfile off."""
-    broker = BrokerProcess(root, "--no-sendfile")
+    broker = BrokerProcess(root, "--no-sendfile", source=source)
     consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=fetch_bytes)
     try:
         return await _consume_all(consumer, broker, topic, fetch_bytes, size, ", no sendfile", progress)
@@ -182,7 +197,8 @@ def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> str:
         lines.append(f"{r.test:<36} {r.messages:>10,} {r.msg_s:>10,.0f} {r.mb_s:>7,.1f} {r.broker_cpu_s:>12.2f}"
                      f" {per_gb:>15.2f}")
     lines.append("(MB/s counts payload bytes; CPU s/GB counts log bytes, 9 bytes of overhead included; the last")
-    lines.append(" row restarts the broker on the same data with --no-sendfile, copying log bytes through Python)")
+    lines.append(" row restarts the broker on the same data with --no-sendfile, copying log bytes through Python;")
+    lines.append(" with --codec, each batch is one compressed wrapper, which the broker opens to validate)")
     return "\n".join(lines)
 
 
@@ -190,15 +206,19 @@ def main_broker(args) -> int:
     """Entry point of C{twlog bench broker}."""
     root = args.dir or tempfile.mkdtemp(prefix="twlog-bench-broker-")
     print(f"starting a broker with its data under {root}", file=sys.stderr)
-    broker = BrokerProcess(root, "--flush-interval-ms", "5", "--segment-bytes", str(512 * 1024 * 1024))
+    source = getattr(args, "broker_source", None)
+    broker = BrokerProcess(root, "--flush-interval-ms", "5", "--segment-bytes", str(512 * 1024 * 1024),
+                           source=source)
     result: list[BrokerRow] = []
     try:
         async def both(reactor) -> None:
             result.extend(await _broker_benchmark(reactor, broker, args.messages, args.size, args.batch,
-                                                  args.fetch_bytes, sys.stderr))
+                                                  args.fetch_bytes, sys.stderr, getattr(args, "codec", "none")))
             broker.stop()
+            if getattr(args, "produce_only", False):
+                return
             result.append(await _consume_copying(reactor, root, f"bench-{args.batch[-1]}", args.fetch_bytes,
-                                                 args.size, sys.stderr))
+                                                 args.size, sys.stderr, source))
 
         status = react_status(lambda reactor: Deferred.fromCoroutine(both(reactor)))
         if status:

@@ -23,7 +23,7 @@ from typing_extensions import override
 from twlog.errors import UNKNOWN, BrokerError, InvalidRequest, MalformedRequest, RequestTooLarge, kafka07_code
 from twlog.protocol import codec
 from twlog.protocol.budget import RequestBudget
-from twlog.protocol.framing import FrameReceiver
+from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
 
@@ -63,6 +63,8 @@ class BrokerProtocol(FrameReceiver):
     """One client connection: frame, decode, dispatch, and answer in request order."""
 
     _log = Logger()
+    #: Large requests are assembled in place (L{FrameReceiver}): their message sets are views of that buffer.
+    IN_PLACE_BYTES = IN_PLACE_FRAME_BYTES
 
     def __init__(self, broker: Broker) -> None:
         super().__init__()

@@ -17,10 +17,21 @@ stops reading; L{resumeProducing} delivers them.  On top of that, several
 independent reasons may stop the transport reading (L{hold_reading}), and
 L{buffer_changed} reports what the receiver holds after each read, for a
 budget shared by many connections (L{twlog.protocol.budget}).
+
+Large frames (L{FrameReceiver.IN_PLACE_BYTES}, set by the broker) are
+assembled in place instead: once the size prefix announces one, a buffer of
+the frame's size is mapped (anonymous C{mmap}, huge pages where the kernel
+offers them) and every read is copied into it as it arrives, so the reads'
+own memory is reused at once.  Joining a list of reads instead faulted in
+fresh memory twice per frame (the heap the reads piled up in, and the joined
+frame): about 490 page faults per MB, which made a 100 MB frame cost 2-3.5x
+the kernel time per MB of a 1 MB one.  Such a frame is handed to
+L{stringReceived} as a C{memoryview}.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections import deque
 
@@ -28,6 +39,9 @@ from twisted.internet.protocol import Protocol
 
 _SIZE = struct.Struct("!I")  # as Int32StringReceiver: an unsigned size
 PREFIX_BYTES = _SIZE.size
+#: The broker's L{FrameReceiver.IN_PLACE_BYTES}: smaller frames reuse the heap the reads came in, so
+#: joining their reads faults in no new memory; larger ones (beyond what glibc keeps on its heap) would.
+IN_PLACE_FRAME_BYTES = 8 * 1024 * 1024
 
 
 class FrameReceiver(Protocol):
@@ -37,6 +51,8 @@ class FrameReceiver(Protocol):
     MAX_LENGTH = 99999
     #: Set by L{pauseProducing}: frames stay buffered (and the transport does not read) until resumed.
     paused = False
+    #: Frames at least this large are assembled in place and delivered as a C{memoryview} (None: never).
+    IN_PLACE_BYTES: int | None = None
 
     def __init__(self) -> None:
         self._chunks: deque[bytes] = deque()
@@ -45,6 +61,8 @@ class FrameReceiver(Protocol):
         self._length: int | None = None  # the size of the frame being assembled, once its prefix is read
         self._holds: set[str] = set()
         self._discarding = False
+        self._frame: memoryview | None = None  # the in-place frame being filled
+        self._filled = 0  # bytes of it filled
         #: Bytes copied into frames (and size prefixes) over the connection's life: at most the bytes received.
         self.frame_copied_bytes = 0
 
@@ -54,13 +72,50 @@ class FrameReceiver(Protocol):
         if self._discarding:
             return
         if data:
-            self._chunks.append(bytes(data))
-            self._pending += len(data)
+            if self._frame is not None and self._filled < len(self._frame):
+                taken = self._fill(data)
+                if taken < len(data):
+                    rest = data[taken:]
+                    self._chunks.append(rest)
+                    self._pending += len(rest)
+            else:
+                self._chunks.append(bytes(data))
+                self._pending += len(data)
         self._deliver()
         self.buffer_changed()
 
+    def _fill(self, data: bytes | memoryview) -> int:
+        """Copy the start of C{data} into the in-place frame; how many bytes it took."""
+        frame = self._frame
+        taken = min(len(data), len(frame) - self._filled)
+        frame[self._filled : self._filled + taken] = data if taken == len(data) else memoryview(data)[:taken]
+        self._filled += taken
+        self.frame_copied_bytes += taken
+        return taken
+
+    def _start_in_place(self) -> None:
+        """Map a buffer for the frame being assembled and move what has arrived of it there."""
+        area = mmap.mmap(-1, self._length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            area.madvise(mmap.MADV_HUGEPAGE)  # a fault per 2 MB rather than per 4 KB, where the kernel allows
+        except (AttributeError, OSError):  # pragma: no cover - depends on the platform
+            pass
+        self._frame = memoryview(area)
+        self._filled = 0
+        chunks, self._chunks = self._chunks, deque()
+        offset, self._offset, self._pending = self._offset, 0, 0
+        for chunk in chunks:  # all of them belong to this frame: fewer bytes than it needs have arrived
+            self._fill(memoryview(chunk)[offset:] if offset else chunk)
+            offset = 0
+
     def _deliver(self) -> None:
         while not self.paused and not self._discarding:
+            if self._frame is not None:
+                if self._filled < len(self._frame):
+                    return
+                frame, self._frame, self._filled, self._length = self._frame, None, 0, None
+                self.stringReceived(frame)
+                continue
             if self._length is None:
                 if self._pending < PREFIX_BYTES:
                     return
@@ -71,6 +126,8 @@ class FrameReceiver(Protocol):
                     return
                 self._length = length
             if self._pending < self._length:
+                if self.IN_PLACE_BYTES is not None and self._length >= self.IN_PLACE_BYTES:
+                    self._start_in_place()
                 return
             frame = self._take(self._length)
             self._length = None
@@ -114,14 +171,14 @@ class FrameReceiver(Protocol):
     @property
     def buffered_bytes(self) -> int:
         """Bytes received and not yet delivered as frames (size prefixes already read excluded)."""
-        return self._pending
+        return self._pending + self._filled
 
     @property
     def needed_bytes(self) -> int:
         """Bytes still to arrive before the frame being assembled is complete (0 if one is complete)."""
         if self._length is None:
             return max(0, PREFIX_BYTES - self._pending)
-        return max(0, self._length - self._pending)
+        return max(0, self._length - self._pending - self._filled)
 
     def peek(self, n: int) -> bytes:
         """Up to C{n} buffered bytes, without consuming them (after a size prefix L{lengthLimitExceeded} saw)."""
@@ -138,14 +195,14 @@ class FrameReceiver(Protocol):
         """Drop what is buffered and ignore whatever arrives from now on (the connection is being closed)."""
         self._discarding = True
         self._chunks.clear()
-        self._offset = self._pending = 0
-        self._length = None
+        self._offset = self._pending = self._filled = 0
+        self._length = self._frame = None
         self.buffer_changed()
 
     # -- hooks ---------------------------------------------------------------
 
-    def stringReceived(self, frame: bytes) -> None:
-        """One whole frame (its size prefix removed) arrived."""
+    def stringReceived(self, frame: bytes | memoryview) -> None:
+        """One whole frame (its size prefix removed) arrived: bytes, or a C{memoryview} when assembled in place."""
         raise NotImplementedError()
 
     def lengthLimitExceeded(self, length: int) -> None:

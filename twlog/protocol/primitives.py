@@ -63,7 +63,7 @@ def read_str(buf: bytes, pos: int) -> tuple[str, int]:
     n, pos = read_int16(buf, pos)
     need(buf, pos, n, "string")
     try:
-        return buf[pos : pos + n].decode("utf-8"), pos + n
+        return str(buf[pos : pos + n], "utf-8"), pos + n  # str(): bytes or a memoryview
     except UnicodeDecodeError:
         raise MalformedRequest(f"string at byte {pos} is not UTF-8") from None
 

@@ -71,8 +71,12 @@ def _gzip_compress(data: bytes) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
-def _gzip_decompress(data: bytes, limit: int) -> bytes:
-    """gzip (or zlib) framing, concatenated members allowed; never more than C{limit} bytes out."""
+def _gzip_decompress(data: bytes | memoryview, limit: int) -> bytes:
+    """gzip (or zlib) framing, concatenated members allowed; never more than C{limit} bytes out.
+
+    Each member is inflated by one C{decompress} call with C{max_length} (zlib grows its
+    output in large blocks up to it, never allocating the bound up front).
+    """
     parts: list[bytes] = []
     left = limit
     pending = data
@@ -106,24 +110,11 @@ def _snappy_compress(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_block(snappy, block: bytes | memoryview, left: int, limit: int) -> bytes:
-    """One raw snappy block, its declared length checked against what is C{left} of the bound first."""
-    declared = snappy.decompress_raw_len(block)
-    if declared > left:
-        raise _too_large(CODEC_SNAPPY, limit)
-    out = bytes(snappy.decompress_raw(block))
-    if len(out) != declared:  # pragma: no cover - snappy itself refuses a block that disagrees
-        raise InvalidMessage(f"a snappy block declares {declared} bytes and decodes to {len(out)}")
-    return out
-
-
-def _snappy_decompress(data: bytes, limit: int) -> bytes:
-    snappy = _snappy()
-    if not data.startswith(_SNAPPY_JAVA_MAGIC):
-        return _snappy_block(snappy, data, limit, limit)
-    parts = []
-    left = limit
-    view = memoryview(data)
+def _snappy_blocks(data: memoryview) -> list[memoryview]:
+    """The raw blocks of a wrapper payload: snappy-java's stream framing, or one raw block."""
+    if data[: len(_SNAPPY_JAVA_MAGIC)] != _SNAPPY_JAVA_MAGIC:
+        return [data]
+    blocks = []
     pos = _SNAPPY_JAVA_HEADER.size
     n = len(data)
     if pos > n:
@@ -134,11 +125,32 @@ def _snappy_decompress(data: bytes, limit: int) -> bytes:
         size = _LENGTH.unpack_from(data, pos)[0]
         if size < 0 or pos + 4 + size > n:
             raise InvalidMessage("truncated snappy block")
-        out = _snappy_block(snappy, view[pos + 4 : pos + 4 + size], left, limit)
-        left -= len(out)
-        parts.append(out)
+        blocks.append(data[pos + 4 : pos + 4 + size])
         pos += 4 + size
-    return b"".join(parts)
+    return blocks
+
+
+def _snappy_decompress(data: bytes | memoryview, limit: int) -> bytes | bytearray:
+    """Every block's declared length summed and checked against C{limit} first, then each block
+    decoded straight into its place in one buffer of that size: nothing is allocated past the
+    bound, and the output is written once."""
+    snappy = _snappy()
+    blocks = _snappy_blocks(memoryview(data))
+    lengths = [snappy.decompress_raw_len(block) for block in blocks]
+    total = sum(lengths)
+    if total > limit:
+        raise _too_large(CODEC_SNAPPY, limit)
+    if len(blocks) == 1:
+        return bytes(snappy.decompress_raw(blocks[0]))
+    out = bytearray(total)
+    view = memoryview(out)
+    pos = 0
+    for block, length in zip(blocks, lengths):
+        written = snappy.decompress_raw_into(block, view[pos : pos + length])
+        if written != length:  # pragma: no cover - snappy itself refuses a block that disagrees
+            raise InvalidMessage(f"a snappy block declares {length} bytes and decodes to {written}")
+        pos += length
+    return out
 
 
 _CODECS = {
@@ -156,8 +168,10 @@ def compress(codec: int, data: bytes) -> bytes:
         raise InvalidMessage(f"unknown codec {codec}") from None
 
 
-def decompress(codec: int, data: bytes, limit: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
-    """Decompress a wrapper payload into at most C{limit} bytes.
+def decompress(
+    codec: int, data: bytes | memoryview, limit: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> bytes | bytearray:
+    """Decompress a wrapper payload (any bytes-like value, read in place) into at most C{limit} bytes.
 
     @raise DecompressedTooLarge: the output would pass C{limit} (a L{MessageSizeTooLarge}).
     @raise InvalidMessage: an unknown codec, or a payload that does not decompress.

@@ -36,7 +36,8 @@ from twlog.storage.crc import crc32
 
 __all__ = [
     "CODEC_GZIP", "CODEC_NAMES", "CODEC_NONE", "CODEC_SNAPPY", "DEFAULT_MAX_DECOMPRESSED_BYTES", "CorruptMessage",
-    "DecompressedTooLarge", "MessageAndOffset", "ScanResult", "compress", "decompress", "encode_message",
+    "DecompressedTooLarge", "MessageAndOffset", "ScanResult", "check_wrapper", "compress", "decompress",
+    "encode_message", "open_wrapper",
     "encode_message_set", "iter_messages", "scan", "scan_messages", "validate_message_set",
 ]
 
@@ -268,10 +269,11 @@ def validate_message_set(
             error.message_size, error.limit = result.oversize, max_message_bytes
             raise error
         raise InvalidMessage(result.problem)
+    view = memoryview(buf) if wrappers else buf
     for pos in wrappers:
         size = _LENGTH.unpack_from(buf, pos)[0]
         try:
-            open_wrapper(buf[pos + 5], bytes(buf[pos + 10 : pos + 4 + size]), max_decompressed_bytes, collect=False)
+            check_wrapper(buf[pos + 5], view[pos + 10 : pos + 4 + size], max_decompressed_bytes)
         except InvalidMessage as e:
             raise InvalidMessage(f"the {codec_name(buf[pos + 5])} message at byte {pos}: {e}") from None
         except DecompressedTooLarge as e:
@@ -281,16 +283,41 @@ def validate_message_set(
     return result.count
 
 
-def open_wrapper(codec: int, payload: bytes, max_decompressed_bytes: int, collect: bool = True) -> list[bytes]:
+def check_wrapper(codec: int, payload: bytes | memoryview, max_decompressed_bytes: int) -> int:
+    """Validate a compressed wrapper's payload, as the broker does on append; how many messages it holds.
+
+    Whole-buffer work: the payload is decompressed within the bound (read in
+    place, no copy of it), then the inner set is walked once by L{scan}, the
+    same loop (one C{unpack_from} and one C-level CRC per message, no
+    per-message object) that checks an uncompressed set.
+
+    @raise InvalidMessage: as L{open_wrapper}.
+    @raise DecompressedTooLarge: as L{open_wrapper}.
+    """
+    inner = decompress(codec, payload, max_decompressed_bytes)
+    if not inner:
+        raise InvalidMessage("it holds no message")
+    nested: list[int] = []
+    result = scan(inner, wrappers=nested)
+    if nested:
+        raise InvalidMessage(f"it holds a compressed message (at byte {nested[0]} inside it): nesting is refused")
+    if result.problem is not None:
+        raise InvalidMessage(f"inside it, {result.problem}")
+    return result.count
+
+
+def open_wrapper(codec: int, payload: bytes | memoryview, max_decompressed_bytes: int) -> list[bytes]:
     """The payloads of the inner set of a compressed wrapper: decompressed within the bound, every entry checked.
 
-    One pass over the inner set; with C{collect} false (validation only) no payload is copied out.
+    One pass over the inner set, copying each payload out (L{check_wrapper} validates without copying).
 
     @raise InvalidMessage: the payload does not decompress, or the inner set is empty,
         malformed, has a bad CRC, or holds a compressed message (nesting is refused).
     @raise DecompressedTooLarge: it decompresses to more than C{max_decompressed_bytes}.
     """
     inner = decompress(codec, payload, max_decompressed_bytes)
+    if not isinstance(inner, bytes):
+        inner = bytes(inner)  # slices of bytes are the payloads handed out
     payloads: list[bytes] = []
     n = len(inner)
     if not n:
@@ -314,13 +341,10 @@ def open_wrapper(codec: int, payload: bytes, max_decompressed_bytes: int, collec
             raise InvalidMessage(f"it holds a compressed message (at byte {pos} inside it): nesting is refused")
         else:
             raise InvalidMessage(f"inside it, {_entry_problem(inner, pos, end)} at byte {pos}")
-        if collect:
-            body = inner[start:end]
-            if check(body) != crc:
-                raise InvalidMessage(f"inside it, CRC mismatch in message at byte {pos}")
-            payloads.append(body)
-        elif check(inner[start:end]) != crc:
+        body = inner[start:end]
+        if check(body) != crc:
             raise InvalidMessage(f"inside it, CRC mismatch in message at byte {pos}")
+        payloads.append(body)
         pos = end
     return payloads
 

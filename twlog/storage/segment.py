@@ -21,6 +21,10 @@ from twlog.errors import TooManyOpenFiles
 SEGMENT_SUFFIX = ".log"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 
+#: The most one write(2) hands the kernel: a 100 MB set written in one call copied into the page
+#: cache several times slower per byte than the same bytes in 1 MiB writes.
+_WRITE_PIECE_BYTES = 1024 * 1024
+
 
 def segment_name(base_offset: int) -> str:
     """The file name of the segment whose first byte is at C{base_offset}."""
@@ -117,7 +121,7 @@ class Segment:
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(self.fd, view) :]
+                view = view[os.write(self.fd, view[:_WRITE_PIECE_BYTES]) :]
         except OSError:
             try:
                 os.ftruncate(self.fd, start)  # drop a partial write: never leave half a message
