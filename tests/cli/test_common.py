@@ -9,9 +9,12 @@ from contextlib import redirect_stderr
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.cli.common import parse_time, reporting_errors, single_broker
+from twlog.cli.common import UsageError, reporting_errors, resolve_partition, single_broker
+from twlog.cli.options import parse_time
+from twlog.client.discovery import PartitionLocation
 from twlog.consumer.simple import EARLIEST, LATEST
 from twlog.errors import OffsetOutOfRange, TwlogError
+from twlog.partition import TopicPartition
 
 
 def failing(exception: BaseException):
@@ -60,11 +63,30 @@ class ReportingErrorsTests(SynchronousTestCase):
             result, err = self.outcome(failing(error))
             self.assertEqual((result.code, err), (1, ""))
 
-    def test_other_errors_pass(self) -> None:
-        """A bug is not dressed up as a user's error."""
-        result, err = self.outcome(failing(ZeroDivisionError()))
-        self.assertIsInstance(result, ZeroDivisionError)
-        self.assertEqual(err, "")
+    def test_usage_error_is_exit_2(self) -> None:
+        """A value the command cannot use, found after parsing, is one line and exit status 2."""
+        result, err = self.outcome(failing(UsageError("partition '9' is not one of 'x''s partitions")))
+        self.assertEqual((result.code, err), (2, "twlog: partition '9' is not one of 'x''s partitions\n"))
+
+    def test_bug_is_one_line_naming_debug(self) -> None:
+        """A bug is one line naming the exception and --debug, exit status 1, no traceback."""
+        result, err = self.outcome(failing(ZeroDivisionError("division by zero")))
+        self.assertEqual(result.code, 1)
+        self.assertEqual(err, "twlog: unexpected error: ZeroDivisionError: division by zero (--debug shows the "
+                              "traceback)\n")
+
+    def test_debug_shows_the_traceback(self) -> None:
+        """With --debug, a bug's traceback is printed (and the exit status is still 1)."""
+        err = io.StringIO()
+
+        async def main(reactor, args) -> None:
+            raise ZeroDivisionError("boom")
+
+        with redirect_stderr(err):
+            d = Deferred.fromCoroutine(reporting_errors(main, None, Namespace(debug=True)))
+        self.assertEqual(self.failureResultOf(d, SystemExit).value.code, 1)
+        self.assertIn("Traceback", err.getvalue())
+        self.assertIn("ZeroDivisionError: boom", err.getvalue())
 
 
 class OptionTests(SynchronousTestCase):
@@ -72,10 +94,32 @@ class OptionTests(SynchronousTestCase):
         self.assertEqual(parse_time("latest"), LATEST)
         self.assertEqual(parse_time("earliest"), EARLIEST)
         self.assertEqual(parse_time("1300000000000"), 1300000000000)
-        self.assertRaises(ValueError, parse_time, "yesterday")
+        self.assertEqual(parse_time("2011-03-13T07:06:40"), 1300000000000)
+        self.assertEqual(parse_time("2011-03-13T08:06:40+01:00"), 1300000000000)
+        e = self.assertRaises(ValueError, parse_time, "yesterday")
+        self.assertIn("'yesterday' is not latest, earliest, milliseconds since the epoch, or a date/time", str(e))
 
     def test_single_broker(self) -> None:
         """One HOST:PORT is accepted; a list is refused with a message naming what was given."""
         self.assertEqual(single_broker("localhost:9092"), ("localhost", 9092))
         e = self.assertRaises(TwlogError, single_broker, "a:1,b:2")
         self.assertEqual(str(e), "name one broker (HOST:PORT), not 'a:1,b:2'")
+
+
+def locations(*names: str) -> list[PartitionLocation]:
+    return [PartitionLocation(TopicPartition.from_name("clicks", n), "h", 1) for n in names]
+
+
+class ResolvePartitionTests(SynchronousTestCase):
+    def test_name_and_index(self) -> None:
+        """A partition is named as <broker id>-<partition> or by its index over the sorted partitions."""
+        found = locations("0-0", "0-1", "1-0", "1-1")
+        self.assertEqual(resolve_partition(found, "1-0").name, "1-0")
+        self.assertEqual(resolve_partition(found, 3).name, "1-1")
+
+    def test_unknown_lists_the_valid_ones(self) -> None:
+        """A partition that is not there is a usage error listing the valid names and the index range."""
+        found = locations("0-0", "1-0")
+        for wanted in ("2-0", 2):
+            e = self.assertRaises(UsageError, resolve_partition, found, wanted)
+            self.assertIn("is not one of 'clicks''s partitions: 0-0, 1-0 (or an index from 0 to 1)", str(e))

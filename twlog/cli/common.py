@@ -1,28 +1,54 @@
 # -*- test-case-name: tests.cli.test_common,tests.integration.test_cli -*-
-"""What the client commands share: running a command under C{task.react}, and parsing broker and time options.
+"""What the client commands share: running a command under C{task.react}, one-line errors, option parsing.
 
 Each command is a coroutine function C{(reactor, args)}; L{run} runs it and
-turns the errors a user can act on (a broker that is down, a bad offset, a
-missing file) into one line on stderr and exit status 1.
+turns every error into one line on stderr: exit status 2 for a usage error
+(L{UsageError}: a value the command cannot use), 1 for anything that went
+wrong at run time (a broker that is down, an unknown topic, a bad offset, a
+missing file).  A bug is one line too, naming C{--debug}, which shows the
+traceback.
+
+The option parsers are in L{twlog.cli.options}.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
+from twisted.internet.threads import deferToThread
 
-from twlog.client.discovery import parse_brokers
-from twlog.consumer.simple import EARLIEST, LATEST
-from twlog.errors import TwlogError
+from twlog.client.discovery import PartitionLocation, discover, format_address, parse_brokers
+from twlog.client.options import ClientOptions
+from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
+
+#: The connection settings of the commands: an unreachable broker is said within a few seconds.
+CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_attempts=2)
+
+#: How long finding a topic's partitions (METADATA or ZooKeeper) may take before the command says why not.
+DISCOVERY_TIMEOUT_S = 5.0
+
+
+class UsageError(TwlogError):
+    """A value the command cannot use (found after parsing): one line, exit status 2."""
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 async def reporting_errors(main, reactor, args) -> None:
-    """Await C{main(reactor, args)}; a user's error ends it with one line on stderr and C{SystemExit(1)}."""
+    """Await C{main(reactor, args)}; any error ends it with one line on stderr and C{SystemExit(1 or 2)}."""
     try:
         await main(reactor, args)
-    except TwlogError as e:
+    except UsageError as e:
+        print(f"twlog: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (TwlogError, ValueError) as e:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
         print(f"twlog: {e}", file=sys.stderr)
         raise SystemExit(1) from None
     except (BrokenPipeError, KeyboardInterrupt):  # `twlog ... | head`, Ctrl-C: stop quietly
@@ -30,6 +56,28 @@ async def reporting_errors(main, reactor, args) -> None:
     except OSError as e:  # a file that is not there, a directory we cannot write
         print(f"twlog: {e.strerror}: {e.filename}" if e.filename else f"twlog: {e}", file=sys.stderr)
         raise SystemExit(1) from None
+    except SystemExit:
+        raise
+    except Exception as e:  # a bug: still one line, unless --debug asks for the traceback
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        else:
+            print(f"twlog: unexpected error: {_describe(e)} (--debug shows the traceback)", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+async def bounded(reactor, d: Deferred, timeout_s: float) -> bool:
+    """Wait for C{d} at most C{timeout_s} seconds; return whether it fired in time (its errors are swallowed)."""
+    finished: Deferred = Deferred()
+    timer = reactor.callLater(timeout_s, lambda: finished.called or finished.callback(False))
+
+    def fired(_: object) -> None:
+        if not finished.called:
+            timer.cancel()
+            finished.callback(True)
+
+    d.addBoth(fired)
+    return await finished
 
 
 def run(main, args) -> int:
@@ -41,18 +89,54 @@ def run(main, args) -> int:
     return 0
 
 
-def parse_time(text: str) -> int:
-    """C{latest}, C{earliest}, or milliseconds since the epoch, as OFFSETS wants it."""
-    if text == "latest":
-        return LATEST
-    if text == "earliest":
-        return EARLIEST
-    return int(text)
-
-
 def single_broker(text: str) -> tuple[str, int]:
-    """The one C{HOST:PORT} a single-partition command talks to."""
+    """The one C{HOST:PORT} a single-broker command talks to."""
     brokers = parse_brokers(text)
     if len(brokers) != 1:
         raise TwlogError(f"name one broker (HOST:PORT), not {text!r}")
     return brokers[0]
+
+
+# -- partitions ----------------------------------------------------------------------------------------------------
+
+
+def where(args) -> str:
+    """The cluster the command asks, as messages name it."""
+    if getattr(args, "zookeeper", None):
+        return f"the brokers registered in ZooKeeper at {args.zookeeper}"
+    return ", ".join(format_address(h, p) for h, p in parse_brokers(args.broker))
+
+
+async def find_partitions(args, topic: str) -> list[PartitionLocation]:
+    """Every partition of C{topic} in the cluster that C{--zookeeper} or C{--broker} names, sorted.
+
+    @raise TwlogError: the topic does not exist there, or the brokers (ZooKeeper) cannot be reached.
+    """
+    source = {"zookeeper": args.zookeeper} if getattr(args, "zookeeper", None) else {"brokers": args.broker}
+    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    try:
+        return await deferToThread(discover, [topic], options=options, **source)
+    except UnknownTopic:
+        raise TwlogError(f"topic {topic!r} does not exist on {where(args)}") from None
+    except ConnectionFailed as e:
+        raise TwlogError(str(e)) from None
+
+
+def resolve_partition(locations: list[PartitionLocation], wanted: str | int) -> PartitionLocation:
+    """The partition C{wanted} names: C{<broker id>-<partition>}, or an index into C{locations} (sorted).
+
+    @raise UsageError: no such partition, listing the valid ones.
+    """
+    if isinstance(wanted, int):
+        if 0 <= wanted < len(locations):
+            return locations[wanted]
+    else:
+        for location in locations:
+            if location.name == wanted:
+                return location
+    topic = locations[0].topic if locations else "?"
+    names = ", ".join(location.name for location in locations)
+    raise UsageError(
+        f"partition {wanted!r} is not one of {topic!r}'s partitions: {names} (or an index from 0 to "
+        f"{len(locations) - 1})"
+    )

@@ -1,61 +1,162 @@
-# -*- test-case-name: tests.integration.test_cli -*-
-"""C{twlog consume}: print one partition's messages (C{--broker}), or a group member's (C{--zookeeper})."""
+# -*- test-case-name: tests.cli.test_consume,tests.integration.test_cli -*-
+"""C{twlog consume}: print a topic's messages: every partition of the cluster, or one (C{--partition}).
+
+Without C{--group}, the partitions are found through C{--broker} (METADATA:
+any broker of the cluster) or C{--zookeeper} (the brokers' registrations), and
+read from C{--offset} to the end each had when the command started,
+interleaved (a fetch from each partition in turn), or forever with
+C{--follow}.  With C{--group} (and C{--zookeeper}) the command is a member
+of a consumer group instead (L{twlog.cli.consume_group}).
+"""
 
 from __future__ import annotations
 
 import sys
+from contextlib import suppress
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
-from twlog.cli.common import parse_time, single_broker
-from twlog.consumer.group import GroupConsumer
-from twlog.consumer.simple import LATEST, SimpleConsumer
+from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, resolve_partition
+from twlog.cli.consume_group import consume_group
+from twlog.cli.formats import Formatter, message_formatter
+from twlog.client.discovery import PartitionLocation
+from twlog.consumer.simple import EARLIEST, LATEST, SimpleConsumer
 from twlog.errors import TwlogError
 from twlog.storage.message import CorruptMessage
 
+#: How long closing the connections may take after Ctrl-C.
+CLOSE_TIMEOUT_S = 1.5
+
+
+class _Output:
+    """Writes formatted messages to stdout and counts them against C{--max-messages}."""
+
+    def __init__(self, args, formatter: Formatter) -> None:
+        self.out = sys.stdout.buffer
+        self.formatter = formatter
+        self.topic = args.topic
+        self.limit = args.max_messages
+        self.printed = 0
+
+    @property
+    def full(self) -> bool:
+        return bool(self.limit) and self.printed >= self.limit
+
+    def write(self, location: PartitionLocation, offset: int, value: bytes) -> None:
+        self.out.write(self.formatter(self.topic, location.name, offset, value))
+        self.printed += 1
+
 
 async def consume(reactor, args) -> None:
-    """Print messages of one partition, one per line, from an offset; stop at the end unless following."""
-    if args.zookeeper:
-        return await consume_group(reactor, args)
+    """Print the topic's messages (all partitions, or --partition), one per line, from --offset."""
     if args.group:
-        raise TwlogError("--group needs --zookeeper: groups are coordinated through ZooKeeper")
-    host, port = single_broker(args.broker)
-    consumer = SimpleConsumer(host, port, reactor=reactor, max_bytes=args.max_bytes, on_corrupt=_on_corrupt(args))
-    out = sys.stdout.buffer
-    printed = 0
+        if not args.zookeeper:
+            raise UsageError("--group needs --zookeeper: groups are coordinated through ZooKeeper")
+        return await consume_group(reactor, args, message_formatter(args), _on_corrupt(args))
+    locations = await find_partitions(args, args.topic)
+    if args.partition is not None:
+        locations = [resolve_partition(locations, args.partition)]
+    if isinstance(args.offset, int) and len(locations) > 1:
+        names = ", ".join(location.name for location in locations)
+        raise UsageError(f"--offset {args.offset} is a byte offset in one partition: add --partition (one of {names})")
+    consumers: dict[tuple[str, int], SimpleConsumer] = {}
+
+    def consumer_of(location: PartitionLocation) -> SimpleConsumer:
+        key = (location.host, location.port)
+        if key not in consumers:
+            consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, max_bytes=args.max_bytes,
+                                            on_corrupt=_on_corrupt(args), options=CLIENT_OPTIONS)
+        return consumers[key]
+
+    output = _Output(args, message_formatter(args))
     try:
-        if args.offset in ("earliest", "latest"):
-            (offset,) = await consumer.offsets(args.topic, args.partition, parse_time(args.offset), 1)
-        else:
-            offset = int(args.offset)
+        starts = [await start_offset(consumer_of(location), location, args.offset) for location in locations]
         if args.follow:
-            stream = consumer.stream(args.topic, args.partition, offset)
-            async for message in stream:
-                out.write(message.payload + b"\n")
-                out.flush()
-                printed += 1
-                if args.max_messages and printed >= args.max_messages:
-                    break
-            return
-        (end,) = await consumer.offsets(args.topic, args.partition, LATEST, 1)
-        while offset < end and not (args.max_messages and printed >= args.max_messages):
-            fetched = await consumer.fetch(args.topic, args.partition, offset)
-            for message in fetched:
-                out.write(message.payload + b"\n")
-                printed += 1
-                if args.max_messages and printed >= args.max_messages:
-                    break
-            if fetched.next_offset == offset:
-                break
-            offset = fetched.next_offset
-        out.flush()
+            await _follow(reactor, locations, starts, consumer_of, output)
+        else:
+            await _read_to_end(locations, starts, consumer_of, output)
     except CorruptMessage as e:
-        out.flush()  # the messages before the corrupt one are printed; then one line names it
         raise TwlogError(f"{e} (--skip-corrupt skips it)") from None
     finally:
-        await consumer.close()
+        output.out.flush()  # the messages before an error are printed; then one line says why
+        closing = DeferredList([c.close() for c in consumers.values()], consumeErrors=True)
+        await bounded(reactor, closing, CLOSE_TIMEOUT_S)
+
+
+async def start_offset(consumer: SimpleConsumer, location: PartitionLocation, offset: str | int) -> int:
+    """Where to start reading C{location}: its earliest or latest offset, or a byte offset inside its log.
+
+    @raise TwlogError: a byte offset outside the partition's log, naming its valid range.
+    """
+    if offset == "earliest":
+        (first,) = await consumer.offsets(location.topic, location.partition, EARLIEST, 1)
+        return first
+    (latest,) = await consumer.offsets(location.topic, location.partition, LATEST, 1)
+    if offset == "latest":
+        return latest
+    (earliest,) = await consumer.offsets(location.topic, location.partition, EARLIEST, 1)
+    if not earliest <= int(offset) <= latest:
+        raise TwlogError(
+            f"offset {offset} is outside partition {location.name} of {location.topic!r}: valid offsets are "
+            f"{earliest} to {latest} (or earliest, latest)"
+        )
+    return int(offset)
+
+
+async def _read_to_end(locations, starts, consumer_of, output: _Output) -> None:
+    """Fetch from each partition in turn until each reaches the end it had when the command started."""
+    ends = [(await consumer_of(loc).offsets(loc.topic, loc.partition, LATEST, 1))[0] for loc in locations]
+    positions = dict(enumerate(starts))
+    while positions and not output.full:
+        for index, offset in list(positions.items()):
+            location = locations[index]
+            if offset >= ends[index]:
+                del positions[index]
+                continue
+            fetched = await consumer_of(location).fetch(location.topic, location.partition, offset)
+            for message in fetched:
+                output.write(location, message.offset, message.payload)
+                if output.full:
+                    return
+            if fetched.next_offset == offset:
+                del positions[index]  # nothing more to read (a skipped tail, or data gone)
+            else:
+                positions[index] = fetched.next_offset
+
+
+async def _follow(reactor, locations, starts, consumer_of, output: _Output) -> None:
+    """Print every partition's messages as they come, until --max-messages or Ctrl-C."""
+    done: Deferred = Deferred()
+    closing: Deferred = Deferred()
+
+    def finish(failure=None) -> None:
+        if not done.called:
+            done.errback(failure) if failure is not None else done.callback(None)
+
+    async def drain(location: PartitionLocation, stream) -> None:
+        async for message in stream:
+            output.write(location, message.offset, message.payload)
+            output.out.flush()
+            if output.full:
+                finish()
+                return
+
+    def stop_on_ctrl_c() -> Deferred:
+        finish()
+        return closing
+
+    trigger = reactor.addSystemEventTrigger("before", "shutdown", stop_on_ctrl_c)
+    streams = [consumer_of(loc).stream(loc.topic, loc.partition, start) for loc, start in zip(locations, starts)]
+    try:
+        for location, stream in zip(locations, streams):
+            Deferred.fromCoroutine(drain(location, stream)).addErrback(finish)
+        await done
+    finally:
+        await bounded(reactor, DeferredList([s.close() for s in streams], consumeErrors=True), CLOSE_TIMEOUT_S)
+        with suppress(ValueError, KeyError):  # (already run: this is the shutdown)
+            reactor.removeSystemEventTrigger(trigger)
+        closing.callback(None)
 
 
 def _on_corrupt(args) -> str:
@@ -69,47 +170,3 @@ def _on_corrupt(args) -> str:
 def _print_skips(event: dict) -> None:
     if event.get("log_level") == LogLevel.warn and "corrupt" in (event.get("log_format") or ""):
         print(f"twlog: {formatEvent(event)}", file=sys.stderr)
-
-
-async def consume_group(reactor, args) -> None:
-    """Print the messages this group member receives, one per line, until --max-messages or Ctrl-C."""
-    if not args.group:
-        raise TwlogError("--zookeeper needs --group: the consumer group this member joins")
-    if args.offset not in ("earliest", "latest"):
-        raise TwlogError("with --zookeeper, --offset is where a new group starts: earliest or latest")
-    consumer = GroupConsumer(args.zookeeper, args.group, reactor=reactor, on_corrupt=_on_corrupt(args),
-                             auto_offset_reset="smallest" if args.offset == "earliest" else "largest")
-    out = sys.stdout.buffer
-    printed = 0
-    done: Deferred = Deferred()
-
-    async def drain(stream) -> None:
-        nonlocal printed
-        async for message in stream:
-            out.write(message.payload + b"\n")
-            printed += 1
-            if args.max_messages and printed >= args.max_messages:
-                if not done.called:
-                    done.callback(None)
-                return
-            if printed % 100 == 0:
-                out.flush()
-
-    def stop_on_ctrl_c() -> Deferred:
-        if not done.called:
-            done.callback(None)
-        return closing
-
-    closing: Deferred = Deferred()
-    reactor.addSystemEventTrigger("before", "shutdown", stop_on_ctrl_c)
-    try:
-        streams = (await consumer.create_message_streams({args.topic: args.streams}))[args.topic]
-        for stream in streams:
-            Deferred.fromCoroutine(drain(stream)).addErrback(
-                lambda failure: done.called or done.errback(failure)
-            )
-        await done
-    finally:
-        out.flush()
-        await consumer.close()  # commits what was printed
-        closing.callback(None)

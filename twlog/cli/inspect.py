@@ -1,36 +1,114 @@
-# -*- test-case-name: tests.integration.test_cli -*-
-"""C{twlog offsets} and C{twlog topics}: what a broker holds, asked of the broker itself."""
+# -*- test-case-name: tests.cli.test_inspect,tests.integration.test_cli -*-
+"""C{twlog offsets} and C{twlog topics}: what the brokers of a cluster hold.
+
+Both find the cluster through C{--broker} (METADATA) or C{--zookeeper} (the
+brokers' registrations).  C{offsets} prints one offset per line for one
+partition (C{--partition}), or a table of every partition of the topic;
+C{topics} prints a table of topics and their partitions.  C{--json} prints
+the same as JSON for scripts.
+"""
 
 from __future__ import annotations
 
-from twlog.cli.common import parse_time, single_broker
+from twisted.internet.threads import deferToThread
+
+from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, find_partitions, resolve_partition
+from twlog.cli.output import print_json, print_table
 from twlog.client.connection import BrokerConnection
-from twlog.client.discovery import parse_brokers
+from twlog.client.discovery import PartitionLocation, parse_brokers, registered_partitions
 from twlog.consumer.simple import SimpleConsumer
+from twlog.coord import paths
+from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
+from twlog.errors import ConnectionFailed, TwlogError
+from twlog.partition import TopicPartition
 from twlog.protocol.codec import MetadataRequest
 
 
 async def offsets(reactor, args) -> None:
-    """Print the offsets OFFSETS answers, newest first, one per line."""
-    host, port = single_broker(args.broker)
-    consumer = SimpleConsumer(host, port, reactor=reactor)
+    """Print the offsets OFFSETS answers, newest first: one partition's one per line, or a table of all."""
+    locations = await find_partitions(args, args.topic)
+    if args.partition is not None:
+        locations = [resolve_partition(locations, args.partition)]
+    consumers: dict[tuple[str, int], SimpleConsumer] = {}
+    answers: list[tuple[PartitionLocation, list[int]]] = []
     try:
-        for offset in await consumer.offsets(args.topic, args.partition, parse_time(args.time), args.max):
-            print(offset)
+        for location in locations:
+            key = (location.host, location.port)
+            if key not in consumers:
+                consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
+            found = await consumers[key].offsets(location.topic, location.partition, args.time, args.max)
+            answers.append((location, found))
     finally:
-        await consumer.close()
+        for consumer in consumers.values():
+            await consumer.close()
+    if args.json:
+        print_json([{"topic": loc.topic, "partition": loc.name, "broker": loc.address, "offsets": found}
+                    for loc, found in answers])
+    elif args.partition is not None:
+        for offset in answers[0][1]:
+            print(offset)
+    else:
+        print_table(["partition", "broker", "offsets"],
+                    [(loc.name, loc.address, " ".join(str(o) for o in found) or "-") for loc, found in answers],
+                    title=f"{args.topic}: offsets, newest first")
 
 
 async def topics(reactor, args) -> None:
-    """Print what each broker holds: its id and address, then a line per topic."""
-    for host, port in parse_brokers(args.broker):
-        connection = BrokerConnection(host, port, reactor=reactor)
+    """Print each topic of the cluster with its partitions (C{<broker id>-<partition>}) and their brokers."""
+    if args.zookeeper:
+        locations = await deferToThread(_registered, args.zookeeper)
+    else:
+        locations = await _held(reactor, args.broker)
+    by_topic: dict[str, list[PartitionLocation]] = {}
+    for location in sorted(locations):
+        by_topic.setdefault(location.topic, []).append(location)
+    if args.json:
+        print_json([{"topic": topic, "partitions": [{"partition": loc.name, "broker": loc.address} for loc in locs]}
+                    for topic, locs in by_topic.items()])
+        return
+    if not by_topic:
+        print("(no topics)")
+        return
+    rows = []
+    for topic, locs in by_topic.items():
+        brokers = sorted({(loc.broker_id, loc.address) for loc in locs})
+        for broker_id, address in brokers:
+            names = [loc.name for loc in locs if loc.broker_id == broker_id]
+            rows.append((topic, f"{broker_id} ({address})", len(names), _span(names)))
+    print_table(["topic", "broker", "partitions", "names"], rows, right=["partitions"])
+
+
+def _span(names: list[str]) -> str:
+    """C{0-0 .. 0-3} for a run of partition names (all of one broker)."""
+    return names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+
+
+def _registered(zookeeper: str) -> list[PartitionLocation]:
+    """Every partition registered in ZooKeeper by a live broker (blocking: run in a thread)."""
+    try:
+        with BlockingZooKeeper(zookeeper, DISCOVERY_TIMEOUT_S) as zk:
+            return registered_partitions(zk, zk.children(paths.BROKER_TOPICS))
+    except ZooKeeperUnavailable as e:
+        raise TwlogError(str(e)) from None
+
+
+async def _held(reactor, brokers: str) -> list[PartitionLocation]:
+    """Every partition the brokers named hold, by METADATA (one broker asked once, whatever its addresses)."""
+    found: list[PartitionLocation] = []
+    seen: set[int] = set()
+    for host, port in parse_brokers(brokers):
+        connection = BrokerConnection(host, port, reactor=reactor, options=CLIENT_OPTIONS)
         try:
-            metadata = await connection.request(MetadataRequest())  # a broker error raises here
+            metadata = await connection.request(MetadataRequest())
+        except ConnectionFailed as e:
+            raise TwlogError(str(e)) from None
         finally:
             await connection.close()
-        print(f"broker {metadata.broker_id} at {metadata.host}:{metadata.port} ({host}:{port})")
-        for topic in metadata.topics:
-            print(f"  {topic.topic}\t{topic.partitions} partitions")
-        if not metadata.topics:
-            print("  (no topics)")
+        if metadata.broker_id in seen:
+            continue
+        seen.add(metadata.broker_id)
+        for info in metadata.topics:
+            found.extend(PartitionLocation(TopicPartition(info.topic, metadata.broker_id, p), host, port)
+                         for p in range(info.partitions))
+    return found
+

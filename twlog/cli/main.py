@@ -12,7 +12,17 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from twlog import __version__
+from twlog.cli.formats import format_option
+from twlog.cli.options import (
+    broker_list,
+    offset_option,
+    partition_option,
+    time_option,
+    topic_name,
+    zookeeper_address,
+)
 from twlog.errors import TwlogError
+from twlog.protocol.codec import LATEST
 
 
 def _positive_int(text: str) -> int:
@@ -89,57 +99,73 @@ def build_parser() -> argparse.ArgumentParser:
         description="twlog: a distributed, log-structured publish/subscribe system on Twisted.",
     )
     parser.add_argument("--version", action="version", version=f"twlog {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error, not just its one line")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    def topic_partition_options(command) -> None:
-        command.add_argument("--topic", "-t", required=True, help="the topic")
-        command.add_argument("--partition", "-p", type=int, default=0, help="the partition (default: 0)")
+    def debug_option(command) -> None:
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show the traceback of an error, not just its one line")
 
-    def client_command(name: str, help_text: str, description: str, many: bool = False):
-        """A subcommand that talks to --broker (or, with C{many}, to a list of brokers)."""
-        command = commands.add_parser(name, help=help_text, description=description)
+    def client_command(name: str, help_text: str, description: str, parent=commands):
+        """A subcommand that finds the cluster through --broker (any of its brokers) or --zookeeper."""
+        command = parent.add_parser(name, help=help_text, description=description)
         command.add_argument(
-            "--broker", "-b", default="localhost:9092", metavar="HOST:PORT" + (",..." if many else ""),
-            help="the broker" + ("s" if many else "") + " to talk to (default: localhost:9092)",
+            "--broker", "-b", default="localhost:9092", type=broker_list, metavar="HOST:PORT[,...]",
+            help="any broker(s) of the cluster (default: localhost:9092)",
         )
+        command.add_argument("--zookeeper", "-z", default=None, type=zookeeper_address, metavar="HOST:PORT[/chroot]",
+                             help="find the brokers and partitions in ZooKeeper instead of through --broker")
+        debug_option(command)
         return command
+
+    def topic_option(command) -> None:
+        command.add_argument("--topic", "-t", required=True, type=topic_name,
+                             help="the topic (letters, digits, '.', '_' and '-')")
+
+    def partition_option_of(command, what: str) -> None:
+        command.add_argument("--partition", "-p", type=partition_option, default=None, metavar="B-P|INDEX",
+                             help=f"{what}: BROKER-PARTITION as `twlog topics` shows it (e.g. 0-1), or an index "
+                             "over the topic's partitions ordered by broker and partition")
+
+    def json_option(command) -> None:
+        command.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of a table")
 
     produce = client_command(
         "produce", "send lines of stdin or files to a topic, one message per line",
-        "Send each line of the input (stdin, or the files named) to TOPIC as one message, "
-        "in batches of --batch-size messages per request.", many=True,
+        "Send each line of the input (stdin, or the files named) to TOPIC as one message, in batches of "
+        "--batch-size messages per request, and return once the brokers have flushed them (visible to consumers).",
     )
-    produce.add_argument("--zookeeper", "-z", default=None, metavar="HOST:PORT",
-                         help="find the brokers and the topic's partitions in ZooKeeper instead of --broker")
-    produce.add_argument("--topic", "-t", required=True, help="the topic")
+    topic_option(produce)
     produce.add_argument("--key", "-k", default=None,
                          help="partitioning key: every message goes to the partition this key maps to")
-    produce.add_argument("--partition", "-p", type=int, default=None,
-                         help="send to this partition (an index over the topic's partitions ordered by broker)")
+    produce.add_argument("--key-separator", "-K", default=None, metavar="SEP",
+                         help="each line is KEY SEP VALUE: send VALUE, partitioned by KEY (lines without SEP: --key)")
+    partition_option_of(produce, "send every message to this partition")
     produce.add_argument("--batch-size", type=_positive_int, default=200, help="messages per request (default: 200)")
-    produce.add_argument("--ack", choices=["none", "appended", "flushed"], default="appended",
-                         help="wait for the broker to acknowledge each batch (default: appended)")
+    produce.add_argument("--ack", choices=["appended", "flushed"], default="flushed",
+                         help="what each batch waits for: flushed (visible to consumers; default) or appended")
+    produce.add_argument("--no-wait", action="store_true",
+                         help="fire and forget: do not wait for the brokers (messages may not be visible yet)")
     produce.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
                          help="compress each batch (default: none)")
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
     produce.set_defaults(run="twlog.cli.produce:produce", react=True)
 
     consume = client_command(
-        "consume", "print a partition's messages, one per line",
-        "Print the messages of one partition from an offset, one per line, up to the end "
-        "(or forever with --follow).",
+        "consume", "print a topic's messages (every partition, or one), one per line",
+        "Print the messages of every partition of TOPIC in the cluster (or of --partition), interleaved, from "
+        "--offset up to the end (or forever with --follow). With --group (and --zookeeper), consume as a member of "
+        "a consumer group instead: partitions shared with its other members, offsets kept in ZooKeeper.",
     )
-    consume.add_argument("--zookeeper", "-z", default=None, metavar="HOST:PORT",
-                         help="consume as a member of --group across the cluster (partitions shared with the "
-                         "group's other members, offsets kept in ZooKeeper), instead of one --broker partition")
-    consume.add_argument("--group", "-g", default=None, help="the consumer group (with --zookeeper)")
+    consume.add_argument("--group", "-g", default=None, help="the consumer group to join (needs --zookeeper)")
     consume.add_argument("--streams", type=_positive_int, default=1,
-                         help="message streams of this member (with --zookeeper; default: 1)")
-    topic_partition_options(consume)
-    consume.add_argument("--offset", "-o", default="earliest",
-                         help="earliest, latest, or a byte offset from a previous run (default: earliest); with "
-                         "--zookeeper, where a new group starts: earliest or latest")
+                         help="message streams of this member (with --group; default: 1)")
+    topic_option(consume)
+    partition_option_of(consume, "read only this partition")
+    consume.add_argument("--offset", "-o", default="earliest", type=offset_option,
+                         help="earliest, latest, or a byte offset of --partition from a previous run (default: "
+                         "earliest); with --group, where a new group starts: earliest or latest")
     consume.add_argument("--max-messages", "-n", type=_positive_int, default=None, help="stop after N messages")
     consume.add_argument("--follow", "-f", action="store_true",
                          help="keep waiting for new messages (the broker wakes the consumer)")
@@ -148,32 +174,52 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--skip-corrupt", action="store_true",
                          help="skip a corrupt stored message (logged with its byte range) instead of stopping at it "
                          "with an error naming its offsets (exit status 1)")
+    shown = consume.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true",
+                       help="one JSON object per message: topic, partition, offset, value (text, or base64 with "
+                       '"encoding": "base64")')
+    shown.add_argument("--format", "-F", type=format_option, default=None, metavar="FORMAT",
+                       help=r"print each message as FORMAT: %%t topic, %%p partition, %%o offset, %%s value, "
+                       r"%%S size, \n, \t (e.g. '%%p %%o %%s\n')")
     consume.set_defaults(run="twlog.cli.consume:consume", react=True)
 
     offsets = client_command(
-        "offsets", "print valid offsets of a partition (latest, earliest, or before a time)",
-        "Print the offsets OFFSETS answers, newest first: the latest (flushed end), the "
-        "earliest, or the first offsets of segments last modified before a time.",
+        "offsets", "print valid offsets of a topic's partitions (latest, earliest, or before a time)",
+        "Print the offsets OFFSETS answers, newest first: the latest (flushed end), the earliest, or the first "
+        "offsets of segments last modified before a time; for --partition one per line, else a table of every "
+        "partition of the topic.",
     )
-    topic_partition_options(offsets)
-    offsets.add_argument("--time", default="latest",
-                         help="latest, earliest, or milliseconds since the epoch (default: latest)")
+    topic_option(offsets)
+    partition_option_of(offsets, "only this partition")
+    offsets.add_argument("--time", default=LATEST, type=time_option,
+                         help="latest, earliest, milliseconds since the epoch or an ISO date/time such as "
+                         "2024-05-01T12:00 (UTC) (default: latest)")
     offsets.add_argument("--max", type=_positive_int, default=1, help="how many offsets at most (default: 1)")
+    json_option(offsets)
     offsets.set_defaults(run="twlog.cli.inspect:offsets", react=True)
 
-    groups = commands.add_parser(
-        "groups", help="show consumer groups: members, owners, committed offsets and lag",
-        description="For every consumer group (or --group), list its members and, per partition, the owning "
-        "stream, the committed offset, the broker's latest offset and the lag.",
-    )
-    groups.add_argument("--zookeeper", "-z", default="localhost:2181", metavar="HOST:PORT",
-                        help="ZooKeeper (default: localhost:2181)")
-    groups.add_argument("--group", "-g", default=None, help="only this group")
-    groups.set_defaults(run="twlog.cli.groups:groups", react=True)
+    add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of)
 
-    topics = client_command("topics", "list what brokers hold",
-                            "List each broker's id and address, and its topics and partitions.", many=True)
+    topics = client_command("topics", "list the cluster's topics, or create one (topics create)",
+                            "List each topic of the cluster with its partitions and their brokers.")
+    json_option(topics)
     topics.set_defaults(run="twlog.cli.inspect:topics", react=True)
+    topic_actions = topics.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    create = client_command(
+        "create", "create a topic with N partitions on each broker",
+        "Create TOPIC on every live broker of the cluster (or the --broker ones) with --partitions partitions "
+        "on each, before anything is written to it (Kafka 0.7 counts partitions per broker).",
+        parent=topic_actions,
+    )
+    topic_option(create)
+    create.add_argument("--partitions", type=_positive_int, required=True, help="partitions on each broker")
+    create.set_defaults(run="twlog.cli.admin:create_topic", react=True)
+
+    broker = commands.add_parser(
+        "broker", add_help=False, help="run one broker in the foreground (the options of twistd twlog)",
+        description="Run a broker until Ctrl-C or SIGTERM; `twlog broker --help` lists its options.",
+    )
+    broker.set_defaults(run="twlog.cli.broker:main")
 
     local = commands.add_parser(
         "local", help="run ZooKeeper and N brokers on this machine until Ctrl-C",
@@ -201,10 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
         command = benches.add_parser(name, help=help_text, description=description)
         _throughput_options(command, fetch_bytes, fetch_help, dir_help)
         command.set_defaults(run=run)
-        if name == "storage":
-            command.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
-                                 help="compress each batch into one wrapper, which the log validates on append "
-                                 "by decompressing it (default: none)")
+        command.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
+                             help="compress each batch into one wrapper, which the log validates on append "
+                             "by decompressing it (default: none)")
+        if name == "broker":
+            command.add_argument("--produce-only", action="store_true",
+                                 help="measure producing only (no consume rows, no restart without sendfile)")
+            command.add_argument("--broker-source", metavar="DIR", default=None,
+                                 help="run the broker from the twlog source tree DIR (put first on its "
+                                 "PYTHONPATH), e.g. a 'git worktree' of an older commit, to compare versions")
 
     rebalance = benches.add_parser(
         "rebalance",
@@ -247,12 +298,83 @@ def build_parser() -> argparse.ArgumentParser:
     frames.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
     frames.set_defaults(run="twlog.bench.frames:main_frames")
 
+    hostile = benches.add_parser(
+        "hostile", help="a healthy client's latency while other clients dribble huge frames they never finish",
+        description="Start a broker process with the default --max-buffered-request-bytes; one healthy client "
+        "produces and fetches in a loop, alone and then while --clients clients each send most of a "
+        "--frame-mb MB acknowledged produce and never finish it; print the healthy client's produce and fetch "
+        "latency (p50, p99, max) for both phases and the broker's peak RSS against the bound.",
+    )
+    hostile.add_argument("--clients", type=_positive_int, default=8, help="dribbling clients (default: 8)")
+    hostile.add_argument("--frame-mb", type=_positive_int, default=95,
+                         help="MiB of the frame each dribbling client announces; it sends all but the last "
+                         "64 KiB (default: 95)")
+    hostile.add_argument("--seconds", type=float, default=20.0,
+                         help="how long each phase lasts; the dribbling clients then close (default: 20)")
+    hostile.add_argument("--max-buffered-mb", type=_positive_int, default=None,
+                         help="the broker's --max-buffered-request-bytes in MiB (default: the broker's default)")
+    hostile.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
+    hostile.set_defaults(run="twlog.bench.hostile:main_hostile")
+
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
     _size_option(crc)
     crc.add_argument("--count", type=_positive_int, default=10_000, help="payloads per round (default: 10,000)")
     crc.set_defaults(run="twlog.bench.crc:main_crc")
     return parser
+
+
+def add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of) -> None:
+    """C{twlog groups} (describe, the default) and C{twlog groups reset}."""
+    groups = commands.add_parser(
+        "groups", help="describe consumer groups (members, owners, offsets, lag) or reset their offsets",
+        description="With no action (or `describe`): for every consumer group (or --group), its members and, per "
+        "partition, the owning stream, the committed offset, the broker's latest offset and the lag.",
+    )
+    actions = groups.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+
+    def zookeeper_options(command, required_group: bool) -> None:
+        command.add_argument("--zookeeper", "-z", default="localhost:2181", type=zookeeper_address,
+                             metavar="HOST:PORT[/chroot]", help="ZooKeeper (default: localhost:2181)")
+        command.add_argument("--group", "-g", default=None, required=required_group,
+                             help="the group" if required_group else "only this group")
+        debug_option(command)
+
+    zookeeper_options(groups, False)
+    json_option(groups)
+    groups.set_defaults(run="twlog.cli.groups:describe", react=True)
+    describe = actions.add_parser("describe", help="members, owners, committed offsets and lag per partition",
+                                  description=groups.description)
+    zookeeper_options(describe, False)
+    json_option(describe)
+    describe.set_defaults(run="twlog.cli.groups:describe", react=True)
+    reset = actions.add_parser(
+        "reset", help="set a stopped group's committed offsets of a topic",
+        description="Set the committed offset of each partition of TOPIC (or --partition) for GROUP: to the earliest "
+        "or latest offset, to the first offset of the segments written before a time, or to a byte offset (with "
+        "--partition). Refused while the group has live members: stop them first.",
+    )
+    zookeeper_options(reset, True)
+    topic_option(reset)
+    partition_option_of(reset, "only this partition")
+    reset.add_argument("--to", required=True, type=reset_target, metavar="earliest|latest|TIME|OFFSET",
+                       help="earliest, latest, a time (ISO date/time such as 2024-05-01T12:00, UTC) or, with "
+                       "--partition, a byte offset")
+    reset.set_defaults(run="twlog.cli.groups:reset", react=True)
+
+
+def reset_target(text: str) -> str | int | tuple[str, int]:
+    """C{--to}: C{earliest}, C{latest}, C{("time", ms)} for an ISO date/time, or a byte offset."""
+    if text in ("earliest", "latest"):
+        return text
+    if text.isdigit():
+        return int(text)
+    try:
+        return ("time", time_option(text))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"--to {text!r} is not earliest, latest, an ISO date/time (2024-05-01T12:00) or a byte offset"
+        ) from None
 
 
 #: Runs a client command's coroutine under C{task.react} (L{twlog.cli.common.run}).
@@ -267,6 +389,9 @@ def _load(target: str):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the C{twlog} command; return its exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["broker"]:  # its options are twistd twlog's (twisted.python.usage), parsed by it
+        return _load("twlog.cli.broker:main")(argv[1:])
     args = build_parser().parse_args(argv)
     function = _load(args.run)
     if getattr(args, "react", False):

@@ -1,20 +1,39 @@
-# -*- test-case-name: tests.integration.test_cli -*-
-"""C{twlog produce}: lines of stdin or files to a topic, one message per line, in batches."""
+# -*- test-case-name: tests.cli.test_produce,tests.integration.test_cli -*-
+"""C{twlog produce}: lines of stdin or files to a topic, one message per line, in batches.
+
+By default every batch is acknowledged once flushed (C{--ack flushed}), so
+when the command returns, consumers can read everything it sent; several
+batches are in flight at once, so the fsyncs overlap.  C{--no-wait} sends
+fire-and-forget.  On a terminal, a progress line shows the count and rate.
+"""
 
 from __future__ import annotations
 
 import sys
-import time
+from collections import deque
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from rich.console import Console
+from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
+from twisted.internet.defer import Deferred
+
+from twlog.cli.common import CLIENT_OPTIONS, UsageError, where
+from twlog.errors import ConnectionFailed, MessageSizeTooLarge, TwlogError
+from twlog.partition import TopicPartition
 from twlog.producer import Producer
 
-#: Seconds between progress lines on a terminal.
-PROGRESS_EVERY_S = 2.0
+#: Batches sent and not yet acknowledged, at most (the broker's fsyncs of one window overlap).
+WINDOW = 8
 
 
-def _lines(sources: list[str]) -> Iterator[bytes]:
+def count(n: int, noun: str = "message") -> str:
+    """C{1 message}, C{2 messages}, C{1,000 messages}."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def lines(sources: list[str]) -> Iterator[bytes]:
     """The lines of the named files (or stdin), without their line endings."""
     streams: list[BinaryIO] = [open(path, "rb") for path in sources] if sources else [sys.stdin.buffer]
     for stream in streams:
@@ -23,40 +42,106 @@ def _lines(sources: list[str]) -> Iterator[bytes]:
                 yield line.rstrip(b"\r\n")
 
 
-class _Progress:
-    """A progress line on stderr every few seconds, only on a terminal."""
+def split_key(line: bytes, separator: bytes | None, key: bytes | None) -> tuple[bytes | None, bytes]:
+    """The partitioning key and the value of a line: with C{separator}, the part before its first occurrence.
 
-    def __init__(self, verb: str) -> None:
-        self.verb = verb
-        self.shown = time.monotonic()
-        self.enabled = sys.stderr.isatty()
+    A line without the separator has no key of its own (C{key}, the --key, if any).
+    """
+    if separator:
+        head, sep, tail = line.partition(separator)
+        if sep:
+            return head, tail
+    return key, line
 
-    def update(self, count: int) -> None:
-        if self.enabled and time.monotonic() - self.shown >= PROGRESS_EVERY_S:
-            self.shown = time.monotonic()
-            print(f"  {self.verb} {count:,} messages", file=sys.stderr)
+
+def partition_index(partitions: list[TopicPartition], wanted: str | int) -> int:
+    """The index (into the topic's partitions, by broker and partition) of C{wanted}: a name or an index.
+
+    @raise UsageError: no such partition, listing the valid ones.
+    """
+    for index, tp in enumerate(partitions):
+        if tp.name == wanted or index == wanted:
+            return index
+    names = ", ".join(tp.name for tp in partitions)
+    raise UsageError(f"partition {wanted!r} is not one of the topic's partitions: {names} (or an index from 0 to "
+                     f"{len(partitions) - 1})")
+
+
+class _Rate(ProgressColumn):
+    """Messages per second."""
+
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed:,.0f} msg/s" if task.speed else "")
+
+
+def progress_bar() -> Progress | None:
+    """A progress display on stderr (count, rate, time), only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    return Progress(SpinnerColumn(), TextColumn("sent {task.completed:,.0f} messages"), _Rate(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
 
 
 async def produce(reactor, args) -> None:
-    """Send each input line as one message, in batches of C{--batch-size} (one request each)."""
-    if args.zookeeper:
-        producer = Producer(zookeeper=args.zookeeper, reactor=reactor, ack=args.ack, codec=args.codec)
-    else:
-        producer = Producer(args.broker, reactor=reactor, ack=args.ack, codec=args.codec)
+    """Send each input line as one message, in batches of C{--batch-size}; wait until they are visible."""
+    ack = "none" if args.no_wait else args.ack
+    source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
+    producer = Producer(**source, reactor=reactor, ack=ack, codec=args.codec, options=CLIENT_OPTIONS)
+    separator = args.key_separator.encode("utf-8") if args.key_separator else None
+    default_key = args.key.encode("utf-8") if args.key is not None else None
+    in_flight: deque[Deferred] = deque()
     sent = 0
-    batch: list[bytes] = []
-    progress = _Progress("sent")
+    bar = progress_bar()
+    task = bar.add_task("produce", total=None) if bar is not None else None
+
+    async def send(key: bytes | None, batch: list[bytes]) -> None:
+        nonlocal sent
+        d = producer.send(args.topic, batch, key=key, partition=index)
+        d.addErrback(_explain, batch)
+        in_flight.append(d)
+        while len(in_flight) >= WINDOW:
+            await in_flight.popleft()
+        sent += len(batch)
+        if bar is not None:
+            bar.update(task, completed=sent)
+
     try:
-        for line in _lines(args.files):
-            batch.append(line)
-            if len(batch) >= args.batch_size:
-                await producer.send(args.topic, batch, key=args.key, partition=args.partition)
-                sent += len(batch)
-                batch = []
-                progress.update(sent)
-        if batch:
-            await producer.send(args.topic, batch, key=args.key, partition=args.partition)
-            sent += len(batch)
+        index = None
+        if args.partition is not None:
+            index = partition_index(await producer.partitions(args.topic), args.partition)
+        if bar is not None:
+            bar.start()
+        pending: dict[bytes | None, list[bytes]] = {}
+        queued = 0
+        for line in lines(args.files):
+            key, value = split_key(line, separator, default_key)
+            pending.setdefault(key, []).append(value)
+            queued += 1
+            if queued >= args.batch_size:
+                for key, batch in pending.items():
+                    await send(key, batch)
+                pending, queued = {}, 0
+        for key, batch in pending.items():
+            await send(key, batch)
+        while in_flight:
+            await in_flight.popleft()
+    except ConnectionFailed as e:
+        raise TwlogError(f"{e} (sending to {where(args)})") from None
     finally:
+        if bar is not None:
+            bar.stop()
+        for d in in_flight:
+            d.addErrback(lambda _: None)
         await producer.close()
-    print(f"sent {sent:,} messages to {args.topic}", file=sys.stderr)
+    print(f"sent {count(sent)} to {args.topic}" + (" (not waiting for the brokers)" if args.no_wait else ""),
+          file=sys.stderr)
+
+
+def _explain(failure, batch: list[bytes]):
+    """A refused batch's error; when its size was why, with the size of its largest line and the limit."""
+    error = failure.value
+    if isinstance(error, MessageSizeTooLarge):
+        limit = f"{error.limit:,} bytes" if error.limit else "the broker's --max-message-bytes (default 1,000,000)"
+        size = error.message_size or max(len(line) for line in batch)
+        raise TwlogError(f"the broker refused a message of {size:,} bytes as too large; the limit is {limit}") from None
+    return failure

@@ -20,6 +20,7 @@ from twlog.consumer.registry import read_members, read_offsets, read_values, sor
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import IZooKeeper
+from twlog.errors import TwlogError
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import OffsetsRequest
 
@@ -84,14 +85,7 @@ async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=N
     C{lag}) as None.
     """
     groups = [group] if group is not None else await sorted_children(zk, paths.CONSUMERS)
-    broker_ids = await sorted_children(zk, paths.BROKER_IDS)
-    addresses = {}
-    for name, value in zip(broker_ids, await read_values(zk, [f"{paths.BROKER_IDS}/{b}" for b in broker_ids])):
-        try:
-            if value is not None:
-                addresses[int(name)] = parse_broker_address(value)
-        except ValueError:
-            continue
+    addresses = await _broker_addresses(zk)
     descriptions = []
     for name in groups:
         descriptions.append(await _describe(zk, name, addresses))
@@ -189,3 +183,84 @@ async def reset_offsets(zk: IZooKeeper, group: str, topic: str, offsets: Mapping
         raise ValueError(f"group {group} is consuming {topic}: {', '.join(busy)}; stop its consumers first")
     for name in names:
         await zk.set_or_create(paths.offset_path(group, topic, name), str(offsets[name]).encode())
+
+
+class GroupNotFound(TwlogError):
+    """No consumer group of that name is registered in ZooKeeper."""
+
+
+async def check_group(zk: IZooKeeper, group: str) -> None:
+    """@raise GroupNotFound: C{group} has no node under C{/consumers}, naming the groups there are."""
+    if await zk.exists(paths.group_path(group)) is None:
+        known = await sorted_children(zk, paths.CONSUMERS)
+        raise GroupNotFound(f"no group {group!r} in ZooKeeper at {getattr(zk, 'hosts', '?')}"
+                            + (f" (groups: {', '.join(known)})" if known else " (no groups at all)"))
+
+
+async def live_members(zk: IZooKeeper, group: str) -> list[str]:
+    """The consumer ids registered (alive) in C{group} now."""
+    return await sorted_children(zk, paths.consumer_ids_path(group))
+
+
+async def registered_partitions(zk: IZooKeeper, topic: str) -> dict[TopicPartition, tuple[str, int]]:
+    """Every partition of C{topic} registered by a live broker, with that broker's address."""
+    addresses = await _broker_addresses(zk)
+    registered = [b for b in await sorted_children(zk, paths.broker_topic_path(topic)) if b.isdigit()]
+    counts = await read_values(zk, [paths.broker_topic_path(topic, int(b)) for b in registered])
+    found = {}
+    for broker, count in zip(registered, counts):
+        if count is not None and int(broker) in addresses and count.strip().isdigit():
+            for p in range(int(count)):
+                found[TopicPartition(topic, int(broker), p)] = addresses[int(broker)]
+    return found
+
+
+async def _broker_addresses(zk: IZooKeeper) -> dict[int, tuple[str, int]]:
+    broker_ids = [b for b in await sorted_children(zk, paths.BROKER_IDS) if b.isdigit()]
+    addresses = {}
+    for name, value in zip(broker_ids, await read_values(zk, [paths.broker_id_path(int(b)) for b in broker_ids])):
+        try:
+            if value is not None:
+                addresses[int(name)] = parse_broker_address(value)
+        except ValueError:
+            continue
+    return addresses
+
+
+async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time: int, *, reactor=None,
+                     timeout_s: float = 5.0) -> dict[TopicPartition, int]:
+    """Each partition's offset at C{time}: L{LATEST} (-1), L{EARLIEST} (-2), or ms since the epoch.
+
+    For a time, the offset is the newest segment start written before it (Kafka
+    0.7's OFFSETS), or the earliest offset if every segment is newer.
+
+    @raise ConnectionFailed: a broker cannot be reached (naming it).
+    """
+    result: dict[TopicPartition, int] = {}
+    by_broker: dict[tuple[str, int], list[TopicPartition]] = {}
+    for tp, address in sorted(partitions.items()):
+        by_broker.setdefault(address, []).append(tp)
+    for (host, port), tps in by_broker.items():
+        connection = BrokerConnection(host, port, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=timeout_s,
+                                      connect_attempts=1)
+        try:
+            for tp in tps:
+                found = (await connection.request(OffsetsRequest(tp.topic, tp.partition, time, 1))).offsets
+                if not found and time >= 0:
+                    found = (await connection.request(OffsetsRequest(tp.topic, tp.partition, -2, 1))).offsets
+                result[tp] = found[0] if found else 0
+        finally:
+            await connection.close()
+    return result
+
+
+async def reset_group(zk: IZooKeeper, group: str, topic: str, offsets: Mapping[str, int]) -> None:
+    """L{reset_offsets}, refused while the group has any live member (not only owners of these partitions).
+
+    @raise ValueError: the group has live members (naming them), or a bad partition name or offset.
+    """
+    members = await live_members(zk, group)
+    if members:
+        raise ValueError(f"group {group!r} has {len(members)} live member{'s' if len(members) != 1 else ''} "
+                         f"({', '.join(members)}); stop them before resetting its offsets")
+    await reset_offsets(zk, group, topic, offsets)

@@ -1,0 +1,92 @@
+# -*- test-case-name: tests.cli.test_broker,tests.integration.test_cli_broker -*-
+"""C{twlog broker}: one broker in the foreground, with the options of C{twistd twlog}.
+
+It logs to stderr, stops cleanly on Ctrl-C or SIGTERM (leave ZooKeeper, stop
+listening, flush), and when it cannot start (port in use, log directory
+locked by another broker, broker id taken, ZooKeeper unreachable) it prints
+one line naming why and exits 1; a bad option is one line and exit 2.  A
+final flush that fails makes the exit status 1 too.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from twisted.logger import (
+    FilteringLogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+    PredicateResult,
+    globalLogBeginner,
+    textFileLogObserver,
+)
+from twisted.python import usage
+
+from twlog.broker.service import BrokerService
+from twlog.broker.tap import Options
+
+#: How long the broker waits for ZooKeeper when it starts.
+ZOOKEEPER_CONNECT_TIMEOUT_S = 5.0
+
+
+class BrokerOptions(Options):
+    """C{twistd twlog}'s options, named for C{twlog broker}."""
+
+    synopsis = "Usage: twlog broker [options]"
+
+
+def _not_the_start_failure(event: dict) -> PredicateResult:
+    """Drop the service's critical "cannot start" event: the command prints the reason itself, once."""
+    if event.get("log_level") == LogLevel.critical and "cannot" in (event.get("log_format") or ""):
+        return PredicateResult.no
+    return PredicateResult.maybe
+
+
+def parse(argv: Sequence[str]) -> BrokerOptions | int:
+    """The parsed options, or the exit status when there is nothing to run (--help: 0; a bad option: 2)."""
+    options = BrokerOptions()
+    try:
+        options.parseOptions(list(argv))
+    except usage.UsageError as e:
+        print(f"twlog broker: error: {e} (twlog broker --help lists the options)", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    return options
+
+
+def main(argv: Sequence[str], reactor=None) -> int:
+    """Run a broker until Ctrl-C or SIGTERM; return the exit status."""
+    options = parse(argv)
+    if isinstance(options, int):
+        return options
+    if reactor is None:
+        from twisted.internet import reactor
+    observer = FilteringLogObserver(
+        textFileLogObserver(sys.stderr),
+        [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info), _not_the_start_failure],
+    )
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    service = BrokerService(options.config, reactor, stop_reactor_on_error=False,
+                            zookeeper_connect_timeout_s=ZOOKEEPER_CONNECT_TIMEOUT_S)
+    failures: list[str] = []
+
+    def cannot_start(failure) -> None:
+        failures.append(failure.getErrorMessage() or failure.type.__name__)
+        if reactor.running:
+            reactor.stop()
+
+    def stop():
+        return service.stopService() if service.running else None
+
+    service.listening.addErrback(cannot_start)
+    reactor.callWhenRunning(service.startService)
+    reactor.addSystemEventTrigger("before", "shutdown", stop)
+    reactor.run()
+    if failures:
+        config = options.config
+        print(f"twlog broker: cannot start broker {config.broker_id} (port {config.port}, --log-dir "
+              f"{config.log.log_dir}): {failures[0]}", file=sys.stderr)
+        return 1
+    return 1 if service.stopped_cleanly is False else 0

@@ -1,0 +1,113 @@
+# -*- test-case-name: tests.cli.test_options -*-
+"""The C{type=} functions of the C{twlog} command's options: each checks one kind of value.
+
+Each raises C{argparse.ArgumentTypeError} with a message that names the bad
+value and what is accepted; argparse prints it as one line and exits 2.  The
+module stays light (no reactor, no client), so C{twlog --help} stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import datetime, timezone
+
+from twlog.errors import TwlogError
+from twlog.protocol.codec import EARLIEST, LATEST
+from twlog.storage.manager import validate_topic
+
+
+def broker_list(text: str) -> str:
+    """C{HOST:PORT[,HOST:PORT...]} (C{--broker}), checked: every item has a host and a numeric port."""
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(
+                f"broker address {item!r} is not HOST:PORT with a port from 1 to 65535 (e.g. localhost:9092)"
+            )
+    if not text.strip(" ,"):
+        raise argparse.ArgumentTypeError("no broker address given: HOST:PORT[,HOST:PORT...]")
+    return text
+
+
+_CHROOT = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+
+
+def zookeeper_address(text: str) -> str:
+    """C{HOST:PORT[,HOST:PORT...][/chroot]} (C{--zookeeper}), checked."""
+    hosts, slash, chroot = text.partition("/")
+    try:
+        broker_list(hosts)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"ZooKeeper address {text!r} is not HOST:PORT[,HOST:PORT...][/chroot] (e.g. localhost:2181)"
+        ) from None
+    if slash and not _CHROOT.match("/" + chroot):
+        raise argparse.ArgumentTypeError(f"ZooKeeper chroot {'/' + chroot!r} is not a path like /twlog")
+    return text
+
+
+def topic_name(text: str) -> str:
+    """A topic name, checked as the brokers check it (1 to 249 of letters, digits, '.', '_', '-')."""
+    try:
+        return validate_topic(text)
+    except TwlogError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def offset_option(text: str) -> str | int:
+    """C{earliest}, C{latest}, or a byte offset (a whole number from 0) printed by a previous run."""
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"offset {text!r} is not earliest, latest or a byte offset (a whole number from 0)"
+        )
+    return value
+
+
+def parse_time(text: str) -> int:
+    """C{latest}, C{earliest}, milliseconds since the epoch, or an ISO 8601 date/time (UTC unless it says).
+
+    @raise ValueError: none of these, naming what is accepted.
+    """
+    if text == "latest":
+        return LATEST
+    if text == "earliest":
+        return EARLIEST
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"time {text!r} is not latest, earliest, milliseconds since the epoch, or a date/time like "
+            "2024-05-01T12:00:00"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def time_option(text: str) -> int:
+    """L{parse_time} as an argparse type."""
+    try:
+        return parse_time(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def partition_option(text: str) -> str | int:
+    """C{<broker id>-<partition>} (as C{twlog groups} shows it) or a cluster-wide index from 0."""
+    broker, sep, partition = text.partition("-")
+    if sep and broker.isdigit() and partition.isdigit():
+        return f"{int(broker)}-{int(partition)}"
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(
+        f"partition {text!r} is not BROKER-PARTITION (e.g. 0-1) or a cluster-wide index (a whole number from 0)"
+    )
