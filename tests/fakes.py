@@ -19,6 +19,7 @@ from twlog.protocol.codec import (
     ProduceResult,
     TopicMetadata,
 )
+from twlog.protocol.responses import VIEW_STANDALONE, BrokerAddress, TopicLayout
 from twlog.storage.message import iter_messages
 
 
@@ -82,6 +83,8 @@ class FakeConnection:
         self.down = False
         #: Topics this broker refuses in METADATA, with the error code.
         self.topic_errors: dict[str, int] = {}
+        #: CLUSTER_METADATA's answer: None for a broker without ZooKeeper (itself, from C{partitions}).
+        self.cluster: codec.ClusterMetadataResponse | None = None
         self.closed = False
         self.hold_sends = False
         self.hold_requests = False
@@ -107,6 +110,9 @@ class FakeConnection:
             return fail(ConnectionFailed(f"cannot connect to broker {self.address}: refused"))
         if isinstance(request, MetadataRequest):
             return succeed(self._decode(codec.encode_metadata_response(NO_ERROR, self._metadata(request)), request))
+        if isinstance(request, codec.ClusterMetadataRequest):
+            cluster = self.cluster or self._cluster(request)
+            return succeed(self._decode(codec.encode_cluster_metadata_response(NO_ERROR, cluster), request))
         if self.responses:
             answer = self.responses.pop(0)
             if isinstance(answer, Exception):
@@ -174,6 +180,16 @@ class FakeConnection:
             for t in request.topics
         )
         return MetadataResponse(self.broker_id, self.host, self.port, topics)
+
+    def _cluster(self, request: codec.ClusterMetadataRequest) -> codec.ClusterMetadataResponse:
+        """A broker without ZooKeeper: itself, and its partitions of the topics asked (all when none)."""
+        topics = tuple(
+            TopicLayout(t, self.topic_errors[t]) if t in self.topic_errors
+            else TopicLayout(t, NO_ERROR, ((self.broker_id, self.partitions.get(t, 1)),))
+            for t in (request.topics or sorted(self.partitions))
+        )
+        me = (BrokerAddress(self.broker_id, self.host, self.port),)
+        return codec.ClusterMetadataResponse(self.broker_id, VIEW_STANDALONE, me, topics)
 
     def _append(self, request: AckProduceRequest) -> AckProduceResponse:
         results = []

@@ -9,11 +9,23 @@ its text form, used by the C{twlog} command, C{twlog groups} output, logs and
 the Spark source, is C{<topic>:<broker id>-<partition>}: topic names cannot
 contain C{:} (L{twlog.storage.manager.validate_topic}), so the form parses back
 without ambiguity.
+
+Where a user names one partition of a known topic (CLI arguments, the Spark
+source's offsets JSON), L{resolve_partition} accepts the name C{<broker
+id>-<partition>}, the text form, or a cluster-wide index C{N}: the position in
+the topic's partitions sorted by (broker id, partition), the order
+C{twlog produce --partition} and the producer's partitioner use.  A bare
+number never has a C{-}, a name always does, so the two never collide.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
+
+#: How many partition names an error message lists before "...".
+_LISTED = 32
 
 
 @attrs.frozen(order=True)
@@ -53,3 +65,46 @@ class TopicPartition:
         if not sep or not topic:
             raise ValueError(f"{text!r} is not a partition of the form <topic>:<broker id>-<partition>")
         return cls.from_name(topic, name)
+
+
+def describe_partitions(partitions: Sequence[TopicPartition]) -> str:
+    """The names of C{partitions}, sorted, for error messages: C{0-0, 0-1, 1-0} (shortened past 32)."""
+    names = [tp.name for tp in sorted(partitions)]
+    if len(names) > _LISTED:
+        names = [*names[: _LISTED - 1], "...", names[-1]]
+    return ", ".join(names) or "none"
+
+
+def resolve_partition(text: str, partitions: Sequence[TopicPartition]) -> TopicPartition:
+    """The partition of one topic that C{text} names, among that topic's C{partitions} (in any order).
+
+    C{text} is a name C{<broker id>-<partition>} (C{1-0}), the text form C{<topic>:<broker id>-<partition>},
+    or a cluster-wide index C{N} (C{0} to C{len(partitions) - 1}) into the partitions sorted by
+    (broker id, partition).
+
+    @raise ValueError: C{text} names none of C{partitions}; the message lists the valid names and indexes.
+    """
+    ordered = sorted(partitions)
+    topics = {tp.topic for tp in ordered}
+    topic = ordered[0].topic if len(topics) == 1 else None
+    value = text.strip()
+    if value.isdigit() and value.isascii():
+        if int(value) < len(ordered):
+            return ordered[int(value)]
+    else:
+        head, sep, name = value.rpartition(":")
+        try:
+            tp = TopicPartition.from_name(topic or "", name)
+        except ValueError:
+            tp = None
+        if tp is not None and (not sep or head == topic):
+            for candidate in ordered:
+                if (candidate.broker_id, candidate.partition) == (tp.broker_id, tp.partition):
+                    return candidate
+    if not ordered:
+        raise ValueError(f"no partition {text!r}: the topic has no partitions")
+    which = f"topic {topic!r}" if topic is not None else "the topics"
+    raise ValueError(
+        f"{which} has no partition {text!r}: give a name <broker id>-<partition> "
+        f"({describe_partitions(ordered)}) or an index 0-{len(ordered) - 1}"
+    )

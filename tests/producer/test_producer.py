@@ -24,7 +24,7 @@ from twlog.protocol.codec import (
     ACK_APPENDED,
     ACK_FLUSHED,
     AckProduceRequest,
-    MetadataRequest,
+    ClusterMetadataRequest,
     ProduceRequest,
     ProduceResult,
 )
@@ -57,15 +57,16 @@ class DiscoveryTests(SynchronousTestCase):
         )
 
     def test_one_metadata_request_per_broker(self) -> None:
-        """Concurrent sends to an unknown topic share one discovery, and later sends use the cache."""
+        """Concurrent sends to an unknown topic share one discovery (one CLUSTER_METADATA per broker), and later
+        sends use the cache."""
         producer, connections, _ = make_producer([(0, {"t": 1}), (1, {"t": 1})])
         for _ in range(3):
             producer.send("t", b"m")
         for connection in connections.values():
-            self.assertEqual(sum(isinstance(r, MetadataRequest) for r in connection.requests), 1)
+            self.assertEqual(sum(isinstance(r, ClusterMetadataRequest) for r in connection.requests), 1)
 
     def test_unreachable_broker_is_left_out(self) -> None:
-        """A broker that does not answer METADATA contributes no partitions; the others are used."""
+        """A broker (without ZooKeeper) that does not answer contributes no partitions; the others are used."""
         producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})])
         connections["b0"].down = True
         self.assertEqual(self.successResultOf(producer.partitions("t")), [TopicPartition("t", 1, p) for p in (0, 1)])
@@ -91,7 +92,7 @@ class DiscoveryTests(SynchronousTestCase):
         connections["b0"].responses.append(ConnectionFailed("lost"))
         self.failureResultOf(producer.send("t", b"b"), ConnectionFailed)
         self.successResultOf(producer.send("t", b"c"))
-        self.assertEqual(sum(isinstance(r, MetadataRequest) for r in connections["b0"].requests), 2)
+        self.assertEqual(sum(isinstance(r, ClusterMetadataRequest) for r in connections["b0"].requests), 2)
 
 
     def test_lost_connection_resends(self) -> None:

@@ -25,6 +25,7 @@ from typing_extensions import override
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.config import BrokerConfig
 from twlog.coord.registry import BrokerRegistration
+from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import TwlogError
 from twlog.protocol.connection import BrokerFactory
@@ -83,6 +84,9 @@ class BrokerService(Service):
         #: ZooKeeper, is registered); fails if it cannot start.
         self.listening: Deferred = Deferred()
 
+        #: With ZooKeeper, the cluster this broker describes in CLUSTER_METADATA (read after registering,
+        #: in the background: until it is read, the broker answers for itself and says so).
+        self.cluster: ClusterView | None = None
     @override
     def startService(self) -> None:
         super().startService()
@@ -125,7 +129,7 @@ class BrokerService(Service):
     async def _register(self, port: int) -> None:
         zk = self.zookeeper = ZooKeeper(
             self.config.zookeeper, reactor=self._reactor, session_timeout_s=self.zookeeper_session_timeout_s,
-            connect_timeout_s=self.zookeeper_connect_timeout_s,
+            connect_timeout_s=self.zookeeper_connect_timeout_s, create_chroot=True,
         )
         try:
             await zk.start()
@@ -168,12 +172,23 @@ class BrokerService(Service):
         d = self._leave_zookeeper()
         d.addCallback(lambda _: self._stop_serving())
         return d
+            self._follow_cluster(zk)
 
     def _leave_zookeeper(self) -> Deferred:
         """Deregister first, so that producers and consumers stop using this broker, then close the session."""
         zk, self.zookeeper = self.zookeeper, None
         registration, self.registration = self.registration, None
         if zk is None:
+    def _follow_cluster(self, zk: ZooKeeper) -> None:
+        """Start reading the cluster for CLUSTER_METADATA without waiting for it (ZooKeeper may be slow)."""
+        view = self.cluster = self.broker.cluster = ClusterView(zk, all_topics=True)
+        Deferred.fromCoroutine(view.start()).addErrback(
+            lambda f: view is self.cluster and self._log.warn(
+                "broker {id}: reading the cluster from ZooKeeper failed ({error}); CLUSTER_METADATA answers "
+                "for this broker alone until the session reconnects", id=self.config.broker_id,
+                error=f.getErrorMessage() or f.type.__name__)
+        )
+
             return succeed(None)
         d = registration.stop() if registration is not None else succeed(None)
         d.addCallback(lambda _: zk.stop())
@@ -204,6 +219,9 @@ class BrokerService(Service):
             "the next start recovers every log", id=self.config.broker_id,
         )
         if self.unclean_exit_code is not None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = self.broker.cluster = None
             self._reactor.addSystemEventTrigger("after", "shutdown", self._exit_with, self.unclean_exit_code)
 
     def _exit_with(self, code: int) -> None:

@@ -5,22 +5,30 @@ A partition is a L{TopicPartition} (topic, broker id, partition); where
 addresses are needed it travels as a L{PartitionLocation}: the partition plus
 the host and port of the broker that holds it.
 
-Two sources, as in Kafka 0.7:
+Two sources:
 
-  - static brokers (C{"host:port,host:port"}, L{parse_brokers}): each is asked
-    METADATA, and a topic's partitions are those the brokers report
-    (L{metadata_partitions}, shared by the Twisted producer and the blocking path);
+  - brokers (C{"host:port,host:port"}, L{parse_brokers}): any one address
+    bootstraps everything (L{bootstrap}): a broker that follows ZooKeeper
+    answers CLUSTER_METADATA with every live broker and every partition of the
+    cluster (L{cluster_partitions}); brokers without ZooKeeper each describe
+    themselves, so then every address given is asked and the answers merged;
   - ZooKeeper: the brokers' registrations (C{/brokers/ids/<id>}, whose value
     L{twlog.coord.cluster.parse_broker_address} reads, 0.7's
     C{creator:host:port} included) and each topic's per-broker partition counts.
 
-L{discover} is the blocking form, for the Spark driver and scripts (no
+Either way, L{discover} returns every partition or fails naming what it could
+not reach (L{reachable}): never a silent subset.  L{resolve_partition} (from
+L{twlog.partition}) turns what a user typed (C{1-0}, or an index C{3}) into one
+of a topic's partitions.
+
+L{discover} is the blocking form, for the Spark driver, scripts and the CLI (no
 reactor; ZooKeeper through L{BlockingZooKeeper}); the Twisted producer follows
 the same layout live with L{twlog.coord.cluster.ClusterView}.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -31,18 +39,35 @@ from twlog.client.sync import SyncConnection
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
-from twlog.errors import ConnectionFailed, UnknownTopic, raise_for
-from twlog.partition import TopicPartition
+from twlog.errors import BrokerTimeout, ConnectionFailed, UnknownTopic, raise_for
+from twlog.partition import TopicPartition, describe_partitions, resolve_partition
 from twlog.protocol.codec import MetadataResponse
+from twlog.protocol.responses import (
+    VIEW_CURRENT,
+    VIEW_STALE,
+    VIEW_STANDALONE,
+    VIEW_STARTING,
+    BrokerAddress,
+    ClusterMetadataResponse,
+    TopicLayout,
+)
+
+_logger = logging.getLogger(__name__)
 
 __all__ = [
+    "Bootstrap",
     "PartitionLocation",
     "TopicPartition",
+    "bootstrap",
+    "cluster_partitions",
+    "describe_partitions",
     "discover",
     "format_address",
     "metadata_partitions",
     "parse_brokers",
+    "reachable",
     "registered_partitions",
+    "resolve_partition",
 ]
 
 
@@ -125,48 +150,177 @@ def discover(
     brokers: str | Sequence[tuple[str, int]] | None = None,
     zookeeper: str | None = None,
     options: ClientOptions | None = None,
+    check_reachable: bool = True,
     **overrides: Any,
 ) -> list[PartitionLocation]:
     """Every partition of C{topics} in the cluster, with its broker's address, sorted (blocking).
 
-    With C{brokers}, each broker is asked METADATA for all its topics (a topic
-    it has no data for is not its); with C{zookeeper}, the brokers' registrations
-    are read.  Addresses are those given (static brokers) or registered (ZooKeeper).
+    With C{brokers}, one of them (the first that answers) describes the whole cluster
+    (CLUSTER_METADATA, L{bootstrap}); brokers without ZooKeeper know only themselves, so then
+    every one given is asked.  With C{zookeeper}, the brokers' registrations are read.  With
+    C{check_reachable}, every broker holding a partition found is asked METADATA once, so a
+    partition on a broker that cannot be reached is an error naming it, never a silent subset.
 
     @raise UnknownTopic: a topic no broker holds, naming the brokers asked.
-    @raise ConnectionFailed: a broker (or ZooKeeper) that cannot be reached, naming it.
+    @raise ConnectionFailed: no broker given answers, ZooKeeper cannot be reached (or has no
+        such chroot), or a broker holding partitions cannot be reached: naming it and them.
     """
     options = ClientOptions.build(options, **overrides)
     topics = list(dict.fromkeys(topics))
     if (brokers is None) == (zookeeper is None):
         raise ValueError("give either the brokers option (host:port,...) or the zookeeper option, not both or none")
+    answered: set[int] = set()
     if brokers is not None:
-        asked = parse_brokers(brokers)
-        found = _static_partitions(topics, asked, options)
-        where = "brokers " + ", ".join(format_address(h, p) for h, p in asked)
+        cluster = bootstrap(brokers, topics, options)
+        found = cluster_partitions(cluster, topics)
+        answered = cluster.answered
+        live = ", ".join(str(b.broker_id) for b in cluster.response.brokers)
+        where = f"the brokers of the cluster (live: {live}; asked {cluster.asked})"
     else:
         found = _zookeeper_partitions(topics, zookeeper, options.timeout_s)
         where = f"the brokers registered in ZooKeeper at {zookeeper}"
     for topic in topics:
         if not any(location.topic == topic for location in found):
             raise UnknownTopic(f"topic {topic!r} is on none of {where}")
+    if check_reachable:
+        reachable(found, options, skip=answered)
     return sorted(found)
 
 
-def _static_partitions(
-    topics: list[str], asked: list[tuple[str, int]], options: ClientOptions
-) -> list[PartitionLocation]:
-    found: list[PartitionLocation] = []
-    seen: set[int] = set()
+@attrs.frozen
+class Bootstrap:
+    """What L{bootstrap} learnt: the cluster, who described it, and which brokers answered."""
+
+    #: The cluster, as one answer (merged over the brokers asked when none knows the whole cluster).
+    response: ClusterMetadataResponse
+    #: The address(es) that described it, for messages.
+    asked: str
+    #: The ids of the brokers that answered (known to be reachable).
+    answered: set[int]
+
+
+def bootstrap(
+    brokers: str | Sequence[tuple[str, int]], topics: Iterable[str] = (), options: ClientOptions | None = None
+) -> Bootstrap:
+    """The cluster as the brokers at C{brokers} describe it (blocking): any one address is enough.
+
+    The addresses are asked CLUSTER_METADATA in turn; the first broker that follows ZooKeeper
+    (view current) describes everything.  Brokers without ZooKeeper each describe themselves, so
+    then every address must answer and the answers are merged.  An answer from a broker whose
+    ZooKeeper session is down (stale) is used when no better one comes, with a warning in the log;
+    one that has not read ZooKeeper yet is not used.
+
+    @raise ConnectionFailed: no usable answer, or (without ZooKeeper) an address that cannot be
+        reached; naming the addresses and why.
+    @raise InvalidTopic: a topic the brokers refuse.
+    """
+    options = ClientOptions.build(options)
+    topics = tuple(dict.fromkeys(topics))
+    asked = parse_brokers(brokers)
+    answers: list[tuple[str, ClusterMetadataResponse]] = []
+    problems: list[str] = []
     for host, port in asked:
-        with SyncConnection(host, port, options) as connection:
-            metadata = connection.metadata()
-        if metadata.broker_id in seen:
-            continue  # two addresses of one broker: keep the first
-        seen.add(metadata.broker_id)
-        held = metadata_partitions(metadata, topics, format_address(host, port))
-        found.extend(PartitionLocation(tp, host, port) for tp in held)
-    return found
+        address = format_address(host, port)
+        try:
+            with SyncConnection(host, port, options) as connection:
+                answer = connection.cluster_metadata(topics)
+        except (ConnectionFailed, BrokerTimeout) as e:
+            problems.append(str(e))
+            continue
+        if answer.view == VIEW_CURRENT:
+            return Bootstrap(answer, address, {answer.broker_id})
+        answers.append((address, answer))
+    standalone = [(a, r) for a, r in answers if r.view == VIEW_STANDALONE]
+    if standalone and not problems and len(standalone) == len(answers):
+        merged = _merge(r for _, r in standalone)
+        return Bootstrap(merged, ", ".join(a for a, _ in standalone), {r.broker_id for _, r in standalone})
+    stale = [(a, r) for a, r in answers if r.view == VIEW_STALE]
+    if stale:
+        address, answer = stale[0]
+        _logger.warning("broker %s has lost ZooKeeper: using the cluster as it last saw it", address)
+        return Bootstrap(answer, address, {answer.broker_id})
+    for address, answer in answers:
+        problems.append(f"broker {address} {_VIEW_PROBLEMS.get(answer.view, f'sent an unknown view {answer.view}')}")
+    raise ConnectionFailed("cannot learn the cluster from " + ", ".join(map(_address, asked)) + ": "
+                           + "; ".join(problems))
+
+
+_VIEW_PROBLEMS = {
+    VIEW_STARTING: "has not read the cluster from ZooKeeper yet (starting, or ZooKeeper is slow)",
+    VIEW_STANDALONE: "runs without ZooKeeper, so it knows only its own partitions, and another address failed",
+}
+
+
+def _address(pair: tuple[str, int]) -> str:
+    return format_address(*pair)
+
+
+def _merge(answers: Iterable[ClusterMetadataResponse]) -> ClusterMetadataResponse:
+    """One cluster from the answers of brokers that each describe themselves (two addresses of one broker: once)."""
+    brokers: dict[int, BrokerAddress] = {}
+    layouts: dict[str, dict[int, int]] = {}
+    errors: dict[str, int] = {}
+    first = None
+    for answer in answers:
+        first = answer if first is None else first
+        for broker in answer.brokers:
+            brokers.setdefault(broker.broker_id, broker)
+        for layout in answer.topics:
+            errors[layout.topic] = errors.get(layout.topic) or layout.error
+            for broker_id, count in layout.holders:
+                layouts.setdefault(layout.topic, {}).setdefault(broker_id, count)
+    topics = tuple(TopicLayout(t, errors[t], tuple(sorted(layouts.get(t, {}).items()))) for t in errors)
+    return ClusterMetadataResponse(first.broker_id, VIEW_STANDALONE, tuple(sorted(brokers.values())), topics)
+
+
+def cluster_partitions(cluster: Bootstrap | ClusterMetadataResponse, topics: Iterable[str]) -> list[PartitionLocation]:
+    """The partitions of C{topics} in a CLUSTER_METADATA answer, with their brokers' addresses, sorted.
+
+    @raise InvalidTopic: the answer refuses one of C{topics}.
+    @raise ConnectionFailed: a partition is held by a broker the answer gives no address for.
+    """
+    answer = cluster.response if isinstance(cluster, Bootstrap) else cluster
+    addresses = answer.addresses
+    found = []
+    for topic in dict.fromkeys(topics):
+        layout = answer.layout(topic)
+        if layout is None:
+            continue
+        raise_for(layout.error, f"broker {answer.broker_id} refuses topic {topic!r}")
+        for broker_id, count in layout.holders:
+            if broker_id not in addresses:
+                raise ConnectionFailed(f"topic {topic!r} has {count} partitions on broker {broker_id}, "
+                                       "which is not live (no address registered)")
+            host, port = addresses[broker_id]
+            found.extend(PartitionLocation(TopicPartition(topic, broker_id, p), host, port) for p in range(count))
+    return sorted(found)
+
+
+def reachable(locations: Iterable[PartitionLocation], options: ClientOptions | None = None,
+              skip: Iterable[int] = ()) -> None:
+    """Check that every broker holding one of C{locations} answers at its address, as itself (blocking).
+
+    @param skip: broker ids known to answer (not asked again).
+    @raise ConnectionFailed: naming the broker, its address and the partitions it holds.
+    """
+    options = ClientOptions.build(options)
+    by_broker: dict[int, list[PartitionLocation]] = {}
+    for location in locations:
+        by_broker.setdefault(location.broker_id, []).append(location)
+    for broker_id, held in sorted(by_broker.items()):
+        if broker_id in set(skip):
+            continue
+        first = held[0]
+        names = ", ".join(str(tp.tp) for tp in sorted(held))
+        try:
+            with SyncConnection(first.host, first.port, options) as connection:
+                answer = connection.metadata(())
+        except (ConnectionFailed, BrokerTimeout) as e:
+            raise ConnectionFailed(f"broker {broker_id} at {first.address} holds {names} but cannot be reached: "
+                                   f"{e}") from None
+        if answer.broker_id != broker_id:
+            raise ConnectionFailed(f"broker {broker_id} holds {names}, but {first.address} answers as broker "
+                                   f"{answer.broker_id} (a stale registration?)")
 
 
 def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float) -> list[PartitionLocation]:

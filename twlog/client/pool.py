@@ -44,6 +44,14 @@ class ConnectionPool:
         """A static connection answered as broker C{broker_id} (the first connection to a broker is kept)."""
         self._by_id.setdefault(broker_id, connection)
 
+    def add(self, brokers: Mapping[int, tuple[str, int]]) -> None:
+        """Open connections to the brokers in C{brokers} (id -> address) the pool has none for; retire nothing
+        (a static broker described its cluster: the brokers it named join the pool)."""
+        for broker_id, (host, port) in sorted(brokers.items()):
+            if broker_id not in self._by_id:
+                self._by_id[broker_id] = self._factory(host, port)
+                self._log.info("broker {id} at {host}:{port} joined", id=broker_id, host=host, port=port)
+
     def follow(self, live: Mapping[int, tuple[str, int]]) -> None:
         """Match the live brokers (id -> address): open connections to new ones, retire those gone or moved."""
         for broker_id, connection in list(self._by_id.items()):

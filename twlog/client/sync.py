@@ -31,6 +31,8 @@ from twlog.errors import (
     error_message,
 )
 from twlog.protocol.codec import (
+    ClusterMetadataRequest,
+    ClusterMetadataResponse,
     FetchRequest,
     MetadataRequest,
     MetadataResponse,
@@ -193,3 +195,7 @@ class SyncConnection:
     def metadata(self, topics: Sequence[str] = ()) -> MetadataResponse:
         """This broker's id, address and topics (every topic it holds when C{topics} is empty)."""
         return self.call(MetadataRequest(tuple(topics)))
+
+    def cluster_metadata(self, topics: Sequence[str] = ()) -> ClusterMetadataResponse:
+        """The cluster as this broker knows it: the live brokers, and where C{topics} (all when empty) are held."""
+        return self.call(ClusterMetadataRequest(tuple(topics)))

@@ -6,6 +6,10 @@ watches on them, so producers and consumers learn when brokers come and go
 and when a broker registers a topic.  A topic's partitions are the union of
 C{<broker id>-<partition>} over the live brokers that registered it, sorted
 by (broker id, partition).
+
+A broker follows every topic (C{all_topics=True}: a watch on C{/brokers/topics}
+too), to answer CLUSTER_METADATA for the whole cluster; producers and consumers
+follow the topics they use.
 """
 
 from __future__ import annotations
@@ -73,8 +77,11 @@ class ClusterView:
 
     _log = Logger()
 
-    def __init__(self, zk: IZooKeeper, topics: Iterable[str] = ()) -> None:
+    def __init__(self, zk: IZooKeeper, topics: Iterable[str] = (), *, all_topics: bool = False) -> None:
         self._zk = zk
+        self._all_topics = all_topics
+        #: Whether the brokers and topics have been read once since L{start}.
+        self.ready = False
         #: Live brokers: id -> (host, port).
         self.brokers: dict[int, tuple[str, int]] = {}
         #: Registered partition counts: topic -> {broker id: count}.
@@ -90,6 +97,11 @@ class ClusterView:
         self._zk.add_state_listener(self._session_changed)
         self._started = True
         await self._refresh()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected (so watches keep the view current), as far as the view knows."""
+        return self._started and not self._session_lost
 
     def stop(self) -> None:
         """Stop reacting to watches (they fire once more at most, and are ignored)."""
@@ -126,13 +138,21 @@ class ClusterView:
         """The topics being followed."""
         return sorted(self._topics)
 
+    def holders(self, topic: str) -> dict[int, int]:
+        """C{topic}'s partition count on each live broker that registered it."""
+        return {b: n for b, n in self._registrations.get(topic, {}).items() if b in self.brokers}
+
     # -- reading and watching --------------------------------------------------------
 
     async def _refresh(self) -> None:
         self._generation += 1
         generation = self._generation
         await self._read_brokers(generation)
+        if self._all_topics:
+            await self._read_topic_names(generation)
         await DeferredList([Deferred.fromCoroutine(self._read_topic(t, generation)) for t in list(self._topics)])
+        if self._started and generation == self._generation:
+            self.ready = True
 
     def _session_changed(self, state: str) -> None:
         if state in (LOST, SUSPENDED):
@@ -161,6 +181,16 @@ class ClusterView:
         if generation == self._generation and brokers != self.brokers:
             self.brokers = brokers
             self._changed()
+
+    async def _read_topic_names(self, generation: int) -> None:
+        """Follow every topic under C{/brokers/topics} (and, by its watch, each one created later)."""
+        await self._zk.ensure_path(paths.BROKER_TOPICS)
+        names = await self._zk.children(paths.BROKER_TOPICS, watch=self._watcher(self._read_topic_names, generation))
+        new = [name for name in names if name not in self._topics]
+        self._topics.update(new)
+        if self._started and generation == self._generation and self.ready:
+            # (On a refresh, _refresh reads every followed topic itself.)
+            await DeferredList([Deferred.fromCoroutine(self._read_topic(t, generation)) for t in new])
 
     async def _read_topic(self, topic: str, generation: int) -> None:
         path = paths.broker_topic_path(topic)

@@ -13,6 +13,7 @@ module that imports kazoo.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,56 @@ if not any(isinstance(h, _ToTwistedLog) for h in _kazoo_logger.handlers):
 
 class ZooKeeperUnavailable(TwlogError):
     """ZooKeeper could not be reached within the timeout."""
+
+
+class MissingChroot(ZooKeeperUnavailable):
+    """The connect string names a chroot (C{host:port/twlog}) that does not exist on the server."""
+
+
+def split_chroot(hosts: str) -> tuple[str, str]:
+    """A connect string C{host:port[,host:port...][/chroot]} as C{(servers, chroot)}; chroot C{""} when none."""
+    servers, slash, chroot = hosts.partition("/")
+    return servers, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
+def missing_chroot(hosts: str) -> MissingChroot:
+    """The one-line error for a chroot that does not exist, with the connect string meant most often."""
+    servers, chroot = split_chroot(hosts)
+    return MissingChroot(
+        f"ZooKeeper at {servers} has no {chroot}: did you mean {servers} (no chroot)? "
+        f"(a broker started with --zookeeper {hosts} creates {chroot}; twlog local uses no chroot)"
+    )
+
+
+def _start_kazoo(client: KazooClient, hosts: str, timeout_s: float, create_chroot: bool) -> None:
+    """Start C{client} (a kazoo session on C{hosts}) and check its chroot, creating it if asked.
+
+    @raise ZooKeeperUnavailable: no session within C{timeout_s} (the client is stopped).
+    @raise MissingChroot: the chroot does not exist and C{create_chroot} is false (the client is stopped).
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "No chroot path exists")  # checked below, with a better message
+            client.start(timeout=timeout_s)
+    except Exception as e:
+        client.stop()
+        client.close()
+        raise ZooKeeperUnavailable(f"cannot reach ZooKeeper at {hosts} within {timeout_s:g} s ({e})") from None
+    servers, chroot = split_chroot(hosts)
+    if not chroot or client.exists("/") is not None:
+        return
+    if create_chroot:
+        root = KazooClient(servers, timeout=timeout_s)
+        try:
+            root.start(timeout=timeout_s)
+            root.ensure_path(chroot)
+        finally:
+            root.stop()
+            root.close()
+        return
+    client.stop()
+    client.close()
+    raise missing_chroot(hosts)
 
 
 class IZooKeeper(Interface):
@@ -136,6 +187,9 @@ class ZooKeeper:
     @param hosts: a connect string, C{host:port[,host:port...][/chroot]}.
     @param session_timeout_s: how long the server keeps the session (and its
         ephemeral nodes) after the connection is lost.
+    @param create_chroot: create a missing chroot on L{start} (a broker
+        does); otherwise a missing chroot fails L{start} with L{MissingChroot}
+        at once, rather than every read finding nothing.
     """
 
     _log = Logger()
@@ -148,10 +202,12 @@ class ZooKeeper:
         session_timeout_s: float = 10.0,
         connect_timeout_s: float = 15.0,
         client_id: tuple[int, bytes] | None = None,
+        create_chroot: bool = False,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self.hosts = hosts
+        self.create_chroot = create_chroot
         self._reactor = reactor
         self.connect_timeout_s = connect_timeout_s
         self._client = KazooClient(
@@ -167,16 +223,10 @@ class ZooKeeper:
     # -- session -------------------------------------------------------------------
 
     def start(self) -> Deferred[None]:
-        """Connect; fail with L{ZooKeeperUnavailable} after the connect timeout."""
+        """Connect; fail with L{ZooKeeperUnavailable} after the connect timeout, or L{MissingChroot}."""
 
         def connect() -> None:
-            try:
-                self._client.start(timeout=self.connect_timeout_s)
-            except Exception as e:
-                self._client.stop()
-                raise ZooKeeperUnavailable(
-                    f"cannot reach ZooKeeper at {self.hosts} within {self.connect_timeout_s:g} s ({e})"
-                ) from None
+            _start_kazoo(self._client, self.hosts, self.connect_timeout_s, self.create_chroot)
 
         return deferToThreadPool(self._reactor, self._reactor.getThreadPool(), connect)
 
@@ -301,6 +351,7 @@ class BlockingZooKeeper:
     node reads as None (L{get}) or no children (L{children}).
 
     @raise ZooKeeperUnavailable: (on entering) no session within C{timeout_s}.
+    @raise MissingChroot: (on entering) the connect string's chroot does not exist.
     """
 
     def __init__(self, hosts: str, timeout_s: float = 30.0) -> None:
@@ -309,11 +360,7 @@ class BlockingZooKeeper:
         self._client = KazooClient(hosts, timeout=timeout_s)
 
     def __enter__(self) -> BlockingZooKeeper:
-        try:
-            self._client.start(timeout=self._timeout_s)
-        except Exception as e:
-            self._client.close()
-            raise ZooKeeperUnavailable(f"cannot connect to ZooKeeper at {self.hosts}: {e}") from None
+        _start_kazoo(self._client, self.hosts, self._timeout_s, create_chroot=False)
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -5,14 +5,21 @@ A topic's partitions are the L{TopicPartition}s over the brokers that hold it,
 ordered by (broker id, partition), as in Kafka 0.7.  The router learns them in
 one of two ways:
 
-  - from a static broker list: METADATA from every broker of the pool
-    (L{twlog.client.discovery.metadata_partitions});
+  - from a static broker list: CLUSTER_METADATA, so that any one address
+    bootstraps the whole cluster (a broker that follows ZooKeeper describes
+    every live broker, and the pool connects to those not given); brokers
+    without ZooKeeper describe themselves, and their answers are merged (one
+    that does not answer is left out, with a warning: a producer writes to
+    the partitions it can reach).  Topics are asked again on a connection
+    failure, and while bootstrap partitions (below) are pending;
   - from ZooKeeper: a L{ClusterView} watches the live brokers and each topic's
-    registrations, and the pool follows the live brokers.  A topic no live
-    broker has registered starts at partition 0 of each live broker (the broker
-    creates the log on the first write and registers it); registrations replace
-    those bootstrap partitions as they come, and the partitions of a broker
-    that left are not chosen any more (Kafka 0.7's ZKBrokerPartitionInfo).
+    registrations, and the pool follows the live brokers.
+
+Either way, a topic no live broker holds starts at partition 0 of each live
+broker (the broker creates the log on the first write and registers it);
+registrations replace those bootstrap partitions as they come, and the
+partitions of a broker that left are not chosen any more (Kafka 0.7's
+ZKBrokerPartitionInfo).
 
 A batch goes to the partition given by index, else the one the partitioner
 picks for its key, else a random one.
@@ -25,15 +32,16 @@ import zlib
 from collections.abc import Callable
 
 from twisted.internet.defer import Deferred, DeferredList
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from twlog.client.discovery import metadata_partitions
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
-from twlog.errors import ClientClosed, ConnectionFailed
+from twlog.errors import ClientClosed, ConnectionFailed, raise_for
 from twlog.partition import TopicPartition
-from twlog.protocol.codec import MetadataRequest
+from twlog.protocol.codec import ClusterMetadataRequest
+from twlog.protocol.responses import VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE, VIEWS, ClusterMetadataResponse
 
 #: A partitioning function: C{(key, number of partitions) -> partition index}.
 Partitioner = Callable[[bytes, int], int]
@@ -51,6 +59,8 @@ class Router:
         router opens the session on first use and closes it in L{close}), or a
         started session, which it leaves open.
     """
+
+    _log = Logger()
 
     def __init__(
         self,
@@ -75,6 +85,8 @@ class Router:
         # The live brokers each topic was bootstrapped with (partition 0 of each, until they register).
         self._bootstrap: dict[str, set[int]] = {}
         self._topics: dict[str, list[TopicPartition]] = {}
+        # Static mode: topics whose partitions include bootstrap ones (asked again on the next send).
+        self._provisional: set[str] = set()
         self._discovering: dict[str, list[Deferred[list[TopicPartition]]]] = {}
         self._closed = False
 
@@ -141,7 +153,7 @@ class Router:
 
     def _discovered(self, result: list[TopicPartition] | Failure, topic: str) -> None:
         waiters = self._discovering.pop(topic, [])
-        if not isinstance(result, Failure):
+        if not isinstance(result, Failure) and topic not in self._provisional:
             self._topics[topic] = result
         for d in waiters:
             if isinstance(result, Failure):
@@ -160,21 +172,49 @@ class Router:
             if self._closed:
                 raise ClientClosed("the producer is closed")
             return self._zk_partitions(topic)
+        return await self._static_partitions(topic)
+
+    async def _static_partitions(self, topic: str) -> list[TopicPartition]:
+        """Ask the static brokers for the cluster (CLUSTER_METADATA): one that follows ZooKeeper describes it
+        all; brokers without ZooKeeper describe themselves."""
         connections = self._pool.static
-        answers = await DeferredList([c.request(MetadataRequest((topic,))) for c in connections], consumeErrors=True)
-        partitions: set[TopicPartition] = set()
+        requests = [c.request(ClusterMetadataRequest((topic,))) for c in connections]
+        answers = await DeferredList(requests, consumeErrors=True)
+        cluster: list[ClusterMetadataResponse] = []
         problems = []
         for connection, (ok, value) in zip(connections, answers):
             if not ok:
                 problems.append(f"{connection.address}: {value.getErrorMessage()}")
                 continue
             self._pool.learned(value.broker_id, connection)
-            partitions.update(metadata_partitions(value, (topic,), connection.address))
-        if not partitions:
-            raise ConnectionFailed(
-                f"no broker gave partitions for topic {topic!r}: " + ("; ".join(problems) or "none has any")
-            )
-        return sorted(partitions)
+            if value.view in (VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE):
+                cluster.append(value)
+            else:
+                problems.append(f"{connection.address}: its view of the cluster is {VIEWS.get(value.view, value.view)}")
+        cluster.sort(key=lambda answer: [VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE].index(answer.view))
+        if cluster and cluster[0].view != VIEW_STANDALONE:
+            cluster = cluster[:1]  # one broker that follows ZooKeeper describes everything
+        elif problems and cluster:
+            self._log.warn("producing to topic {topic} without the partitions of {problems}", topic=topic,
+                           problems="; ".join(problems))
+        live: dict[int, tuple[str, int]] = {}
+        registered: set[tuple[int, int]] = set()
+        for answer in cluster:
+            for layout in answer.topics:
+                if layout.topic == topic:
+                    raise_for(layout.error, f"broker {answer.broker_id} refuses topic {topic!r}")
+                    registered.update((b, p) for b, n in layout.holders for p in range(n))
+            for broker_id, address in answer.addresses.items():
+                live.setdefault(broker_id, address)
+        if not live:
+            raise ConnectionFailed(f"no broker gave partitions for topic {topic!r}: " + "; ".join(problems))
+        self._pool.add(live)
+        partitions, provisional = self._layout(topic, live, sorted(registered))
+        if provisional:
+            self._provisional.add(topic)
+        else:
+            self._provisional.discard(topic)
+        return partitions
 
     # -- ZooKeeper -----------------------------------------------------------------------
 
@@ -237,11 +277,15 @@ class Router:
         live = self._view.brokers
         if not live:
             raise ConnectionFailed(f"no broker is registered in ZooKeeper at {self._zk.hosts}: none is live")
-        registered = self._view.partitions(topic)
+        return self._layout(topic, live, self._view.partitions(topic))[0]
+
+    def _layout(self, topic: str, live, registered: list[tuple[int, int]]) -> tuple[list[TopicPartition], bool]:
+        """The partitions to choose from: the registered ones, plus partition 0 of each live broker the topic was
+        bootstrapped on that has not registered it yet; and whether any such bootstrap partition is in."""
         if not registered:
             # Nobody live holds it: partition 0 of each live broker, which creates the log on the first write.
             self._bootstrap[topic] = set(live)
-            return [TopicPartition(topic, b, 0) for b in sorted(live)]
+            return [TopicPartition(topic, b, 0) for b in sorted(live)], True
         holders = {b for b, _ in registered}
         pending = {(b, 0) for b in self._bootstrap.get(topic, ()) if b in live and b not in holders}
-        return [TopicPartition(topic, b, p) for b, p in sorted(set(registered) | pending)]
+        return [TopicPartition(topic, b, p) for b, p in sorted(set(registered) | pending)], bool(pending)

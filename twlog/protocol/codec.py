@@ -8,7 +8,7 @@ tools share one codec.  A frame is what follows the C{int32} size prefix
   - request:  C{[int16 type][body]}
   - response: C{[int16 error][body]}
 
-Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-7 are twlog's.  Strings
+Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-8 are twlog's.  Strings
 are C{[int16 length][utf-8]}.  docs/protocol.md is the reference.  Readers take
 C{(buf, pos)} and return C{(value, next_pos)} (L{twlog.protocol.primitives});
 every malformed or truncated input raises L{MalformedRequest}, never
@@ -39,6 +39,7 @@ from twlog.protocol.primitives import (
 )
 from twlog.protocol.responses import (
     AckProduceResponse,
+    ClusterMetadataResponse,
     FetchResult,
     MetadataResponse,
     MultiFetchResponse,
@@ -47,12 +48,14 @@ from twlog.protocol.responses import (
     Response,
     TopicMetadata,
     decode_ack_produce_response,
+    decode_cluster_metadata_response,
     decode_error,
     decode_fetch_response,
     decode_metadata_response,
     decode_multifetch_response,
     decode_offsets_response,
     encode_ack_produce_response,
+    encode_cluster_metadata_response,
     encode_error_response,
     encode_metadata_response,
     encode_offsets_response,
@@ -69,6 +72,7 @@ OFFSETS = 4
 ACK_PRODUCE = 5
 WAIT_FETCH = 6
 METADATA = 7
+CLUSTER_METADATA = 8
 
 #: OFFSETS times (L{OffsetsRequest.time}): the (flushed) end of the log, and its start.
 LATEST = -1
@@ -162,6 +166,13 @@ class MetadataRequest:
     topics: tuple[str, ...] = ()
 
 
+@attrs.frozen
+class ClusterMetadataRequest:
+    """Type 8: every live broker of the cluster and, for C{topics} (all when empty), which brokers hold them."""
+
+    topics: tuple[str, ...] = ()
+
+
 Request = (
     ProduceRequest
     | FetchRequest
@@ -171,6 +182,7 @@ Request = (
     | AckProduceRequest
     | WaitFetchRequest
     | MetadataRequest
+    | ClusterMetadataRequest
 )
 
 
@@ -243,10 +255,10 @@ def decode_request(frame: bytes | memoryview) -> Request:
         max_wait_ms, min_bytes, count = _WAIT_HEAD.unpack_from(frame, pos)
         fetches, pos = read_many(frame, pos + 10, count, _read_fetch)
         request = WaitFetchRequest(max_wait_ms, min_bytes, fetches)
-    elif kind == METADATA:
+    elif kind in (METADATA, CLUSTER_METADATA):
         count, pos = read_int16(frame, pos)
         topics, pos = read_many(frame, pos, count, read_str)
-        request = MetadataRequest(topics)
+        request = MetadataRequest(topics) if kind == METADATA else ClusterMetadataRequest(topics)
     else:
         raise MalformedRequest(f"unknown request type {kind}")
     done(frame, pos, "request")
@@ -287,8 +299,9 @@ def encode_request(request: Request) -> bytes:
                 *map(_write_fetch, request.fetches),
             ]
         )
-    if isinstance(request, MetadataRequest):
-        return b"".join([I16.pack(METADATA), I16.pack(len(request.topics)), *map(write_str, request.topics)])
+    if isinstance(request, (MetadataRequest, ClusterMetadataRequest)):
+        kind = METADATA if isinstance(request, MetadataRequest) else CLUSTER_METADATA
+        return b"".join([I16.pack(kind), I16.pack(len(request.topics)), *map(write_str, request.topics)])
     raise TypeError(f"not a request: {request!r}")
 
 
@@ -314,8 +327,9 @@ def describe_request(request: Request) -> str:
         return f"{name} to " + ", ".join(f"{p.topic}-{p.partition}" for p in request.produces)
     if isinstance(request, OffsetsRequest):
         return f"OFFSETS {request.topic}-{request.partition} time {request.time}"
-    if isinstance(request, MetadataRequest):
-        return "METADATA " + (", ".join(request.topics) or "(all topics)")
+    if isinstance(request, (MetadataRequest, ClusterMetadataRequest)):
+        name = "METADATA" if isinstance(request, MetadataRequest) else "CLUSTER_METADATA"
+        return f"{name} " + (", ".join(request.topics) or "(all topics)")
     return type(request).__name__
 
 
@@ -337,18 +351,21 @@ _RESPONSE_DECODERS = {
     OffsetsRequest: decode_offsets_response,
     AckProduceRequest: decode_ack_produce_response,
     MetadataRequest: decode_metadata_response,
+    ClusterMetadataRequest: decode_cluster_metadata_response,
 }
 
 __all__ = [
-    "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "EARLIEST", "FETCH", "LATEST", "METADATA",
+    "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "CLUSTER_METADATA", "EARLIEST", "FETCH", "LATEST",
+    "METADATA",
     "MULTIFETCH", "MULTIPRODUCE", "OFFSETS", "PRODUCE", "WAIT_FETCH",
-    "AckProduceRequest", "AckProduceResponse", "FetchRequest", "FetchResult", "MetadataRequest",
+    "AckProduceRequest", "AckProduceResponse", "ClusterMetadataRequest", "ClusterMetadataResponse",
+    "FetchRequest", "FetchResult", "MetadataRequest",
     "MetadataResponse", "MultiFetchRequest", "MultiFetchResponse", "MultiProduceRequest", "OffsetsRequest",
     "OffsetsResponse", "ProduceRequest", "ProduceResult", "Request", "Response", "TopicMetadata",
     "WaitFetchRequest", "decode_ack_produce_response", "decode_error", "decode_fetch_response",
     "decode_metadata_response", "decode_multifetch_response", "decode_offsets_response", "decode_request",
     "decode_response", "describe_request", "encode_ack_produce_response", "encode_error_response",
-    "encode_metadata_response",
+    "encode_metadata_response", "decode_cluster_metadata_response", "encode_cluster_metadata_response",
     "encode_offsets_response", "encode_request", "expects_response", "fetch_response_header",
     "multifetch_part_header", "multifetch_response_header", "read_int16", "read_int32", "read_int64",
     "read_str", "write_str",

@@ -48,6 +48,8 @@ T = TypeVar("T")
 
 _RESULT = struct.Struct(">ihqq")  # partition, error, offset, next offset
 _PART_HEAD = struct.Struct(">ih")  # size (2 + data), error
+_CLUSTER_HEAD = struct.Struct(">ib")  # answering broker id, view
+_HOLDER = struct.Struct(">ii")  # broker id, partition count
 
 
 # -- values ------------------------------------------------------------------------------
@@ -146,7 +148,63 @@ class MetadataResponse:
     error: int = NO_ERROR
 
 
-Response = FetchResult | MultiFetchResponse | OffsetsResponse | AckProduceResponse | MetadataResponse
+#: How the broker answering CLUSTER_METADATA knows the cluster (L{ClusterMetadataResponse.view}).
+VIEW_STANDALONE = 0  # no ZooKeeper: the broker is the whole cluster
+VIEW_CURRENT = 1  # ZooKeeper's registry, kept current by watches
+VIEW_STALE = 2  # ZooKeeper's registry as last read: the broker's session is disconnected now
+VIEW_STARTING = 3  # ZooKeeper not read yet (the broker is starting, or ZooKeeper is slow): the broker alone
+VIEWS = {
+    VIEW_STANDALONE: "standalone (no ZooKeeper)",
+    VIEW_CURRENT: "current (ZooKeeper)",
+    VIEW_STALE: "stale (ZooKeeper disconnected)",
+    VIEW_STARTING: "starting (ZooKeeper not read yet)",
+}
+
+
+@attrs.frozen(order=True)
+class BrokerAddress:
+    """A live broker of the cluster: its id and the address clients connect to."""
+
+    broker_id: int
+    host: str
+    port: int
+
+
+@attrs.frozen
+class TopicLayout:
+    """Where a topic's partitions are: C{(broker id, partition count)} per broker holding it, by broker id;
+    or why there are none (an error, such as InvalidTopic; error 0 with no holders: no broker holds it)."""
+
+    topic: str
+    error: int
+    holders: tuple[tuple[int, int], ...] = ()
+
+
+@attrs.frozen
+class ClusterMetadataResponse:
+    """CLUSTER_METADATA's response: which broker answered, how it knows the cluster (L{VIEWS}), every live
+    broker and, per topic, the brokers holding it.  An error-only response has broker id -1 and nothing else."""
+
+    broker_id: int
+    view: int
+    brokers: tuple[BrokerAddress, ...]
+    topics: tuple[TopicLayout, ...]
+    error: int = NO_ERROR
+
+    @property
+    def addresses(self) -> dict[int, tuple[str, int]]:
+        """The live brokers, id -> (host, port)."""
+        return {b.broker_id: (b.host, b.port) for b in self.brokers}
+
+    def layout(self, topic: str) -> TopicLayout | None:
+        """C{topic}'s entry, if the response has one."""
+        return next((t for t in self.topics if t.topic == topic), None)
+
+
+Response = (
+    FetchResult | MultiFetchResponse | OffsetsResponse | AckProduceResponse | MetadataResponse
+    | ClusterMetadataResponse
+)
 
 
 # -- encoding (broker side) ----------------------------------------------------------------
@@ -202,6 +260,18 @@ def encode_metadata_response(error: int, metadata: MetadataResponse) -> bytes:
         parts.append(write_str(t.topic))
         parts.append(I16.pack(t.error))
         parts.append(I32.pack(t.partitions))
+    return b"".join(parts)
+
+
+def encode_cluster_metadata_response(error: int, cluster: ClusterMetadataResponse) -> bytes:
+    """CLUSTER_METADATA's response frame (C{error} is written, not C{cluster.error}); docs/protocol.md, type 8."""
+    parts = [I16.pack(error), _CLUSTER_HEAD.pack(cluster.broker_id, cluster.view), I16.pack(len(cluster.brokers))]
+    for b in cluster.brokers:
+        parts += [I32.pack(b.broker_id), write_str(b.host), I32.pack(b.port)]
+    parts.append(I16.pack(len(cluster.topics)))
+    for t in cluster.topics:
+        parts += [write_str(t.topic), I16.pack(t.error), I16.pack(len(t.holders))]
+        parts += [_HOLDER.pack(broker_id, count) for broker_id, count in t.holders]
     return b"".join(parts)
 
 
@@ -309,3 +379,39 @@ def decode_metadata_response(frame: bytes) -> MetadataResponse:
     topics, pos = read_many(frame, pos, count, _read_topic)
     done(frame, pos, "metadata response")
     return MetadataResponse(broker_id, host, port, topics, error)
+
+
+def _read_broker(frame: bytes, pos: int) -> tuple[BrokerAddress, int]:
+    broker_id, pos = read_int32(frame, pos)
+    host, pos = read_str(frame, pos)
+    port, pos = read_int32(frame, pos)
+    return BrokerAddress(broker_id, host, port), pos
+
+
+def _read_holder(frame: bytes, pos: int) -> tuple[tuple[int, int], int]:
+    need(frame, pos, _HOLDER.size, "topic holder")
+    return _HOLDER.unpack_from(frame, pos), pos + _HOLDER.size
+
+
+def _read_layout(frame: bytes, pos: int) -> tuple[TopicLayout, int]:
+    topic, pos = read_str(frame, pos)
+    error, pos = read_int16(frame, pos)
+    count, pos = read_int16(frame, pos)
+    holders, pos = read_many(frame, pos, count, _read_holder)
+    return TopicLayout(topic, error, holders), pos
+
+
+@_peer_violation
+def decode_cluster_metadata_response(frame: bytes) -> ClusterMetadataResponse:
+    """CLUSTER_METADATA's response: the answering broker, its view, the live brokers and the topics' holders."""
+    error, pos = read_int16(frame, 0)
+    if error != NO_ERROR and pos == len(frame):
+        return ClusterMetadataResponse(-1, VIEW_STANDALONE, (), (), error)
+    need(frame, pos, _CLUSTER_HEAD.size, "cluster metadata response")
+    broker_id, view = _CLUSTER_HEAD.unpack_from(frame, pos)
+    count, pos = read_int16(frame, pos + _CLUSTER_HEAD.size)
+    brokers, pos = read_many(frame, pos, count, _read_broker)
+    count, pos = read_int16(frame, pos)
+    topics, pos = read_many(frame, pos, count, _read_layout)
+    done(frame, pos, "cluster metadata response")
+    return ClusterMetadataResponse(broker_id, view, brokers, topics, error)

@@ -8,8 +8,8 @@ are L{twlog.protocol.connection}'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -31,6 +31,7 @@ from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_FLUSHED,
     AckProduceRequest,
+    ClusterMetadataRequest,
     FetchRequest,
     MetadataRequest,
     MultiFetchRequest,
@@ -40,6 +41,15 @@ from twlog.protocol.codec import (
     ProduceResult,
     TopicMetadata,
     WaitFetchRequest,
+)
+from twlog.protocol.responses import (
+    VIEW_CURRENT,
+    VIEW_STALE,
+    VIEW_STANDALONE,
+    VIEW_STARTING,
+    BrokerAddress,
+    ClusterMetadataResponse,
+    TopicLayout,
 )
 from twlog.storage.log import AppendResult
 from twlog.storage.manager import LogManager, validate_topic
@@ -52,6 +62,31 @@ KAFKA07_REQUESTS = (ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduc
 #: A response: a frame (error code and body, no size prefix), or parts of a
 #: zero-copy response (size prefix included) mixing bytes and file regions.
 Response = bytes | list[bytes | FileRegion]
+
+
+class ClusterSource(Protocol):
+    """What a broker knows of its cluster for CLUSTER_METADATA (L{twlog.coord.cluster.ClusterView} provides it)."""
+
+    #: Live brokers: id -> (host, port).
+    brokers: Mapping[int, tuple[str, int]]
+
+    @property
+    def ready(self) -> bool:
+        """Whether the registry has been read once (before that the broker answers for itself alone)."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected now (otherwise the layout is the last one read)."""
+
+    def topics(self) -> list[str]:
+        """Every topic registered in the cluster."""
+
+    def holders(self, topic: str) -> dict[int, int]:
+        """C{topic}'s partition count on each live broker that registered it."""
+
+
+def _held_by_none(topic: str) -> dict[int, int]:
+    return {}
 
 
 @attrs.define(eq=False)
@@ -85,7 +120,10 @@ class Broker:
             WaitFetchRequest: self.wait_fetch,
             OffsetsRequest: self.offsets,
             MetadataRequest: self.metadata,
+            ClusterMetadataRequest: self.cluster_metadata,
         }
+        #: The cluster this broker describes in CLUSTER_METADATA: None (no ZooKeeper) for itself alone.
+        self.cluster: ClusterSource | None = None
 
     # -- produce -----------------------------------------------------------
 
@@ -279,6 +317,44 @@ class Broker:
             self.config.broker_id, self.config.advertised_host, self.port, tuple(topics)
         )
         return codec.encode_metadata_response(NO_ERROR, metadata)
+
+    def cluster_metadata(self, request: ClusterMetadataRequest, peer: str = "?") -> Response:
+        """CLUSTER_METADATA: every live broker and where the topics asked for (all when none) are held.
+
+        Without ZooKeeper, or before the registry is read, the broker describes itself alone and
+        says so (the view).  Only partitions that exist are reported: a topic no broker holds yet
+        has no holders.  This broker's own counts come from its logs, ahead of its registration.
+        """
+        me = BrokerAddress(self.config.broker_id, self.config.advertised_host, self.port)
+        local = self.logs.topics()
+        cluster = self.cluster
+        if cluster is None or not cluster.ready:
+            view = VIEW_STANDALONE if cluster is None else VIEW_STARTING
+            brokers: dict[int, tuple[str, int]] = {}
+            registered: Callable[[str], dict[int, int]] = _held_by_none
+            known = set(local)
+        else:
+            view = VIEW_CURRENT if cluster.connected else VIEW_STALE
+            brokers = dict(cluster.brokers)
+            registered = cluster.holders
+            known = set(local) | set(cluster.topics())
+        brokers[me.broker_id] = (me.host, me.port)  # it is answering, so it is live, at this address
+        layouts = []
+        for topic in request.topics or sorted(known):
+            try:
+                validate_topic(topic)
+            except BrokerError as e:
+                layouts.append(TopicLayout(topic, e.code))
+                continue
+            holders = {b: n for b, n in registered(topic).items() if n > 0 and b != me.broker_id}
+            if local.get(topic):
+                holders[me.broker_id] = local[topic]
+            if holders or request.topics:
+                layouts.append(TopicLayout(topic, NO_ERROR, tuple(sorted(holders.items()))))
+        answer = ClusterMetadataResponse(
+            me.broker_id, view, tuple(BrokerAddress(b, *a) for b, a in sorted(brokers.items())), tuple(layouts)
+        )
+        return codec.encode_cluster_metadata_response(NO_ERROR, answer)
 
     #: The port actually listened on (set by the service once listening; config.port may be 0).
     port: int = 0

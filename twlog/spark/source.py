@@ -6,7 +6,7 @@ Register it once per session, then read as from Spark's Kafka source::
     from twlog.spark.source import register
     register(spark)                      # spark.dataSource.register(TwlogDataSource)
     df = (spark.read.format("twlog")
-          .option("brokers", "host1:9092,host2:9092")   # or .option("zookeeper", "zk:2181/chroot")
+          .option("brokers", "host1:9092")              # any one broker; or .option("zookeeper", "zk:2181")
           .option("subscribe", "clicks")                 # or .option("assign", '{"clicks": ["0-0", "1-0"]}')
           .option("startingOffsets", "earliest")         # "earliest", "latest" or JSON per partition
           .load())
@@ -16,15 +16,24 @@ broker int}.  C{partition} is the cluster-wide name C{<broker id>-<partition>};
 C{offset} the message's byte position in that partition's log (messages of a
 compressed set share their wrapper's offset); C{broker} the broker id.
 
-Options (names as in Spark's Kafka source where they fit; case-insensitive):
+Options (names as in Spark's Kafka source where they fit; case-insensitive, as
+Spark matches them; an unknown option is an error listing the known ones,
+L{OPTIONS}):
 
-  - C{brokers} (C{host:port,...}) or C{zookeeper} (C{host:port[,...][/chroot]}):
-    where to find the partitions.  With brokers, each is asked METADATA; with
-    ZooKeeper, the brokers' registrations are read (on the driver only).
+  - C{brokers} (C{host:port,...}; alias C{kafka.bootstrap.servers}) or
+    C{zookeeper} (C{host:port[,...][/chroot]}): where to find the partitions.
+    Any one broker address finds the whole cluster (a broker started with
+    C{--zookeeper} describes every live broker and partition; brokers without
+    ZooKeeper are each asked); with ZooKeeper, the brokers' registrations are
+    read (on the driver only).  A partition whose broker cannot be reached
+    fails the read, naming it: never a silent subset.
   - C{subscribe} (comma-separated topics) or C{assign} (JSON C{{"topic": ["0-1", "1-0"]}}).
   - C{startingOffsets}: C{earliest} (batch default), C{latest} (stream default),
     or JSON C{{"topic": {"0-1": 1234}}} with -2 for earliest and -1 for latest;
-    partitions the JSON does not name start at the earliest offset.
+    partitions the JSON does not name start at the earliest offset.  Keys are
+    partition names C{<broker id>-<partition>} or cluster-wide indexes C{"3"}
+    (L{twlog.partition.resolve_partition}); a topic not read, or a key that
+    names no partition, is an error listing the valid ones.
   - C{endingOffsets} (batch only): C{latest} (default) or JSON as above;
     partitions not named end at the latest offset.
   - C{maxOffsetsPerTrigger} (streams): a budget in B{bytes of log} per micro-batch
@@ -69,18 +78,17 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from twlog.client.discovery import PartitionLocation, discover
+from twlog.client.discovery import PartitionLocation
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange, UnknownTopic
-from twlog.protocol.codec import EARLIEST, LATEST
+from twlog.spark.options import DEFAULT_FETCH_SIZE, OPTIONS, SourceOptions, check_options, resolve_offset
 from twlog.storage.message import CorruptMessage, iter_messages, scan_messages
 
 _logger = logging.getLogger(__name__)
 SCHEMA = "topic string, partition string, offset long, value binary, broker int"
-DEFAULT_FETCH_SIZE = 1024 * 1024
 
-__all__ = ["SCHEMA", "TwlogDataSource", "register", "UnknownTopic"]
+__all__ = ["DEFAULT_FETCH_SIZE", "OPTIONS", "SCHEMA", "TwlogDataSource", "check_options", "register", "UnknownTopic"]
 
 
 def register(spark) -> None:
@@ -110,130 +118,10 @@ class TwlogDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
-        return TwlogBatchReader(_Options(self.options, stream=False))
+        return TwlogBatchReader(SourceOptions(self.options, stream=False))
 
     def streamReader(self, schema) -> DataSourceStreamReader:
-        return TwlogStreamReader(_Options(self.options, stream=True))
-
-
-# -- options ---------------------------------------------------------------------------
-
-
-def _parse_offsets(value: str | None, option: str, default: str):
-    """C{"earliest"}, C{"latest"}, or a dict topic -> {partition name: offset}."""
-    if value is None:
-        return default
-    text = value.strip()
-    if text.lower() in ("earliest", "latest"):
-        return text.lower()
-    try:
-        spec = json.loads(text)
-        if not isinstance(spec, dict) or not all(
-            isinstance(parts, dict) and all(isinstance(o, int) for o in parts.values()) for parts in spec.values()
-        ):
-            raise ValueError
-    except ValueError:
-        raise ValueError(
-            f'{option} must be "earliest", "latest" or JSON such as {{"topic": {{"0-1": 1234}}}}, not {value!r}'
-        ) from None
-    return spec
-
-
-def _bool(value: str | None, default: bool) -> bool:
-    if value is None:
-        return default
-    return str(value).strip().lower() in ("true", "1", "yes")
-
-
-class _Options:
-    """The source's options, parsed and checked once on the driver."""
-
-    def __init__(self, options, stream: bool) -> None:
-        self.brokers = options.get("brokers")
-        self.zookeeper = options.get("zookeeper")
-        if (self.brokers is None) == (self.zookeeper is None):
-            raise ValueError('give exactly one of the options "brokers" (host:port,...) and "zookeeper"')
-        subscribe, assign = options.get("subscribe"), options.get("assign")
-        if (subscribe is None) == (assign is None):
-            raise ValueError('give exactly one of the options "subscribe" (topics) and "assign" (JSON)')
-        self.assign: dict[str, list[str]] | None = None
-        if assign is not None:
-            try:
-                self.assign = json.loads(assign)
-                if not isinstance(self.assign, dict) or not all(isinstance(v, list) for v in self.assign.values()):
-                    raise ValueError
-            except ValueError:
-                raise ValueError(f'assign must be JSON such as {{"topic": ["0-0", "1-0"]}}, not {assign!r}') from None
-            self.topics = list(self.assign)
-        else:
-            self.topics = [t.strip() for t in subscribe.split(",") if t.strip()]
-        if not self.topics:
-            raise ValueError("no topic given")
-        self.starting = _parse_offsets(
-            options.get("startingOffsets"), "startingOffsets", "latest" if stream else "earliest"
-        )
-        self.ending = _parse_offsets(options.get("endingOffsets"), "endingOffsets", "latest")
-        if self.ending == "earliest":
-            raise ValueError('endingOffsets cannot be "earliest"')
-        if stream and options.get("endingOffsets") is not None:
-            raise ValueError("endingOffsets is for batch queries only")
-        self.fetch_size = int(options.get("fetchSize", DEFAULT_FETCH_SIZE))
-        if self.fetch_size < 16:
-            raise ValueError("fetchSize must be at least 16 bytes")
-        self.fail_on_data_loss = _bool(options.get("failOnDataLoss"), True)
-        timeout_s = int(options.get("timeoutMs", 30000)) / 1000
-        self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s)
-        budget = options.get("maxOffsetsPerTrigger")
-        self.max_bytes_per_trigger = int(budget) if budget is not None else None
-        if self.max_bytes_per_trigger is not None and self.max_bytes_per_trigger < 1:
-            raise ValueError("maxOffsetsPerTrigger (bytes of log) must be positive")
-
-    def partitions(self) -> list[PartitionLocation]:
-        """The topic partitions to read, discovered now."""
-        found = discover(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
-        if self.assign is None:
-            return found
-        chosen = [tp for tp in found if tp.name in self.assign.get(tp.topic, ())]
-        for topic, names in self.assign.items():
-            missing = set(names) - {tp.name for tp in chosen if tp.topic == topic}
-            if missing:
-                have = ", ".join(tp.name for tp in found if tp.topic == topic)
-                raise UnknownTopic(f"topic {topic!r} has no partition {', '.join(sorted(missing))} (it has {have})")
-        return chosen
-
-    def connect(self, tp: PartitionLocation) -> SyncConnection:
-        return SyncConnection(tp.host, tp.port, self.client)
-
-    def bounds(self, tp: PartitionLocation) -> tuple[int, int]:
-        """The partition's earliest and latest (flushed end) offsets."""
-        with self.connect(tp) as c:
-            return c.offset(tp.topic, tp.partition, EARLIEST), c.offset(tp.topic, tp.partition, LATEST)
-
-    def start(self, tp: PartitionLocation, earliest: int, latest: int) -> int:
-        """Where reading C{tp} starts, per startingOffsets and failOnDataLoss."""
-        start = _resolve(self.starting, tp, earliest, latest, missing=earliest)
-        if earliest <= start <= latest:
-            return start
-        if not self.fail_on_data_loss:
-            return earliest
-        why = "before the earliest offset still in the log (deleted by retention?)" if start < earliest else (
-            "past the end of the log"
-        )
-        raise OffsetOutOfRange(
-            f"starting offset {start} of {tp.topic} partition {tp.name} is {why}: the partition holds "
-            f"[{earliest}, {latest}); set failOnDataLoss=false to start at the earliest offset instead"
-        )
-
-
-def _resolve(spec, tp: PartitionLocation, earliest: int, latest: int, missing: int) -> int:
-    if spec == "earliest":
-        return earliest
-    if spec == "latest":
-        return latest
-    value = spec.get(tp.topic, {}).get(tp.name)
-    if value is None:
-        return missing
-    return {EARLIEST: earliest, LATEST: latest}.get(value, value)
+        return TwlogStreamReader(SourceOptions(self.options, stream=True))
 
 
 # -- reading (on executors) ---------------------------------------------------------------
@@ -367,7 +255,7 @@ def _corrupt(part: TwlogPartition, error: CorruptMessage) -> int:
 class TwlogBatchReader(DataSourceReader):
     """A batch read: one input partition per topic partition with data between the starting and ending offsets."""
 
-    def __init__(self, options: _Options) -> None:
+    def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
     def partitions(self) -> list[TwlogPartition]:
@@ -376,7 +264,7 @@ class TwlogBatchReader(DataSourceReader):
         for tp in o.partitions():
             earliest, latest = o.bounds(tp)
             start = o.start(tp, earliest, latest)
-            end = _resolve(o.ending, tp, earliest, latest, missing=latest)
+            end = resolve_offset(o.ending, tp, earliest, latest, missing=latest)
             if end > latest:
                 raise OffsetOutOfRange(
                     f"ending offset {end} of {tp.topic} partition {tp.name} is past the end of the log {latest}"
@@ -407,7 +295,7 @@ def _sorted(offsets: dict) -> dict:
 class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches between checkpointed offsets C{{"topic": {"<broker>-<partition>": offset}}}."""
 
-    def __init__(self, options: _Options) -> None:
+    def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._target: dict | None = None
 

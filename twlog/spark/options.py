@@ -1,0 +1,212 @@
+# -*- test-case-name: tests.spark.test_options,tests.integration.test_spark_source -*-
+"""The Spark source's options, parsed and checked once on the driver (L{SourceOptions}).
+
+Option names are those of Spark's Kafka source where they fit, matched in any
+case as Spark does; an unknown one is an error listing the known ones
+(L{OPTIONS}).  The keys of C{startingOffsets}/C{endingOffsets} JSON are
+partition names C{<broker id>-<partition>} or cluster-wide indexes, checked
+against the partitions found (L{twlog.partition.resolve_partition}).  No
+pyspark import here: the options are plain data.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+from twlog.client.discovery import PartitionLocation, discover, resolve_partition
+from twlog.client.options import ClientOptions
+from twlog.client.sync import SyncConnection
+from twlog.errors import OffsetOutOfRange, UnknownTopic
+from twlog.protocol.codec import EARLIEST, LATEST
+
+DEFAULT_FETCH_SIZE = 1024 * 1024
+
+#: Every option the source knows, as documented (Spark passes them lower-cased: they match in any case).
+OPTIONS = (
+    "brokers", "kafka.bootstrap.servers", "zookeeper", "subscribe", "assign", "startingOffsets", "endingOffsets",
+    "maxOffsetsPerTrigger", "fetchSize", "failOnDataLoss", "timeoutMs",
+)
+_KNOWN = {name.lower(): name for name in OPTIONS}
+
+
+def check_options(options) -> dict[str, str]:
+    """C{options} with lower-case keys, after refusing any option the source does not know.
+
+    @raise ValueError: naming the unknown options (with the nearest known one) and listing the known ones.
+    """
+    given = {str(key).lower(): value for key, value in dict(options).items()}
+    unknown = sorted(key for key in given if key not in _KNOWN)
+    if unknown:
+        hints = []
+        for key in unknown:
+            near = difflib.get_close_matches(key, list(_KNOWN), n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {_KNOWN[near[0]]}?)" if near else ""))
+        raise ValueError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)} for the twlog "
+                         f"source; the options are: {', '.join(OPTIONS)}")
+    return given
+
+
+def _parse_offsets(value: str | None, option: str, default: str):
+    """C{"earliest"}, C{"latest"}, or a dict topic -> {partition name: offset}."""
+    if value is None:
+        return default
+    text = value.strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    try:
+        spec = json.loads(text)
+        if not isinstance(spec, dict) or not all(
+            isinstance(parts, dict) and all(isinstance(o, int) for o in parts.values()) for parts in spec.values()
+        ):
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f'{option} must be "earliest", "latest" or JSON such as {{"topic": {{"0-1": 1234}}}}, not {value!r}'
+        ) from None
+    return spec
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+class SourceOptions:
+    """The source's options, parsed and checked once on the driver."""
+
+    def __init__(self, options, stream: bool) -> None:
+        options = check_options(options)
+        self.brokers = options.get("brokers")
+        alias = options.get("kafka.bootstrap.servers")
+        if alias is not None and self.brokers is not None and alias != self.brokers:
+            raise ValueError('"brokers" and its alias "kafka.bootstrap.servers" disagree: give one of them')
+        self.brokers = self.brokers if self.brokers is not None else alias
+        self.zookeeper = options.get("zookeeper")
+        if (self.brokers is None) == (self.zookeeper is None):
+            raise ValueError('give exactly one of the options "brokers" (host:port,...; alias '
+                             '"kafka.bootstrap.servers") and "zookeeper" (host:port[/chroot])')
+        subscribe, assign = options.get("subscribe"), options.get("assign")
+        if (subscribe is None) == (assign is None):
+            raise ValueError('give exactly one of the options "subscribe" (topics) and "assign" (JSON)')
+        self.assign: dict[str, list[str]] | None = None
+        if assign is not None:
+            try:
+                self.assign = json.loads(assign)
+                if not isinstance(self.assign, dict) or not all(isinstance(v, list) for v in self.assign.values()):
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f'assign must be JSON such as {{"topic": ["0-0", "1-0"]}}, not {assign!r}') from None
+            self.topics = list(self.assign)
+        else:
+            self.topics = [t.strip() for t in subscribe.split(",") if t.strip()]
+        if not self.topics:
+            raise ValueError("no topic given")
+        self.starting = _parse_offsets(
+            options.get("startingoffsets"), "startingOffsets", "latest" if stream else "earliest"
+        )
+        self.ending = _parse_offsets(options.get("endingoffsets"), "endingOffsets", "latest")
+        if self.ending == "earliest":
+            raise ValueError('endingOffsets cannot be "earliest"')
+        if stream and options.get("endingoffsets") is not None:
+            raise ValueError("endingOffsets is for batch queries only")
+        self.fetch_size = _int(options, "fetchSize", DEFAULT_FETCH_SIZE)
+        if self.fetch_size < 16:
+            raise ValueError("fetchSize must be at least 16 bytes")
+        self.fail_on_data_loss = _bool(options.get("failondataloss"), True)
+        timeout_s = _int(options, "timeoutMs", 30000) / 1000
+        self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s)
+        self._offsets_checked = False
+        budget = options.get("maxoffsetspertrigger")
+        self.max_bytes_per_trigger = _int(options, "maxOffsetsPerTrigger", None) if budget is not None else None
+        if self.max_bytes_per_trigger is not None and self.max_bytes_per_trigger < 1:
+            raise ValueError("maxOffsetsPerTrigger (bytes of log) must be positive")
+
+    def partitions(self) -> list[PartitionLocation]:
+        """The topic partitions to read, discovered now."""
+        found = discover(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
+        if not self._offsets_checked:
+            self.starting = _name_offsets(self.starting, "startingOffsets", found, self.topics)
+            self.ending = _name_offsets(self.ending, "endingOffsets", found, self.topics)
+            self._offsets_checked = True
+        if self.assign is None:
+            return found
+        chosen: set[str] = set()
+        for topic, names in self.assign.items():
+            held = [tp.tp for tp in found if tp.topic == topic]
+            for name in names:
+                try:
+                    chosen.add(str(resolve_partition(str(name), held)))
+                except ValueError as e:
+                    raise UnknownTopic(f"assign: {e}") from None
+        return [tp for tp in found if str(tp.tp) in chosen]
+
+    def connect(self, tp: PartitionLocation) -> SyncConnection:
+        return SyncConnection(tp.host, tp.port, self.client)
+
+    def bounds(self, tp: PartitionLocation) -> tuple[int, int]:
+        """The partition's earliest and latest (flushed end) offsets."""
+        with self.connect(tp) as c:
+            return c.offset(tp.topic, tp.partition, EARLIEST), c.offset(tp.topic, tp.partition, LATEST)
+
+    def start(self, tp: PartitionLocation, earliest: int, latest: int) -> int:
+        """Where reading C{tp} starts, per startingOffsets and failOnDataLoss."""
+        start = resolve_offset(self.starting, tp, earliest, latest, missing=earliest)
+        if earliest <= start <= latest:
+            return start
+        if not self.fail_on_data_loss:
+            return earliest
+        why = "before the earliest offset still in the log (deleted by retention?)" if start < earliest else (
+            "past the end of the log"
+        )
+        raise OffsetOutOfRange(
+            f"starting offset {start} of {tp.topic} partition {tp.name} is {why}: the partition holds "
+            f"[{earliest}, {latest}); set failOnDataLoss=false to start at the earliest offset instead"
+        )
+
+
+def _int(options: dict[str, str], name: str, default):
+    value = options.get(name.lower())
+    if value is None:
+        return default
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {value!r}") from None
+
+
+def _name_offsets(spec, option: str, found: list[PartitionLocation], topics: list[str]):
+    """C{spec} (startingOffsets or endingOffsets) with every key as a partition name C{<broker id>-<partition>}.
+
+    @raise ValueError: a topic that is not read, a key naming no partition (listing the valid ones), or one
+        partition given twice.
+    """
+    if not isinstance(spec, dict):
+        return spec
+    named: dict[str, dict[str, int]] = {}
+    for topic, parts in spec.items():
+        if topic not in topics:
+            raise ValueError(f"{option} names topic {topic!r}, which this query does not read "
+                             f"(it reads {', '.join(map(repr, topics))})")
+        held = [tp.tp for tp in found if tp.topic == topic]
+        for key, offset in parts.items():
+            try:
+                name = resolve_partition(str(key), held).name
+            except ValueError as e:
+                raise ValueError(f"{option}: {e}") from None
+            if name in named.get(topic, {}):
+                raise ValueError(f"{option} gives partition {name} of topic {topic!r} twice")
+            named.setdefault(topic, {})[name] = offset
+    return named
+
+
+def resolve_offset(spec, tp: PartitionLocation, earliest: int, latest: int, missing: int) -> int:
+    if spec == "earliest":
+        return earliest
+    if spec == "latest":
+        return latest
+    value = spec.get(tp.topic, {}).get(tp.name)
+    if value is None:
+        return missing
+    return {EARLIEST: earliest, LATEST: latest}.get(value, value)
