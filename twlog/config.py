@@ -104,6 +104,10 @@ class BrokerConfig:
     zookeeper: str | None = None
     #: Send log bytes with sendfile(2) where the transport allows (off: read and write, to compare).
     sendfile: bool = True
+    #: TCP port of the HTTP server serving Prometheus metrics at /metrics (0: any free port; None: no metrics).
+    metrics_port: int | None = None
+    #: Interface the metrics server listens on.
+    metrics_interface: str = "127.0.0.1"
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -111,6 +115,8 @@ class BrokerConfig:
             problems.append("broker_id must not be negative")
         if not 0 <= self.port <= 65535:
             problems.append("port must be between 0 and 65535")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            problems.append("metrics_port must be between 0 and 65535")
         if self.max_request_bytes < 1024:
             problems.append("max_request_bytes must be at least 1024")
         if self.max_pending_requests < 1:

@@ -23,9 +23,10 @@ from twisted.logger import Logger
 from typing_extensions import override
 
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
+from twlog.broker.metrics import BrokerMetrics
 from twlog.config import BrokerConfig
-from twlog.coord.registry import BrokerRegistration
 from twlog.coord.cluster import ClusterView
+from twlog.coord.registry import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import TwlogError
 from twlog.protocol.connection import BrokerFactory
@@ -70,6 +71,9 @@ class BrokerService(Service):
         self.broker = Broker(self.logs, config, reactor)
         self.factory = BrokerFactory(self.broker)
         self.port = None
+        #: With C{config.metrics_port}: the metrics, and once listening, the port serving them over HTTP.
+        self.metrics = BrokerMetrics(self.broker, self.factory, self.logs) if config.metrics_port is not None else None
+        self.metrics_port = None
         self.stop_reactor_on_error = stop_reactor_on_error
         self.zookeeper_session_timeout_s = zookeeper_session_timeout_s
         self.zookeeper_connect_timeout_s = zookeeper_connect_timeout_s
@@ -80,13 +84,13 @@ class BrokerService(Service):
         self.zookeeper: ZooKeeper | None = None
         #: The broker's registration in ZooKeeper, once made.
         self.registration: BrokerRegistration | None = None
+        #: With ZooKeeper, the cluster this broker describes in CLUSTER_METADATA (read after registering,
+        #: in the background: until it is read, the broker answers for itself and says so).
+        self.cluster: ClusterView | None = None
         #: Fires with the listening port once the broker accepts connections (and, with
         #: ZooKeeper, is registered); fails if it cannot start.
         self.listening: Deferred = Deferred()
 
-        #: With ZooKeeper, the cluster this broker describes in CLUSTER_METADATA (read after registering,
-        #: in the background: until it is read, the broker answers for itself and says so).
-        self.cluster: ClusterView | None = None
     @override
     def startService(self) -> None:
         super().startService()
@@ -106,10 +110,37 @@ class BrokerService(Service):
             id=self.config.broker_id, count=len(self.logs.logs()), log_dir=self.config.log.log_dir,
             recovered=" (recovered after an unclean shutdown)" if self.logs.recovered and self.logs.logs() else "",
         )
-        endpoint_class = TCP6ServerEndpoint if ":" in self.config.interface else TCP4ServerEndpoint
-        endpoint = endpoint_class(self._reactor, self.config.port, interface=self.config.interface)
+        d = self._serve_metrics()
+        d.addCallbacks(lambda _: self._listen(), self._cannot_serve_metrics)
+
+    def _listen(self) -> None:
+        endpoint = _endpoint(self._reactor, self.config.interface, self.config.port)
         d = endpoint.listen(self.factory)
         d.addCallbacks(self._listening, self._cannot_listen)
+
+    def _serve_metrics(self) -> Deferred:
+        if self.metrics is None:
+            return succeed(None)
+        endpoint = _endpoint(self._reactor, self.config.metrics_interface, self.config.metrics_port)
+        return endpoint.listen(self.metrics.site()).addCallback(self._serving_metrics)
+
+    def _serving_metrics(self, port) -> None:
+        self.metrics_port = port
+        self._log.info("broker {id}: metrics at {url}", id=self.config.broker_id, url=self.metrics_url)
+
+    def _cannot_serve_metrics(self, failure) -> None:
+        self._cannot_start("cannot serve metrics on {interface}:{port} (--metrics-port): {error}",
+                           interface=self.config.metrics_interface, port=self.config.metrics_port,
+                           error=failure.getErrorMessage(), failure=failure)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the metrics are served (C{http://HOST:PORT/metrics}), once they are."""
+        if self.metrics_port is None:
+            return None
+        host = self.config.metrics_interface
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.metrics_port.getHost().port}/metrics"
 
     def _listening(self, port) -> None:
         self.port = port
@@ -141,11 +172,22 @@ class BrokerService(Service):
             )
             await registration.start()
             self.registration = registration
+            self._follow_cluster(zk)
         except BaseException:
             if self.zookeeper is zk:
                 self.zookeeper = None
                 await zk.stop()
             raise
+
+    def _follow_cluster(self, zk: ZooKeeper) -> None:
+        """Start reading the cluster for CLUSTER_METADATA without waiting for it (ZooKeeper may be slow)."""
+        view = self.cluster = self.broker.cluster = ClusterView(zk, all_topics=True)
+        Deferred.fromCoroutine(view.start()).addErrback(
+            lambda f: view is self.cluster and self._log.warn(
+                "broker {id}: reading the cluster from ZooKeeper failed ({error}); CLUSTER_METADATA answers "
+                "for this broker alone until the session reconnects", id=self.config.broker_id,
+                error=f.getErrorMessage() or f.type.__name__)
+        )
 
     def _cannot_register(self, failure) -> None:
         if not self.running or failure.check(_Stopped):
@@ -172,23 +214,15 @@ class BrokerService(Service):
         d = self._leave_zookeeper()
         d.addCallback(lambda _: self._stop_serving())
         return d
-            self._follow_cluster(zk)
 
     def _leave_zookeeper(self) -> Deferred:
         """Deregister first, so that producers and consumers stop using this broker, then close the session."""
         zk, self.zookeeper = self.zookeeper, None
         registration, self.registration = self.registration, None
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = self.broker.cluster = None
         if zk is None:
-    def _follow_cluster(self, zk: ZooKeeper) -> None:
-        """Start reading the cluster for CLUSTER_METADATA without waiting for it (ZooKeeper may be slow)."""
-        view = self.cluster = self.broker.cluster = ClusterView(zk, all_topics=True)
-        Deferred.fromCoroutine(view.start()).addErrback(
-            lambda f: view is self.cluster and self._log.warn(
-                "broker {id}: reading the cluster from ZooKeeper failed ({error}); CLUSTER_METADATA answers "
-                "for this broker alone until the session reconnects", id=self.config.broker_id,
-                error=f.getErrorMessage() or f.type.__name__)
-        )
-
             return succeed(None)
         d = registration.stop() if registration is not None else succeed(None)
         d.addCallback(lambda _: zk.stop())
@@ -200,6 +234,9 @@ class BrokerService(Service):
         if self.port is not None:
             stops.append(self.port.stopListening())
             self.port = None
+        if self.metrics_port is not None:
+            stops.append(self.metrics_port.stopListening())
+            self.metrics_port = None
         # No request may reach the logs once they start closing: a write after the
         # clean-shutdown marker would escape the next start's recovery.
         self.factory.disconnect_all()
@@ -219,9 +256,6 @@ class BrokerService(Service):
             "the next start recovers every log", id=self.config.broker_id,
         )
         if self.unclean_exit_code is not None:
-        if self.cluster is not None:
-            self.cluster.stop()
-            self.cluster = self.broker.cluster = None
             self._reactor.addSystemEventTrigger("after", "shutdown", self._exit_with, self.unclean_exit_code)
 
     def _exit_with(self, code: int) -> None:
@@ -235,6 +269,12 @@ class BrokerService(Service):
         if getattr(self._reactor, "_exitSignal", None) is not None:
             self._reactor._exitSignal = None
         atexit.register(_exit_now, code)
+
+
+def _endpoint(reactor, interface: str, port: int):
+    """A TCP server endpoint on C{interface} (IPv6 when it has a colon) and C{port}."""
+    endpoint_class = TCP6ServerEndpoint if ":" in interface else TCP4ServerEndpoint
+    return endpoint_class(reactor, port, interface=interface)
 
 
 def _exit_now(code: int) -> None:

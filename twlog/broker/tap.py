@@ -92,6 +92,11 @@ class Options(usage.Options):
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
+        ["metrics-port", None, None,
+         "Serve Prometheus metrics over HTTP at http://INTERFACE:PORT/metrics (0: any free port, printed in the "
+         "log; default: no metrics).", _int("metrics-port", 0)],
+        ["metrics-interface", None, "127.0.0.1",
+         "Interface the metrics server listens on; 0.0.0.0 for every IPv4 interface."],
     ]
 
     @override
@@ -122,6 +127,8 @@ class Options(usage.Options):
                 max_connections=self["max-connections"],
                 zookeeper=self["zookeeper"],
                 sendfile=not self["no-sendfile"],
+                metrics_port=self["metrics-port"],
+                metrics_interface=self["metrics-interface"],
             )
         except ValueError as e:
             raise usage.UsageError(str(e)) from None

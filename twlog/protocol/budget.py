@@ -59,6 +59,8 @@ class RequestBudget:
         self.total = 0
         #: The largest L{total} seen (for tests and stats).
         self.peak = 0
+        #: How many times the budget stopped a connection reading (for metrics).
+        self.holds = 0
         self._held: dict[Holder, tuple[int, int]] = {}  # connection -> (buffered, needed), if it buffers any
         self._admitted: set[Holder] = set()
         self._reserved = 0  # what the admitted frames still need, together
@@ -102,6 +104,7 @@ class RequestBudget:
                     self._admit(holder, needed)
                 else:
                     self._stopped.add(holder)
+                    self.holds += 1
                     holder.hold_reading(BUDGET)
         if self._stopped and self.total + self._reserved < before:
             self._admit_waiting()

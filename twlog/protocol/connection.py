@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Callable
 
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.protocol import ServerFactory
@@ -44,15 +45,22 @@ def frame_code(code: int, request_type: int | None) -> int:
     return kafka07_code(code) if request_type is None or codec.PRODUCE <= request_type <= codec.OFFSETS else code
 
 
+#: Told of each request a broker answered: C{observer(request type, seconds from its arrival until
+#: its response was written)}, or (fire-and-forget produces) until it was handled.
+RequestObserver = Callable[[int, float], object]
+
+
 class _Slot:
     """A response place in a connection's queue, filled when its handler finishes."""
 
-    __slots__ = ("ready", "value", "deferred")
+    __slots__ = ("ready", "value", "deferred", "kind", "started")
 
-    def __init__(self) -> None:
+    def __init__(self, kind: int | None = None, started: float = 0.0) -> None:
         self.ready = False
         self.value: Response | None = None
         self.deferred: Deferred | None = None
+        self.kind = kind  # the request type (None: an error answering a frame that was not decoded)
+        self.started = started
 
     def fill(self, value: Response) -> None:
         self.ready = True
@@ -90,6 +98,11 @@ class BrokerProtocol(FrameReceiver):
         self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
 
     @override
+    def dataReceived(self, data: bytes) -> None:
+        self.factory.received_bytes += len(data)
+        super().dataReceived(data)
+
+    @override
     def stringReceived(self, frame: bytes) -> None:
         if self._closing:
             return
@@ -97,30 +110,38 @@ class BrokerProtocol(FrameReceiver):
             request = codec.decode_request(frame)
         except MalformedRequest as e:
             self._log.warn("closing the connection from {peer}: malformed request: {error}", peer=self.peer, error=e)
-            self._close_with(frame_code(InvalidRequest.code, _request_type(frame)))
+            self._close_with(frame_code(InvalidRequest.code, _request_type(frame)), _request_type(frame))
             return
+        kind = frame[1] if frame[0] == 0 else _request_type(frame)  # a decoded request's type, cheaply
+        requests = self.factory.requests
+        requests[kind] = requests.get(kind, 0) + 1
+        observer = self.factory.request_observer
+        started = self._broker.clock.seconds() if observer is not None else 0.0
         handler = self._broker.handlers[type(request)]
         if not codec.expects_response(request):
             try:
                 handler(request, self.peer)
             except Exception:
                 self._log.failure("handling a request from {peer} failed", peer=self.peer)
+            if observer is not None:
+                observer(kind, self._broker.clock.seconds() - started)
             return
-        slot = _Slot()
+        slot = _Slot(kind, started)
         self._slots.append(slot)
         d = maybeDeferred(handler, request, self.peer)
         slot.deferred = d
-        d.addErrback(self._failed, request)
+        d.addErrback(self._failed, request, kind)
         d.addCallback(slot.fill)
         d.addBoth(lambda _: self._pump())
         if len(self._slots) >= self._broker.config.max_pending_requests and not self._read_paused:
             self._read_paused = True
             self.pauseProducing()
 
-    def _failed(self, failure: Failure, request: object) -> bytes:
+    def _failed(self, failure: Failure, request: object, kind: int) -> bytes:
         if failure.check(CancelledError):  # the connection went away while the answer was pending
             return b""
         code = error_code(failure, request)
+        self._broker.count_error(kind, code)
         if error_code(failure) == UNKNOWN:
             self._log.failure("request from {peer} failed", failure, peer=self.peer)
         return codec.encode_error_response(code)
@@ -132,14 +153,16 @@ class BrokerProtocol(FrameReceiver):
             peer=self.peer, length=length, limit=self.MAX_LENGTH,
         )
         # The request type follows the size, when it has arrived with it.
-        self._close_with(frame_code(RequestTooLarge.code, _request_type(self.peek(2))))
+        kind = _request_type(self.peek(2))
+        self._close_with(frame_code(RequestTooLarge.code, kind), kind)
 
     @override
     def buffer_changed(self) -> None:
         self.factory.budget.update(self)
 
-    def _close_with(self, code: int) -> None:
-        """Answer the offending request with C{code} after the earlier ones, then close."""
+    def _close_with(self, code: int, kind: int | None) -> None:
+        """Answer the offending request (of type C{kind}, if known) with C{code} after the earlier ones, then close."""
+        self._broker.count_error(-1 if kind is None else kind, code)
         self._closing = True
         self.discard_buffer()  # nothing after it is read: its bytes need no room
         if not self._read_paused:
@@ -157,12 +180,16 @@ class BrokerProtocol(FrameReceiver):
         self._pumping = True
         try:
             while not self._writing and self._slots and self._slots[0].ready:
-                value = self._slots.popleft().value
-                parts = [_SIZE.pack(len(value)) + value] if isinstance(value, bytes) else value
+                slot = self._slots.popleft()
+                value = slot.value
+                if isinstance(value, bytes):
+                    parts, size = [_SIZE.pack(len(value)) + value], 4 + len(value)
+                else:  # the first part starts with the size prefix
+                    parts, size = value, 4 + _SIZE.unpack_from(value[0])[0]
                 sender = ResponseSender(self.transport, parts, self._use_sendfile)
                 self._writing = True
                 d = sender.start()
-                d.addCallbacks(self._sent, self._send_failed, callbackArgs=(sender,))
+                d.addCallbacks(self._sent, self._send_failed, callbackArgs=(sender, slot, size))
         finally:
             self._pumping = False
         if self._writing:
@@ -173,9 +200,14 @@ class BrokerProtocol(FrameReceiver):
             self._read_paused = False
             self.resumeProducing()
 
-    def _sent(self, _: None, sender: ResponseSender) -> None:
+    def _sent(self, _: None, sender: ResponseSender, slot: _Slot, size: int) -> None:
         self.sendfile_bytes += sender.sendfile_bytes
         self.copied_bytes += sender.copied_bytes
+        factory = self.factory
+        factory.sent_bytes += size
+        factory.sendfile_bytes += sender.sendfile_bytes
+        if factory.request_observer is not None and slot.kind is not None:
+            factory.request_observer(slot.kind, self._broker.clock.seconds() - slot.started)
         self._writing = False
         if not self._pumping:
             self._pump()
@@ -221,8 +253,17 @@ class BrokerFactory(ServerFactory):
         self.budget = RequestBudget(broker.config.max_buffered_request_bytes)
         #: Connections past this many are closed at once (None: no cap; the service sets the default).
         self.max_connections = max_connections if max_connections is not None else broker.config.max_connections
-        #: Connections refused at the cap, over the factory's life.
+        #: Connections refused at the cap, and accepted, over the factory's life.
         self.refused = 0
+        self.accepted = 0
+        #: Requests decoded, by request type; bytes received, bytes of responses written (and of
+        #: those, log bytes sent with sendfile), over the factory's life: for metrics.
+        self.requests: dict[int, int] = {}
+        self.received_bytes = 0
+        self.sent_bytes = 0
+        self.sendfile_bytes = 0
+        #: Told of each request answered (L{RequestObserver}), if set: the broker's metrics.
+        self.request_observer: RequestObserver | None = None
         self._refused_unlogged = 0
         self._refused_logged_at: float | None = None
 
@@ -238,6 +279,7 @@ class BrokerFactory(ServerFactory):
             return None  # the listening port closes the accepted socket at once
         protocol = BrokerProtocol(self.broker)
         protocol.factory = self
+        self.accepted += 1
         return protocol
 
     def _refuse(self, addr) -> None:

@@ -110,6 +110,8 @@ class Broker:
         self.config = config
         self._clock = self.clock = clock
         self._waiting: dict[tuple[str, int], set[_WaitingFetch]] = {}
+        #: Error codes answered (or, for a fire-and-forget produce, meant), by (request type, code): for metrics.
+        self.error_counts: dict[tuple[int, int], int] = {}
         logs.add_flush_listener(self._flushed)
         self.handlers: dict[type, Callable[..., Any]] = {
             ProduceRequest: self.produce,
@@ -130,11 +132,16 @@ class Broker:
     def _append(self, request: ProduceRequest) -> AppendResult:
         return self.logs.get_or_create_log(request.topic, request.partition).append(request.messages)
 
-    def produce(self, request: ProduceRequest, peer: str = "?") -> None:
+    def count_error(self, kind: int, code: int) -> None:
+        """Count one error C{code} in the answer to a request of type C{kind} (one per failed part)."""
+        self.error_counts[kind, code] = self.error_counts.get((kind, code), 0) + 1
+
+    def produce(self, request: ProduceRequest, peer: str = "?", kind: int = codec.PRODUCE) -> None:
         """PRODUCE: append, answer nothing; a rejected set is logged (the producer does not wait)."""
         try:
             self._append(request)
         except BrokerError as e:
+            self.count_error(kind, e.code)
             self._log.warn(
                 "rejected a produce from {peer} to {topic}-{partition}: {error}",
                 peer=peer, topic=request.topic, partition=request.partition, error=e,
@@ -143,7 +150,7 @@ class Broker:
     def multiproduce(self, request: MultiProduceRequest, peer: str = "?") -> None:
         """MULTIPRODUCE: each set as a PRODUCE."""
         for produce in request.produces:
-            self.produce(produce, peer)
+            self.produce(produce, peer, codec.MULTIPRODUCE)
 
     def ack_produce(self, request: AckProduceRequest, peer: str = "?") -> Response | Deferred[Response] | None:
         """ACK_PRODUCE: append every set, then answer with the offsets (after the fsync when asked)."""
@@ -153,6 +160,7 @@ class Broker:
             try:
                 appended = self._append(produce)
             except BrokerError as e:
+                self.count_error(codec.ACK_PRODUCE, e.code)
                 self._log.warn(
                     "rejected a produce from {peer} to {topic}-{partition}: {error}",
                     peer=peer, topic=produce.topic, partition=produce.partition, error=e,
@@ -167,6 +175,7 @@ class Broker:
                 try:
                     log.write_out()  # "appended" means in the file: a process crash cannot lose it
                 except BrokerError as e:
+                    self.count_error(codec.ACK_PRODUCE, e.code)
                     results[-1] = attrs.evolve(results[-1], error=e.code)
         if request.ack != ACK_FLUSHED or not flushes:
             return codec.encode_ack_produce_response(NO_ERROR, results)
@@ -182,6 +191,7 @@ class Broker:
                 offset = await flushed
             except Exception as e:  # a timeout, a failed fsync, or no descriptor to open a directory for one
                 code = TooManyOpenFiles.code if isinstance(e, TooManyOpenFiles) else RequestTimedOut.code
+                self.count_error(codec.ACK_PRODUCE, code)
                 self._log.warn("acknowledged produce to {topic}: not flushed: {error}",
                                topic=results[index].topic, error=e)
                 results[index] = attrs.evolve(results[index], error=code)
@@ -219,6 +229,8 @@ class Broker:
     def fetch(self, request: FetchRequest, peer: str = "?") -> Response:
         """FETCH: a header and the log bytes, zero-copy (as Kafka 0.7: partial first message, 0.7 codes)."""
         error, region = self._read(request, kafka07=True)
+        if error:
+            self.count_error(codec.FETCH, error)
         length = region.length if region is not None else 0
         return [codec.fetch_response_header(error, length), *([region] if length else [])]
 
@@ -226,7 +238,10 @@ class Broker:
         reads = [self._read(f, kafka07) for f in fetches]
         lengths = [r.length if r is not None else 0 for _, r in reads]
         parts: list[bytes | FileRegion] = [codec.multifetch_response_header(NO_ERROR, lengths)]
+        kind = codec.MULTIFETCH if kafka07 else codec.WAIT_FETCH
         for (error, region), length in zip(reads, lengths):
+            if error:
+                self.count_error(kind, error)
             parts.append(codec.multifetch_part_header(error, length))
             if length:
                 parts.append(region)
@@ -292,6 +307,7 @@ class Broker:
             if not 0 <= request.partition < count:
                 raise WrongPartition(f"partition {request.partition} of {request.topic!r} is outside [0, {count - 1}]")
         except BrokerError as e:
+            self.count_error(codec.OFFSETS, kafka07_code(e.code))
             return codec.encode_offsets_response(kafka07_code(e.code), ())
         log = self.logs.get_log(request.topic, request.partition)
         if log is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+from collections.abc import Callable
 from functools import partial
 
 from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
@@ -21,6 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
 from twlog.errors import BrokerShuttingDown, InvalidTopic, TwlogError, WrongPartition
@@ -86,6 +88,7 @@ class LogManager:
         self.recovered = False
         self._topic_listeners: list = []
         self._flush_listeners: list = []
+        self._flush_observer: Callable[[float, bool], object] | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -189,7 +192,7 @@ class LogManager:
             self._lock_fd = -1
 
     def _open_log(self, path: str, key: tuple[str, int], recover: bool) -> Log:
-        log = Log.open(path, self.config, self._clock, self._run_in_thread, recover=recover)
+        log = Log.open(path, self.config, self._clock, self._run_fsync, recover=recover)
         log.add_flush_listener(lambda log: self._flushed(key, log))
         return log
 
@@ -249,6 +252,30 @@ class LogManager:
     def add_flush_listener(self, listener) -> None:
         """Call C{listener(topic, partition, log)} whenever a log's flushed offset moves (wakes waiting fetches)."""
         self._flush_listeners.append(listener)
+
+    def observe_flushes(self, observer: Callable[[float, bool], object] | None) -> None:
+        """Call C{observer(seconds, ok)} as each flush's fsync ends, in every log (for the broker's metrics).
+
+        C{seconds} is the time from handing the fsync to a pool thread to its end; C{ok} is
+        False when it failed, or was put off for lack of descriptors.
+        """
+        self._flush_observer = observer
+
+    def _run_fsync(self, f: Callable[..., object], *args: object) -> Deferred:
+        """The logs' thread runner: a log runs only its fsyncs on the pool, so this is where they are timed."""
+        d = self._run_in_thread(f, *args)
+        if self._flush_observer is not None:
+            d.addBoth(self._fsync_ended, self._clock.seconds())
+        return d
+
+    def _fsync_ended(self, result: object, started: float) -> object:
+        observer = self._flush_observer
+        try:
+            if observer is not None:
+                observer(max(self._clock.seconds() - started, 0.0), not isinstance(result, Failure))
+        except Exception:
+            self._log.failure("flush observer failed")
+        return result
 
     def logs(self) -> dict[tuple[str, int], Log]:
         """Every open log, by (topic, partition)."""

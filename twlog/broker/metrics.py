@@ -1,0 +1,270 @@
+# -*- test-case-name: tests.broker.test_metrics,tests.integration.test_metrics -*-
+"""A broker's metrics in Prometheus' text format: L{BrokerMetrics}, and the HTTP page serving them.
+
+Each broker has a registry of its own (several brokers share a process in
+C{twlog local} and in the tests; prometheus_client's global registry would
+mix them).  The hot paths count with plain integers kept by the objects that
+do the work: the connection factory (requests by type, bytes in and out,
+connections), the L{Broker} (error codes answered), the request budget; the
+two histograms (request and flush latency) are plain lists of bucket counts
+here, told of each request and each fsync through observer hooks.  The
+collector turns all of it into metric families at scrape time, and reads the
+partitions' sizes and offsets from the L{LogManager} then: nothing is done
+per message, and a request costs a dictionary update and a bisection.
+
+The page is rendered on the reactor thread, where the counters and the logs
+live: prometheus_client's own Twisted resource runs its WSGI app on the
+reactor's thread pool, which the logs' fsyncs use, and would read the logs
+from another thread.  A scrape costs about a millisecond per hundred
+partitions.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from twisted.web.resource import EncodingResourceWrapper, Resource
+from twisted.web.server import GzipEncoderFactory, Request, Site
+from twisted.web.static import Data
+from typing_extensions import override
+
+from twlog.errors import ERRORS, UNKNOWN
+from twlog.protocol import codec
+from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.server import Broker
+from twlog.storage.manager import LogManager
+
+#: The label value of each request type; any other type (a frame that did not parse) is "unknown".
+REQUEST_NAMES = {
+    codec.PRODUCE: "PRODUCE",
+    codec.FETCH: "FETCH",
+    codec.MULTIFETCH: "MULTIFETCH",
+    codec.MULTIPRODUCE: "MULTIPRODUCE",
+    codec.OFFSETS: "OFFSETS",
+    codec.ACK_PRODUCE: "ACK_PRODUCE",
+    codec.WAIT_FETCH: "WAIT_FETCH",
+    codec.METADATA: "METADATA",
+    codec.CLUSTER_METADATA: "CLUSTER_METADATA",
+}
+
+#: Upper bounds (seconds) of the request latency buckets: a waiting fetch may last up to
+#: C{max_fetch_wait_ms} (30 s by default).
+REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Upper bounds (seconds) of the flush (fsync) latency buckets.
+FLUSH_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def request_name(kind: int) -> str:
+    """The C{type} label of a request type number."""
+    return REQUEST_NAMES.get(kind, "unknown")
+
+
+def error_name(code: int) -> str:
+    """The C{error} label of a wire error code: its exception's name (L{twlog.errors})."""
+    cls = ERRORS.get(code)
+    return cls.__name__ if cls is not None else "Unknown" if code == UNKNOWN else f"Error{code}"
+
+
+class LatencyHistogram:
+    """A histogram of durations in plain integers: one bisection and two additions per observation."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one duration (a negative one, from a clock stepped back, counts as 0)."""
+        if seconds < 0:
+            seconds = 0.0
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.sum += seconds
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """Cumulative counts by upper bound, as Prometheus wants them (the last is C{+Inf})."""
+        out, total = [], 0
+        for bound, count in zip((*map(repr, self.bounds), "+Inf"), self.counts):
+            total += count
+            out.append((bound, total))
+        return out
+
+
+class BrokerMetrics:
+    """One broker's metrics: L{registry}, fed by hooks into its factory, logs and broker.
+
+    Build it before the logs start (it observes their flushes from then on).
+    """
+
+    def __init__(self, broker: Broker, factory: BrokerFactory, logs: LogManager) -> None:
+        self.broker = broker
+        self.factory = factory
+        self.logs = logs
+        self.request_latency: dict[int, LatencyHistogram] = {}
+        self.flush_latency = LatencyHistogram(FLUSH_BUCKETS_S)
+        #: fsyncs that failed (or were put off for lack of descriptors).
+        self.flush_failures = 0
+        #: The registry to scrape: this broker's families, and the process's (CPU, memory, descriptors).
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_BrokerCollector(self))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        factory.request_observer = self.request_done
+        logs.observe_flushes(self.flush_done)
+
+    def request_done(self, kind: int, seconds: float) -> None:
+        """A request of type C{kind} was answered C{seconds} after it arrived."""
+        histogram = self.request_latency.get(kind)
+        if histogram is None:
+            histogram = self.request_latency[kind] = LatencyHistogram(REQUEST_BUCKETS_S)
+        histogram.observe(seconds)
+
+    def flush_done(self, seconds: float, ok: bool) -> None:
+        """A log's fsync ended after C{seconds}, successfully or not."""
+        if ok:
+            self.flush_latency.observe(seconds)
+        else:
+            self.flush_failures += 1
+
+    def site(self) -> Site:
+        """An HTTP site serving the metrics at C{/metrics} (gzipped when the scraper accepts it)."""
+        root = Data(b"twlog broker metrics: /metrics\n", "text/plain; charset=utf-8")
+        root.putChild(b"metrics", EncodingResourceWrapper(MetricsPage(self.registry), [GzipEncoderFactory()]))
+        return _QuietSite(root)
+
+
+class MetricsPage(Resource):
+    """C{GET /metrics}: the registry in the text format the scraper asks for (Prometheus' or OpenMetrics').
+
+    As prometheus_client's own handlers, C{?name[]=NAME} restricts the output to the families named.
+    """
+
+    isLeaf = True
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__()
+        self.registry = registry
+
+    def render_GET(self, request: Request) -> bytes:
+        encoder, content_type = choose_encoder(request.getHeader("accept") or "")
+        names = [n.decode("utf-8", "replace") for n in request.args.get(b"name[]", [])]
+        registry = self.registry.restricted_registry(names) if names else self.registry
+        request.setHeader("Content-Type", content_type)
+        return encoder(registry)
+
+
+class _QuietSite(Site):
+    """A site that writes no access log line per scrape (one every few seconds, for ever)."""
+
+    noisy = False
+
+    @override
+    def log(self, request: Request) -> None:
+        pass
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class _BrokerCollector:
+    """Reads the broker's counters and logs at scrape time (on the reactor thread)."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self._metrics
+        broker, factory, budget = metrics.broker, metrics.factory, metrics.factory.budget
+        info = InfoMetricFamily("twlog_broker", "This broker's id.")
+        info.add_metric([], {"broker_id": str(broker.config.broker_id)})
+        yield info
+        yield from self._requests(metrics)
+        yield _counter("twlog_network_received_bytes", "Bytes received from clients.", factory.received_bytes)
+        yield _counter("twlog_network_sent_bytes", "Bytes of responses written to clients, log bytes included.",
+                       factory.sent_bytes)
+        yield _counter("twlog_sendfile_sent_bytes", "Of twlog_network_sent_bytes_total, the log bytes sent with "
+                       "sendfile(2).", factory.sendfile_bytes)
+        yield _gauge("twlog_connections", "Open client connections.", len(factory.connections))
+        yield _gauge("twlog_connections_max", "The connection cap (--max-connections).",
+                     factory.max_connections if factory.max_connections is not None else float("nan"))
+        yield _counter("twlog_connections_accepted", "Client connections accepted.", factory.accepted)
+        yield _counter("twlog_connections_refused", "Client connections closed at once because the cap was "
+                       "reached.", factory.refused)
+        yield _gauge("twlog_buffered_request_bytes", "Bytes of requests buffered over all connections.",
+                     budget.total)
+        yield _gauge("twlog_buffered_request_bytes_limit", "The bound on buffered request bytes "
+                     "(--max-buffered-request-bytes).", budget.limit)
+        yield _gauge("twlog_request_budget_stopped_connections", "Connections not read because the buffered request "
+                     "bytes are at the bound.", budget.stopped)
+        yield _counter("twlog_request_budget_stops", "Times a connection stopped being read because the buffered "
+                       "request bytes were at the bound.", budget.holds)
+        yield _gauge("twlog_waiting_fetches", "WAIT_FETCH requests held until data arrives or their wait ends.",
+                     broker.waiting_fetches())
+        flushes = HistogramMetricFamily("twlog_flush_duration_seconds", "Time from starting a log's fsync (on "
+                                        "a pool thread) to its end, for fsyncs that succeeded.")
+        flushes.add_metric([], metrics.flush_latency.buckets(), metrics.flush_latency.sum)
+        yield flushes
+        yield _counter("twlog_flush_failures", "fsyncs that failed, or were put off for lack of descriptors.",
+                       metrics.flush_failures)
+        yield from self._partitions(metrics.logs)
+
+    def _requests(self, metrics: BrokerMetrics) -> Iterator[Metric]:
+        requests = CounterMetricFamily("twlog_requests", "Requests received, by type.", labels=["type"])
+        for kind, count in sorted(metrics.factory.requests.items()):
+            requests.add_metric([request_name(kind)], count)
+        yield requests
+        errors = CounterMetricFamily(
+            "twlog_request_errors", "Error codes answered, by request type and code: one per failed part of "
+            "a multi-part request; a refused fire-and-forget produce counts too.", labels=["type", "code", "error"],
+        )
+        for (kind, code), count in sorted(metrics.broker.error_counts.items()):
+            errors.add_metric([request_name(kind), str(code), error_name(code)], count)
+        yield errors
+        latency = HistogramMetricFamily(
+            "twlog_request_duration_seconds", "Time from a request's arrival until its response was written "
+            "(waiting fetches included), by type.", labels=["type"],
+        )
+        for kind, histogram in sorted(metrics.request_latency.items()):
+            latency.add_metric([request_name(kind)], histogram.buckets(), histogram.sum)
+        yield latency
+
+    def _partitions(self, logs: LogManager) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        families = {
+            "size": GaugeMetricFamily("twlog_log_size_bytes", "Bytes on disk of a partition's segments.",
+                                      labels=labels),
+            "segments": GaugeMetricFamily("twlog_log_segments", "Segment files of a partition.", labels=labels),
+            "start": GaugeMetricFamily("twlog_log_start_offset", "A partition's first offset still on disk.",
+                                       labels=labels),
+            "flushed": GaugeMetricFamily("twlog_log_flushed_offset", "A partition's latest offset visible to "
+                                         "consumers (flushed).", labels=labels),
+            "end": GaugeMetricFamily("twlog_log_end_offset", "Where a partition's next append lands (flushed or "
+                                     "not).", labels=labels),
+            "failed": GaugeMetricFamily("twlog_log_failed", "1 when a write or fsync failed in the partition: it "
+                                        "takes no more messages until the broker restarts.", labels=labels),
+        }
+        for (topic, partition), log in sorted(logs.logs().items()):
+            values = [topic, str(partition)]
+            families["size"].add_metric(values, log.size_bytes())
+            families["segments"].add_metric(values, len(log.segments))
+            families["start"].add_metric(values, log.start_offset)
+            families["flushed"].add_metric(values, log.flushed_offset)
+            families["end"].add_metric(values, log.end_offset)
+            families["failed"].add_metric(values, 0 if log.failed is None else 1)
+        yield from families.values()
