@@ -7,7 +7,8 @@ import socket
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.cli.local import LOCK_FILE, LocalError, check_ports, lock_data_directory
+from twlog.cli.local import LOCK_FILE, LocalError, check_ports, lock_data_directory, metrics_port_of, usage_text
+from twlog.cli.main import build_parser
 from twlog.coord.zkserver import bind_error, free_port, free_ports
 
 
@@ -85,6 +86,38 @@ class CheckPortsTests(SynchronousTestCase):
         """Brokers' ports past 65535 are refused before anything is probed."""
         e = self.assertRaises(LocalError, check_ports, free_port(), 65535, 2)
         self.assertIn("65535", str(e))
+
+
+class MetricsPortTests(SynchronousTestCase):
+    def test_default_is_port_plus_100(self) -> None:
+        """Metrics are on by default, from --port + 100; --metrics-port moves them, --no-metrics turns them off."""
+        parse = build_parser().parse_args
+        self.assertEqual(metrics_port_of(parse(["local"])), 9192)
+        self.assertEqual(metrics_port_of(parse(["local", "--port", "19092"])), 19192)
+        self.assertEqual(metrics_port_of(parse(["local", "--metrics-port", "7000"])), 7000)
+        self.assertIsNone(metrics_port_of(parse(["local", "--no-metrics"])))
+
+    def test_metrics_port_taken(self) -> None:
+        """A taken metrics port is an error naming it, the broker, --metrics-port and --no-metrics."""
+        first = free_ports(2)
+        listening_socket(self, first + 1)
+        e = self.assertRaises(LocalError, check_ports, free_port(), free_ports(2), 2, first)
+        self.assertEqual(str(e), f"cannot use port {first + 1} for broker 1's metrics (Address already in use); "
+                                 "pick other ports with --metrics-port (broker N serves metrics on --metrics-port + N)"
+                                 ", or --no-metrics")
+
+    def test_metrics_port_shared(self) -> None:
+        """A metrics port that is also a broker's port is refused."""
+        first = free_ports(3)
+        e = self.assertRaises(LocalError, check_ports, free_port(), first, 2, first + 1)
+        self.assertIn(f"port {first + 1} is both a broker's (--port) and a broker's metrics port", str(e))
+
+    def test_banner_lists_the_urls(self) -> None:
+        """The banner has one metrics line with every broker's URL, and none without metrics."""
+        urls = ["http://127.0.0.1:9192/metrics", "http://127.0.0.1:9193/metrics"]
+        text = usage_text("127.0.0.1:2181", [9092, 9093], "/d", urls)
+        self.assertIn("\nmetrics:  http://127.0.0.1:9192/metrics  http://127.0.0.1:9193/metrics\n", text)
+        self.assertNotIn("metrics", usage_text("127.0.0.1:2181", [9092], "/d"))
 
 
 class DataLockTests(SynchronousTestCase):

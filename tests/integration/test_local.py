@@ -12,6 +12,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
+from twisted.web.client import Agent, readBody
 
 from tests.integration.test_cli import twlog
 from twlog.coord.zkserver import four_letter_word, free_port, free_ports
@@ -95,6 +96,10 @@ class LocalClusterTests(TestCase):
         zookeeper = re.search(r"ZooKeeper at (127\.0\.0\.1:\d+)", banner).group(1)
         ports = [int(p) for p in re.findall(r"localhost:(\d+)", banner.split("broker(s) at ")[1].split(";")[0])]
         self.assertEqual(len(ports), 2)
+        # Each broker serves its metrics on its port + 100, and the banner says where.
+        self.assertIn("\nmetrics:  " + "  ".join(f"http://127.0.0.1:{p + 100}/metrics" for p in ports) + "\n", banner)
+        response = await Agent(reactor).request(b"GET", b"http://127.0.0.1:%d/metrics" % (ports[1] + 100))
+        self.assertIn(b'twlog_broker_info{broker_id="1"} 1.0', await readBody(response))
 
         status, _, err = await twlog("produce", "--zookeeper", zookeeper, "-t", "clicks", "--batch-size", "10",
                                      stdin=b"".join(b"%d\n" % i for i in range(100)))

@@ -8,8 +8,12 @@ each, registered in ZooKeeper like any other broker.  Ctrl-C (or SIGTERM)
 stops the brokers cleanly (flush, clean-shutdown marker, deregistration),
 then ZooKeeper.
 
+Each broker serves Prometheus metrics at C{http://127.0.0.1:<port>/metrics}
+(from C{--metrics-port}, by default C{--port} + 100: 9192, 9193, ...), listed
+in the banner.
+
 It starts on the ports asked for (by default ZooKeeper on 2181, brokers from
-9092) or not at all: a port another process listens on, or a data directory
+9092, their metrics from 9192) or not at all: a port another process listens on, or a data directory
 another C{twlog local} uses (C{<data>/.twlog-local.lock}), is one line naming
 the option to change.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+from collections.abc import Sequence
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, DeferredList, FirstError
@@ -68,12 +73,14 @@ def lock_data_directory(data: str) -> int:
     return fd
 
 
-def check_ports(zookeeper_port: int, first_broker_port: int, brokers: int) -> list[int]:
+def check_ports(zookeeper_port: int, first_broker_port: int, brokers: int,
+                first_metrics_port: int | None = None) -> list[int]:
     """The brokers' ports (C{brokers} consecutive ones from C{first_broker_port}), once all ports are free.
 
-    Probed as the servers will bind them, so the connections of a C{twlog
-    local} stopped a moment ago do not count; a port another process
-    listens on is a L{LocalError} naming it and the option to change.
+    With C{first_metrics_port}, the brokers' metrics ports (as many, consecutive
+    from it) are checked too.  Probed as the servers will bind them, so the
+    connections of a C{twlog local} stopped a moment ago do not count; a port
+    another process listens on is a L{LocalError} naming it and the option to change.
     """
     ports = list(range(first_broker_port, first_broker_port + brokers))
     if ports[-1] > 65535:
@@ -89,10 +96,36 @@ def check_ports(zookeeper_port: int, first_broker_port: int, brokers: int) -> li
         if error is not None:
             raise LocalError(f"cannot use port {port} for broker {broker_id} ({error}); "
                              "pick other ports with --port (broker N listens on --port + N)")
+    if first_metrics_port is not None:
+        _check_metrics_ports(zookeeper_port, ports, list(range(first_metrics_port, first_metrics_port + brokers)))
     return ports
 
 
-def usage_text(zookeeper: str, ports: list[int], data: str) -> str:
+def _check_metrics_ports(zookeeper_port: int, broker_ports: list[int], metrics_ports: list[int]) -> None:
+    """Refuse metrics ports past 65535, shared with ZooKeeper or a broker, or taken."""
+    if metrics_ports[-1] > 65535:
+        raise LocalError(f"{len(metrics_ports)} metrics ports from {metrics_ports[0]} go past 65535; "
+                         "pick a lower --metrics-port")
+    for port in metrics_ports:
+        if port == zookeeper_port or port in broker_ports:
+            other = "ZooKeeper's (--zookeeper-port)" if port == zookeeper_port else "a broker's (--port)"
+            raise LocalError(f"port {port} is both {other} and a broker's metrics port (--metrics-port); "
+                             "pick another --metrics-port")
+    for broker_id, port in enumerate(metrics_ports):
+        error = bind_error(port)
+        if error is not None:
+            raise LocalError(f"cannot use port {port} for broker {broker_id}'s metrics ({error}); pick other ports "
+                             "with --metrics-port (broker N serves metrics on --metrics-port + N), or --no-metrics")
+
+
+def metrics_port_of(args) -> int | None:
+    """The first broker's metrics port: C{--metrics-port}, by default C{--port} + 100; None with C{--no-metrics}."""
+    if args.no_metrics:
+        return None
+    return args.metrics_port if args.metrics_port is not None else args.port + 100
+
+
+def usage_text(zookeeper: str, ports: list[int], data: str, metrics_urls: Sequence[str] = ()) -> str:
     """What to tell the user once the cluster is up."""
     brokers = ",".join(f"localhost:{p}" for p in ports)
     return "\n".join([
@@ -101,6 +134,7 @@ def usage_text(zookeeper: str, ports: list[int], data: str) -> str:
         "produce:  seq 1 100 | twlog produce --zookeeper " + zookeeper + " --topic clicks",
         "consume:  twlog consume --zookeeper " + zookeeper + " --group demo --topic clicks",
         "inspect:  twlog topics --broker " + brokers + "   |   twlog groups --zookeeper " + zookeeper,
+        *(["metrics:  " + "  ".join(metrics_urls)] if metrics_urls else []),
         "",
         "Ctrl-C stops everything cleanly.",
     ])
@@ -117,7 +151,8 @@ async def run_local(reactor, args) -> None:
 
 
 async def _run_cluster(reactor, args, data: str) -> None:
-    ports = check_ports(args.zookeeper_port, args.port, args.brokers)
+    first_metrics_port = metrics_port_of(args)
+    ports = check_ports(args.zookeeper_port, args.port, args.brokers, first_metrics_port)
     # The brokers' log lines (topics created, recovery, bad clients) go to stderr.
     globalLogBeginner.beginLoggingTo(
         [FilteringLogObserver(textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(LogLevel.info)])],
@@ -139,6 +174,7 @@ async def _run_cluster(reactor, args, data: str) -> None:
                 broker_id=broker_id,
                 port=port,
                 zookeeper=zookeeper.connect_string,
+                metrics_port=None if first_metrics_port is None else first_metrics_port + broker_id,
             )
             service = BrokerService(config, reactor, stop_reactor_on_error=False)
             service.setServiceParent(top)
@@ -148,7 +184,8 @@ async def _run_cluster(reactor, args, data: str) -> None:
             await DeferredList([s.listening for s in services], fireOnOneErrback=True, consumeErrors=True)
         except FirstError as e:
             failed = services[e.index].config
-            raise LocalError(f"broker {failed.broker_id} (port {failed.port}) cannot start: "
+            metrics = f", metrics port {failed.metrics_port}" if failed.metrics_port is not None else ""
+            raise LocalError(f"broker {failed.broker_id} (port {failed.port}{metrics}) cannot start: "
                              f"{e.subFailure.getErrorMessage()}") from None
     except BaseException:
         await top.stopService()
@@ -169,6 +206,7 @@ async def _run_cluster(reactor, args, data: str) -> None:
         return d.addBoth(zookeeper_down)
 
     reactor.addSystemEventTrigger("before", "shutdown", shutdown)
-    print(usage_text(zookeeper.connect_string, [s.broker.port for s in services], data))
+    print(usage_text(zookeeper.connect_string, [s.broker.port for s in services], data,
+                     [s.metrics_url for s in services if s.metrics_url is not None]))
     sys.stdout.flush()
     await stopped

@@ -236,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="partitions of a new topic on each broker (default: 4)")
     local.add_argument("--flush-interval-ms", type=_positive_int, default=200,
                        help="how soon produced messages become visible (default: 200)")
+    local.add_argument("--metrics-port", type=_positive_int, default=None, metavar="PORT",
+                       help="the first broker's Prometheus metrics port; broker N serves "
+                       "http://127.0.0.1:PORT+N/metrics (default: --port + 100, so 9192)")
+    local.add_argument("--no-metrics", action="store_true", help="serve no metrics")
     local.set_defaults(run="twlog.cli.local:run_local", react=True)
 
     bench = commands.add_parser("bench", help="run a benchmark and print a table",
