@@ -90,6 +90,12 @@ class MetricsOverHTTPTests(TestCase):
         self.assertIn("twlog_connections", {f.name for f in text_string_to_metric_families(gzip.decompress(body)
                                                                                            .decode())})
 
+    async def test_root_points_to_metrics(self) -> None:
+        """GET / says where the metrics are."""
+        service = await started(self, broker_from_options(self, "--metrics-port", "0"))
+        response, body = await get(service.metrics_url.removesuffix("metrics"))
+        self.assertEqual((response.code, body), (200, b"twlog broker metrics: /metrics\n"))
+
     async def test_off_by_default(self) -> None:
         """Without --metrics-port there is no metrics server and no hook on the hot path."""
         service = await started(self, broker_from_options(self))
@@ -110,7 +116,8 @@ class MetricsOverHTTPTests(TestCase):
         self.addCleanup(lambda: service.stopService() if service.running else None)
         with self.assertRaises(Exception) as raised:
             await service.listening
-        self.assertIn("Address already in use", str(raised.exception))
+        self.assertEqual(str(raised.exception),
+                         f"cannot serve metrics on 127.0.0.1:{port} (--metrics-port): Address already in use")
         self.assertIsNone(service.port)
         self.flushLoggedErrors()
 

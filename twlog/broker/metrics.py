@@ -15,8 +15,8 @@ per message, and a request costs a dictionary update and a bisection.
 The page is rendered on the reactor thread, where the counters and the logs
 live: prometheus_client's own Twisted resource runs its WSGI app on the
 reactor's thread pool, which the logs' fsyncs use, and would read the logs
-from another thread.  A scrape costs about a millisecond per hundred
-partitions.
+from another thread.  A scrape takes the reactor for about 4 ms with 100
+partitions and 30 ms with 1,000 (mostly prometheus_client's formatting).
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ class BrokerMetrics:
 
     def site(self) -> Site:
         """An HTTP site serving the metrics at C{/metrics} (gzipped when the scraper accepts it)."""
-        root = Data(b"twlog broker metrics: /metrics\n", "text/plain; charset=utf-8")
+        root = Resource()
+        root.putChild(b"", Data(b"twlog broker metrics: /metrics\n", "text/plain; charset=utf-8"))
         root.putChild(b"metrics", EncodingResourceWrapper(MetricsPage(self.registry), [GzipEncoderFactory()]))
         return _QuietSite(root)
 

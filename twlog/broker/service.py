@@ -129,9 +129,11 @@ class BrokerService(Service):
         self._log.info("broker {id}: metrics at {url}", id=self.config.broker_id, url=self.metrics_url)
 
     def _cannot_serve_metrics(self, failure) -> None:
-        self._cannot_start("cannot serve metrics on {interface}:{port} (--metrics-port): {error}",
-                           interface=self.config.metrics_interface, port=self.config.metrics_port,
-                           error=failure.getErrorMessage(), failure=failure)
+        reason = getattr(getattr(failure.value, "socketError", None), "strerror", None) or failure.getErrorMessage()
+        interface, port = self.config.metrics_interface, self.config.metrics_port
+        error = TwlogError(f"cannot serve metrics on {interface}:{port} (--metrics-port): {reason}")
+        self._cannot_start("cannot serve metrics on {interface}:{port} (--metrics-port): {reason}", error=error,
+                           interface=interface, port=port, reason=reason)
 
     @property
     def metrics_url(self) -> str | None:
