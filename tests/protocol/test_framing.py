@@ -177,3 +177,75 @@ class FrameReceiverTests(SynchronousTestCase):
         self.assertEqual(len(receiver.frames), 1)
         self.assertEqual(len(receiver.frames[0]), size)
         self.assertLessEqual(receiver.frame_copied_bytes, size + 4)
+
+
+class InPlaceRecorder(Recorder):
+    """Frames of 8 bytes or more are assembled in place."""
+
+    IN_PLACE_BYTES = 8
+
+
+class InPlaceFrameTests(SynchronousTestCase):
+    def test_every_split(self) -> None:
+        """Large and small frames split at every pair of byte boundaries come out whole, in order, each byte
+        copied once; a large one that waits for more reads comes as a memoryview."""
+        frames = [b"abc", bytes(range(40)), b"", b"0123456789", b"x"]
+        data = framed(*frames)
+        for cut in range(len(data) + 1):
+            for cut2 in range(cut, len(data) + 1, 7):
+                receiver = InPlaceRecorder()
+                connect(receiver)
+                for piece in (data[:cut], data[cut:cut2], data[cut2:]):
+                    receiver.dataReceived(piece)
+                self.assertEqual([bytes(f) for f in receiver.frames], frames, (cut, cut2))
+                # A large frame that had to wait for more reads was assembled in place.
+                # (its size prefix is bytes 7-10: the read that completes it ends at `end`; its body ends at 51)
+                end = next(e for e in (cut, cut2, len(data)) if e > 10)
+                self.assertEqual(type(receiver.frames[1]), memoryview if end < 51 else bytes, (cut, cut2))
+                self.assertEqual(receiver.buffered_bytes, 0)
+                self.assertLessEqual(receiver.frame_copied_bytes, len(data))
+
+    def test_buffered_and_needed(self) -> None:
+        """While a frame fills in place, what it holds and what it still needs are counted for the budget."""
+        receiver = InPlaceRecorder()
+        connect(receiver)
+        receiver.dataReceived(struct.pack(">I", 100) + b"a" * 30)
+        self.assertEqual((receiver.buffered_bytes, receiver.needed_bytes), (30, 70))
+        receiver.dataReceived(b"b" * 70 + struct.pack(">I", 3) + b"c")
+        self.assertEqual([bytes(f) for f in receiver.frames], [b"a" * 30 + b"b" * 70])
+        self.assertEqual((receiver.buffered_bytes, receiver.needed_bytes), (1, 2))
+
+    def test_pause_with_a_whole_frame_in_place(self) -> None:
+        """A paused receiver keeps a complete in-place frame, and what follows it, until resumed."""
+        receiver = InPlaceRecorder()
+        transport = connect(receiver)
+        receiver.dataReceived(struct.pack(">I", 10) + b"0123")
+        receiver.pauseProducing()
+        receiver.dataReceived(b"456789" + framed(b"next"))
+        self.assertEqual(receiver.frames, [])
+        self.assertEqual(transport.producerState, "paused")
+        receiver.resumeProducing()
+        self.assertEqual([bytes(f) for f in receiver.frames], [b"0123456789", b"next"])
+
+    def test_discard_in_place(self) -> None:
+        """Discarding drops a half-filled in-place frame; nothing more is delivered."""
+        receiver = InPlaceRecorder()
+        connect(receiver)
+        receiver.dataReceived(struct.pack(">I", 50) + b"a" * 20)
+        receiver.discard_buffer()
+        receiver.dataReceived(b"a" * 30 + framed(b"late"))
+        self.assertEqual((receiver.frames, receiver.buffered_bytes), ([], 0))
+
+    def test_large_frame_in_place_is_one_copy(self) -> None:
+        """A 10 MB frame in 64 KiB reads is one buffer of the frame's size, each byte copied into it once."""
+        receiver = InPlaceRecorder()
+        receiver.MAX_LENGTH = 20_000_000
+        connect(receiver)
+        size = 10_000_000
+        data = struct.pack(">I", size) + bytes(range(256)) * (size // 256) + bytes(size % 256)
+        for start in range(0, len(data), 65536):
+            receiver.dataReceived(data[start : start + 65536])
+        (frame,) = receiver.frames
+        self.assertIsInstance(frame, memoryview)
+        self.assertEqual(frame, data[4:])
+        self.assertEqual(receiver.frame_copied_bytes, size + 4)

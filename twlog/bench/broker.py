@@ -51,11 +51,12 @@ class BrokerProcess:
         argv = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
                 "twlog", "--port", "0", "--log-dir", os.path.join(log_dir, "data"), *extra]
         self._output = open(self.log_path, "wb")
-        env = None
-        if source is not None:
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-                [os.path.abspath(source), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        self.process = subprocess.Popen(argv, stdout=self._output, stderr=subprocess.STDOUT, env=env)
+        env = cwd = None
+        if source is not None:  # run from there too: sys.path starts with the working directory
+            cwd = os.path.abspath(source)
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([cwd, *filter(None, [os.environ.get("PYTHONPATH")])]))
+            argv[argv.index("--log-dir") + 1] = os.path.abspath(argv[argv.index("--log-dir") + 1])
+        self.process = subprocess.Popen(argv, stdout=self._output, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         self.port = self._wait_for_port(timeout_s)
 
     def _wait_for_port(self, timeout_s: float) -> int:

@@ -86,6 +86,9 @@ ACK_FLUSHED = 2  # the messages are fsynced, and so visible to consumers
 _FETCH_TAIL = struct.Struct(">iqi")  # partition, offset, max bytes
 _OFFSETS_TAIL = struct.Struct(">iqi")  # partition, time, max offsets
 _PRODUCE_HEAD = struct.Struct(">ii")  # partition, message set size
+#: Decoded message sets this large or larger are views of their frame, smaller ones copies: validating
+#: a set walks it message by message, and slices of bytes are cheaper than slices of a memoryview.
+VIEW_BYTES = 64 * 1024
 _ACK_HEAD = struct.Struct(">bih")  # ack, timeout ms, count
 _WAIT_HEAD = struct.Struct(">iih")  # max wait ms, min bytes, count
 
@@ -97,9 +100,10 @@ _WAIT_HEAD = struct.Struct(">iih")  # max wait ms, min bytes, count
 class ProduceRequest:
     """Type 0: append C{messages} (a message set) to a partition; no response.
 
-    Decoded from a frame, C{messages} is a read-only C{memoryview} of the frame
-    (not a copy: a 100 MB set is copied once, when the frame is assembled, and
-    validated and written from there); built by a client, any bytes-like value.
+    Decoded from a frame, a set of L{VIEW_BYTES} or more is a read-only
+    C{memoryview} of the frame (not a copy: a 100 MB set is copied once, when
+    the frame is assembled, and validated and written from there), a smaller
+    one C{bytes}; built by a client, any bytes-like value.
     """
 
     topic: str
@@ -195,6 +199,8 @@ def _read_produce(buf: bytes | memoryview, pos: int) -> tuple[ProduceRequest, in
     partition, size = _PRODUCE_HEAD.unpack_from(buf, pos)
     pos += 8
     need(buf, pos, size, "message set")
+    if size < VIEW_BYTES:  # copying a small set costs less than validating it through a view
+        return ProduceRequest(topic, partition, bytes(buf[pos : pos + size])), pos + size
     return ProduceRequest(topic, partition, _view(buf)[pos : pos + size]), pos + size
 
 

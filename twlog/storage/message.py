@@ -170,27 +170,28 @@ def scan(
     check = crc32
     pos = 0
     count = 0
-    while pos < n:
-        if n - pos < 9:
-            return _diagnose(buf, pos, count, max_message_bytes, origin)
-        size, magic, crc = unpack0(buf, pos)
-        end = pos + 4 + size
-        if size < MIN_MESSAGE_BYTES or size > max_message_bytes or end > n:
-            return _diagnose(buf, pos, count, max_message_bytes, origin)
-        if magic == MAGIC_PLAIN:
-            if check(buf[pos + 9 : end]) != crc:
+    try:
+        while pos < n:
+            size, magic, crc = unpack0(buf, pos)  # struct.error: fewer than 9 bytes left
+            end = pos + 4 + size
+            if size < MIN_MESSAGE_BYTES or size > max_message_bytes or end > n:
                 return _diagnose(buf, pos, count, max_message_bytes, origin)
-        elif (
-            magic != MAGIC_ATTRIBUTES
-            or size < 6
-            or buf[pos + 5] not in KNOWN_CODECS
-            or check(buf[pos + 10 : end]) != _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
-        ):
-            return _diagnose(buf, pos, count, max_message_bytes, origin)
-        elif buf[pos + 5] and wrappers is not None:
-            wrappers.append(pos)
-        pos = end
-        count += 1
+            if magic == MAGIC_PLAIN:
+                if check(buf[pos + 9 : end]) != crc:
+                    return _diagnose(buf, pos, count, max_message_bytes, origin)
+            elif (
+                magic != MAGIC_ATTRIBUTES
+                or size < 6
+                or buf[pos + 5] not in KNOWN_CODECS
+                or check(buf[pos + 10 : end]) != _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
+            ):
+                return _diagnose(buf, pos, count, max_message_bytes, origin)
+            elif buf[pos + 5] and wrappers is not None:
+                wrappers.append(pos)
+            pos = end
+            count += 1
+    except struct.error:
+        return _diagnose(buf, pos, count, max_message_bytes, origin)
     return ScanResult(pos, count, None)
 
 

@@ -94,7 +94,8 @@ class Segment:
         @raise OSError: the write failed (disk full, I/O error); C{data} is not
             appended, and what was appended before is kept.
         """
-        if not self._pending and len(data) >= self.WRITE_BUFFER_BYTES:
+        if len(data) >= self.WRITE_BUFFER_BYTES:  # large: written from where it is, never copied
+            self.write_out()
             self._write(data)
             return
         before = len(self._pending)
