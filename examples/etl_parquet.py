@@ -22,6 +22,10 @@ first such message's partition and offset; ``skip`` leaves such messages out;
 objects without the field go too.  Each run prints how many rows it wrote and
 how many payloads were not JSON.
 
+``--brokers`` may name any one broker of the cluster: a broker started with
+``--zookeeper`` (as ``twlog local``'s are) describes every partition of the
+topic, and one whose broker cannot be reached stops the run, naming it.
+
 Run (from the checkout, with twlog's venv: Spark's Python workers must import
 twlog, so PYSPARK_PYTHON defaults to the Python running this script)::
 
@@ -180,7 +184,7 @@ def summary(loaded: Loaded, output: str, field: str, on_bad_json: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--brokers", help="host:port,...")
+    where.add_argument("--brokers", help="host:port,... (any one broker of a cluster following ZooKeeper)")
     where.add_argument("--zookeeper", help="host:port[/chroot]")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--output", required=True, help="the Parquet directory (offsets are stored inside it)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.partition import TopicPartition
+from twlog.partition import TopicPartition, describe_partitions, resolve_partition
 
 
 class TopicPartitionTests(SynchronousTestCase):
@@ -26,3 +26,36 @@ class TopicPartitionTests(SynchronousTestCase):
     def test_bad_forms_are_refused(self) -> None:
         for text in ["clicks", "clicks:1", "clicks:a-1", ":0-1", "clicks:0-", "clicks:-1-2", "clicks:0-1-2"]:
             self.assertRaises(ValueError, TopicPartition.parse, text)
+
+
+class ResolvePartitionTests(SynchronousTestCase):
+    #: A topic on brokers 0 and 2, given out of order.
+    PARTITIONS = [TopicPartition("clicks", 2, 0), TopicPartition("clicks", 0, 1), TopicPartition("clicks", 0, 0)]
+
+    def test_names(self) -> None:
+        """A name <broker id>-<partition> (or the text form) resolves to that partition."""
+        self.assertEqual(resolve_partition("2-0", self.PARTITIONS), TopicPartition("clicks", 2, 0))
+        self.assertEqual(resolve_partition("clicks:0-1", self.PARTITIONS), TopicPartition("clicks", 0, 1))
+
+    def test_cluster_wide_index(self) -> None:
+        """A bare number is the index in the partitions sorted by (broker id, partition), as produce -p uses."""
+        self.assertEqual([resolve_partition(str(i), self.PARTITIONS).name for i in range(3)], ["0-0", "0-1", "2-0"])
+
+    def test_errors_list_the_valid_names(self) -> None:
+        """Anything else is a ValueError naming the text, the valid names and the index range."""
+        for text in ["3", "1-0", "0-2", "-1", "x", "other:0-0", "0-0-0", ""]:
+            with self.assertRaises(ValueError) as caught:
+                resolve_partition(text, self.PARTITIONS)
+            self.assertEqual(
+                str(caught.exception),
+                f"topic 'clicks' has no partition {text!r}: give a name <broker id>-<partition> "
+                "(0-0, 0-1, 2-0) or an index 0-2",
+            )
+
+    def test_long_lists_are_shortened(self) -> None:
+        """An error for a topic of many partitions lists the first ones and the last."""
+        many = [TopicPartition("t", 0, p) for p in range(100)]
+        with self.assertRaises(ValueError) as caught:
+            resolve_partition("1-0", many)
+        self.assertIn("0-30, ..., 0-99) or an index 0-99", str(caught.exception))
+        self.assertEqual(describe_partitions([]), "none")

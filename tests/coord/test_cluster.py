@@ -56,6 +56,21 @@ class ClusterViewTests(SynchronousTestCase):
         self.successResultOf(self.broker.stop())  # the broker dies: its ephemeral nodes go
         self.assertEqual((view.brokers, view.partitions("clicks")), ({}, []))
 
+    def test_all_topics(self) -> None:
+        """A view of all topics (a broker's) follows topics registered after it started; ready once read."""
+        view = ClusterView(self.zk, all_topics=True)
+        self.assertFalse(view.ready)
+        self.register(1, b"h:1", {"a": 2})
+        self.successResultOf(view.start())
+        self.addCleanup(view.stop)
+        self.assertTrue(view.ready and view.connected)
+        self.assertEqual((view.topics(), view.holders("a")), (["a"], {1: 2}))
+        self.successResultOf(self.broker.create(paths.broker_topic_path("b", 1), b"3", ephemeral=True,
+                                                makepath=True))
+        self.assertEqual((view.topics(), view.holders("b")), (["a", "b"], {1: 3}))
+        self.successResultOf(self.broker.delete(paths.broker_id_path(1)))
+        self.assertEqual(view.holders("b"), {})  # registered by a broker that is not live
+
     def test_kafka_07_registration_value(self) -> None:
         """A 0.7 broker's creator:host:port (creator <host>-<ms>) reads as (host, port)."""
         view = self.view()

@@ -18,6 +18,9 @@ from twlog.coord.zk import (
     NoNodeError,
     NotEmptyError,
     ZooKeeper,
+    ZooKeeperUnavailable,
+    missing_chroot,
+    split_chroot,
 )
 
 
@@ -177,3 +180,20 @@ class FakeSessionTests(SynchronousTestCase):
         self.successResultOf(self.zk.stop())
         self.assertIsNone(self.successResultOf(self.other.exists("/e")))
         self.assertEqual(self.states, [CONNECTED, LOST])
+
+
+class ChrootTests(SynchronousTestCase):
+    def test_split_chroot(self) -> None:
+        """A connect string splits into servers and chroot ("" when none, trailing slashes ignored)."""
+        self.assertEqual(split_chroot("a:1,b:2/twlog/x"), ("a:1,b:2", "/twlog/x"))
+        self.assertEqual(split_chroot("a:1/twlog/"), ("a:1", "/twlog"))
+        self.assertEqual(split_chroot("a:1"), ("a:1", ""))
+        self.assertEqual(split_chroot("a:1/"), ("a:1", ""))
+
+    def test_missing_chroot_message(self) -> None:
+        """One line: the chroot missing, the connect string probably meant, and who creates a chroot."""
+        error = missing_chroot("localhost:2181/twlog")
+        self.assertIsInstance(error, ZooKeeperUnavailable)
+        self.assertEqual(str(error), "ZooKeeper at localhost:2181 has no /twlog: did you mean localhost:2181 "
+                         "(no chroot)? (a broker started with --zookeeper localhost:2181/twlog creates /twlog; "
+                         "twlog local uses no chroot)")

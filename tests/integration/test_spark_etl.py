@@ -114,3 +114,26 @@ class ETLTests(SparkTestCase):
         self.assertTrue(lines[2].startswith('offsets stored: {"clicks": {"1-0": '), lines)
         self.assertNotIn(b"Traceback", err)
         self.assertNotIn(b"replaced a statically registered data source", err)
+
+
+class ClusterETLTests(SparkTestCase):
+    async def test_one_broker_address_loads_the_whole_topic(self):
+        """--brokers with one broker of a 2-broker cluster loads every partition (once it loaded half)."""
+        from tests.integration.broker import wait_until
+        from tests.integration.groups import registered, start_brokers
+        from tests.integration.zookeeper import connect
+
+        etl = load_example()
+        zk = await connect(self)
+        brokers = await start_brokers(self, zk.hosts, 2, partitions=2)
+        for n, broker in enumerate(brokers):
+            for partition in range(2):
+                await broker.produce("clicks", partition, clicks(100 * (2 * n + partition), 10))
+        await registered(zk, "clicks", brokers)
+        for broker in brokers:
+            view = broker.service.cluster
+            await wait_until(lambda view=view: view.ready and len(view.holders("clicks")) == 2)
+        output = os.path.abspath(self.mktemp())
+        loaded = await spark_call(etl.run, self.spark, "clicks", output, brokers=f"127.0.0.1:{brokers[1].port}")
+        self.assertEqual(loaded.rows, 40)
+        self.assertEqual(sorted(loaded.offsets["clicks"]), ["0-0", "0-1", "1-0", "1-1"])

@@ -295,3 +295,66 @@ class ZooKeeperTests(SparkTestCase):
         rows = await self.rows(zookeeper=connect, subscribe=TOPIC)
         self.assertEqual(sorted(r[3] for r in rows), sorted(payloads("one", 10) + payloads("two", 20)))
         self.assertEqual({r[1] for r in rows}, {"1-0", "2-0"})
+
+
+class ClusterTests(SparkTestCase):
+    async def cluster(self):
+        """Two brokers following ZooKeeper, 2 partitions each, 5 messages on each partition; the payloads."""
+        from tests.integration.broker import wait_until
+        from tests.integration.groups import produce_all, registered, start_brokers
+        from tests.integration.zookeeper import connect
+
+        zk = await connect(self)
+        brokers = await start_brokers(self, zk.hosts, 2, partitions=2)
+        sent = await produce_all(brokers, TOPIC, 5)
+        await registered(zk, TOPIC, brokers)
+        for broker in brokers:
+            view = broker.service.cluster
+            await wait_until(lambda view=view: view.ready and len(view.holders(TOPIC)) == 2)
+        return brokers, sent
+
+    async def test_one_address_reads_every_partition(self):
+        """The brokers option with one broker of a 2-broker cluster reads every row of the topic (the README's
+        cluster once returned only that broker's partitions); kafka.bootstrap.servers is the same option."""
+        brokers, sent = await self.cluster()
+        for option in ("brokers", "kafka.bootstrap.servers"):
+            for broker in brokers:
+                rows = await self.rows(**{option: f"127.0.0.1:{broker.port}"}, subscribe=TOPIC)
+                self.assertEqual(sorted(r[3] for r in rows), sorted(sent))
+                self.assertEqual({r[1] for r in rows}, {"0-0", "0-1", "1-0", "1-1"})
+
+    async def test_offsets_by_name_and_index(self):
+        """startingOffsets keys are partition names or cluster-wide indexes (3 is 1-1); names are validated."""
+        brokers, _ = await self.cluster()
+        one = f"127.0.0.1:{brokers[0].port}"
+        rows = await self.rows(brokers=one, subscribe=TOPIC, startingOffsets={TOPIC: {"0-0": -1, "1": -1, "2": -1}})
+        self.assertEqual({r[1] for r in rows}, {"1-1"})
+        message = await self.error(brokers=one, subscribe=TOPIC, startingOffsets={TOPIC: {"7-0": 0}})
+        self.assertIn("startingOffsets: topic 'clicks' has no partition '7-0'", message)
+        self.assertIn("(0-0, 0-1, 1-0, 1-1) or an index 0-3", message)
+        message = await self.error(brokers=one, subscribe=TOPIC, endingOffsets={"other": {"0-0": 0}})
+        self.assertIn("endingOffsets names topic 'other', which this query does not read", message)
+
+
+class OptionTests(SparkTestCase):
+    async def test_unknown_option(self):
+        """A misspelled option is an error naming it, the nearest known one, and every known option."""
+        message = await self.error(brokers="127.0.0.1:1", subscribe=TOPIC, startingOffset="earliest")
+        self.assertIn("unknown option 'startingoffset' (did you mean startingOffsets?) for the twlog source", message)
+        self.assertIn("the options are: brokers, kafka.bootstrap.servers, zookeeper,", message)
+
+    async def test_case_insensitive(self):
+        """Options match in any case, as in Spark's own sources."""
+        service = await start_broker(self)
+        brokers = f"127.0.0.1:{service.broker.port}"
+        await produce(self, brokers, TOPIC, payloads("a", 3))
+        rows = await self.rows(BROKERS=brokers, Subscribe=TOPIC, STARTINGOFFSETS="earliest")
+        self.assertEqual([r[3] for r in rows], payloads("a", 3))
+
+    async def test_missing_chroot(self):
+        """A zookeeper option whose chroot does not exist fails at once, saying what was probably meant."""
+        from tests.integration.zookeeper import zookeeper_server
+
+        servers = zookeeper_server().connect_string
+        message = await self.error(zookeeper=f"{servers}/twlog", subscribe=TOPIC)
+        self.assertIn(f"ZooKeeper at {servers} has no /twlog: did you mean {servers} (no chroot)?", message)

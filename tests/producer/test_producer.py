@@ -19,6 +19,7 @@ from twlog.errors import (
 )
 from twlog.partition import TopicPartition
 from twlog.producer import Producer, hash_partitioner
+from twlog.producer.router import PROVISIONAL_S
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_APPENDED,
@@ -28,6 +29,7 @@ from twlog.protocol.codec import (
     ProduceRequest,
     ProduceResult,
 )
+from twlog.protocol.responses import VIEW_CURRENT, BrokerAddress, TopicLayout
 from twlog.storage.message import CODEC_GZIP, iter_messages
 
 
@@ -321,3 +323,49 @@ class BatchingTests(SynchronousTestCase):
         self.successResultOf(producer.close())
         self.assertEqual(connections["b0"].produced_payloads(), [[b"last"]])
         self.assertTrue(connections["b0"].closed)
+
+
+class BootstrapTests(SynchronousTestCase):
+    """Static mode with CLUSTER_METADATA: one address of a ZooKeeper cluster is enough."""
+
+    def make(self, cluster: codec.ClusterMetadataResponse):
+        connections: dict[str, FakeConnection] = {}
+
+        def factory(host: str, port: int) -> FakeConnection:
+            connections[host] = FakeConnection(host, port, int(host[1:]), {})
+            return connections[host]
+
+        clock = Clock()
+        producer = Producer([("b0", 9092)], connection_factory=factory, reactor=clock)
+        connections["b0"].cluster = cluster
+        return producer, connections, clock
+
+    def cluster(self, holders: dict[int, int]) -> codec.ClusterMetadataResponse:
+        brokers = tuple(BrokerAddress(b, f"b{b}", 9092) for b in (0, 1, 2))
+        return codec.ClusterMetadataResponse(0, VIEW_CURRENT, brokers,
+                                             (TopicLayout("t", 0, tuple(sorted(holders.items()))),))
+
+    def test_one_address_finds_every_broker(self) -> None:
+        """The brokers the answering one describes join the pool, and their partitions are chosen."""
+        producer, connections, _ = self.make(self.cluster({0: 1, 1: 2, 2: 1}))
+        partitions = self.successResultOf(producer.partitions("t"))
+        self.assertEqual([p.name for p in partitions], ["0-0", "1-0", "1-1", "2-0"])
+        self.successResultOf(producer.send("t", b"m", partition=2))
+        self.assertEqual(connections["b1"].produced_payloads(), [[b"m"]])
+
+    def test_broker_without_the_topic_gets_partition_0_for_a_while(self) -> None:
+        """A live broker not holding the topic yet is a target (its partition 0); the cluster is asked again
+        after PROVISIONAL_S, and not before."""
+        producer, connections, clock = self.make(self.cluster({0: 2}))
+        self.assertEqual([p.name for p in self.successResultOf(producer.partitions("t"))],
+                         ["0-0", "0-1", "1-0", "2-0"])
+        asked = connections["b0"].requests.count
+        self.successResultOf(producer.send("t", b"m"))
+        self.assertEqual(asked(codec.ClusterMetadataRequest(("t",))), 1)
+        connections["b0"].cluster = self.cluster({0: 2, 1: 2, 2: 2})
+        clock.advance(PROVISIONAL_S)
+        self.assertEqual(len(self.successResultOf(producer.partitions("t"))), 6)
+        self.assertEqual(asked(codec.ClusterMetadataRequest(("t",))), 2)
+        clock.advance(10 * PROVISIONAL_S)
+        self.successResultOf(producer.send("t", b"m"))
+        self.assertEqual(asked(codec.ClusterMetadataRequest(("t",))), 2)

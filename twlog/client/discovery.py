@@ -29,6 +29,7 @@ the same layout live with L{twlog.coord.cluster.ClusterView}.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -217,6 +218,26 @@ def bootstrap(
     options = ClientOptions.build(options)
     topics = tuple(dict.fromkeys(topics))
     asked = parse_brokers(brokers)
+    for attempt in range(_STARTING_RETRIES + 1):
+        try:
+            return _bootstrap_once(asked, topics, options)
+        except _Starting as e:
+            if attempt == _STARTING_RETRIES:
+                raise ConnectionFailed(str(e)) from None
+            time.sleep(_STARTING_WAIT_S)  # a broker reads ZooKeeper right after it starts: ask again
+    raise AssertionError("unreachable")
+
+
+#: How often, and after how long, L{bootstrap} asks again when every broker is still reading ZooKeeper.
+_STARTING_RETRIES = 8
+_STARTING_WAIT_S = 0.25
+
+
+class _Starting(ConnectionFailed):
+    """Every broker that answered has not read ZooKeeper yet."""
+
+
+def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], options: ClientOptions) -> Bootstrap:
     answers: list[tuple[str, ClusterMetadataResponse]] = []
     problems: list[str] = []
     for host, port in asked:
@@ -241,6 +262,9 @@ def bootstrap(
         return Bootstrap(answer, address, {answer.broker_id})
     for address, answer in answers:
         problems.append(f"broker {address} {_VIEW_PROBLEMS.get(answer.view, f'sent an unknown view {answer.view}')}")
+    if answers and all(answer.view == VIEW_STARTING for _, answer in answers):
+        raise _Starting("cannot learn the cluster from " + ", ".join(map(_address, asked)) + ": "
+                        + "; ".join(problems))
     raise ConnectionFailed("cannot learn the cluster from " + ", ".join(map(_address, asked)) + ": "
                            + "; ".join(problems))
 

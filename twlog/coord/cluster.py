@@ -150,9 +150,21 @@ class ClusterView:
         await self._read_brokers(generation)
         if self._all_topics:
             await self._read_topic_names(generation)
-        await DeferredList([Deferred.fromCoroutine(self._read_topic(t, generation)) for t in list(self._topics)])
+        await self._read_topics(list(self._topics), generation)
         if self._started and generation == self._generation:
             self.ready = True
+
+    async def _read_topics(self, topics: list[str], generation: int) -> None:
+        """Read C{topics} at once; a read that fails is logged unless the view was stopped or lost its session
+        meanwhile (reconnecting reads everything again)."""
+        results = await DeferredList(
+            [Deferred.fromCoroutine(self._read_topic(t, generation)) for t in topics], consumeErrors=True
+        )
+        for topic, (ok, failure) in zip(topics, results):
+            if not ok and self._started and generation == self._generation and not self._session_lost:
+                # (ConnectionLoss or an expired session, mostly: their state change may come after the error.)
+                self._log.warn("reading topic {topic} failed: {error}", topic=topic,
+                               error=failure.getErrorMessage() or failure.type.__name__)
 
     def _session_changed(self, state: str) -> None:
         if state in (LOST, SUSPENDED):
@@ -190,7 +202,7 @@ class ClusterView:
         self._topics.update(new)
         if self._started and generation == self._generation and self.ready:
             # (On a refresh, _refresh reads every followed topic itself.)
-            await DeferredList([Deferred.fromCoroutine(self._read_topic(t, generation)) for t in new])
+            await self._read_topics(new, generation)
 
     async def _read_topic(self, topic: str, generation: int) -> None:
         path = paths.broker_topic_path(topic)

@@ -10,8 +10,10 @@ one of two ways:
     every live broker, and the pool connects to those not given); brokers
     without ZooKeeper describe themselves, and their answers are merged (one
     that does not answer is left out, with a warning: a producer writes to
-    the partitions it can reach).  Topics are asked again on a connection
-    failure, and while bootstrap partitions (below) are pending;
+    the partitions it can reach).  A live broker given or described that does
+    not hold the topic yet gets partition 0 of it (below), as every broker
+    listed did before; while any does, the topic is asked again at most once
+    a second (L{PROVISIONAL_S}), and on a connection failure;
   - from ZooKeeper: a L{ClusterView} watches the live brokers and each topic's
     registrations, and the pool follows the live brokers.
 
@@ -41,7 +43,20 @@ from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
 from twlog.errors import ClientClosed, ConnectionFailed, raise_for
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import ClusterMetadataRequest
-from twlog.protocol.responses import VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE, VIEWS, ClusterMetadataResponse
+from twlog.protocol.responses import (
+    VIEW_CURRENT,
+    VIEW_STALE,
+    VIEW_STANDALONE,
+    VIEW_STARTING,
+    VIEWS,
+    ClusterMetadataResponse,
+)
+
+#: Which CLUSTER_METADATA answers the producer prefers: one that follows ZooKeeper describes the whole cluster.
+_PREFERENCE = [VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE, VIEW_STARTING]
+
+#: Static mode: how long partitions including bootstrap ones (a broker not holding the topic yet) are kept.
+PROVISIONAL_S = 1.0
 
 #: A partitioning function: C{(key, number of partitions) -> partition index}.
 Partitioner = Callable[[bytes, int], int]
@@ -71,7 +86,10 @@ class Router:
         partitioner: Partitioner | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
         self._pool = pool
+        self._clock = reactor
         self._partitioner = partitioner or hash_partitioner
         self._rng = rng or random.Random()
         self._zk: IZooKeeper | None = None
@@ -85,8 +103,8 @@ class Router:
         # The live brokers each topic was bootstrapped with (partition 0 of each, until they register).
         self._bootstrap: dict[str, set[int]] = {}
         self._topics: dict[str, list[TopicPartition]] = {}
-        # Static mode: topics whose partitions include bootstrap ones (asked again on the next send).
-        self._provisional: set[str] = set()
+        # Static mode: topics whose partitions include bootstrap ones, and until when they are kept.
+        self._provisional: dict[str, float] = {}
         self._discovering: dict[str, list[Deferred[list[TopicPartition]]]] = {}
         self._closed = False
 
@@ -97,7 +115,14 @@ class Router:
 
     def known(self, topic: str) -> list[TopicPartition] | None:
         """C{topic}'s partitions if known and not being discovered again (the fast path), else None."""
+        self._expire(topic)
         return None if topic in self._discovering else self._topics.get(topic)
+
+    def _expire(self, topic: str) -> None:
+        until = self._provisional.get(topic)
+        if until is not None and self._clock.seconds() >= until:
+            del self._provisional[topic]
+            self._topics.pop(topic, None)
 
     def forget(self, topic: str) -> None:
         """Ask again on the next send to C{topic} (a broker may be gone, or back)."""
@@ -122,6 +147,7 @@ class Router:
 
     async def partitions(self, topic: str) -> list[TopicPartition]:
         """C{topic}'s partitions, ordered by (broker id, partition), discovering them if not known yet."""
+        self._expire(topic)
         known = self._topics.get(topic)
         if known is not None:
             return known
@@ -153,7 +179,7 @@ class Router:
 
     def _discovered(self, result: list[TopicPartition] | Failure, topic: str) -> None:
         waiters = self._discovering.pop(topic, [])
-        if not isinstance(result, Failure) and topic not in self._provisional:
+        if not isinstance(result, Failure):
             self._topics[topic] = result
         for d in waiters:
             if isinstance(result, Failure):
@@ -187,34 +213,41 @@ class Router:
                 problems.append(f"{connection.address}: {value.getErrorMessage()}")
                 continue
             self._pool.learned(value.broker_id, connection)
-            if value.view in (VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE):
+            if value.view in _PREFERENCE:
                 cluster.append(value)
             else:
                 problems.append(f"{connection.address}: its view of the cluster is {VIEWS.get(value.view, value.view)}")
-        cluster.sort(key=lambda answer: [VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE].index(answer.view))
-        if cluster and cluster[0].view != VIEW_STANDALONE:
-            cluster = cluster[:1]  # one broker that follows ZooKeeper describes everything
-        elif problems and cluster:
+        # A broker still reading ZooKeeper describes itself, as one without ZooKeeper does: use what it says.
+        cluster.sort(key=lambda answer: _PREFERENCE.index(answer.view))
+        if problems and cluster and cluster[0].view not in (VIEW_CURRENT, VIEW_STALE):
             self._log.warn("producing to topic {topic} without the partitions of {problems}", topic=topic,
                            problems="; ".join(problems))
         live: dict[int, tuple[str, int]] = {}
         registered: set[tuple[int, int]] = set()
-        for answer in cluster:
+        for n, answer in enumerate(cluster):
+            # One broker that follows ZooKeeper describes everything; each other one that answered is live and
+            # says what it holds itself (a view may lag behind a broker that has just registered).
+            whole = n == 0 or cluster[0].view not in (VIEW_CURRENT, VIEW_STALE)
             for layout in answer.topics:
                 if layout.topic == topic:
                     raise_for(layout.error, f"broker {answer.broker_id} refuses topic {topic!r}")
-                    registered.update((b, p) for b, n in layout.holders for p in range(n))
+                    registered.update((b, p) for b, count in layout.holders for p in range(count)
+                                      if whole or b == answer.broker_id)
             for broker_id, address in answer.addresses.items():
-                live.setdefault(broker_id, address)
+                if whole or broker_id == answer.broker_id:
+                    live.setdefault(broker_id, address)
         if not live:
             raise ConnectionFailed(f"no broker gave partitions for topic {topic!r}: " + "; ".join(problems))
         self._pool.add(live)
-        partitions, provisional = self._layout(topic, live, sorted(registered))
-        if provisional:
-            self._provisional.add(topic)
+        # Every live broker is a target: one that does not hold the topic yet gets partition 0 (it creates
+        # the log on the first write), as Kafka 0.7's producer bootstraps a new topic.
+        holders = {b for b, _ in registered}
+        pending = {(b, 0) for b in live if b not in holders}
+        if pending:
+            self._provisional[topic] = self._clock.seconds() + PROVISIONAL_S
         else:
-            self._provisional.discard(topic)
-        return partitions
+            self._provisional.pop(topic, None)
+        return [TopicPartition(topic, b, p) for b, p in sorted(registered | pending)]
 
     # -- ZooKeeper -----------------------------------------------------------------------
 
@@ -277,15 +310,11 @@ class Router:
         live = self._view.brokers
         if not live:
             raise ConnectionFailed(f"no broker is registered in ZooKeeper at {self._zk.hosts}: none is live")
-        return self._layout(topic, live, self._view.partitions(topic))[0]
-
-    def _layout(self, topic: str, live, registered: list[tuple[int, int]]) -> tuple[list[TopicPartition], bool]:
-        """The partitions to choose from: the registered ones, plus partition 0 of each live broker the topic was
-        bootstrapped on that has not registered it yet; and whether any such bootstrap partition is in."""
+        registered = self._view.partitions(topic)
         if not registered:
             # Nobody live holds it: partition 0 of each live broker, which creates the log on the first write.
             self._bootstrap[topic] = set(live)
-            return [TopicPartition(topic, b, 0) for b in sorted(live)], True
+            return [TopicPartition(topic, b, 0) for b in sorted(live)]
         holders = {b for b, _ in registered}
         pending = {(b, 0) for b in self._bootstrap.get(topic, ()) if b in live and b not in holders}
-        return [TopicPartition(topic, b, p) for b, p in sorted(set(registered) | pending)], bool(pending)
+        return [TopicPartition(topic, b, p) for b, p in sorted(set(registered) | pending)]

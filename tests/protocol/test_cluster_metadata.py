@@ -1,0 +1,158 @@
+"""CLUSTER_METADATA (type 8): the byte layout of docs/protocol.md, built by hand, and the broker's answers."""
+
+from __future__ import annotations
+
+import struct
+
+import attrs
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.protocol.test_server import BrokerTestMixin
+from twlog.errors import NO_ERROR, InvalidTopic, MalformedRequest, ProtocolViolation
+from twlog.protocol import codec
+from twlog.protocol.codec import ClusterMetadataRequest, MetadataRequest, decode_request, decode_response
+from twlog.protocol.responses import (
+    VIEW_CURRENT,
+    VIEW_STALE,
+    VIEW_STANDALONE,
+    VIEW_STARTING,
+    BrokerAddress,
+    ClusterMetadataResponse,
+    TopicLayout,
+    decode_cluster_metadata_response,
+    encode_cluster_metadata_response,
+)
+from twlog.storage.message import encode_message_set
+
+
+def i8(v: int) -> bytes:
+    return struct.pack(">b", v)
+
+
+def i16(v: int) -> bytes:
+    return struct.pack(">h", v)
+
+
+def i32(v: int) -> bytes:
+    return struct.pack(">i", v)
+
+
+def kstr(s: str) -> bytes:
+    data = s.encode()
+    return i16(len(data)) + data
+
+
+#: A two-broker cluster as the documented layout writes it.
+FRAME = (
+    i16(0) + i32(1) + i8(VIEW_CURRENT)
+    + i16(2) + i32(0) + kstr("a.example") + i32(9092) + i32(1) + kstr("b.example") + i32(9093)
+    + i16(2)
+    + kstr("clicks") + i16(0) + i16(2) + i32(0) + i32(4) + i32(1) + i32(2)
+    + kstr("a/b") + i16(InvalidTopic.code) + i16(0)
+)
+VALUE = ClusterMetadataResponse(
+    1, VIEW_CURRENT,
+    (BrokerAddress(0, "a.example", 9092), BrokerAddress(1, "b.example", 9093)),
+    (TopicLayout("clicks", 0, ((0, 4), (1, 2))), TopicLayout("a/b", InvalidTopic.code)),
+)
+
+
+class LayoutTests(SynchronousTestCase):
+    def test_request(self) -> None:
+        """The request is [int16 8][int16 count][topics], as METADATA's with another type; 0 topics is all."""
+        self.assertEqual(codec.encode_request(ClusterMetadataRequest(("a", "b"))),
+                         i16(8) + i16(2) + kstr("a") + kstr("b"))
+        self.assertEqual(codec.encode_request(ClusterMetadataRequest()), i16(8) + i16(0))
+        self.assertEqual(decode_request(i16(8) + i16(1) + kstr("x")), ClusterMetadataRequest(("x",)))
+        self.assertEqual(decode_request(i16(7) + i16(0)), MetadataRequest())
+        self.assertRaises(MalformedRequest, decode_request, i16(8) + i16(1))
+
+    def test_response_by_hand(self) -> None:
+        """error, answering broker, view, brokers (id, host, port), then per topic error and (broker, count) holders."""
+        self.assertEqual(decode_cluster_metadata_response(FRAME), VALUE)
+        self.assertEqual(encode_cluster_metadata_response(NO_ERROR, VALUE), FRAME)
+        self.assertEqual(decode_response(ClusterMetadataRequest(), FRAME), VALUE)
+
+    def test_accessors(self) -> None:
+        """addresses maps ids to (host, port); layout finds a topic's entry."""
+        self.assertEqual(VALUE.addresses, {0: ("a.example", 9092), 1: ("b.example", 9093)})
+        self.assertEqual(VALUE.layout("clicks").holders, ((0, 4), (1, 2)))
+        self.assertIsNone(VALUE.layout("nope"))
+
+    def test_error_only(self) -> None:
+        """An error-only frame decodes with broker id -1 and nothing else."""
+        self.assertEqual(decode_cluster_metadata_response(i16(InvalidTopic.code)),
+                         ClusterMetadataResponse(-1, VIEW_STANDALONE, (), (), InvalidTopic.code))
+
+    def test_prefixes_and_trailing_bytes(self) -> None:
+        """Every strict prefix (but the bare error), and one byte more, are protocol violations."""
+        for n in range(len(FRAME)):
+            if n != 2:
+                self.assertRaises(ProtocolViolation, decode_cluster_metadata_response, FRAME[:n])
+        self.assertRaises(ProtocolViolation, decode_cluster_metadata_response, FRAME + b"\x00")
+        self.assertRaises(ProtocolViolation, decode_cluster_metadata_response, i16(0) + i32(1) + i8(1) + i16(-1))
+
+
+@attrs.define
+class FakeCluster:
+    """A ClusterSource in memory."""
+
+    brokers: dict = attrs.Factory(dict)
+    registrations: dict = attrs.Factory(dict)
+    ready: bool = True
+    connected: bool = True
+
+    def topics(self) -> list[str]:
+        return sorted(self.registrations)
+
+    def holders(self, topic: str) -> dict[int, int]:
+        return {b: n for b, n in self.registrations.get(topic, {}).items() if b in self.brokers}
+
+
+class HandlerTests(BrokerTestMixin, SynchronousTestCase):
+    def ask(self, *topics: str) -> ClusterMetadataResponse:
+        return decode_cluster_metadata_response(self.broker.cluster_metadata(ClusterMetadataRequest(topics)))
+
+    def setUp(self) -> None:
+        self.make_broker(broker_id=3, num_partitions=2)
+        self.broker.port = 9094
+        self.logs.get_or_create_log("mine", 0).append(encode_message_set([b"m"]))
+
+    def test_standalone(self) -> None:
+        """Without ZooKeeper the broker is the cluster: itself, and its topics (all of them when none is named)."""
+        answer = self.ask()
+        self.assertEqual((answer.broker_id, answer.view), (3, VIEW_STANDALONE))
+        self.assertEqual(answer.brokers, (BrokerAddress(3, "127.0.0.1", 9094),))
+        self.assertEqual(answer.topics, (TopicLayout("mine", 0, ((3, 2),)),))
+
+    def test_named_topics(self) -> None:
+        """A named topic nobody holds has no holders (only partitions that exist are reported); a bad name
+        gets InvalidTopic."""
+        self.assertEqual(self.ask("new", "a b", "mine").topics, (
+            TopicLayout("new", 0), TopicLayout("a b", InvalidTopic.code), TopicLayout("mine", 0, ((3, 2),)),
+        ))
+
+    def test_cluster(self) -> None:
+        """With a cluster view: every live broker and every topic's holders; its own counts from its logs."""
+        self.broker.cluster = FakeCluster(
+            brokers={1: ("b1", 9092), 3: ("old", 1), 5: ("b5", 9092)},
+            registrations={"clicks": {1: 4, 5: 2, 9: 8}, "mine": {1: 1}, "gone": {9: 1}},
+        )
+        answer = self.ask()
+        self.assertEqual(answer.view, VIEW_CURRENT)
+        self.assertEqual(answer.addresses, {1: ("b1", 9092), 3: ("127.0.0.1", 9094), 5: ("b5", 9092)})
+        self.assertEqual(answer.topics, (
+            TopicLayout("clicks", 0, ((1, 4), (5, 2))),
+            TopicLayout("mine", 0, ((1, 1), (3, 2))),
+        ))
+
+    def test_view_states(self) -> None:
+        """Disconnected: the last layout, said to be stale; not read yet: itself alone, said to be starting."""
+        cluster = self.broker.cluster = FakeCluster(brokers={1: ("b1", 9092)}, registrations={"clicks": {1: 4}},
+                                                    connected=False)
+        answer = self.ask("clicks")
+        self.assertEqual((answer.view, answer.topics), (VIEW_STALE, (TopicLayout("clicks", 0, ((1, 4),)),)))
+        cluster.ready = False
+        answer = self.ask("clicks")
+        self.assertEqual((answer.view, [b.broker_id for b in answer.brokers]), (VIEW_STARTING, [3]))
+        self.assertEqual(answer.topics, (TopicLayout("clicks", 0),))

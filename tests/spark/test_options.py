@@ -1,0 +1,98 @@
+"""The Spark source's options, without Spark: names checked in any case, aliases, offsets JSON keys."""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.client.discovery import PartitionLocation
+from twlog.partition import TopicPartition
+from twlog.spark import options as spark_options
+from twlog.spark.options import OPTIONS, SourceOptions, check_options
+
+#: clicks on brokers 0 (two partitions) and 1 (one).
+FOUND = [PartitionLocation(TopicPartition("clicks", b, p), "h", 9092 + b) for b, p in [(0, 0), (0, 1), (1, 0)]]
+
+
+def source(stream: bool = False, **options) -> SourceOptions:
+    options.setdefault("brokers", "h:9092")
+    options.setdefault("subscribe", "clicks")
+    return SourceOptions(options, stream=stream)
+
+
+class CheckOptionsTests(SynchronousTestCase):
+    def test_known_options_in_any_case(self) -> None:
+        """Every documented option is known, in any case (Spark passes them lower-cased)."""
+        given = {name.upper(): "x" for name in OPTIONS}
+        self.assertEqual(check_options(given), {name.lower(): "x" for name in OPTIONS})
+
+    def test_unknown_options_are_named_with_the_known_ones(self) -> None:
+        """A misspelled option names itself, the nearest known option, and the whole list."""
+        with self.assertRaises(ValueError) as caught:
+            check_options({"startingoffset": "earliest", "brokers": "h:1", "groupid": "g"})
+        self.assertEqual(
+            str(caught.exception),
+            "unknown options 'groupid', 'startingoffset' (did you mean startingOffsets?) for the twlog source; "
+            "the options are: " + ", ".join(OPTIONS),
+        )
+
+
+class SourceOptionsTests(SynchronousTestCase):
+    def test_bootstrap_servers_alias(self) -> None:
+        """kafka.bootstrap.servers is brokers; both given must agree."""
+        self.assertEqual(SourceOptions({"kafka.bootstrap.servers": "a:1", "subscribe": "t"}, False).brokers, "a:1")
+        self.assertEqual(source(**{"kafka.bootstrap.servers": "h:9092"}).brokers, "h:9092")
+        self.assertRaises(ValueError, source, **{"kafka.bootstrap.servers": "other:1"})
+
+    def test_where_is_required_once(self) -> None:
+        """Exactly one of brokers (or its alias) and zookeeper."""
+        with self.assertRaises(ValueError) as caught:
+            SourceOptions({"subscribe": "t"}, False)
+        self.assertIn('"kafka.bootstrap.servers"', str(caught.exception))
+        self.assertRaises(ValueError, source, zookeeper="z:2181")
+
+    def test_numbers(self) -> None:
+        """Whole-number options say which option is not a number."""
+        with self.assertRaises(ValueError) as caught:
+            source(fetchSize="1MB")
+        self.assertEqual(str(caught.exception), "fetchSize must be a whole number, not '1MB'")
+
+
+class OffsetKeysTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.patch(spark_options, "discover", lambda *a, **k: list(FOUND))
+
+    def test_names_and_indexes(self) -> None:
+        """Keys are partition names or cluster-wide indexes; they are stored as names."""
+        o = source(startingOffsets='{"clicks": {"0-1": 5, "2": 7}}', endingOffsets='{"clicks": {"0": 9}}')
+        self.assertEqual(o.partitions(), FOUND)
+        self.assertEqual(o.starting, {"clicks": {"0-1": 5, "1-0": 7}})
+        self.assertEqual(o.ending, {"clicks": {"0-0": 9}})
+
+    def test_key_naming_no_partition(self) -> None:
+        """A key naming no partition lists the valid names (the old {"clicks": {"5": 5}} was silently ignored)."""
+        o = source(startingOffsets='{"clicks": {"5": 5}}')
+        with self.assertRaises(ValueError) as caught:
+            o.partitions()
+        self.assertEqual(
+            str(caught.exception),
+            "startingOffsets: topic 'clicks' has no partition '5': give a name <broker id>-<partition> "
+            "(0-0, 0-1, 1-0) or an index 0-2",
+        )
+
+    def test_topic_not_read(self) -> None:
+        """A topic the query does not read is an error naming the topics it reads."""
+        with self.assertRaises(ValueError) as caught:
+            source(endingOffsets='{"clicks2": {"0-0": 1}}').partitions()
+        self.assertEqual(str(caught.exception),
+                         "endingOffsets names topic 'clicks2', which this query does not read (it reads 'clicks')")
+
+    def test_one_partition_twice(self) -> None:
+        """A name and an index of the same partition is an error."""
+        with self.assertRaises(ValueError) as caught:
+            source(startingOffsets='{"clicks": {"0-0": 1, "0": 2}}').partitions()
+        self.assertIn("gives partition 0-0 of topic 'clicks' twice", str(caught.exception))
+
+    def test_assign_by_index(self) -> None:
+        """assign accepts names and indexes too."""
+        o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["2", "0-1"]}'}, False)
+        self.assertEqual([p.name for p in o.partitions()], ["0-1", "1-0"])
