@@ -14,6 +14,7 @@ from tests.integration.groups import produce_all, registered, start_brokers
 from tests.integration.zookeeper import connect, fresh_connect_string, zookeeper_server
 from twlog.client.discovery import discover
 from twlog.client.sync import SyncConnection
+from twlog.consumer.group import GroupConsumer
 from twlog.coord.zk import MissingChroot, ZooKeeper
 from twlog.errors import ConnectionFailed
 from twlog.partition import TopicPartition
@@ -155,6 +156,16 @@ class ChrootTests(TestCase):
         session = ZooKeeper(f"{servers}/twlog-nosuch", reactor=reactor)
         await self.assertFailure(session.start(), MissingChroot)
         self.assertLess(time.monotonic() - started, 10)
+
+    async def test_group_consumer_and_producer(self):
+        """A group consumer and a ZooKeeper producer given a missing chroot fail with MissingChroot at once."""
+        hosts = zookeeper_server().connect_string + "/twlog-nosuch"
+        consumer = GroupConsumer(hosts, "g", reactor=reactor)
+        await self.assertFailure(consumer.start(), MissingChroot)
+        producer = Producer(zookeeper=hosts)
+        self.addCleanup(producer.close)
+        error = await self.assertFailure(producer.send(TOPIC, b"m"), MissingChroot)
+        self.assertIn("has no /twlog-nosuch", str(error))
 
     async def test_broker_creates_its_chroot(self):
         """A broker started with a chroot that does not exist yet creates it, and clients then find it."""
