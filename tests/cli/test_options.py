@@ -62,7 +62,8 @@ class OptionTypeTests(SynchronousTestCase):
         self.assertEqual(partition_option("01-02"), "1-2")
         self.assertEqual(partition_option("5"), 5)
         for bad in ("a", "1-", "-1", "1-2-3"):
-            self.assertIn("is not BROKER-PARTITION (e.g. 0-1) or a cluster-wide index", self.refused(partition_option, bad))
+            self.assertIn("is not BROKER-PARTITION (e.g. 0-1) or a cluster-wide index",
+                          self.refused(partition_option, bad))
 
     def test_reset_target(self) -> None:
         """groups reset --to takes earliest, latest, a date/time or a byte offset."""

@@ -200,20 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of)
 
-    topics = client_command("topics", "list the cluster's topics, or create one (topics create)",
+    topics = client_command("topics", "list the cluster's topics with their partitions and brokers",
                             "List each topic of the cluster with its partitions and their brokers.")
     json_option(topics)
     topics.set_defaults(run="twlog.cli.inspect:topics", react=True)
-    topic_actions = topics.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    create = client_command(
-        "create", "create a topic with N partitions on each broker",
-        "Create TOPIC on every live broker of the cluster (or the --broker ones) with --partitions partitions "
-        "on each, before anything is written to it (Kafka 0.7 counts partitions per broker).",
-        parent=topic_actions,
-    )
-    topic_option(create)
-    create.add_argument("--partitions", type=_positive_int, required=True, help="partitions on each broker")
-    create.set_defaults(run="twlog.cli.admin:create_topic", react=True)
 
     broker = commands.add_parser(
         "broker", add_help=False, help="run one broker in the foreground (the options of twistd twlog)",
