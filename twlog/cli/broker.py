@@ -15,13 +15,14 @@ from collections.abc import Sequence
 
 from twisted.logger import (
     FilteringLogObserver,
+    ILogObserver,
     LogLevel,
     LogLevelFilterPredicate,
-    PredicateResult,
     globalLogBeginner,
     textFileLogObserver,
 )
 from twisted.python import usage
+from zope.interface import implementer
 
 from twlog.broker.service import BrokerService
 from twlog.broker.tap import Options
@@ -36,11 +37,29 @@ class BrokerOptions(Options):
     synopsis = "Usage: twlog broker [options]"
 
 
-def _not_the_start_failure(event: dict) -> PredicateResult:
-    """Drop the service's critical "cannot start" event: the command prints the reason itself, once."""
-    if event.get("log_level") == LogLevel.critical and "cannot" in (event.get("log_format") or ""):
-        return PredicateResult.no
-    return PredicateResult.maybe
+@implementer(ILogObserver)
+class _HeldUntilStarted:
+    """Holds log events until the broker has started, then shows them and everything after.
+
+    So a broker that cannot start prints just the one line saying why, not the
+    start-up log (and kazoo's retries) that led to it.
+    """
+
+    def __init__(self, observer: ILogObserver) -> None:
+        self.observer = observer
+        self.held: list[dict] | None = []
+
+    def __call__(self, event: dict) -> None:
+        if self.held is None:
+            self.observer(event)
+        else:
+            self.held.append(event)
+
+    def started(self, result: object) -> object:
+        held, self.held = self.held or [], None
+        for event in held:
+            self.observer(event)
+        return result
 
 
 def parse(argv: Sequence[str]) -> BrokerOptions | int:
@@ -63,11 +82,9 @@ def main(argv: Sequence[str], reactor=None) -> int:
         return options
     if reactor is None:
         from twisted.internet import reactor
-    observer = FilteringLogObserver(
-        textFileLogObserver(sys.stderr),
-        [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info), _not_the_start_failure],
-    )
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    held = _HeldUntilStarted(textFileLogObserver(sys.stderr))
+    globalLogBeginner.beginLoggingTo([FilteringLogObserver(held, [LogLevelFilterPredicate(LogLevel.info)])],
+                                     redirectStandardIO=False)
     service = BrokerService(options.config, reactor, stop_reactor_on_error=False,
                             zookeeper_connect_timeout_s=ZOOKEEPER_CONNECT_TIMEOUT_S)
     failures: list[str] = []
@@ -80,7 +97,7 @@ def main(argv: Sequence[str], reactor=None) -> int:
     def stop():
         return service.stopService() if service.running else None
 
-    service.listening.addErrback(cannot_start)
+    service.listening.addCallbacks(held.started, cannot_start)
     reactor.callWhenRunning(service.startService)
     reactor.addSystemEventTrigger("before", "shutdown", stop)
     reactor.run()
