@@ -258,6 +258,9 @@ def format_hostile_table(rows: Sequence[PhaseRow], bound: int, peak_hwm: int, pi
 
 def main_hostile(args) -> int:
     """Entry point of C{twlog bench hostile}."""
+    if args.seconds <= 0 or args.seconds > 600:
+        print(f"twlog: --seconds {args.seconds:g} must be above 0 and at most 600", file=sys.stderr)
+        return 2
     root = args.dir or tempfile.mkdtemp(prefix="twlog-bench-hostile-")
     frame_bytes = args.frame_mb * MIB
     extra: list[str] = ["--flush-interval-ms", "5"]
@@ -270,9 +273,6 @@ def main_hostile(args) -> int:
         limit = attrs.fields(BrokerConfig).max_request_bytes.default
         if frame_bytes > limit:
             extra += ["--max-request-bytes", str(min(bound, frame_bytes + MIB))]
-    if args.seconds <= 0 or args.seconds > 600:
-        print(f"twlog: --seconds {args.seconds:g} must be above 0 and at most 600", file=sys.stderr)
-        return 2
     print(f"starting a broker with its data under {root}", file=sys.stderr)
     broker = BrokerProcess(root, *extra)
     try:
