@@ -115,11 +115,12 @@ class ResolvePartitionTests(SynchronousTestCase):
         """A partition is named as <broker id>-<partition> or by its index over the sorted partitions."""
         found = locations("0-0", "0-1", "1-0", "1-1")
         self.assertEqual(resolve_partition(found, "1-0").name, "1-0")
-        self.assertEqual(resolve_partition(found, 3).name, "1-1")
+        self.assertEqual(resolve_partition(found, "3").name, "1-1")
 
     def test_unknown_lists_the_valid_ones(self) -> None:
         """A partition that is not there is a usage error listing the valid names and the index range."""
         found = locations("0-0", "1-0")
-        for wanted in ("2-0", 2):
+        for wanted in ("2-0", "2"):
             e = self.assertRaises(UsageError, resolve_partition, found, wanted)
-            self.assertIn("is not one of 'clicks''s partitions: 0-0, 1-0 (or an index from 0 to 1)", str(e))
+            self.assertIn(f"topic 'clicks' has no partition {wanted!r}: give a name <broker id>-<partition> (0-0, 1-0) "
+                          "or an index 0-1", str(e))

@@ -26,9 +26,9 @@ class ProduceTests(SynchronousTestCase):
         """-p takes BROKER-PARTITION or an index; anything else lists the valid partitions."""
         partitions = [TopicPartition("t", b, p) for b in (0, 1) for p in (0, 1)]
         self.assertEqual(partition_index(partitions, "1-0"), 2)
-        self.assertEqual(partition_index(partitions, 3), 3)
+        self.assertEqual(partition_index(partitions, "3"), 3)
         e = self.assertRaises(UsageError, partition_index, partitions, "2-0")
-        self.assertIn("0-0, 0-1, 1-0, 1-1 (or an index from 0 to 3)", str(e))
+        self.assertIn("(0-0, 0-1, 1-0, 1-1) or an index 0-3", str(e))
 
     def test_size_error_names_size_and_limit(self) -> None:
         """A refused too-large message says its size and the limit (the broker's, when the error carries it)."""

@@ -129,8 +129,8 @@ class CommandTests(TestCase):
             (("consume", "-b", b, "-t", "o", "-p", "0-0", "-o", "3"), 1, b"OffsetNotOnBoundary"),
             (("consume", "-b", b, "-t", "o", "-o", "3"), 2, b"add --partition (one of 0-0, 0-1, 0-2)"),
             (("offsets", "-b", b, "-t", "o", "-p", "7"), 2,
-             b"partition 7 is not one of 'o''s partitions: 0-0, 0-1, 0-2"),
-            (("consume", "-b", b, "-t", "o", "-p", "1-0"), 2, b"partition '1-0' is not one of"),
+             b"topic 'o' has no partition '7': give a name <broker id>-<partition> (0-0, 0-1, 0-2) or an index 0-2"),
+            (("consume", "-b", b, "-t", "o", "-p", "1-0"), 2, b"topic 'o' has no partition '1-0'"),
             (("consume", "-b", b, "-t", "o", "-F", "%x"), 2, b"'%x' is not one of %t (topic)"),
             (("consume", "-b", "127.0.0.1:1", "-t", "o"), 1, b"127.0.0.1:1"),
         ]

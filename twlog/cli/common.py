@@ -23,6 +23,7 @@ from twisted.internet.threads import deferToThread
 from twlog.client.discovery import PartitionLocation, discover, format_address, parse_brokers
 from twlog.client.options import ClientOptions
 from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
+from twlog.partition import resolve_partition as partition_named
 
 #: The connection settings of the commands: an unreachable broker is said within a few seconds.
 CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_attempts=2)
@@ -122,21 +123,13 @@ async def find_partitions(args, topic: str) -> list[PartitionLocation]:
         raise TwlogError(str(e)) from None
 
 
-def resolve_partition(locations: list[PartitionLocation], wanted: str | int) -> PartitionLocation:
-    """The partition C{wanted} names: C{<broker id>-<partition>}, or an index into C{locations} (sorted).
+def resolve_partition(locations: list[PartitionLocation], wanted: str) -> PartitionLocation:
+    """The partition C{wanted} names (L{twlog.partition.resolve_partition}: C{<broker id>-<partition>} or an index).
 
     @raise UsageError: no such partition, listing the valid ones.
     """
-    if isinstance(wanted, int):
-        if 0 <= wanted < len(locations):
-            return locations[wanted]
-    else:
-        for location in locations:
-            if location.name == wanted:
-                return location
-    topic = locations[0].topic if locations else "?"
-    names = ", ".join(location.name for location in locations)
-    raise UsageError(
-        f"partition {wanted!r} is not one of {topic!r}'s partitions: {names} (or an index from 0 to "
-        f"{len(locations) - 1})"
-    )
+    by_partition = {location.tp: location for location in locations}
+    try:
+        return by_partition[partition_named(wanted, list(by_partition))]
+    except ValueError as e:
+        raise UsageError(str(e)) from None

@@ -24,6 +24,7 @@ from twlog.consumer.admin import (
 )
 from twlog.coord.zk import ZooKeeper
 from twlog.errors import TwlogError
+from twlog.partition import resolve_partition
 from twlog.protocol.codec import EARLIEST, LATEST
 
 #: How long to wait for ZooKeeper, and for each broker's answer.
@@ -84,10 +85,11 @@ async def reset(reactor, args) -> None:
             raise TwlogError(f"topic {args.topic!r} does not exist on the brokers registered in ZooKeeper at "
                              f"{args.zookeeper}")
         if args.partition is not None:
-            partitions = {tp: a for tp, a in partitions.items() if _matches(tp, args.partition, sorted(partitions))}
-            if not partitions:
-                raise UsageError(f"partition {args.partition!r} is not one of {args.topic!r}'s partitions: "
-                                 f"{', '.join(tp.name for tp in sorted(await registered_partitions(zk, args.topic)))}")
+            try:
+                chosen = resolve_partition(args.partition, list(partitions))
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            partitions = {chosen: partitions[chosen]}
         if isinstance(target, int):
             offsets = dict.fromkeys(partitions, target)
         else:
@@ -100,6 +102,3 @@ async def reset(reactor, args) -> None:
         print(f"{args.group} {tp}: {offset}")
     print(f"reset {len(offsets)} partition(s) of {args.topic} for group {args.group}", file=sys.stderr)
 
-
-def _matches(tp, wanted: str | int, ordered: list) -> bool:
-    return tp.name == wanted or (isinstance(wanted, int) and 0 <= wanted < len(ordered) and ordered[wanted] == tp)

@@ -14,14 +14,12 @@ from twisted.internet.threads import deferToThread
 
 from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, find_partitions, resolve_partition
 from twlog.cli.output import print_json, print_table
-from twlog.client.connection import BrokerConnection
-from twlog.client.discovery import PartitionLocation, parse_brokers, registered_partitions
+from twlog.client.discovery import PartitionLocation, bootstrap, cluster_partitions, registered_partitions
+from twlog.client.options import ClientOptions
 from twlog.consumer.simple import SimpleConsumer
 from twlog.coord import paths
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
 from twlog.errors import ConnectionFailed, TwlogError
-from twlog.partition import TopicPartition
-from twlog.protocol.codec import MetadataRequest
 
 
 async def offsets(reactor, args) -> None:
@@ -58,7 +56,7 @@ async def topics(reactor, args) -> None:
     if args.zookeeper:
         locations = await deferToThread(_registered, args.zookeeper)
     else:
-        locations = await _held(reactor, args.broker)
+        locations = await deferToThread(_held, args.broker)
     by_topic: dict[str, list[PartitionLocation]] = {}
     for location in sorted(locations):
         by_topic.setdefault(location.topic, []).append(location)
@@ -92,23 +90,10 @@ def _registered(zookeeper: str) -> list[PartitionLocation]:
         raise TwlogError(str(e)) from None
 
 
-async def _held(reactor, brokers: str) -> list[PartitionLocation]:
-    """Every partition the brokers named hold, by METADATA (one broker asked once, whatever its addresses)."""
-    found: list[PartitionLocation] = []
-    seen: set[int] = set()
-    for host, port in parse_brokers(brokers):
-        connection = BrokerConnection(host, port, reactor=reactor, options=CLIENT_OPTIONS)
-        try:
-            metadata = await connection.request(MetadataRequest())
-        except ConnectionFailed as e:
-            raise TwlogError(str(e)) from None
-        finally:
-            await connection.close()
-        if metadata.broker_id in seen:
-            continue
-        seen.add(metadata.broker_id)
-        for info in metadata.topics:
-            found.extend(PartitionLocation(TopicPartition(info.topic, metadata.broker_id, p), host, port)
-                         for p in range(info.partitions))
-    return found
-
+def _held(brokers: str) -> list[PartitionLocation]:
+    """Every partition of the cluster that the brokers named describe (any one is enough; blocking)."""
+    try:
+        cluster = bootstrap(brokers, (), ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S))
+    except ConnectionFailed as e:
+        raise TwlogError(str(e)) from None
+    return cluster_partitions(cluster, [layout.topic for layout in cluster.response.topics])

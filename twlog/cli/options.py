@@ -101,13 +101,11 @@ def time_option(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def partition_option(text: str) -> str | int:
-    """C{<broker id>-<partition>} (as C{twlog groups} shows it) or a cluster-wide index from 0."""
+def partition_option(text: str) -> str:
+    """C{<broker id>-<partition>} (as C{twlog topics} shows it) or a cluster-wide index from 0."""
     broker, sep, partition = text.partition("-")
-    if sep and broker.isdigit() and partition.isdigit():
-        return f"{int(broker)}-{int(partition)}"
-    if text.isdigit():
-        return int(text)
+    if (sep and broker.isdigit() and partition.isdigit()) or (text.isdigit() and text.isascii()):
+        return text
     raise argparse.ArgumentTypeError(
         f"partition {text!r} is not BROKER-PARTITION (e.g. 0-1) or a cluster-wide index (a whole number from 0)"
     )

@@ -21,7 +21,7 @@ from twisted.internet.defer import Deferred
 
 from twlog.cli.common import CLIENT_OPTIONS, UsageError, where
 from twlog.errors import ConnectionFailed, MessageSizeTooLarge, TwlogError
-from twlog.partition import TopicPartition
+from twlog.partition import TopicPartition, resolve_partition
 from twlog.producer import Producer
 
 #: Batches sent and not yet acknowledged, at most (the broker's fsyncs of one window overlap).
@@ -54,17 +54,16 @@ def split_key(line: bytes, separator: bytes | None, key: bytes | None) -> tuple[
     return key, line
 
 
-def partition_index(partitions: list[TopicPartition], wanted: str | int) -> int:
-    """The index (into the topic's partitions, by broker and partition) of C{wanted}: a name or an index.
+def partition_index(partitions: list[TopicPartition], wanted: str) -> int:
+    """The index (into the topic's partitions, by broker and partition) of the one C{wanted} names.
 
     @raise UsageError: no such partition, listing the valid ones.
     """
-    for index, tp in enumerate(partitions):
-        if tp.name == wanted or index == wanted:
-            return index
-    names = ", ".join(tp.name for tp in partitions)
-    raise UsageError(f"partition {wanted!r} is not one of the topic's partitions: {names} (or an index from 0 to "
-                     f"{len(partitions) - 1})")
+    ordered = sorted(partitions)
+    try:
+        return ordered.index(resolve_partition(wanted, ordered))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 class _Rate(ProgressColumn):
