@@ -64,7 +64,7 @@ async def describe(reactor, args) -> None:
         print("(no consumer groups)")
     for group in descriptions:
         total = "unknown" if group.lag is None else f"{group.lag:,} bytes"
-        print(f"group {group.group}: {len(group.members)} live member(s), total lag {total}")
+        print(f"group {group.group}: {len(group.members)} member(s), total lag {total}")
         for member in group.members:
             subscription = ", ".join(f"{t} x{n}" for t, n in sorted((member.subscription or {}).items()))
             print(f"  member {member.consumer_id}: {subscription or '(no subscription)'}")
