@@ -88,11 +88,11 @@ async def start_local(testcase: TestCase, brokers: int = 2) -> Cluster:
     local = _Local()
     argv = [sys.executable, "-m", "twlog.cli", "local", "--brokers", str(brokers), "--data", data,
             "--port", str(free_ports(brokers)), "--zookeeper-port", str(free_port()),
-            "--num-partitions", str(PARTITIONS_PER_BROKER), "--flush-interval-ms", "20"]
+            "--num-partitions", str(PARTITIONS_PER_BROKER), "--flush-interval-ms", "20", "--no-metrics"]
     transport = reactor.spawnProcess(local, sys.executable, argv, env=os.environ.copy())
 
     async def stop() -> None:
-        if local.ended.called:
+        if local.ended.called or transport.pid is None:
             return
         os.kill(transport.pid, signal.SIGINT)  # twlog local stops its brokers and ZooKeeper cleanly
         timer = reactor.callLater(20, lambda: local.ended.called or os.kill(transport.pid, signal.SIGKILL))
@@ -103,9 +103,11 @@ async def start_local(testcase: TestCase, brokers: int = 2) -> Cluster:
     testcase.addCleanup(stop)
     timeout = reactor.callLater(30, lambda: local.ready.called or local.ready.errback(
         AssertionError("twlog local not ready in 30 s:\n" + local.output.decode(errors="replace"))))
-    banner = await local.ready
-    if timeout.active():
-        timeout.cancel()
+    try:
+        banner = await local.ready
+    finally:
+        if timeout.active():
+            timeout.cancel()
     zookeeper = re.search(r"ZooKeeper at (\S+?),", banner).group(1)
     ports = [int(p) for p in re.findall(r":(\d+)", banner.split("broker(s) at ")[1].split(";")[0])]
     testcase.assertEqual(len(ports), brokers, banner)
