@@ -155,6 +155,11 @@ class TooManyOpenFiles(BrokerError):
     retriable = True
 
 
+@_wire(15)
+class TopicExists(BrokerError):
+    """The topic already exists on this broker with a different partition count (CREATE_TOPIC)."""
+
+
 class MalformedRequest(TwlogError):
     """The peer sent bytes that do not parse as a request or response (a protocol error, not a user error)."""
 
@@ -233,6 +238,8 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     BrokerShuttingDown: BrokerError,
     StorageFailed: BrokerError,
     TooManyOpenFiles: BrokerError,
+    # Only CREATE_TOPIC (type 9, twlog's) answers it; listed so that every twlog code has its 0.7 code.
+    TopicExists: BrokerError,
 }
 
 

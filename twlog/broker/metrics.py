@@ -55,6 +55,7 @@ REQUEST_NAMES = {
     codec.WAIT_FETCH: "WAIT_FETCH",
     codec.METADATA: "METADATA",
     codec.CLUSTER_METADATA: "CLUSTER_METADATA",
+    codec.CREATE_TOPIC: "CREATE_TOPIC",
 }
 
 #: Upper bounds (seconds) of the request latency buckets: a waiting fetch may last up to

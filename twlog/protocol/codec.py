@@ -8,7 +8,7 @@ tools share one codec.  A frame is what follows the C{int32} size prefix
   - request:  C{[int16 type][body]}
   - response: C{[int16 error][body]}
 
-Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-8 are twlog's.  Strings
+Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-9 are twlog's.  Strings
 are C{[int16 length][utf-8]}.  docs/protocol.md is the reference.  Readers take
 C{(buf, pos)} and return C{(value, next_pos)} (L{twlog.protocol.primitives});
 every malformed or truncated input raises L{MalformedRequest}, never
@@ -40,6 +40,7 @@ from twlog.protocol.primitives import (
 from twlog.protocol.responses import (
     AckProduceResponse,
     ClusterMetadataResponse,
+    ErrorResponse,
     FetchResult,
     MetadataResponse,
     MultiFetchResponse,
@@ -50,6 +51,7 @@ from twlog.protocol.responses import (
     decode_ack_produce_response,
     decode_cluster_metadata_response,
     decode_error,
+    decode_error_response,
     decode_fetch_response,
     decode_metadata_response,
     decode_multifetch_response,
@@ -73,6 +75,7 @@ ACK_PRODUCE = 5
 WAIT_FETCH = 6
 METADATA = 7
 CLUSTER_METADATA = 8
+CREATE_TOPIC = 9
 
 #: OFFSETS times (L{OffsetsRequest.time}): the (flushed) end of the log, and its start.
 LATEST = -1
@@ -91,6 +94,7 @@ _PRODUCE_HEAD = struct.Struct(">ii")  # partition, message set size
 VIEW_BYTES = 64 * 1024
 _ACK_HEAD = struct.Struct(">bih")  # ack, timeout ms, count
 _WAIT_HEAD = struct.Struct(">iih")  # max wait ms, min bytes, count
+_PARTITIONS = struct.Struct(">i")  # CREATE_TOPIC's partition count
 
 
 # -- values -------------------------------------------------------------------
@@ -177,6 +181,19 @@ class ClusterMetadataRequest:
     topics: tuple[str, ...] = ()
 
 
+@attrs.frozen
+class CreateTopicRequest:
+    """Type 9: create C{topic} on this broker with C{partitions} partitions (its own, as in Kafka 0.7).
+
+    Answered with an error code alone: 0 when the topic now has that many partitions here (also
+    when it already had them), TopicExists when it has another count, InvalidTopic, InvalidRequest
+    for a count outside 1 to L{twlog.storage.manager.MAX_PARTITIONS}.
+    """
+
+    topic: str
+    partitions: int
+
+
 Request = (
     ProduceRequest
     | FetchRequest
@@ -187,6 +204,7 @@ Request = (
     | WaitFetchRequest
     | MetadataRequest
     | ClusterMetadataRequest
+    | CreateTopicRequest
 )
 
 
@@ -265,6 +283,10 @@ def decode_request(frame: bytes | memoryview) -> Request:
         count, pos = read_int16(frame, pos)
         topics, pos = read_many(frame, pos, count, read_str)
         request = MetadataRequest(topics) if kind == METADATA else ClusterMetadataRequest(topics)
+    elif kind == CREATE_TOPIC:
+        topic, pos = read_str(frame, pos)
+        need(frame, pos, _PARTITIONS.size, "create topic request")
+        request, pos = CreateTopicRequest(topic, _PARTITIONS.unpack_from(frame, pos)[0]), pos + _PARTITIONS.size
     else:
         raise MalformedRequest(f"unknown request type {kind}")
     done(frame, pos, "request")
@@ -308,6 +330,8 @@ def encode_request(request: Request) -> bytes:
     if isinstance(request, (MetadataRequest, ClusterMetadataRequest)):
         kind = METADATA if isinstance(request, MetadataRequest) else CLUSTER_METADATA
         return b"".join([I16.pack(kind), I16.pack(len(request.topics)), *map(write_str, request.topics)])
+    if isinstance(request, CreateTopicRequest):
+        return I16.pack(CREATE_TOPIC) + write_str(request.topic) + _PARTITIONS.pack(request.partitions)
     raise TypeError(f"not a request: {request!r}")
 
 
@@ -336,6 +360,8 @@ def describe_request(request: Request) -> str:
     if isinstance(request, (MetadataRequest, ClusterMetadataRequest)):
         name = "METADATA" if isinstance(request, MetadataRequest) else "CLUSTER_METADATA"
         return f"{name} " + (", ".join(request.topics) or "(all topics)")
+    if isinstance(request, CreateTopicRequest):
+        return f"CREATE_TOPIC {request.topic} with {request.partitions} partitions"
     return type(request).__name__
 
 
@@ -358,17 +384,19 @@ _RESPONSE_DECODERS = {
     AckProduceRequest: decode_ack_produce_response,
     MetadataRequest: decode_metadata_response,
     ClusterMetadataRequest: decode_cluster_metadata_response,
+    CreateTopicRequest: decode_error_response,
 }
 
 __all__ = [
-    "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "CLUSTER_METADATA", "EARLIEST", "FETCH", "LATEST",
+    "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "CLUSTER_METADATA", "CREATE_TOPIC", "EARLIEST", "FETCH",
+    "LATEST",
     "METADATA",
     "MULTIFETCH", "MULTIPRODUCE", "OFFSETS", "PRODUCE", "WAIT_FETCH",
     "AckProduceRequest", "AckProduceResponse", "ClusterMetadataRequest", "ClusterMetadataResponse",
-    "FetchRequest", "FetchResult", "MetadataRequest",
+    "CreateTopicRequest", "ErrorResponse", "FetchRequest", "FetchResult", "MetadataRequest",
     "MetadataResponse", "MultiFetchRequest", "MultiFetchResponse", "MultiProduceRequest", "OffsetsRequest",
     "OffsetsResponse", "ProduceRequest", "ProduceResult", "Request", "Response", "TopicMetadata",
-    "WaitFetchRequest", "decode_ack_produce_response", "decode_error", "decode_fetch_response",
+    "WaitFetchRequest", "decode_ack_produce_response", "decode_error", "decode_error_response", "decode_fetch_response",
     "decode_metadata_response", "decode_multifetch_response", "decode_offsets_response", "decode_request",
     "decode_response", "describe_request", "encode_ack_produce_response", "encode_error_response",
     "encode_metadata_response", "decode_cluster_metadata_response", "encode_cluster_metadata_response",

@@ -126,6 +126,13 @@ class AckProduceResponse:
 
 
 @attrs.frozen
+class ErrorResponse:
+    """The response of a request whose answer is its error code alone (CREATE_TOPIC)."""
+
+    error: int
+
+
+@attrs.frozen
 class TopicMetadata:
     """A topic's partition count on a broker (error 0), or why it has none (InvalidTopic...)."""
 
@@ -298,6 +305,14 @@ def _peer_violation(decode: Callable[[bytes], T]) -> Callable[[bytes], T]:
 def decode_error(frame: bytes) -> int:
     """The error code every response frame starts with."""
     return read_int16(frame, 0)[0]
+
+
+@_peer_violation
+def decode_error_response(frame: bytes) -> ErrorResponse:
+    """An error-only response (CREATE_TOPIC's): C{[int16 error]} and nothing after it."""
+    error, pos = read_int16(frame, 0)
+    done(frame, pos, "error-only response")
+    return ErrorResponse(error)
 
 
 @_peer_violation

@@ -32,6 +32,7 @@ from twlog.protocol.codec import (
     ACK_FLUSHED,
     AckProduceRequest,
     ClusterMetadataRequest,
+    CreateTopicRequest,
     FetchRequest,
     MetadataRequest,
     MultiFetchRequest,
@@ -123,6 +124,7 @@ class Broker:
             OffsetsRequest: self.offsets,
             MetadataRequest: self.metadata,
             ClusterMetadataRequest: self.cluster_metadata,
+            CreateTopicRequest: self.create_topic,
         }
         #: The cluster this broker describes in CLUSTER_METADATA: None (no ZooKeeper) for itself alone.
         self.cluster: ClusterSource | None = None
@@ -371,6 +373,22 @@ class Broker:
             me.broker_id, view, tuple(BrokerAddress(b, *a) for b, a in sorted(brokers.items())), tuple(layouts)
         )
         return codec.encode_cluster_metadata_response(NO_ERROR, answer)
+
+    def create_topic(self, request: CreateTopicRequest, peer: str = "?") -> Deferred[Response]:
+        """CREATE_TOPIC: create the topic's partitions here and record their count; answer once that is durable.
+
+        An error-only response: 0 (created, or already there with this count), InvalidTopic,
+        InvalidRequest (a count outside 1 to MAX_PARTITIONS) or TopicExists (another count).
+        """
+        d = self.logs.create_topic(request.topic, request.partitions)
+
+        def created(new: bool) -> bytes:
+            self._log.info("{peer} {what} topic {topic} with {count} partitions", peer=peer,
+                           what="created" if new else "asked again for", topic=request.topic,
+                           count=request.partitions)
+            return codec.encode_error_response(NO_ERROR)
+
+        return d.addCallback(created)
 
     #: The port actually listened on (set by the service once listening; config.port may be 0).
     port: int = 0

@@ -3,7 +3,8 @@
 
 L{LogManager} owns one log directory.  It opens (and, after an unclean
 shutdown, recovers) every C{<topic>-<partition>} log in it, creates topics on
-their first write, validates topic names so that no path escapes the
+their first write or when asked (L{LogManager.create_topic}, whose partition
+counts it keeps in L{twlog.storage.topics.TOPICS_FILE}), validates topic names so that no path escapes the
 directory, runs retention periodically, and on a clean stop flushes every log
 and leaves the clean-shutdown marker that lets the next start skip recovery.
 It does no network or ZooKeeper work.
@@ -25,9 +26,22 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
-from twlog.errors import BrokerShuttingDown, InvalidTopic, TwlogError, WrongPartition
+from twlog.errors import (
+    BrokerShuttingDown,
+    InvalidRequest,
+    InvalidTopic,
+    TopicExists,
+    TwlogError,
+    WrongPartition,
+)
 from twlog.storage.log import Log, ThreadRunner
 from twlog.storage.segment import Segment
+from twlog.storage.topics import MAX_PARTITIONS, TOPICS_FILE, TopicsFile, fsync_directory
+
+__all__ = [
+    "CLEAN_SHUTDOWN_MARKER", "LOCK_FILE", "MAX_PARTITIONS", "MAX_TOPIC_LENGTH", "TOPICS_FILE", "LogDirectoryInUse",
+    "LogManager", "parse_partition_directory", "partition_directory", "thread_pool_runner", "validate_topic",
+]
 
 CLEAN_SHUTDOWN_MARKER = ".twlog-clean-shutdown"
 LOCK_FILE = ".lock"
@@ -82,6 +96,8 @@ class LogManager:
         self._run_in_thread = run_in_thread
         self._logs: dict[tuple[str, int], Log] = {}
         self._partition_counts: dict[str, int] = {}
+        #: The counts of topics created with create_topic.
+        self._topics_file = TopicsFile(config.log_dir, run_in_thread)
         self._lock_fd = -1
         self._retention = LoopingCall(self.run_retention)
         self._retention.clock = clock
@@ -113,6 +129,8 @@ class LogManager:
         clean = os.path.exists(marker)
         self.recovered = not clean
         try:
+            created = self._topics_file.load(validate_topic)
+            self._partition_counts.update(created)
             for name in sorted(os.listdir(log_dir)):
                 path = os.path.join(log_dir, name)
                 parsed = parse_partition_directory(name)
@@ -123,14 +141,16 @@ class LogManager:
                 topic, partition = parsed
                 self._logs[parsed] = self._open_log(path, parsed, recover=not clean)
                 self._partition_counts[topic] = max(
-                    self._partition_counts.get(topic, 0), partition + 1, self.config.partitions_for(topic)
+                    self._partition_counts.get(topic, 0),
+                    partition + 1,
+                    created.get(topic) or self.config.partitions_for(topic),
                 )
         except BaseException:
             self.close()
             raise
         if clean:
             os.unlink(marker)
-            _fsync_directory(log_dir)  # the marker must not come back after a power loss
+            fsync_directory(log_dir)  # the marker must not come back after a power loss
         elif self._logs:
             self._log.info("{log_dir}: no clean-shutdown marker; recovered {count} logs",
                            log_dir=log_dir, count=len(self._logs))
@@ -186,7 +206,7 @@ class LogManager:
         if clean:
             with open(os.path.join(self.config.log_dir, CLEAN_SHUTDOWN_MARKER), "w"):
                 pass
-            _fsync_directory(self.config.log_dir)
+            fsync_directory(self.config.log_dir)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -244,6 +264,52 @@ class LogManager:
             for listener in list(self._topic_listeners):
                 listener(topic, count)
         return log
+
+    def create_topic(self, topic: str, partitions: int) -> Deferred[bool]:
+        """Create C{topic} here with C{partitions} partitions, even below C{num_partitions}; fire once it is durable.
+
+        Each partition gets its directory and empty first segment, as on a first write; the count is
+        recorded in the L{TOPICS_FILE} (L{TopicsFile}), so a restart keeps it; then the topic
+        listeners are told (registration in ZooKeeper).  The same count again changes nothing (fires
+        with False, True when created), but records the count of a topic a first write made.
+
+        @raise InvalidTopic: the name is unsafe as a directory name.
+        @raise InvalidRequest: C{partitions} is outside 1 to L{MAX_PARTITIONS}.
+        @raise TopicExists: the topic already has another number of partitions here.
+        @raise BrokerShuttingDown: the directory is not open.
+        """
+        if not self.running:
+            raise BrokerShuttingDown(f"{self.config.log_dir} is not open (the broker is starting or stopping)")
+        validate_topic(topic)
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidRequest(f"a topic has 1 to {MAX_PARTITIONS} partitions on a broker, not {partitions}")
+        existing = self._partition_counts.get(topic)
+        if existing is not None and existing != partitions:
+            raise TopicExists(f"topic {topic!r} already has {existing} partitions on this broker, not {partitions}")
+        directories = []
+        if existing is None:
+            directories = self._open_partitions(topic, partitions)
+            self._partition_counts[topic] = partitions
+            self._log.info("created topic {topic} with {count} partitions", topic=topic, count=partitions)
+        if self._topics_file.counts.get(topic) == partitions:  # recorded already (or being recorded)
+            return self._topics_file.saved().addCallback(lambda _: False)
+        d = self._topics_file.record(topic, partitions, directories)
+        if existing is None:
+            d.addBoth(_announce, list(self._topic_listeners), topic, partitions)
+        return d.addCallback(lambda _: existing is None)
+
+    def _open_partitions(self, topic: str, partitions: int) -> list[str]:
+        """Create the logs of a new topic's partitions; return their directories (none stay open on an error)."""
+        keys = [(topic, partition) for partition in range(partitions)]
+        try:
+            for key in keys:
+                path = os.path.join(self.config.log_dir, partition_directory(*key))
+                self._logs[key] = self._open_log(path, key, recover=False)
+        except BaseException:
+            for log in filter(None, (self._logs.pop(key, None) for key in keys)):
+                log.close()
+            raise
+        return [self._logs[key].directory for key in keys]
 
     def add_topic_listener(self, listener) -> None:
         """Call C{listener(topic, partition_count)} when a topic is created here (for registration)."""
@@ -320,13 +386,14 @@ class LogManager:
         return 0
 
 
-def _fsync_directory(path: str) -> None:
-    """Make a directory's entries (a created or removed file) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _announce(result: object, listeners: list, topic: str, count: int) -> object:
+    """Tell the topic listeners of a topic L{LogManager.create_topic} made (its logs exist, saved or not)."""
+    for listener in listeners:
+        try:
+            listener(topic, count)
+        except Exception:
+            LogManager._log.failure("topic listener failed")
+    return result
 
 
 def _delete_segments(segments: list[Segment]) -> int:
