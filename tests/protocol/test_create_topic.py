@@ -62,7 +62,8 @@ class LayoutTests(SynchronousTestCase):
 
     def test_describe(self) -> None:
         """Logs and errors name the topic and the count."""
-        self.assertEqual(codec.describe_request(CreateTopicRequest("clicks", 2)), "CREATE_TOPIC clicks with 2 partitions")
+        described = codec.describe_request(CreateTopicRequest("clicks", 2))
+        self.assertEqual(described, "CREATE_TOPIC clicks with 2 partitions")
 
     def test_topic_exists_code(self) -> None:
         """TopicExists is wire code 15, a twlog-only code."""
@@ -83,7 +84,8 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
         return answer
 
     def error(self, topic: str, partitions: int) -> int:
-        return decode_response(CreateTopicRequest(topic, partitions), self.ask(CreateTopicRequest(topic, partitions))).error
+        request = CreateTopicRequest(topic, partitions)
+        return decode_response(request, self.ask(request)).error
 
     def test_creates_partitions_below_num_partitions(self) -> None:
         """Error 0; the topic has the count asked for (2 < num_partitions 4), each partition a directory and segment."""
