@@ -1,21 +1,32 @@
 # -*- test-case-name: tests.cli.test_inspect,tests.integration.test_cli -*-
-"""C{twlog offsets} and C{twlog topics}: what the brokers of a cluster hold.
+"""C{twlog offsets}, C{twlog topics} and C{twlog topics create}: what the brokers of a cluster hold.
 
 Both find the cluster through C{--broker} (METADATA) or C{--zookeeper} (the
 brokers' registrations).  C{offsets} prints one offset per line for one
 partition (C{--partition}), or a table of every partition of the topic;
-C{topics} prints a table of topics and their partitions.  C{--json} prints
+C{topics} prints a table of topics and their partitions; C{topics create}
+creates a topic on every broker (L{twlog.client.topics}).  C{--json} prints
 the same as JSON for scripts.
 """
 
 from __future__ import annotations
 
+import sys
+
 from twisted.internet.threads import deferToThread
 
 from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, find_partitions, resolve_partition
 from twlog.cli.output import print_json, print_table
-from twlog.client.discovery import PartitionLocation, bootstrap, cluster_partitions, registered_partitions
+from twlog.client.discovery import (
+    PartitionLocation,
+    bootstrap,
+    cluster_partitions,
+    format_address,
+    registered_partitions,
+)
 from twlog.client.options import ClientOptions
+from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated
+from twlog.client.topics import create_topic as create_on_brokers
 from twlog.consumer.simple import SimpleConsumer
 from twlog.coord import paths
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
@@ -97,3 +108,35 @@ def _held(brokers: str) -> list[PartitionLocation]:
     except ConnectionFailed as e:
         raise TwlogError(str(e)) from None
     return cluster_partitions(cluster, [layout.topic for layout in cluster.response.topics])
+
+
+async def create_topic(reactor, args) -> None:
+    """Create C{--topic} with C{--partitions} on each broker of the cluster; say so in one sentence (or JSON)."""
+    source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
+    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    created = await deferToThread(create_on_brokers, args.topic, args.partitions, options=options, **source)
+    if getattr(args, "json", False):
+        print_json({"topic": created.topic, "partitions_per_broker": created.partitions, "partitions": created.total,
+                    "brokers": [{"broker": b, "address": format_address(*a), "created": b not in created.existed}
+                                for b, a in sorted(created.brokers.items())],
+                    "registered": created.registered})
+    else:
+        print(_created_sentence(created))
+    if not created.registered:
+        print(f"twlog: warning: not every broker's registration of {created.topic} was visible within "
+              f"{REGISTRATION_WAIT_S:g} s; producers may see only some partitions for a moment", file=sys.stderr)
+
+
+def _created_sentence(created: TopicCreated) -> str:
+    """C{created clicks: 2 partitions on each of 2 brokers (4 in all)}, saying which brokers had them already."""
+    count = len(created.brokers)
+    each = f"{created.partitions} partition{'s' if created.partitions != 1 else ''} on " + (
+        f"each of {count} brokers" if count != 1 else "1 broker")
+    shape = f"{each} ({created.total} in all)"
+    if created.existed == set(created.brokers):
+        return f"{created.topic} already exists: {shape}; nothing changed"
+    if created.existed:
+        had = ", ".join(str(b) for b in sorted(created.existed))
+        brokers = "brokers" if len(created.existed) != 1 else "broker"
+        return f"created {created.topic}: {shape}; {brokers} {had} had them already"
+    return f"created {created.topic}: {shape}"

@@ -16,6 +16,7 @@ from twlog.cli.formats import format_option
 from twlog.cli.options import (
     broker_list,
     offset_option,
+    partition_count,
     partition_option,
     time_option,
     topic_name,
@@ -23,6 +24,7 @@ from twlog.cli.options import (
 )
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
+from twlog.storage.manager import MAX_PARTITIONS
 
 
 def _positive_int(text: str) -> int:
@@ -107,14 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the traceback of an error, not just its one line")
 
-    def client_command(name: str, help_text: str, description: str, parent=commands):
-        """A subcommand that finds the cluster through --broker (any of its brokers) or --zookeeper."""
+    def client_command(name: str, help_text: str, description: str, parent=commands, inherit: bool = False):
+        """A subcommand that finds the cluster through --broker (any of its brokers) or --zookeeper.
+
+        With C{inherit} (an action of such a command) an option left out keeps the command's value.
+        """
         command = parent.add_parser(name, help=help_text, description=description)
         command.add_argument(
-            "--broker", "-b", default="localhost:9092", type=broker_list, metavar="HOST:PORT[,...]",
-            help="any broker(s) of the cluster (default: localhost:9092)",
+            "--broker", "-b", default=argparse.SUPPRESS if inherit else "localhost:9092", type=broker_list,
+            metavar="HOST:PORT[,...]", help="any broker(s) of the cluster (default: localhost:9092)",
         )
-        command.add_argument("--zookeeper", "-z", default=None, type=zookeeper_address, metavar="HOST:PORT[/chroot]",
+        command.add_argument("--zookeeper", "-z", default=argparse.SUPPRESS if inherit else None,
+                             type=zookeeper_address, metavar="HOST:PORT[/chroot]",
                              help="find the brokers and partitions in ZooKeeper instead of through --broker")
         debug_option(command)
         return command
@@ -200,10 +206,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of)
 
-    topics = client_command("topics", "list the cluster's topics with their partitions and brokers",
-                            "List each topic of the cluster with its partitions and their brokers.")
+    topics = client_command("topics", "list the cluster's topics with their partitions and brokers, or create one",
+                            "With no action: list each topic of the cluster with its partitions and their brokers. "
+                            "`twlog topics create --help` creates a topic.")
     json_option(topics)
     topics.set_defaults(run="twlog.cli.inspect:topics", react=True)
+    create = client_command(
+        "create", "create a topic with N partitions on each broker of the cluster",
+        "Create TOPIC on every live broker of the cluster (found through --broker or --zookeeper), with N "
+        "partitions on each: partitions are per broker, as in Kafka 0.7, so 2 brokers and --partitions 2 make 4 "
+        "partitions in all. Each broker keeps the count across restarts and registers the topic in ZooKeeper. "
+        "Asking again with the same N changes nothing; another N is refused.",
+        parent=topics.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser), inherit=True,
+    )
+    topic_option(create)
+    create.add_argument("--partitions", "-n", required=True, type=partition_count, metavar="N",
+                        help=f"partitions on each broker (1 to {MAX_PARTITIONS}); the topic gets N x brokers in all")
+    create.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON (for scripts) instead of a sentence")
+    create.set_defaults(run="twlog.cli.inspect:create_topic", react=True)
 
     broker = commands.add_parser(
         "broker", add_help=False, help="run one broker in the foreground (the options of twistd twlog)",

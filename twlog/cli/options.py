@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from twlog.errors import TwlogError
 from twlog.protocol.codec import EARLIEST, LATEST
-from twlog.storage.manager import validate_topic
+from twlog.storage.manager import MAX_PARTITIONS, validate_topic
 
 
 def broker_list(text: str) -> str:
@@ -53,6 +53,19 @@ def topic_name(text: str) -> str:
         return validate_topic(text)
     except TwlogError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def partition_count(text: str) -> int:
+    """C{topics create --partitions}: a whole number from 1 to L{MAX_PARTITIONS}, the partitions on each broker."""
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_PARTITIONS:
+        raise argparse.ArgumentTypeError(
+            f"partition count {text!r} is not a whole number from 1 to {MAX_PARTITIONS} (partitions on each broker)"
+        )
+    return value
 
 
 def offset_option(text: str) -> str | int:

@@ -67,6 +67,7 @@ __all__ = [
     "metadata_partitions",
     "parse_brokers",
     "reachable",
+    "registered_brokers",
     "registered_partitions",
     "resolve_partition",
 ]
@@ -360,11 +361,7 @@ def registered_partitions(zk: BlockingZooKeeper, topics: Iterable[str]) -> list[
 
     C{zk} needs only C{children(path)} and C{get(path)} (None for a missing node).
     """
-    addresses: dict[int, tuple[str, int]] = {}
-    for child in zk.children(paths.BROKER_IDS):
-        value = zk.get(paths.broker_id_path(int(child)))
-        if value is not None:
-            addresses[int(child)] = parse_broker_address(value)
+    addresses = registered_brokers(zk)
     found = []
     for topic in topics:
         for child in zk.children(paths.broker_topic_path(topic)):
@@ -378,3 +375,13 @@ def registered_partitions(zk: BlockingZooKeeper, topics: Iterable[str]) -> list[
                 for p in range(int(count.decode() or 0))
             )
     return found
+
+
+def registered_brokers(zk: BlockingZooKeeper) -> dict[int, tuple[str, int]]:
+    """The live brokers registered in C{zk} (C{/brokers/ids/<id>}): id -> (host, port)."""
+    addresses: dict[int, tuple[str, int]] = {}
+    for child in zk.children(paths.BROKER_IDS):
+        value = zk.get(paths.broker_id_path(int(child)))
+        if value is not None:
+            addresses[int(child)] = parse_broker_address(value)
+    return addresses

@@ -1,0 +1,169 @@
+# -*- test-case-name: tests.client.test_topics,tests.integration.test_topics_create -*-
+"""Creating a topic on every broker of a cluster (blocking): what C{twlog topics create} does.
+
+Partitions are per broker, as in Kafka 0.7: C{create_topic("clicks", 2)} on a
+cluster of 3 brokers gives each broker 2 partitions, 6 in all.  The brokers are
+the cluster's live brokers, learnt from any one broker address (CLUSTER_METADATA,
+L{twlog.client.discovery.bootstrap}) or from ZooKeeper's C{/brokers/ids}.  Every
+broker is asked METADATA first, so an unreachable one is named before anything
+is created; then each gets CREATE_TOPIC (type 9), which is idempotent for the
+same count.  Finally it waits (boundedly) until the cluster's registry shows the
+topic on every broker, so a producer started next sees every partition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import attrs
+
+from twlog.client.discovery import bootstrap, format_address, registered_brokers
+from twlog.client.options import ClientOptions
+from twlog.client.sync import SyncConnection
+from twlog.coord import paths
+from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
+from twlog.errors import BrokerTimeout, ConnectionFailed, InvalidRequest, TopicExists, raise_for
+from twlog.protocol.codec import CreateTopicRequest
+from twlog.storage.manager import MAX_PARTITIONS, validate_topic
+
+#: How long L{create_topic} waits for every broker's registration of the new topic to be visible.
+REGISTRATION_WAIT_S = 5.0
+_POLL_S = 0.1
+
+
+@attrs.frozen
+class Cluster:
+    """The live brokers (id -> (host, port)) and the partitions of one topic each holds (id -> count)."""
+
+    brokers: dict[int, tuple[str, int]]
+    holders: dict[int, int]
+    #: Where it was learnt, for messages.
+    source: str
+
+
+@attrs.frozen
+class TopicCreated:
+    """What L{create_topic} did: C{partitions} on each of C{brokers}; C{existed}: those that had them already."""
+
+    topic: str
+    partitions: int
+    brokers: dict[int, tuple[str, int]]
+    existed: frozenset[int]
+    #: Whether every broker's registration was seen within L{REGISTRATION_WAIT_S}.
+    registered: bool
+
+    @property
+    def total(self) -> int:
+        """Partitions over the whole cluster."""
+        return self.partitions * len(self.brokers)
+
+
+def check_partition_count(partitions: int) -> int:
+    """C{partitions} if it is a valid per-broker count (1 to L{MAX_PARTITIONS}).
+
+    @raise InvalidRequest: naming the count and the range accepted.
+    """
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidRequest(f"a topic has 1 to {MAX_PARTITIONS} partitions on each broker, not {partitions}")
+    return partitions
+
+
+def read_cluster(topic: str, *, brokers: str | Sequence[tuple[str, int]] | None = None,
+                 zookeeper: str | None = None, options: ClientOptions | None = None) -> Cluster:
+    """The cluster's live brokers and who holds C{topic}, from C{brokers} (any one address) or C{zookeeper}.
+
+    @raise ConnectionFailed: neither can be reached (naming them).
+    """
+    options = ClientOptions.build(options)
+    if (brokers is None) == (zookeeper is None):
+        raise ValueError("give either brokers (host:port,...) or zookeeper, not both or none")
+    if brokers is not None:
+        cluster = bootstrap(brokers, (topic,), options)
+        layout = cluster.response.layout(topic)
+        if layout is not None:
+            raise_for(layout.error, f"broker {cluster.asked} refuses topic {topic!r}")
+        holders = dict(layout.holders) if layout is not None else {}
+        return Cluster(cluster.response.addresses, holders, f"the brokers known to {cluster.asked}")
+    try:
+        with BlockingZooKeeper(zookeeper, options.timeout_s) as zk:
+            live = registered_brokers(zk)
+            holders = {}
+            for child in zk.children(paths.broker_topic_path(topic)):
+                count = zk.get(paths.broker_topic_path(topic, int(child)))
+                if int(child) in live and count is not None:
+                    holders[int(child)] = int(count.decode() or 0)
+    except ZooKeeperUnavailable as e:
+        raise ConnectionFailed(str(e)) from None
+    return Cluster(live, holders, f"the brokers registered in ZooKeeper at {zookeeper}")
+
+
+def create_topic(topic: str, partitions: int, *, brokers: str | Sequence[tuple[str, int]] | None = None,
+                 zookeeper: str | None = None, options: ClientOptions | None = None,
+                 wait_s: float = REGISTRATION_WAIT_S) -> TopicCreated:
+    """Create C{topic} with C{partitions} partitions on each live broker of the cluster (blocking).
+
+    @raise InvalidTopic: the name breaks the topic rules.
+    @raise InvalidRequest: C{partitions} is outside 1 to L{MAX_PARTITIONS}.
+    @raise TopicExists: a broker holds the topic with another count (nothing is created).
+    @raise ConnectionFailed: the cluster cannot be read, has no live broker, or a broker cannot be
+        reached (naming each; nothing is created).
+    """
+    validate_topic(topic)
+    check_partition_count(partitions)
+    options = ClientOptions.build(options)
+    cluster = read_cluster(topic, brokers=brokers, zookeeper=zookeeper, options=options)
+    if not cluster.brokers:
+        raise ConnectionFailed(f"no live broker among {cluster.source}")
+    others = {b: n for b, n in sorted(cluster.holders.items()) if n != partitions}
+    if others:
+        held = ", ".join(f"{n} partitions on broker {b}" for b, n in others.items())
+        raise TopicExists(f"topic {topic!r} already exists with {held}, not the {partitions} asked for on each "
+                          "broker (a topic keeps its partition count)")
+    connections = _connect_all(topic, cluster.brokers, options)
+    try:
+        for broker_id, connection in sorted(connections.items()):
+            connection.call(CreateTopicRequest(topic, partitions))
+    finally:
+        for connection in connections.values():
+            connection.close()
+    registered = _wait_registered(topic, partitions, set(cluster.brokers), brokers, zookeeper, options, wait_s)
+    return TopicCreated(topic, partitions, dict(cluster.brokers), frozenset(cluster.holders), registered)
+
+
+def _connect_all(topic: str, brokers: dict[int, tuple[str, int]], options: ClientOptions) -> dict[int, SyncConnection]:
+    """A connection to every broker, checked (METADATA answered by the right id); or an error naming all that failed."""
+    connections: dict[int, SyncConnection] = {}
+    problems = []
+    for broker_id, (host, port) in sorted(brokers.items()):
+        connection = connections[broker_id] = SyncConnection(host, port, options)
+        try:
+            answer = connection.metadata(())
+        except (ConnectionFailed, BrokerTimeout) as e:
+            problems.append(f"broker {broker_id} at {format_address(host, port)} ({e})")
+            continue
+        if answer.broker_id != broker_id:
+            problems.append(f"broker {broker_id} at {format_address(host, port)} (it answers as broker "
+                            f"{answer.broker_id}: a stale registration?)")
+    if problems:
+        for connection in connections.values():
+            connection.close()
+        raise ConnectionFailed(f"cannot create topic {topic!r}: cannot reach " + "; ".join(problems)
+                               + "; nothing was created")
+    return connections
+
+
+def _wait_registered(topic: str, partitions: int, expected: set[int], brokers, zookeeper, options: ClientOptions,
+                     wait_s: float) -> bool:
+    """Whether the cluster shows C{topic} with C{partitions} on every broker of C{expected} within C{wait_s}."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            cluster = read_cluster(topic, brokers=brokers, zookeeper=zookeeper, options=options)
+            if all(cluster.holders.get(b) == partitions for b in expected):
+                return True
+        except ConnectionFailed:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
