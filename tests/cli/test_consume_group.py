@@ -21,6 +21,14 @@ class SessionReporterTests(SynchronousTestCase):
         self.assertIn("session expired; this member will rejoin group 'g'", said[1])
         self.assertEqual(said[2], "reconnected to ZooKeeper at zk:2181")
 
+    def test_quiet_when_the_command_closes_its_session(self) -> None:
+        """Closing our own session on exit (Ctrl-C, -n) is not reported as an expiry."""
+        said: list[str] = []
+        reporter = SessionReporter("zk:2181", "g", said.append)
+        reporter.closing = True
+        reporter(LOST)
+        self.assertEqual(said, [])
+
 
 class TopicWatchTests(SynchronousTestCase):
     def test_waits_then_appears(self) -> None:

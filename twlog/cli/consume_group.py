@@ -40,9 +40,11 @@ class SessionReporter:
         self.group = group
         self.say = say
         self.state = CONNECTED
+        #: Set when the command closes its own session: what follows is not news for the user.
+        self.closing = False
 
     def __call__(self, state: str) -> None:
-        if state == self.state:
+        if state == self.state or self.closing:
             return
         if state == SUSPENDED:
             self.say(f"lost the connection to ZooKeeper at {self.hosts}; no messages until it is back (retrying)")
@@ -84,7 +86,8 @@ async def consume_group(reactor, args, formatter: Formatter, on_corrupt: str) ->
         raise UsageError(f"with --group, --offset is where a new group starts: earliest or latest, not {args.offset!r}")
     zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=ZOOKEEPER_CONNECT_TIMEOUT_S)
     await zk.start()
-    zk.add_state_listener(SessionReporter(args.zookeeper, args.group))
+    reporter = SessionReporter(args.zookeeper, args.group)
+    zk.add_state_listener(reporter)
     consumer = GroupConsumer(zk, args.group, reactor=reactor, on_corrupt=on_corrupt, options=CLIENT_OPTIONS,
                              auto_offset_reset="smallest" if args.offset == "earliest" else "largest")
     out = sys.stdout.buffer
@@ -121,6 +124,7 @@ async def consume_group(reactor, args, formatter: Formatter, on_corrupt: str) ->
     finally:
         out.flush()
         closed = await bounded(reactor, consumer.close(), CLOSE_TIMEOUT_S)  # commits what was printed
+        reporter.closing = True
         await bounded(reactor, zk.stop(), 0.5)
         with suppress(ValueError, KeyError):
             reactor.removeSystemEventTrigger(trigger)
