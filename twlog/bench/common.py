@@ -1,9 +1,10 @@
 # -*- test-case-name: tests.bench.test_crc -*-
-"""What the benchmarks share: payloads that do not compress, and running a coroutine under C{task.react}."""
+"""What the benchmarks share: payloads that do not compress, blocking reads, and running under C{task.react}."""
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 
 from twisted.internet.defer import Deferred
@@ -26,3 +27,14 @@ def react_status(main: Callable[..., Deferred]) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     return 0
+
+
+def read_exactly(sock: socket.socket, n: int, who: str = "the broker") -> bytes:
+    """Exactly C{n} bytes from C{sock}, blocking; RuntimeError naming C{who} if the connection closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise RuntimeError(f"{who} closed the connection")
+        buf += chunk
+    return bytes(buf)

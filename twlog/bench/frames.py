@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import attrs
 
 from twlog.bench.broker import BrokerProcess, _cpu_seconds
-from twlog.bench.common import MB
+from twlog.bench.common import MB, read_exactly
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_APPENDED, AckProduceRequest, ProduceRequest
 from twlog.storage.message import encode_message_set
@@ -57,22 +57,12 @@ def produce_frame(size: int, topic: str = "frames") -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise RuntimeError("the broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
 def send_one(port: int, frame: bytes, timeout_s: float = 600.0) -> int:
     """Send C{frame} to the broker on C{port} and wait for its answer; the produce's error code."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
         sock.sendall(frame)
-        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-        (result,) = codec.decode_ack_produce_response(_read_exactly(sock, size)).results
+        (size,) = struct.unpack(">i", read_exactly(sock, 4))
+        (result,) = codec.decode_ack_produce_response(read_exactly(sock, size)).results
         return result.error
 
 

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import attrs
 
 from twlog.bench.broker import BrokerProcess
+from twlog.bench.common import read_exactly
 from twlog.config import BrokerConfig
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_APPENDED, AckProduceRequest, FetchRequest, ProduceRequest
@@ -101,20 +102,10 @@ class RssSampler(threading.Thread):
         self.join(5)
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise RuntimeError("the broker closed the healthy client's connection")
-        buf += chunk
-    return bytes(buf)
-
-
 def _call(sock: socket.socket, request: bytes) -> bytes:
     sock.sendall(request)
-    (size,) = _SIZE.unpack(_read_exactly(sock, 4))
-    return _read_exactly(sock, size)
+    (size,) = _SIZE.unpack(read_exactly(sock, 4, "the broker (to the healthy client)"))
+    return read_exactly(sock, size, "the broker (to the healthy client)")
 
 
 def _framed(request) -> bytes:

@@ -133,3 +133,16 @@ def resolve_partition(locations: list[PartitionLocation], wanted: str) -> Partit
         return by_partition[partition_named(wanted, list(by_partition))]
     except ValueError as e:
         raise UsageError(str(e)) from None
+
+
+def stop_on_shutdown(reactor, finish, closing: Deferred):
+    """On the reactor's shutdown (Ctrl-C, SIGTERM), call C{finish()} and hold the shutdown until C{closing} fires.
+
+    Returns the trigger's id, for C{reactor.removeSystemEventTrigger} once the command has closed by itself.
+    """
+
+    def stop() -> Deferred:
+        finish()
+        return closing
+
+    return reactor.addSystemEventTrigger("before", "shutdown", stop)

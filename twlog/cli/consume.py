@@ -17,7 +17,7 @@ from contextlib import suppress
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
-from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, resolve_partition
+from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, resolve_partition, stop_on_shutdown
 from twlog.cli.consume_group import consume_group
 from twlog.cli.formats import Formatter, message_formatter
 from twlog.client.discovery import PartitionLocation
@@ -142,11 +142,7 @@ async def _follow(reactor, locations, starts, consumer_of, output: _Output) -> N
                 finish()
                 return
 
-    def stop_on_ctrl_c() -> Deferred:
-        finish()
-        return closing
-
-    trigger = reactor.addSystemEventTrigger("before", "shutdown", stop_on_ctrl_c)
+    trigger = stop_on_shutdown(reactor, finish, closing)
     streams = [consumer_of(loc).stream(loc.topic, loc.partition, start) for loc, start in zip(locations, starts)]
     try:
         for location, stream in zip(locations, streams):

@@ -15,7 +15,7 @@ from contextlib import suppress
 
 from twisted.internet.defer import Deferred
 
-from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded
+from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, stop_on_shutdown
 from twlog.cli.formats import Formatter
 from twlog.consumer.group import GroupConsumer
 from twlog.coord import paths
@@ -109,11 +109,7 @@ async def consume_group(reactor, args, formatter: Formatter, on_corrupt: str) ->
                 finish()
                 return
 
-    def stop_on_ctrl_c() -> Deferred:
-        finish()
-        return closing
-
-    trigger = reactor.addSystemEventTrigger("before", "shutdown", stop_on_ctrl_c)
+    trigger = stop_on_shutdown(reactor, finish, closing)
     closed = False
     try:
         await TopicWatch(zk, args.topic, args.zookeeper).check()
