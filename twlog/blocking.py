@@ -22,6 +22,7 @@ for new data (that is what it is for) unless given C{idle_timeout_s}.
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -72,7 +73,7 @@ def _check_thread() -> None:
         )
 
 
-class _Facade:
+class _Facade(ABC):
     """Calls into the reactor thread and waits for the result; a context manager that closes on exit."""
 
     def __init__(self, reactor) -> None:
@@ -84,9 +85,9 @@ class _Facade:
             raise ClientClosed("the reactor is not running")
         return blockingCallFromThread(self._reactor, function, *args, **kwargs)
 
+    @abstractmethod
     def close(self) -> None:
         """Release what the wrapped client holds (each facade says what that is)."""
-        raise NotImplementedError
 
     def __enter__(self) -> Self:
         return self

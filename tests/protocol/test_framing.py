@@ -101,7 +101,11 @@ class FrameReceiverTests(SynchronousTestCase):
         self.assertEqual(self.receiver.too_long, [0xFFFFFFFF])
 
     def test_default_length_limit_drops_the_connection(self) -> None:
-        receiver = FrameReceiver()
+        class Receiver(FrameReceiver):
+            def stringReceived(self, frame) -> None:
+                pass
+
+        receiver = Receiver()
         transport = connect(receiver)
         receiver.dataReceived(struct.pack(">I", FrameReceiver.MAX_LENGTH + 1))
         self.assertTrue(transport.disconnecting)

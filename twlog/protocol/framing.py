@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from abc import ABC, abstractmethod
 from collections import deque
 
 from twisted.internet.protocol import Protocol
@@ -44,7 +45,7 @@ PREFIX_BYTES = _SIZE.size
 IN_PLACE_FRAME_BYTES = 8 * 1024 * 1024
 
 
-class FrameReceiver(Protocol):
+class FrameReceiver(Protocol, ABC):
     """A protocol receiving and sending int32-size-prefixed frames, in linear time."""
 
     #: The largest frame accepted; a larger size prefix calls L{lengthLimitExceeded}.
@@ -201,9 +202,9 @@ class FrameReceiver(Protocol):
 
     # -- hooks ---------------------------------------------------------------
 
+    @abstractmethod
     def stringReceived(self, frame: bytes | memoryview) -> None:
         """One whole frame (its size prefix removed) arrived: bytes, or a C{memoryview} when assembled in place."""
-        raise NotImplementedError()
 
     def lengthLimitExceeded(self, length: int) -> None:
         """A size prefix over C{MAX_LENGTH} arrived; nothing more is delivered.  Default: drop the connection."""
