@@ -26,8 +26,6 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
-from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
@@ -49,30 +47,10 @@ from tests.integration.kafka07 import (
     parse_broker,
     topic_count_value,
 )
+from tests.integration.test_local import LocalProcess
 from twlog.coord.zkserver import free_port, free_ports
 
 PARTITIONS_PER_BROKER = 2
-
-
-class _Local(ProcessProtocol):
-    """The `twlog local` process: its output, when its banner is out, when it ended."""
-
-    def __init__(self) -> None:
-        self.output = b""
-        self.ready: Deferred = Deferred()
-        self.ended: Deferred = Deferred()
-
-    def outReceived(self, data: bytes) -> None:
-        self.output += data
-        if b"Ctrl-C stops everything" in self.output and not self.ready.called:
-            self.ready.callback(self.output.decode(errors="replace"))
-
-    errReceived = outReceived
-
-    def processEnded(self, reason) -> None:
-        if not self.ready.called:
-            self.ready.errback(AssertionError("twlog local ended early:\n" + self.output.decode(errors="replace")))
-        self.ended.callback(None)
 
 
 @dataclass
@@ -85,7 +63,7 @@ class Cluster:
 async def start_local(testcase: TestCase, brokers: int = 2) -> Cluster:
     """Run `twlog local --brokers N` on free ports under a temporary directory; stop it (by pid) after the test."""
     data = os.path.abspath(testcase.mktemp())
-    local = _Local()
+    local = LocalProcess()
     argv = [sys.executable, "-m", "twlog.cli", "local", "--brokers", str(brokers), "--data", data,
             "--port", str(free_ports(brokers)), "--zookeeper-port", str(free_port()),
             "--num-partitions", str(PARTITIONS_PER_BROKER), "--flush-interval-ms", "20", "--no-metrics"]

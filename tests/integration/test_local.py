@@ -18,7 +18,9 @@ from tests.integration.test_cli import twlog
 from twlog.coord.zkserver import four_letter_word, free_port, free_ports
 
 
-class _Local(ProcessProtocol):
+class LocalProcess(ProcessProtocol):
+    """The `twlog local` process: its output, when its banner is out, and its exit code when it ended."""
+
     def __init__(self) -> None:
         self.output = b""
         self.ready: Deferred = Deferred()
@@ -27,19 +29,19 @@ class _Local(ProcessProtocol):
     def outReceived(self, data: bytes) -> None:
         self.output += data
         if b"Ctrl-C stops everything" in self.output and not self.ready.called:
-            self.ready.callback(self.output.decode())
+            self.ready.callback(self.output.decode(errors="replace"))
 
     errReceived = outReceived
 
     def processEnded(self, reason) -> None:
         if not self.ready.called:
-            self.ready.errback(AssertionError(self.output.decode()))
+            self.ready.errback(AssertionError("twlog local ended early:\n" + self.output.decode(errors="replace")))
         self.ended.callback(reason.value.exitCode)
 
 
-def start_local(testcase: TestCase, *args: str) -> tuple[_Local, object]:
+def start_local(testcase: TestCase, *args: str) -> tuple[LocalProcess, object]:
     """Run C{twlog local ARGS} in its own process, killed (by pid) at the end of the test if still running."""
-    local = _Local()
+    local = LocalProcess()
     argv = [sys.executable, "-m", "twlog.cli", "local", *args]
     transport = reactor.spawnProcess(local, sys.executable, argv, env=os.environ.copy())
 

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.storage.test_log import LogTestMixin
 from twlog.config import LogConfig
 from twlog.errors import StorageFailed, TooManyOpenFiles
 from twlog.storage import flush as flush_module
@@ -42,15 +43,7 @@ class OpenFails:
         return self.real(*args, **kwargs)
 
 
-class DescriptorTests(SynchronousTestCase):
-    def open_log(self, runner=run_now, **overrides) -> Log:
-        settings = dict(segment_bytes=1090, flush_messages=1_000_000, flush_interval_ms=1000)
-        settings.update(overrides)
-        self.directory = self.mktemp()
-        self.clock = Clock()
-        log = Log.open(self.directory, LogConfig(self.directory, **settings), self.clock, runner)
-        self.addCleanup(log.close)
-        return log
+class DescriptorTests(LogTestMixin, SynchronousTestCase):
 
     def fail_segment_opens(self, times: int, code: int = errno.EMFILE) -> None:
         real = Segment.open.__func__
