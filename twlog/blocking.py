@@ -73,8 +73,8 @@ def _check_thread() -> None:
         )
 
 
-class _Facade(ABC):
-    """Calls into the reactor thread and waits for the result; a context manager that closes on exit."""
+class _Facade:
+    """Calls into the reactor thread and waits for the result."""
 
     def __init__(self, reactor) -> None:
         self._reactor = running_reactor(reactor)
@@ -84,6 +84,10 @@ class _Facade(ABC):
         if not self._reactor.running:
             raise ClientClosed("the reactor is not running")
         return blockingCallFromThread(self._reactor, function, *args, **kwargs)
+
+
+class _ClosingFacade(_Facade, ABC):
+    """A facade over a client that holds resources: a context manager that closes it on exit."""
 
     @abstractmethod
     def close(self) -> None:
@@ -96,7 +100,7 @@ class _Facade(ABC):
         self.close()
 
 
-class BlockingProducer(_Facade):
+class BlockingProducer(_ClosingFacade):
     """L{Producer} for plain scripts: the same arguments; L{send} returns what the Deferred fired with."""
 
     def __init__(self, brokers: str | Sequence[tuple[str, int]] | None = None, *, reactor=None,
@@ -129,7 +133,7 @@ class BlockingProducer(_Facade):
         self._call(self._producer.close)
 
 
-class BlockingStream(_Facade):
+class BlockingStream(_ClosingFacade):
     """A plain iterator over one partition; it never ends unless it has an idle timeout or is closed."""
 
     def __init__(self, reactor, stream: MessageStream) -> None:
@@ -155,7 +159,7 @@ class BlockingStream(_Facade):
         self._call(self._stream.close)
 
 
-class BlockingConsumer(_Facade):
+class BlockingConsumer(_ClosingFacade):
     """L{SimpleConsumer} for plain scripts: fetch, offsets, and a blocking L{stream}.
 
     It takes L{SimpleConsumer}'s keywords: C{on_corrupt="skip"} skips corrupt stored messages (logged
@@ -218,7 +222,7 @@ class BlockingGroupStream(_Facade):
             raise StopIteration from None
 
 
-class BlockingGroupConsumer(_Facade):
+class BlockingGroupConsumer(_ClosingFacade):
     """L{GroupConsumer} for plain scripts: the same arguments; streams are plain iterators.
 
     ::
