@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from twlog import __version__
+from twlog.cli.benches import add_bench_commands
 from twlog.cli.formats import format_option
 from twlog.cli.options import (
     broker_list,
@@ -22,87 +23,21 @@ from twlog.cli.options import (
     topic_name,
     zookeeper_address,
 )
+from twlog.cli.parsing import Parser, positive_int
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
-
-
-def _int_list(text: str) -> list[int]:
-    return [_positive_int(part) for part in text.split(",") if part]
-
-
-def _scenarios(text: str) -> list[str]:
-    names = [part for part in text.split(",") if part]
-    unknown = [name for name in names if name not in ("start", "join")]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"scenarios are start and join, not {text!r}")
-    return names
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, then exit 2, as argparse does
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-#: The benchmarks that measure throughput, with the options they share (L{_throughput_options}):
-#: name, help, description, default --fetch-bytes, its help, what --dir holds, what runs.
-_THROUGHPUT_BENCHMARKS = [
-    (
-        "storage",
-        "append and read back N messages through the storage engine (no network)",
-        "Append N messages through a partition log in batches of each size given (CRC validation "
-        "included, fsync on a thread pool as in the broker), read them back with 1 MB reads and "
-        "decode every message; print msg/s, MB/s and bytes on disk per message.",
-        1024 * 1024, "bytes per read when reading back (default: 1 MiB)", "where to write the logs",
-        "twlog.bench.storage:main_storage",
-    ),
-    (
-        "broker",
-        "a broker process and one client over loopback: producer and consumer throughput",
-        "Start a broker (twistd twlog) in its own process, produce N messages with one fire-and-forget "
-        "Twisted producer for each batch size, then consume the last topic with fetches of --fetch-bytes; "
-        "print msg/s, MB/s and the broker's CPU time (per GB fetched, showing sendfile at work).",
-        200 * 1024, "bytes per consumer fetch (default: 200 KiB, as in the paper)", "where the broker keeps its data",
-        "twlog.bench.broker:main_broker",
-    ),
-]
-
-
-def _size_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--size", type=_positive_int, default=200, help="payload bytes (default: 200)")
-
-
-def _throughput_options(command: argparse.ArgumentParser, fetch_bytes: int, fetch_help: str, dir_help: str) -> None:
-    """The options the storage and broker benchmarks share: how much, in which batches, read how, where."""
-    command.add_argument("--messages", "-n", type=_positive_int, default=1_000_000,
-                         help="messages per batch size (default: 1,000,000)")
-    _size_option(command)
-    command.add_argument("--batch", type=_int_list, default=[1, 50],
-                         help="comma-separated batch sizes (default: 1,50)")
-    command.add_argument("--fetch-bytes", type=_positive_int, default=fetch_bytes, help=fetch_help)
-    command.add_argument("--dir", default=None,
-                         help=dir_help + " (default: a temporary directory, deleted afterwards)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = _Parser(
+    parser = Parser(
         prog="twlog",
         description="twlog: a distributed, log-structured publish/subscribe system on Twisted.",
     )
     parser.add_argument("--version", action="version", version=f"twlog {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error, not just its one line")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
     def debug_option(command) -> None:
@@ -148,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--key-separator", "-K", default=None, metavar="SEP",
                          help="each line is KEY SEP VALUE: send VALUE, partitioned by KEY (lines without SEP: --key)")
     partition_option_of(produce, "send every message to this partition")
-    produce.add_argument("--batch-size", type=_positive_int, default=200, help="messages per request (default: 200)")
+    produce.add_argument("--batch-size", type=positive_int, default=200, help="messages per request (default: 200)")
     produce.add_argument("--ack", choices=["appended", "flushed"], default="flushed",
                          help="what each batch waits for: flushed (visible to consumers; default) or appended")
     produce.add_argument("--no-wait", action="store_true",
@@ -165,17 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
         "a consumer group instead: partitions shared with its other members, offsets kept in ZooKeeper.",
     )
     consume.add_argument("--group", "-g", default=None, help="the consumer group to join (needs --zookeeper)")
-    consume.add_argument("--streams", type=_positive_int, default=1,
+    consume.add_argument("--streams", type=positive_int, default=1,
                          help="message streams of this member (with --group; default: 1)")
     topic_option(consume)
     partition_option_of(consume, "read only this partition")
     consume.add_argument("--offset", "-o", default="earliest", type=offset_option,
                          help="earliest, latest, or a byte offset of --partition from a previous run (default: "
                          "earliest); with --group, where a new group starts: earliest or latest")
-    consume.add_argument("--max-messages", "-n", type=_positive_int, default=None, help="stop after N messages")
+    consume.add_argument("--max-messages", "-n", type=positive_int, default=None, help="stop after N messages")
     consume.add_argument("--follow", "-f", action="store_true",
                          help="keep waiting for new messages (the broker wakes the consumer)")
-    consume.add_argument("--max-bytes", type=_positive_int, default=300 * 1024,
+    consume.add_argument("--max-bytes", type=positive_int, default=300 * 1024,
                          help="bytes per fetch (default: 300 KiB)")
     consume.add_argument("--skip-corrupt", action="store_true",
                          help="skip a corrupt stored message (logged with its byte range) instead of stopping at it "
@@ -200,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--time", default=LATEST, type=time_option,
                          help="latest, earliest, milliseconds since the epoch or an ISO date/time such as "
                          "2024-05-01T12:00 (UTC) (default: latest)")
-    offsets.add_argument("--max", type=_positive_int, default=1, help="how many offsets at most (default: 1)")
+    offsets.add_argument("--max", type=positive_int, default=1, help="how many offsets at most (default: 1)")
     json_option(offsets)
     offsets.set_defaults(run="twlog.cli.inspect:offsets", react=True)
 
@@ -217,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         "partitions on each: partitions are per broker, as in Kafka 0.7, so 2 brokers and --partitions 2 make 4 "
         "partitions in all. Each broker keeps the count across restarts and registers the topic in ZooKeeper. "
         "Asking again with the same N changes nothing; another N is refused.",
-        parent=topics.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser), inherit=True,
+        parent=topics.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser), inherit=True,
     )
     topic_option(create)
     create.add_argument("--partitions", "-n", required=True, type=partition_count, metavar="N",
@@ -237,105 +172,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start a real ZooKeeper server and --brokers brokers on 127.0.0.1, with all their data under "
         "--data, print how to produce and consume, and stop everything cleanly on Ctrl-C.",
     )
-    local.add_argument("--brokers", type=_positive_int, default=1, help="how many brokers (default: 1)")
+    local.add_argument("--brokers", type=positive_int, default=1, help="how many brokers (default: 1)")
     local.add_argument("--data", default="twlog-local", help="directory for all data (default: ./twlog-local)")
-    local.add_argument("--port", type=_positive_int, default=9092,
+    local.add_argument("--port", type=positive_int, default=9092,
                        help="the first broker's port; broker N listens on PORT+N (default: 9092)")
-    local.add_argument("--zookeeper-port", type=_positive_int, default=2181,
+    local.add_argument("--zookeeper-port", type=positive_int, default=2181,
                        help="ZooKeeper's port (default: 2181)")
-    local.add_argument("--num-partitions", type=_positive_int, default=4,
+    local.add_argument("--num-partitions", type=positive_int, default=4,
                        help="partitions of a new topic on each broker (default: 4)")
-    local.add_argument("--flush-interval-ms", type=_positive_int, default=200,
+    local.add_argument("--flush-interval-ms", type=positive_int, default=200,
                        help="how soon produced messages become visible (default: 200)")
-    local.add_argument("--metrics-port", type=_positive_int, default=None, metavar="PORT",
+    local.add_argument("--metrics-port", type=positive_int, default=None, metavar="PORT",
                        help="the first broker's Prometheus metrics port; broker N serves "
                        "http://127.0.0.1:PORT+N/metrics (default: --port + 100, so 9192)")
     local.add_argument("--no-metrics", action="store_true", help="serve no metrics")
     local.set_defaults(run="twlog.cli.local:run_local", react=True)
 
-    bench = commands.add_parser("bench", help="run a benchmark and print a table",
-                                description="Benchmarks that print tables.")
-    benches = bench.add_subparsers(dest="bench", metavar="BENCHMARK", parser_class=_Parser)
-    benches.required = True
-
-    for name, help_text, description, fetch_bytes, fetch_help, dir_help, run in _THROUGHPUT_BENCHMARKS:
-        command = benches.add_parser(name, help=help_text, description=description)
-        _throughput_options(command, fetch_bytes, fetch_help, dir_help)
-        command.set_defaults(run=run)
-        command.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
-                             help="compress each batch into one wrapper, which the log validates on append "
-                             "by decompressing it (default: none)")
-        if name == "broker":
-            command.add_argument("--produce-only", action="store_true",
-                                 help="measure producing only (no consume rows, no restart without sendfile)")
-            command.add_argument("--broker-source", metavar="DIR", default=None,
-                                 help="run the broker from the twlog source tree DIR (put first on its "
-                                 "PYTHONPATH), e.g. a 'git worktree' of an older commit, to compare versions")
-
-    rebalance = benches.add_parser(
-        "rebalance",
-        help="how long a consumer group takes to rebalance (local ZooKeeper, in-process brokers)",
-        description="Start a local ZooKeeper and in-process brokers, then time the paper's rebalance for "
-        "--consumers group consumers over --partitions partitions: all joining at once, and one joining a "
-        "stable group; print the times and the retries needed.",
-    )
-    rebalance.add_argument("--consumers", type=_positive_int, default=10, help="group members (default: 10)")
-    rebalance.add_argument("--partitions", type=_positive_int, default=40, help="partitions in all (default: 40)")
-    rebalance.add_argument("--brokers", type=_positive_int, default=4, help="brokers (default: 4)")
-    rebalance.add_argument("--runs", type=_positive_int, default=3, help="runs per scenario (default: 3)")
-    rebalance.add_argument("--backoff-ms", type=_positive_int, default=500,
-                           help="rebalance back-off after a conflict (default: 500, the consumers' default)")
-    rebalance.add_argument("--scenario", type=_scenarios, default=["start", "join"],
-                           help="comma-separated: start (all join at once), join (default: start,join)")
-    rebalance.set_defaults(run="twlog.bench.rebalance:main_rebalance")
-
-    spark = benches.add_parser(
-        "spark", help="Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
-        description="Write N messages to a broker process and as JSON lines, then time a local[2] Spark session "
-        "reading each into count() and into Parquet; print rows/s.",
-    )
-    spark.add_argument("--messages", "-n", type=_positive_int, default=1_000_000,
-                       help="messages (default: 1,000,000)")
-    _size_option(spark)
-    spark.add_argument("--fetch-size", type=_positive_int, default=1024 * 1024,
-                       help="bytes per fetch of the data source (default: 1 MiB)")
-    spark.set_defaults(run="twlog.bench.spark:main_spark")
-
-    frames = benches.add_parser(
-        "frames", help="broker CPU per MB of one large request frame (1, 10 and 100 MB)",
-        description="Send one acknowledged produce frame of each size to a broker process over loopback TCP; "
-        "print the broker's CPU time for each and per MB (flat when framing is linear).",
-    )
-    frames.add_argument("--sizes", type=_int_list, default=[1, 10, 100],
-                        help="comma-separated frame sizes in MB (default: 1,10,100)")
-    frames.add_argument("--total-mb", type=_positive_int, default=200,
-                        help="MB sent at each size, in as many frames as that takes (default: 200)")
-    frames.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
-    frames.set_defaults(run="twlog.bench.frames:main_frames")
-
-    hostile = benches.add_parser(
-        "hostile", help="a healthy client's latency while other clients dribble huge frames they never finish",
-        description="Start a broker process with the default --max-buffered-request-bytes; one healthy client "
-        "produces and fetches in a loop, alone and then while --clients clients each send most of a "
-        "--frame-mb MB acknowledged produce and never finish it; print the healthy client's produce and fetch "
-        "latency (p50, p99, max) for both phases and the broker's peak RSS against the bound.",
-    )
-    hostile.add_argument("--clients", type=_positive_int, default=8, help="dribbling clients (default: 8)")
-    hostile.add_argument("--frame-mb", type=_positive_int, default=95,
-                         help="MiB of the frame each dribbling client announces; it sends all but the last "
-                         "64 KiB (default: 95)")
-    hostile.add_argument("--seconds", type=float, default=20.0,
-                         help="how long each phase lasts; the dribbling clients then close (default: 20)")
-    hostile.add_argument("--max-buffered-mb", type=_positive_int, default=None,
-                         help="the broker's --max-buffered-request-bytes in MiB (default: the broker's default)")
-    hostile.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
-    hostile.set_defaults(run="twlog.bench.hostile:main_hostile")
-
-    crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
-                             description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
-    _size_option(crc)
-    crc.add_argument("--count", type=_positive_int, default=10_000, help="payloads per round (default: 10,000)")
-    crc.set_defaults(run="twlog.bench.crc:main_crc")
+    add_bench_commands(commands)
     return parser
 
 
@@ -346,7 +199,7 @@ def add_group_commands(commands, debug_option, json_option, topic_option, partit
         description="With no action (or `describe`): for every consumer group (or --group), its members and, per "
         "partition, the owning stream, the committed offset, the broker's latest offset and the lag.",
     )
-    actions = groups.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    actions = groups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
 
     def zookeeper_options(command, required_group: bool) -> None:
         command.add_argument("--zookeeper", "-z", default="localhost:2181", type=zookeeper_address,

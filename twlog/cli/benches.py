@@ -1,0 +1,137 @@
+# -*- test-case-name: tests.cli.test_main -*-
+"""The parsers of C{twlog bench BENCHMARK}: one function adds them all to the C{twlog} command.
+
+Each benchmark's module is imported only when it runs (the C{run} default names it), so C{--help} stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from twlog.cli.parsing import Parser, int_list, positive_int, scenarios
+
+#: The benchmarks that measure throughput, with the options they share (L{_throughput_options}):
+#: name, help, description, default --fetch-bytes, its help, what --dir holds, what runs.
+_THROUGHPUT_BENCHMARKS = [
+    (
+        "storage",
+        "append and read back N messages through the storage engine (no network)",
+        "Append N messages through a partition log in batches of each size given (CRC validation "
+        "included, fsync on a thread pool as in the broker), read them back with 1 MB reads and "
+        "decode every message; print msg/s, MB/s and bytes on disk per message.",
+        1024 * 1024, "bytes per read when reading back (default: 1 MiB)", "where to write the logs",
+        "twlog.bench.storage:main_storage",
+    ),
+    (
+        "broker",
+        "a broker process and one client over loopback: producer and consumer throughput",
+        "Start a broker (twistd twlog) in its own process, produce N messages with one fire-and-forget "
+        "Twisted producer for each batch size, then consume the last topic with fetches of --fetch-bytes; "
+        "print msg/s, MB/s and the broker's CPU time (per GB fetched, showing sendfile at work).",
+        200 * 1024, "bytes per consumer fetch (default: 200 KiB, as in the paper)", "where the broker keeps its data",
+        "twlog.bench.broker:main_broker",
+    ),
+]
+
+
+def _size_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--size", type=positive_int, default=200, help="payload bytes (default: 200)")
+
+
+def _throughput_options(command: argparse.ArgumentParser, fetch_bytes: int, fetch_help: str, dir_help: str) -> None:
+    """The options the storage and broker benchmarks share: how much, in which batches, read how, where."""
+    command.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
+                         help="messages per batch size (default: 1,000,000)")
+    _size_option(command)
+    command.add_argument("--batch", type=int_list, default=[1, 50],
+                         help="comma-separated batch sizes (default: 1,50)")
+    command.add_argument("--fetch-bytes", type=positive_int, default=fetch_bytes, help=fetch_help)
+    command.add_argument("--dir", default=None,
+                         help=dir_help + " (default: a temporary directory, deleted afterwards)")
+
+
+def add_bench_commands(commands) -> None:
+    """C{twlog bench} and its benchmarks, as subcommands of C{commands}."""
+    bench = commands.add_parser("bench", help="run a benchmark and print a table",
+                                description="Benchmarks that print tables.")
+    benches = bench.add_subparsers(dest="bench", metavar="BENCHMARK", parser_class=Parser)
+    benches.required = True
+
+    for name, help_text, description, fetch_bytes, fetch_help, dir_help, run in _THROUGHPUT_BENCHMARKS:
+        command = benches.add_parser(name, help=help_text, description=description)
+        _throughput_options(command, fetch_bytes, fetch_help, dir_help)
+        command.set_defaults(run=run)
+        command.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
+                             help="compress each batch into one wrapper, which the log validates on append "
+                             "by decompressing it (default: none)")
+        if name == "broker":
+            command.add_argument("--produce-only", action="store_true",
+                                 help="measure producing only (no consume rows, no restart without sendfile)")
+            command.add_argument("--broker-source", metavar="DIR", default=None,
+                                 help="run the broker from the twlog source tree DIR (put first on its "
+                                 "PYTHONPATH), e.g. a 'git worktree' of an older commit, to compare versions")
+
+    rebalance = benches.add_parser(
+        "rebalance",
+        help="how long a consumer group takes to rebalance (local ZooKeeper, in-process brokers)",
+        description="Start a local ZooKeeper and in-process brokers, then time the paper's rebalance for "
+        "--consumers group consumers over --partitions partitions: all joining at once, and one joining a "
+        "stable group; print the times and the retries needed.",
+    )
+    rebalance.add_argument("--consumers", type=positive_int, default=10, help="group members (default: 10)")
+    rebalance.add_argument("--partitions", type=positive_int, default=40, help="partitions in all (default: 40)")
+    rebalance.add_argument("--brokers", type=positive_int, default=4, help="brokers (default: 4)")
+    rebalance.add_argument("--runs", type=positive_int, default=3, help="runs per scenario (default: 3)")
+    rebalance.add_argument("--backoff-ms", type=positive_int, default=500,
+                           help="rebalance back-off after a conflict (default: 500, the consumers' default)")
+    rebalance.add_argument("--scenario", type=scenarios, default=["start", "join"],
+                           help="comma-separated: start (all join at once), join (default: start,join)")
+    rebalance.set_defaults(run="twlog.bench.rebalance:main_rebalance")
+
+    spark = benches.add_parser(
+        "spark", help="Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
+        description="Write N messages to a broker process and as JSON lines, then time a local[2] Spark session "
+        "reading each into count() and into Parquet; print rows/s.",
+    )
+    spark.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
+                       help="messages (default: 1,000,000)")
+    _size_option(spark)
+    spark.add_argument("--fetch-size", type=positive_int, default=1024 * 1024,
+                       help="bytes per fetch of the data source (default: 1 MiB)")
+    spark.set_defaults(run="twlog.bench.spark:main_spark")
+
+    frames = benches.add_parser(
+        "frames", help="broker CPU per MB of one large request frame (1, 10 and 100 MB)",
+        description="Send one acknowledged produce frame of each size to a broker process over loopback TCP; "
+        "print the broker's CPU time for each and per MB (flat when framing is linear).",
+    )
+    frames.add_argument("--sizes", type=int_list, default=[1, 10, 100],
+                        help="comma-separated frame sizes in MB (default: 1,10,100)")
+    frames.add_argument("--total-mb", type=positive_int, default=200,
+                        help="MB sent at each size, in as many frames as that takes (default: 200)")
+    frames.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
+    frames.set_defaults(run="twlog.bench.frames:main_frames")
+
+    hostile = benches.add_parser(
+        "hostile", help="a healthy client's latency while other clients dribble huge frames they never finish",
+        description="Start a broker process with the default --max-buffered-request-bytes; one healthy client "
+        "produces and fetches in a loop, alone and then while --clients clients each send most of a "
+        "--frame-mb MB acknowledged produce and never finish it; print the healthy client's produce and fetch "
+        "latency (p50, p99, max) for both phases and the broker's peak RSS against the bound.",
+    )
+    hostile.add_argument("--clients", type=positive_int, default=8, help="dribbling clients (default: 8)")
+    hostile.add_argument("--frame-mb", type=positive_int, default=95,
+                         help="MiB of the frame each dribbling client announces; it sends all but the last "
+                         "64 KiB (default: 95)")
+    hostile.add_argument("--seconds", type=float, default=20.0,
+                         help="how long each phase lasts; the dribbling clients then close (default: 20)")
+    hostile.add_argument("--max-buffered-mb", type=positive_int, default=None,
+                         help="the broker's --max-buffered-request-bytes in MiB (default: the broker's default)")
+    hostile.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
+    hostile.set_defaults(run="twlog.bench.hostile:main_hostile")
+
+    crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
+                             description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
+    _size_option(crc)
+    crc.add_argument("--count", type=positive_int, default=10_000, help="payloads per round (default: 10,000)")
+    crc.set_defaults(run="twlog.bench.crc:main_crc")
