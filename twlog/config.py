@@ -11,6 +11,10 @@ import attrs
 
 HOUR_MS = 3600 * 1000
 
+#: When a log's appends are fsynced (twlog.storage.flush): "group" starts the next fsync as soon as the
+#: previous one returns while data waits; "timer" waits for flush_messages or flush_interval_ms (the paper's).
+FLUSH_POLICIES = ("group", "timer")
+
 
 def _frozen_mapping(value: Mapping[str, int] | None) -> Mapping[str, int]:
     return MappingProxyType(dict(value or {}))
@@ -32,6 +36,8 @@ class LogConfig:
     flush_messages: int = 10_000
     #: ... or this long after the first unflushed append, whichever comes first.
     flush_interval_ms: int = 1_000
+    #: One of FLUSH_POLICIES; with "group", the two settings above stay upper bounds.
+    flush_policy: str = "group"
     #: Segments last modified longer ago than this are deleted.
     retention_ms: int = 168 * HOUR_MS
     #: Oldest segments are deleted while a partition is larger than this (-1: no cap).
@@ -59,6 +65,8 @@ class LogConfig:
             problems.append("flush_messages must be at least 1")
         if self.flush_interval_ms < 0:
             problems.append("flush_interval_ms must not be negative")
+        if self.flush_policy not in FLUSH_POLICIES:
+            problems.append(f"flush_policy must be one of {', '.join(FLUSH_POLICIES)}, not {self.flush_policy!r}")
         if self.retention_ms < 0:
             problems.append("retention_ms must not be negative")
         if self.retention_check_interval_ms <= 0:

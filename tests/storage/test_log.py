@@ -27,7 +27,7 @@ from .support import payloads, read_all
 
 class LogTestMixin:
     def open_log(self, runner=run_now, **overrides) -> Log:
-        settings = dict(segment_bytes=1090, flush_messages=1_000_000, flush_interval_ms=1000)
+        settings = dict(segment_bytes=1090, flush_messages=1_000_000, flush_interval_ms=1000, flush_policy="timer")
         settings.update(overrides)
         self.directory = self.mktemp()
         self.clock = Clock()

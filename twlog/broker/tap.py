@@ -12,7 +12,7 @@ from twisted.python import usage
 from typing_extensions import override
 
 from twlog.broker.service import BrokerService
-from twlog.config import HOUR_MS, BrokerConfig, LogConfig
+from twlog.config import FLUSH_POLICIES, HOUR_MS, BrokerConfig, LogConfig
 from twlog.errors import TwlogError
 from twlog.storage.manager import validate_topic
 
@@ -30,6 +30,12 @@ def _int(name: str, minimum: int | None = None):
         return value
 
     return parse
+
+
+def _flush_policy(text: str) -> str:
+    if text not in FLUSH_POLICIES:
+        raise usage.UsageError(f"--flush-policy must be one of {', '.join(FLUSH_POLICIES)}, not {text!r}")
+    return text
 
 
 def parse_topic_partitions(text: str) -> dict[str, int]:
@@ -70,6 +76,9 @@ class Options(usage.Options):
         ["flush-messages", None, 10_000, "fsync after this many messages...", _int("flush-messages", 1)],
         ["flush-interval-ms", None, 1000, "...or this long after the first unflushed one.",
          _int("flush-interval-ms", 0)],
+        ["flush-policy", None, "group",
+         "group: fsync again as soon as the last fsync returns while data waits (visible within about one fsync; "
+         "the two settings above stay upper bounds); timer: wait for them (the paper's policy).", _flush_policy],
         ["retention-hours", None, 168, "Delete segments last modified longer ago than this.",
          _int("retention-hours", 0)],
         ["retention-bytes", None, -1, "Delete the oldest segments while a partition is larger (-1: no cap).",
@@ -109,6 +118,7 @@ class Options(usage.Options):
                 segment_bytes=self["segment-bytes"],
                 flush_messages=self["flush-messages"],
                 flush_interval_ms=self["flush-interval-ms"],
+                flush_policy=self["flush-policy"],
                 retention_ms=self["retention-hours"] * HOUR_MS,
                 retention_bytes=self["retention-bytes"],
                 retention_check_interval_ms=self["retention-check-interval-ms"],

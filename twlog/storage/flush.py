@@ -1,15 +1,25 @@
 # -*- test-case-name: tests.storage.test_log -*-
 """When one partition log's appends become durable, and so visible to readers.
 
-L{Flusher} keeps a log's flush policy: an fsync starts once C{flush_messages}
-messages are unflushed, or C{flush_interval_ms} after the first unflushed one,
-or when someone asks (L{Flusher.flush}).  The fsync runs on a pool thread,
-never on the reactor, one at a time per log; only when it is done does the
-flushed offset, which bounds what readers and OFFSETS see, move.  A failed
-write or fsync fails the log for good: only a restart (recovery) is safe then.
-Running out of descriptors to open a directory for its fsync does not: the
-directories are opened before anything is fsynced, so nothing failed, and
-the flush is tried again later.
+L{Flusher} keeps a log's flush policy (C{LogConfig.flush_policy}):
+
+  - C{"group"} (group commit, the default): an fsync starts at the end of the
+    reactor turn that made a log dirty, and, while data keeps arriving, the
+    next one starts as soon as the previous returns.  Batches grow by
+    themselves under load (everything appended during one fsync goes into the
+    next), so data is visible about one fsync time after it is appended.
+  - C{"timer"} (the paper's): an fsync starts once C{flush_messages} messages
+    are unflushed, or C{flush_interval_ms} after the first unflushed one.
+
+Both keep the count and interval triggers, so under C{"group"} they stay
+upper bounds; both flush when someone asks (L{Flusher.flush}).  The fsync runs
+on a pool thread, never on the reactor, one at a time per log; only when it is
+done does the flushed offset, which bounds what readers and OFFSETS see, move.
+A failed write or fsync fails the log for good: only a restart (recovery) is
+safe then.  Running out of descriptors to open a directory for its fsync does
+not: the directories are opened before anything is fsynced, so nothing
+failed, and the flush is tried again later (by the interval timer, not at
+once, under either policy).
 """
 
 from __future__ import annotations
@@ -89,6 +99,11 @@ class Flusher:
         self._unflushed_messages = 0
         self._dirty: list[Segment] = []
         self._flush_timer: IDelayedCall | None = None
+        #: Group commit: the flush due at the end of this reactor turn.
+        self._group = config.flush_policy == "group"
+        self._soon: IDelayedCall | None = None
+        #: Out of descriptors at the last flush: wait for the retry timer instead of retrying at once.
+        self._postponed = False
         self._flush_in_flight = False
         self._flush_again = False
         self._flush_waiters: list[Deferred[int]] = []
@@ -113,6 +128,15 @@ class Flusher:
             self._flush_in_background()
         elif self._flush_timer is None:
             self._flush_timer = self._clock.callLater(self._config.flush_interval_ms / 1000, self._timed_flush)
+        if self._group and not self._postponed:
+            if self._flush_in_flight:
+                self._flush_again = True  # the next fsync starts as soon as this one returns
+            elif self._soon is None and self._dirty:
+                self._soon = self._clock.callLater(0, self._group_flush)
+
+    def _group_flush(self) -> None:
+        self._soon = None
+        self._flush_in_background()
 
     def flush(self) -> Deferred[int]:
         """fsync everything appended so far (on a pool thread); fire with the new flushed offset.
@@ -143,6 +167,7 @@ class Flusher:
 
     def _timed_flush(self) -> None:
         self._flush_timer = None
+        self._postponed = False
         self._flush_in_background()
 
     def _start_flush(self) -> None:
@@ -194,6 +219,8 @@ class Flusher:
         self._dirty = [s for s in dirty if s not in self._dirty] + self._dirty
         self._sync_directories.update(directories)
         self._flush_again = False
+        self._postponed = True
+        self._cancel_soon()
         for waiter in waiters + self._flush_waiters:
             waiter.errback(TooManyOpenFiles(str(error)))
         self._flush_waiters = []
@@ -240,6 +267,13 @@ class Flusher:
         self._cancel_timer()
 
     def _cancel_timer(self) -> None:
+        """Cancel the interval timer and the group-commit call: a flush starts, or none may."""
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
+        self._cancel_soon()
+
+    def _cancel_soon(self) -> None:
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
