@@ -207,9 +207,37 @@ def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> str:
     return "\n".join(lines)
 
 
+def _produce_per_policy(args, root: str, policies: Sequence[str]) -> int:
+    """C{--flush-policy P,Q,...}: the produce rows against one broker per policy (each with the broker's default
+    --flush-messages and --flush-interval-ms), in the order given, so repeating them interleaves A/B."""
+    result: list[BrokerRow] = []
+
+    async def each(reactor) -> None:
+        for i, policy in enumerate(policies):
+            broker = BrokerProcess(os.path.join(root, f"{i}-{policy}"), "--flush-policy", policy,
+                                   "--segment-bytes", str(512 * 1024 * 1024))
+            try:
+                rows = await _broker_benchmark(reactor, broker, args.messages, args.size, args.batch, args.fetch_bytes,
+                                               sys.stderr, getattr(args, "codec", "none"))
+            finally:
+                broker.stop()
+            result.extend(attrs.evolve(r, test=f"{policy}: {r.test}") for r in rows if r.test.startswith("produce"))
+
+    try:
+        status = react_status(lambda reactor: Deferred.fromCoroutine(each(reactor)))
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+    if not status:
+        print(format_broker_table(result, args.size, 0).replace(", broker process 0", ", a broker process per policy"))
+    return status
+
+
 def main_broker(args) -> int:
     """Entry point of C{twlog bench broker}."""
     root = args.dir or tempfile.mkdtemp(prefix="twlog-bench-broker-")
+    if getattr(args, "flush_policy", None):
+        return _produce_per_policy(args, root, args.flush_policy)
     print(f"starting a broker with its data under {root}", file=sys.stderr)
     source = getattr(args, "broker_source", None)
     broker = BrokerProcess(root, "--flush-interval-ms", "5", "--segment-bytes", str(512 * 1024 * 1024),

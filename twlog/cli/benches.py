@@ -70,6 +70,9 @@ def add_bench_commands(commands) -> None:
             command.add_argument("--broker-source", metavar="DIR", default=None,
                                  help="run the broker from the twlog source tree DIR (put first on its "
                                  "PYTHONPATH), e.g. a 'git worktree' of an older commit, to compare versions")
+            command.add_argument("--flush-policy", type=_flush_policies, default=None, metavar="P[,P...]",
+                                 help="produce only, against a broker per flush policy (group, timer; the broker's "
+                                 "default flush settings), in this order: group,timer,group,timer interleaves them")
 
     rebalance = benches.add_parser(
         "rebalance",
@@ -130,8 +133,52 @@ def add_bench_commands(commands) -> None:
     hostile.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
     hostile.set_defaults(run="twlog.bench.hostile:main_hostile")
 
+    _add_latency(benches)
+
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
     _size_option(crc)
     crc.add_argument("--count", type=positive_int, default=10_000, help="payloads per round (default: 10,000)")
     crc.set_defaults(run="twlog.bench.crc:main_crc")
+
+
+def _flush_policies(text: str) -> list[str]:
+    names = [part for part in text.split(",") if part]
+    if not names or any(name not in ("group", "timer") for name in names):
+        raise argparse.ArgumentTypeError(f"flush policies are group and timer, not {text!r}")
+    return names
+
+
+def _add_latency(benches) -> None:
+    """C{twlog bench latency} (issue 15): produce-to-consume latency at fixed offered rates, per flush policy."""
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not 0 < value <= 3600:
+            raise argparse.ArgumentTypeError(f"--seconds {text} must be above 0 and at most 3600")
+        return value
+
+    latency = benches.add_parser(
+        "latency", help="produce-to-consume latency (p50/p99/p99.9/max) at fixed offered rates, per flush policy",
+        description="Start a broker process per flush policy; for each offered rate, a producer process sends "
+        "time-stamped messages on a fixed schedule for --seconds while a consumer reads them with waiting fetches "
+        "(WAIT_FETCH); print the latency from each message's scheduled send to its hand-off to the consumer, the "
+        "broker's fsyncs per second and fsync times, and a direct fsync probe of the disk.",
+    )
+    latency.add_argument("--rates", type=int_list, default=[1_000, 20_000, 200_000],
+                         help="comma-separated offered rates in msg/s (default: 1000,20000,200000)")
+    latency.add_argument("--seconds", type=seconds, default=10.0, help="how long each rate runs (default: 10)")
+    latency.add_argument("--flush-policy", type=_flush_policies, default=["group", "timer"],
+                         help="comma-separated broker flush policies, each run at every rate (default: group,timer)")
+    latency.add_argument("--flush-interval-ms", type=positive_int, default=None,
+                         help="the brokers' --flush-interval-ms (default: the broker's, 1000)")
+    latency.add_argument("--flush-messages", type=positive_int, default=None,
+                         help="the brokers' --flush-messages (default: the broker's, 10000)")
+    _size_option(latency)
+    latency.add_argument("--fsync-probes", type=int, default=200,
+                         help="fsyncs of 20 KB writes timed on the data directory's disk first (0: none; default: 200)")
+    latency.add_argument("--dir", default=None, help="where the brokers keep their data (default: a temporary "
+                         "directory, deleted afterwards)")
+    latency.set_defaults(run="twlog.bench.latency:main_latency")

@@ -1,0 +1,334 @@
+# -*- test-case-name: tests.bench.test_latency -*-
+"""C{twlog bench latency}: milliseconds from produce to a consumer's hand-off, at fixed offered rates.
+
+For each flush policy asked for (C{--flush-policy group,timer}) a broker
+process runs (L{BrokerProcess}, with metrics on).  For each offered rate
+(1,000, 20,000 and 200,000 msg/s by default) and each policy in turn
+(interleaved, so both see the same machine), a producer process sends
+fire-and-forget PRODUCE requests on a fixed schedule for C{--seconds}: message
+i is due at C{start + i / rate}, carries that time (C{CLOCK_MONOTONIC}, which
+every process of the machine shares) in its first 8 bytes, and goes out with
+the other messages already due (a late producer sends a bigger set and its
+lateness counts as latency: no coordinated omission).  In this process a
+L{SimpleConsumer} reads the partition with waiting fetches (WAIT_FETCH, one
+in flight) and, as each fetch hands its messages over, records now minus each
+message's due time.
+
+The table gives p50, p99, p99.9 and the maximum of that latency per rate and
+policy, the fsyncs per second the broker did (C{twlog_flush_duration_seconds}
+from its metrics, before and after the run) with the fsync time distribution
+by bucket, and the broker's CPU.  Before the runs, the fsync time of the data
+directory's disk is probed directly (C{--fsync-probes} fsyncs of 20 KB
+writes): under group commit it bounds the latency.
+
+Every loop is bounded in count and time; everything is on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from array import array
+from collections.abc import Sequence
+
+import attrs
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from twisted.internet.defer import Deferred
+
+from twlog.bench.broker import BrokerProcess
+from twlog.bench.common import react_status
+from twlog.consumer.simple import SimpleConsumer
+from twlog.protocol import codec
+from twlog.protocol.codec import ProduceRequest
+from twlog.storage.message import encode_message_set
+
+#: The offered rates (msg/s) the issue asks for.
+DEFAULT_RATES = (1_000, 20_000, 200_000)
+#: The most messages the producer puts in one set (one PRODUCE request).
+MAX_SET = 1_000
+_STAMP = struct.Struct(">q")
+_SIZE = struct.Struct(">i")
+#: How long the consumer keeps reading after the producer ended, at most.
+DRAIN_S = 30.0
+
+
+def stamped_payloads(stamps_ns: Sequence[int], size: int) -> list[bytes]:
+    """One payload of C{size} bytes (at least 8) per time stamp: the stamp, big-endian, then padding."""
+    pad = b"." * (size - _STAMP.size)
+    return [_STAMP.pack(t) + pad for t in stamps_ns]
+
+
+def due_count(elapsed_ns: int, rate: int, total: int) -> int:
+    """How many messages are due C{elapsed_ns} after the start at C{rate} msg/s (message i at i / rate)."""
+    return min(total, elapsed_ns * rate // 1_000_000_000 + 1) if elapsed_ns >= 0 else 0
+
+
+def produce_at_rate(host: str, port: int, topic: str, rate: int, seconds: float, size: int) -> int:
+    """Send C{rate * seconds} stamped messages to C{topic} partition 0 on schedule (blocking); how many were sent."""
+    total = max(1, int(rate * seconds))
+    with socket.create_connection((host, port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        start = time.monotonic_ns()
+        sent = 0
+        while sent < total:
+            now = time.monotonic_ns()
+            due = due_count(now - start, rate, total)
+            if due <= sent:  # ahead of schedule: sleep until the next message is due
+                time.sleep(max(0.0, (start + sent * 1_000_000_000 // rate - now) / 1e9))
+                continue
+            count = min(due - sent, MAX_SET)
+            stamps = [start + i * 1_000_000_000 // rate for i in range(sent, sent + count)]
+            frame = codec.encode_request(ProduceRequest(topic, 0, encode_message_set(stamped_payloads(stamps, size))))
+            sock.sendall(_SIZE.pack(len(frame)) + frame)
+            sent += count
+    return sent
+
+
+def produce_child() -> None:
+    """The producer process: C{HOST PORT TOPIC RATE SECONDS SIZE} on the command line; prints the count sent."""
+    host, port, topic, rate, seconds, size = sys.argv[1:7]
+    print(produce_at_rate(host, int(port), topic, int(rate), float(seconds), int(size)), flush=True)
+
+
+def start_producer(port: int, topic: str, rate: int, seconds: float, size: int) -> subprocess.Popen:
+    """A producer process (L{produce_child}) sending to the broker on C{port}."""
+    argv = [sys.executable, "-c", "from twlog.bench.latency import produce_child; produce_child()",
+            "127.0.0.1", str(port), topic, str(rate), repr(seconds), str(size)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The C{fraction} (0-1) percentile of C{values}, nearest rank; NaN when there are none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = math.ceil(fraction * len(ordered) - 1e-9)
+    return ordered[min(len(ordered), max(1, rank)) - 1]
+
+
+def probe_fsync(directory: str, count: int, size: int = 20_000) -> list[float]:
+    """Seconds each of C{count} fsyncs took after a C{size}-byte write, in a scratch file of C{directory}."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    times = []
+    try:
+        block = b"x" * size
+        for _ in range(count):
+            os.write(fd, block)
+            started = time.perf_counter()
+            os.fsync(fd)
+            times.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return times
+
+
+@attrs.frozen
+class FlushStats:
+    """The broker's fsync histogram (C{twlog_flush_duration_seconds}) at one moment."""
+
+    count: float = 0.0
+    total_s: float = 0.0
+    #: (upper bound in seconds, cumulative count), ascending, +Inf last.
+    buckets: tuple[tuple[float, float], ...] = ()
+
+    def since(self, before: FlushStats) -> FlushStats:
+        """What happened between C{before} and this."""
+        earlier = dict(before.buckets)
+        return FlushStats(self.count - before.count, self.total_s - before.total_s,
+                          tuple((bound, n - earlier.get(bound, 0.0)) for bound, n in self.buckets))
+
+    def bound(self, fraction: float) -> float:
+        """The smallest bucket bound at or below which C{fraction} of the fsyncs fell (NaN without fsyncs)."""
+        for bound, n in self.buckets:
+            if self.count and n >= fraction * self.count:
+                return bound
+        return float("nan")
+
+
+def parse_flush_stats(text: str) -> FlushStats:
+    """The fsync histogram out of a Prometheus text scrape."""
+    count = total = 0.0
+    buckets = []
+    for family in text_string_to_metric_families(text):
+        if family.name != "twlog_flush_duration_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_count"):
+                count = sample.value
+            elif sample.name.endswith("_sum"):
+                total = sample.value
+            elif sample.name.endswith("_bucket"):
+                buckets.append((float(sample.labels["le"]), sample.value))
+    return FlushStats(count, total, tuple(sorted(buckets)))
+
+
+@attrs.frozen
+class LatencyRow:
+    """One rate under one policy."""
+
+    policy: str
+    rate: int
+    sent: int
+    received: int
+    seconds: float
+    latencies_s: Sequence[float]
+    flushes: FlushStats
+    broker_cpu_s: float
+
+
+class PolicyBroker:
+    """A broker process under one flush policy, with its metrics URL."""
+
+    def __init__(self, root: str, policy: str, extra: Sequence[str]) -> None:
+        self.policy = policy
+        self.settings = ["--flush-policy", policy, *extra]
+        self.process = BrokerProcess(os.path.join(root, policy), *self.settings, "--metrics-port", "0")
+        with open(self.process.log_path, "rb") as f:
+            match = re.search(rb"metrics at (http://\S+)", f.read())
+        if match is None:
+            self.process.stop()
+            raise RuntimeError(f"the {policy} broker does not say where its metrics are")
+        self.metrics_url = match.group(1).decode() + "?" + "&".join(  # samples, by name
+            f"name[]=twlog_flush_duration_seconds_{part}" for part in ("bucket", "count", "sum"))
+
+    def flush_stats(self) -> FlushStats:
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
+            return parse_flush_stats(response.read().decode())
+
+
+async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size: int, progress) -> LatencyRow:
+    """Run one producer at C{rate} against C{broker} and consume with waiting fetches; one table row."""
+    topic = f"latency-{rate}"
+    expected = max(1, int(rate * seconds))
+    consumer = SimpleConsumer("127.0.0.1", broker.process.port, reactor=reactor, max_bytes=1024 * 1024)
+    latencies = array("d")
+    flushes_before, cpu_before = broker.flush_stats(), broker.process.cpu_seconds()
+    task = progress.add_task(f"{broker.policy} {rate:,} msg/s", total=expected) if progress is not None else None
+    producer = start_producer(broker.process.port, topic, rate, seconds, size)
+    started = time.monotonic()
+    offset = sent = 0
+    try:
+        while True:
+            if sent == 0 and producer.poll() is not None:
+                out = producer.stdout.read().decode().strip() if producer.stdout else ""
+                if producer.returncode != 0 or not out.isdigit():
+                    raise RuntimeError(f"the producer failed (exit status {producer.returncode})")
+                sent = int(out)
+            if sent and len(latencies) >= sent:
+                break
+            if time.monotonic() - started > seconds + DRAIN_S:
+                break
+            # Before the first set arrives the partition reads as an empty log at offset 0, and the wait holds.
+            fetched = await consumer.fetch(topic, 0, offset, max_wait_ms=200)
+            now = time.monotonic_ns()
+            unpack = _STAMP.unpack_from
+            latencies.extend((now - unpack(m.payload)[0]) / 1e9 for m in fetched.messages)
+            offset = fetched.next_offset
+            if task is not None:
+                progress.update(task, completed=len(latencies))
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+        producer.wait()
+        if producer.stdout:
+            producer.stdout.close()
+        await consumer.close()
+    elapsed = time.monotonic() - started
+    return LatencyRow(broker.policy, rate, sent, len(latencies), elapsed, latencies,
+                      broker.flush_stats().since(flushes_before), broker.process.cpu_seconds() - cpu_before)
+
+
+def _ms(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1000:,.1f}"
+
+
+def latency_table(rows: Sequence[LatencyRow], title: str) -> Table:
+    """The benchmark's table (rich)."""
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+    for column in ("policy", "offered msg/s", "received", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "fsyncs/s",
+                   "fsync mean ms", "fsync p50<=", "fsync p99<=", "broker CPU %"):
+        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=True)
+    for r in rows:
+        values = sorted(r.latencies_s)
+        fsyncs = r.flushes.count
+        table.add_row(
+            r.policy, f"{r.rate:,}", f"{r.received:,}/{r.sent:,}",
+            *(_ms(percentile(values, q)) for q in (0.5, 0.99, 0.999, 1.0)),
+            f"{fsyncs / r.seconds:,.0f}", _ms(r.flushes.total_s / fsyncs if fsyncs else float("nan")),
+            _ms(r.flushes.bound(0.5)), _ms(r.flushes.bound(0.99)), f"{100 * r.broker_cpu_s / r.seconds:.0f}",
+        )
+    return table
+
+
+def _progress() -> Progress | None:
+    if not sys.stderr.isatty():
+        return None
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} received"),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+
+
+def main_latency(args) -> int:
+    """Entry point of C{twlog bench latency}."""
+    root = args.dir or tempfile.mkdtemp(prefix="twlog-bench-latency-")
+    os.makedirs(root, exist_ok=True)
+    extra = []
+    if args.flush_interval_ms is not None:
+        extra += ["--flush-interval-ms", str(args.flush_interval_ms)]
+    if args.flush_messages is not None:
+        extra += ["--flush-messages", str(args.flush_messages)]
+    probe = sorted(probe_fsync(root, args.fsync_probes)) if args.fsync_probes else []
+    brokers: list[PolicyBroker] = []
+    rows: list[LatencyRow] = []
+    try:
+        for policy in args.flush_policy:
+            print(f"starting a broker with --flush-policy {policy} under {root}", file=sys.stderr)
+            brokers.append(PolicyBroker(root, policy, extra))
+        progress = _progress()
+
+        async def run(reactor) -> None:
+            for rate in args.rates:
+                for broker in brokers:
+                    if progress is None:
+                        print(f"  {broker.policy}: {rate:,} msg/s for {args.seconds:g} s", file=sys.stderr)
+                    rows.append(await measure(reactor, broker, rate, args.seconds, args.size, progress))
+
+        if progress is not None:
+            progress.start()
+        try:
+            status = react_status(lambda reactor: Deferred.fromCoroutine(run(reactor)))
+        finally:
+            if progress is not None:
+                progress.stop()
+        if status:
+            return status
+    finally:
+        for broker in brokers:
+            broker.process.stop()
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+    settings = ", ".join(f"{b.policy}: {' '.join(b.settings)}" for b in brokers)
+    load = os.getloadavg()
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 250, highlight=False)
+    console.print(latency_table(rows, f"twlog produce-to-consume latency: {args.size}-byte messages, one producer "
+                                      f"process, one WAIT_FETCH consumer, {args.seconds:g} s per rate"))
+    console.print(f"broker flush settings (the rest are the broker's defaults): {settings}")
+    if probe:
+        console.print(f"fsync of this disk ({len(probe)} x 20 KB, before the runs): p50 {_ms(percentile(probe, 0.5))}"
+                      f" ms, p99 {_ms(percentile(probe, 0.99))} ms, max {_ms(probe[-1])} ms")
+    console.print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (fsync p50/p99 are the broker's histogram "
+                  "bucket bounds; latency = consumer hand-off minus the message's scheduled send time)")
+    return 0
