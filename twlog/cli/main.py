@@ -166,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a broker until Ctrl-C or SIGTERM; `twlog broker --help` lists its options.",
     )
     broker.set_defaults(run="twlog.cli.broker:main")
+    registry = commands.add_parser(
+        "registry", add_help=False, help="run the schema registry (Confluent's REST API for Avro) in the foreground",
+        description="Run the schema registry until Ctrl-C or SIGTERM; `twlog registry --help` lists its options.",
+    )
+    registry.set_defaults(run="twlog.cli.registry:main")
 
     local = commands.add_parser(
         "local", help="run ZooKeeper and N brokers on this machine until Ctrl-C",
@@ -260,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["broker"]:  # its options are twistd twlog's (twisted.python.usage), parsed by it
         return _load("twlog.cli.broker:main")(argv[1:])
+    if argv[:1] == ["registry"]:  # the same for twistd twlog-registry's options
+        return _load("twlog.cli.registry:main")(argv[1:])
     args = build_parser().parse_args(argv)
     function = _load(args.run)
     if getattr(args, "react", False):

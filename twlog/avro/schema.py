@@ -1,0 +1,104 @@
+# -*- test-case-name: tests.avro.test_schema -*-
+"""Avro schemas: parsing (with the avro package's checks), one text per schema, and compatibility.
+
+Compatibility is the avro package's C{ReaderWriterCompatibilityChecker}: Avro's own schema
+resolution rules (a reader field missing from the writer needs a default, promotions such as int
+to long, enum symbols, union branches...), the rules Confluent's registry applies through Avro's
+Java C{SchemaCompatibility}.  Encoding and decoding use fastavro, whose parsed form each
+L{AvroSchema} also carries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import avro.errors
+import avro.schema
+import fastavro
+from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
+#: Confluent's compatibility levels.  C{_TRANSITIVE}: against every earlier version, not only the latest.
+COMPATIBILITY_LEVELS = (
+    "NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE",
+)
+DEFAULT_COMPATIBILITY = "BACKWARD"
+
+
+class InvalidSchema(ValueError):
+    """Text that is not a valid Avro schema: not JSON, or JSON that Avro refuses."""
+
+
+@attrs.frozen(eq=False)
+class AvroSchema:
+    """One parsed schema: its text (compact JSON, the registry's identity of a schema) and parsed forms."""
+
+    #: The schema as compact JSON (whitespace dropped, keys in the order given).
+    text: str
+    #: The avro package's schema (compatibility checks).
+    avro: avro.schema.Schema = attrs.field(repr=False)
+    #: fastavro's parsed schema (encoding and decoding).
+    fast: Any = attrs.field(repr=False)
+
+    @classmethod
+    def parse(cls, text: str | dict | list) -> AvroSchema:
+        """Parse C{text} (JSON text, or its decoded value).
+
+        @raise InvalidSchema: naming what is wrong.
+        """
+        if isinstance(text, str):
+            try:
+                value = json.loads(text)
+            except ValueError as e:
+                # A bare name such as string is a schema in Avro's JSON only as "string".
+                raise InvalidSchema(f"the schema is not JSON: {e}") from None
+        else:
+            value = text
+        compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        try:
+            parsed = avro.schema.parse(compact)
+            fast = fastavro.parse_schema(value, _write_hint=False)
+        except (avro.errors.AvroException, fastavro.schema.SchemaParseException, ValueError, TypeError,
+                KeyError, AttributeError) as e:
+            raise InvalidSchema(f"invalid Avro schema: {e}") from None
+        return cls(compact, parsed, fast)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AvroSchema) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+def can_read(reader: AvroSchema, writer: AvroSchema) -> list[str]:
+    """Why data written with C{writer} cannot be read with C{reader} (Avro resolution): empty if it can."""
+    result = ReaderWriterCompatibilityChecker().get_compatibility(reader.avro, writer.avro)
+    if result.compatibility is SchemaCompatibilityType.compatible:
+        return []
+    kinds = ", ".join(kind.value for kind in result.incompatibilities)
+    where = ", ".join(sorted(result.locations))
+    return [f"{kinds} at {where} ({', '.join(sorted(map(str, result.messages)))})"]
+
+
+def incompatibilities(level: str, new: AvroSchema, previous: Sequence[AvroSchema]) -> list[str]:
+    """Why C{new} may not follow C{previous} (oldest first) under the compatibility C{level}: empty if it may.
+
+    BACKWARD: C{new} reads data written with the latest; FORWARD: the latest reads data written with
+    C{new}; FULL: both; the C{_TRANSITIVE} forms check every earlier version; NONE: nothing.
+    """
+    if level not in COMPATIBILITY_LEVELS:
+        raise ValueError(f"compatibility must be one of {', '.join(COMPATIBILITY_LEVELS)}, not {level!r}")
+    if level == "NONE" or not previous:
+        return []
+    against = previous if level.endswith("_TRANSITIVE") else previous[-1:]
+    base = level.removesuffix("_TRANSITIVE")
+    problems = []
+    for index, old in enumerate(against):
+        label = "the latest version" if len(against) == 1 else f"version {len(previous) - len(against) + index + 1}"
+        if base in ("BACKWARD", "FULL"):
+            problems += [f"cannot read {label}: {why}" for why in can_read(new, old)]
+        if base in ("FORWARD", "FULL"):
+            problems += [f"{label} cannot read it: {why}" for why in can_read(old, new)]
+    return problems

@@ -1,0 +1,66 @@
+# -*- test-case-name: tests.registry.test_tap,tests.integration.test_schema_registry -*-
+"""C{twlog registry}: the schema registry in the foreground, with the options of C{twistd twlog-registry}.
+
+It logs to stderr and stops on Ctrl-C or SIGTERM; a port it cannot listen on is one line and exit
+1; a bad option is one line and exit 2.  A twlog cluster that cannot be reached does not stop it:
+requests are answered 500 (Confluent's 50001) until the cluster answers.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from twisted.logger import FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner, textFileLogObserver
+from twisted.python import usage
+
+from twlog.registry.tap import Options
+
+
+class RegistryOptions(Options):
+    """C{twistd twlog-registry}'s options, named for C{twlog registry}."""
+
+    synopsis = "Usage: twlog registry [options] (--zookeeper HOST:PORT[/chroot] | --broker HOST:PORT[,...])"
+
+
+def parse(argv: Sequence[str]) -> RegistryOptions | int:
+    """The parsed options, or the exit status when there is nothing to run (--help: 0; a bad option: 2)."""
+    options = RegistryOptions()
+    try:
+        options.parseOptions(list(argv))
+    except usage.UsageError as e:
+        print(f"twlog registry: error: {e} (twlog registry --help lists the options)", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    return options
+
+
+def main(argv: Sequence[str], reactor=None) -> int:
+    """Run the registry until Ctrl-C or SIGTERM; return the exit status."""
+    options = parse(argv)
+    if isinstance(options, int):
+        return options
+    if reactor is None:
+        from twisted.internet import reactor
+    globalLogBeginner.beginLoggingTo(
+        [FilteringLogObserver(textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(LogLevel.info)])],
+        redirectStandardIO=False,
+    )
+    service = options.service(reactor)
+    failures: list[str] = []
+
+    def cannot_start(failure) -> None:
+        failures.append(failure.getErrorMessage() or failure.type.__name__)
+        if reactor.running:
+            reactor.stop()
+
+    service.listening.addErrback(cannot_start)
+    reactor.callWhenRunning(service.startService)
+    reactor.addSystemEventTrigger("before", "shutdown", lambda: service.stopService() if service.running else None)
+    reactor.run()
+    if failures:
+        print(f"twlog registry: cannot listen on {options['interface']}:{options['port']}: {failures[0]}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,73 @@
+# -*- test-case-name: tests.integration.test_schema_registry -*-
+"""L{RegistryService}: the registry process: the journal on the twlog cluster, the state, the HTTP listener.
+
+At start it listens at once and replays C{twlog-schemas} (every request also reads the topic to
+its end before it is answered, so a request never sees less than what was acknowledged).
+"""
+
+from __future__ import annotations
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from twlog.registry.core import SchemaRegistry
+from twlog.registry.journal import TOPIC, Journal
+from twlog.registry.web import DEFAULT_MAX_BODY_BYTES, make_site
+
+DEFAULT_PORT = 8081
+
+
+class RegistryService(Service):
+    """Serves the registry on C{interface:port}, its records in the cluster at C{brokers} or C{zookeeper}."""
+
+    _log = Logger()
+
+    def __init__(self, *, brokers: str | None = None, zookeeper: str | None = None, port: int = DEFAULT_PORT,
+                 interface: str = "127.0.0.1", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, reactor=None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        self._reactor = reactor
+        self.port = port
+        self.interface = interface
+        self.journal = Journal(brokers=brokers, zookeeper=zookeeper, reactor=reactor)
+        self.registry = SchemaRegistry(self.journal, reactor=reactor)
+        self.site = make_site(self.registry, max_body_bytes)
+        self.where = brokers if brokers is not None else f"ZooKeeper {zookeeper}"
+        self._listener = None
+        #: Fires with the listening port once the HTTP listener is up (or errbacks if it cannot be).
+        self.listening: Deferred = Deferred()
+
+    def startService(self) -> None:
+        super().startService()
+        try:
+            self._listener = self._reactor.listenTCP(self.port, self.site, interface=self.interface)
+        except Exception as e:  # (CannotListenError: the port is taken)
+            self.listening.errback(e)
+            return
+        address = self._listener.getHost()
+        self._log.info("schema registry on http://{host}:{port}/, records in topic {topic} of {where}",
+                       host=address.host, port=address.port, topic=TOPIC, where=self.where)
+        self.registry.sync().addCallbacks(self._replayed, self._not_replayed)
+        self.listening.callback(address.port)
+
+    def _replayed(self, _) -> None:
+        state = self.registry.state
+        self._log.info("replayed {topic}: {schemas} schema(s), {subjects} subject(s)", topic=TOPIC,
+                       schemas=len(state.schemas), subjects=len(state.subjects))
+
+    def _not_replayed(self, failure) -> None:
+        self._log.warn("cannot read {topic} yet ({error}): requests are answered 500 until the cluster answers",
+                       topic=TOPIC, error=failure.getErrorMessage())
+
+    def stopService(self) -> Deferred | None:
+        super().stopService()
+        listener, self._listener = self._listener, None
+        stopped = listener.stopListening() if listener is not None else None
+
+        async def stop() -> None:
+            if stopped is not None:
+                await stopped
+            await self.journal.close()
+
+        return Deferred.fromCoroutine(stop())

@@ -1,0 +1,60 @@
+# -*- test-case-name: tests.registry.test_tap -*-
+"""C{twistd twlog-registry} (and C{twlog registry}): the registry's options and service."""
+
+from __future__ import annotations
+
+from twisted.python import usage
+
+from twlog.client.discovery import parse_brokers
+from twlog.registry.service import DEFAULT_PORT, RegistryService
+from twlog.registry.web import DEFAULT_MAX_BODY_BYTES
+
+__all__ = ["Options", "RegistryService", "makeService"]
+
+
+def _int(name: str, low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).replace("_", ""))
+        except ValueError:
+            raise usage.UsageError(f"--{name} must be a whole number, not {text!r}") from None
+        if not low <= value <= high:
+            raise usage.UsageError(f"--{name} must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
+
+
+class Options(usage.Options):
+    """Options of C{twistd twlog-registry} and C{twlog registry}."""
+
+    synopsis = "[options] (--zookeeper HOST:PORT[/chroot] | --broker HOST:PORT[,...])"
+    longdesc = (
+        "A schema registry speaking Confluent Schema Registry's REST API for Avro, its schemas kept in the "
+        "twlog topic twlog-schemas of the cluster named by --zookeeper or --broker (docs/registry.md)."
+    )
+    optParameters = [
+        ["zookeeper", "z", None, "ZooKeeper connect string of the twlog cluster (host:port[,...][/chroot])"],
+        ["broker", "b", None, "a broker of the twlog cluster, host:port[,...] (instead of --zookeeper)"],
+        ["port", "p", DEFAULT_PORT, "HTTP port (0: any free port)", _int("port", 0, 65535)],
+        ["interface", "i", "127.0.0.1", "interface to listen on"],
+        ["max-body-bytes", None, DEFAULT_MAX_BODY_BYTES, "largest request body taken (larger: 413)",
+         _int("max-body-bytes", 1, 2**31 - 1)],
+    ]
+
+    def postOptions(self) -> None:
+        if (self["zookeeper"] is None) == (self["broker"] is None):
+            raise usage.UsageError("give one of --zookeeper and --broker: where the twlog cluster is")
+        if self["broker"] is not None:
+            try:
+                parse_brokers(self["broker"])
+            except ValueError as e:
+                raise usage.UsageError(f"--broker: {e}") from None
+
+    def service(self, reactor=None) -> RegistryService:
+        return RegistryService(brokers=self["broker"], zookeeper=self["zookeeper"], port=self["port"],
+                               interface=self["interface"], max_body_bytes=self["max-body-bytes"], reactor=reactor)
+
+
+def makeService(options: Options) -> RegistryService:
+    return options.service()
