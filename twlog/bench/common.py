@@ -1,12 +1,28 @@
-# -*- test-case-name: tests.bench.test_crc -*-
-"""What the benchmarks share: payloads that do not compress, blocking reads, and running under C{task.react}."""
+# -*- test-case-name: tests.bench.test_crc,tests.bench.test_progress -*-
+"""What the benchmarks share: payloads that do not compress, blocking reads, running under C{task.react}, and
+their progress on a terminal (L{BenchProgress})."""
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
 from collections.abc import Callable
+from typing import TextIO
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 
@@ -38,3 +54,97 @@ def read_exactly(sock: socket.socket, n: int, who: str = "the broker") -> bytes:
             raise RuntimeError(f"{who} closed the connection")
         buf += chunk
     return bytes(buf)
+
+
+class _RateColumn(ProgressColumn):
+    """Items per second of the step under way (rich's own speed columns count bytes)."""
+
+    def render(self, task) -> Text:
+        return Text(f"{task.speed:,.0f}/s" if task.speed else "", style="progress.data.speed")
+
+
+class BenchProgress:
+    """A benchmark's progress: on a terminal, a rich bar for the step under way above the lines it logs.
+
+    Off a terminal (piped, in tests, under CI) only the logged lines are written, as plain text, so the output
+    stays what it was. It has the C{write} of a text stream: code that wrote progress lines to C{sys.stderr}
+    can take it instead (a line ending in C{"\\r"} updates the step's description on a terminal, and is not
+    logged off one). Safe to call from threads (a benchmark's client may run in one).
+
+        with BenchProgress() as progress:
+            progress.step("producing 1,000,000 messages", total=1_000_000)
+            progress.update(500_000)
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None) -> None:
+        """@param stream: where it writes (default C{sys.stderr}).
+        @param live: draw the bar; default: when C{stream} is a terminal."""
+        self.stream = sys.stderr if stream is None else stream
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)()) if live is None else live
+        self._lock = threading.Lock()
+        self._task: TaskID | None = None
+        self._progress: Progress | None = None
+        if self.live:
+            self._progress = Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                _RateColumn(), TimeElapsedColumn(), console=Console(file=self.stream), transient=True,
+            )
+
+    def __enter__(self) -> BenchProgress:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def step(self, description: str, total: int | None = None) -> None:
+        """Start a step (logged as a line off a terminal); C{total} items, if known, for the bar."""
+        with self._lock:
+            if self._progress is None:
+                self.stream.write(f"  {description}\n")
+                self.stream.flush()
+                return
+            if self._task is not None:
+                self._progress.remove_task(self._task)
+            self._task = self._progress.add_task(description, total=total)
+
+    def update(self, completed: int) -> None:
+        """C{completed} items of the current step are done."""
+        with self._lock:
+            if self._progress is not None and self._task is not None:
+                self._progress.update(self._task, completed=completed)
+
+    def advance(self, items: int = 1) -> None:
+        """C{items} more of the current step are done."""
+        with self._lock:
+            if self._progress is not None and self._task is not None:
+                self._progress.advance(self._task, items)
+
+    def log(self, line: str) -> None:
+        """A line that stays (above the bar on a terminal)."""
+        with self._lock:
+            if self._progress is not None:
+                self._progress.console.print(line, markup=False, highlight=False)
+            else:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+
+    def write(self, text: str) -> int:
+        """What a text stream's C{write} takes: finished lines are logged, a C{"\\r"}-ended one names the step."""
+        if text.endswith("\r"):
+            with self._lock:
+                if self._progress is not None:
+                    if self._task is None:
+                        self._task = self._progress.add_task(text.strip(), total=None)
+                    else:
+                        self._progress.update(self._task, description=text.strip())
+            return len(text)
+        for line in text.rstrip("\n").split("\n"):
+            if line.strip():
+                self.log(line.rstrip())
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to do: every line is written at once."""

@@ -182,3 +182,46 @@ def _add_latency(benches) -> None:
     latency.add_argument("--dir", default=None, help="where the brokers keep their data (default: a temporary "
                          "directory, deleted afterwards)")
     latency.set_defaults(run="twlog.bench.latency:main_latency")
+
+    def peer_systems(text: str) -> list[str]:
+        names = [part for part in text.split(",") if part]
+        unknown = [name for name in names if name not in ("twlog", "rabbitmq", "activemq")]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"systems are twlog, rabbitmq and activemq, not {text!r}")
+        return names
+
+    compare = benches.add_parser(
+        "compare", help="the paper's section 5 producer and consumer tests: twlog beside RabbitMQ and ActiveMQ",
+        description="Run the paper's figure 4 and 5 tests (one producer of --size-byte messages in batches of "
+        "--batch, one consumer with --fetch-bytes fetches; the peers send one persistent message per request to a "
+        "durable queue and prefetch --prefetch messages) against a twlog broker process and each peer that "
+        "listens on 127.0.0.1 (start them with scripts/peers/rabbitmq.sh and activemq.sh), interleaved round "
+        "by round; print each test's median msg/s and twlog's ratio to each peer.",
+    )
+    compare.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
+                         help="messages per test (default: 1,000,000)")
+    _size_option(compare)
+    compare.add_argument("--batch", type=int_list, default=[1, 50],
+                         help="comma-separated batch sizes of twlog's producer (default: 1,50)")
+    compare.add_argument("--fetch-bytes", type=positive_int, default=200 * 1024,
+                         help="bytes per twlog consumer fetch (default: 200 KiB, as in the paper)")
+    compare.add_argument("--prefetch", type=positive_int, default=1000,
+                         help="messages the peers' consumers prefetch (default: 1000, as in the paper)")
+    compare.add_argument("--rounds", type=positive_int, default=3, help="rounds of every test (default: 3)")
+    compare.add_argument("--systems", type=peer_systems, default=None,
+                         help="comma-separated among twlog, rabbitmq, activemq; twlog always runs (default: twlog "
+                         "and each peer whose client is installed and that listens on 127.0.0.1)")
+    compare.add_argument("--rabbitmq-port", type=positive_int, default=5672,
+                         help="RabbitMQ's AMQP port on 127.0.0.1 (default: 5672)")
+    compare.add_argument("--activemq-port", type=positive_int, default=61613,
+                         help="ActiveMQ's STOMP port on 127.0.0.1 (default: 61613)")
+    compare.add_argument("--time-limit", type=positive_int, default=900,
+                         help="seconds each test may take before the run stops (default: 900)")
+    compare.add_argument("--json-out", metavar="FILE", default=None,
+                         help="write the settings, every result (with its throughput over time) and the summary "
+                         "as JSON lines to FILE")
+    compare.add_argument("--plot", metavar="DIR", default=None,
+                         help="draw the paper's figures 4 and 5 (msg/s over MB moved) as PNGs in DIR (matplotlib)")
+    compare.add_argument("--dir", default=None, help="where the twlog broker keeps its data (default: a temporary "
+                         "directory, deleted afterwards)")
+    compare.set_defaults(run="twlog.bench.compare:main_compare")
