@@ -11,6 +11,7 @@ import sys
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, readBody
 
@@ -184,3 +185,63 @@ class LocalClusterTests(TestCase):
         self.assertEqual((status, out), (1, b""))
         self.assertEqual(err, b"twlog: cannot use port %d for broker 0 (Address already in use); pick other ports "
                          b"with --port (broker N listens on --port + N)\n" % taken)
+
+
+def child_pids(pid: int) -> list[int]:
+    """The child processes of C{pid} (Linux /proc)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def command_line(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return [part.decode() for part in f.read().split(b"\0") if part]
+
+
+class LocalChildrenTests(TestCase):
+    timeout = 120
+
+    async def test_brokers_are_processes(self) -> None:
+        """Each broker is a twlog broker child of its own (so brokers use cores of their own); one that is killed is
+        reported at once while the rest keeps serving, and Ctrl-C still stops the others cleanly, ZooKeeper last."""
+        data = os.path.abspath(self.mktemp())
+        local, transport = start_local(self, "--brokers", "2", "--data", data, "--port", str(free_ports(2)),
+                                       "--zookeeper-port", str(free_port()), "--no-metrics")
+        zookeeper, ports = banner_ports(await local.ready)
+        brokers = {}
+        for pid in child_pids(transport.pid):
+            argv = command_line(pid)
+            if "--broker-id" in argv:
+                brokers[int(argv[argv.index("--broker-id") + 1])] = pid
+        self.assertEqual(sorted(brokers), [0, 1])
+        self.assertNotIn(transport.pid, brokers.values())
+
+        os.kill(brokers[1], signal.SIGKILL)
+        reported = f"twlog local: broker 1 (port {ports[1]}) died (signal 9)".encode()
+        while reported not in local.output:
+            self.assertFalse(local.ended.called, local.output)
+            await deferLater(reactor, 0.05, lambda: None)  # bounded by the test's timeout
+        status, _, err = await twlog("produce", "-b", f"127.0.0.1:{ports[0]}", "-t", "clicks", stdin=b"still here\n")
+        self.assertEqual(status, 0, err)
+
+        transport.signalProcess(signal.SIGINT)
+        await local.ended
+        self.assertEqual(local.output.count(b"stopped cleanly"), 1)
+        self.assertIn(b"twlog local: stopped", local.output)
+        self.assertEqual(four_letter_word(zookeeper), b"")
+        self.assertTrue(os.path.exists(os.path.join(data, "broker-0", ".twlog-clean-shutdown")))
+
+    async def test_broker_cannot_start(self) -> None:
+        """A broker child that cannot start (its log directory is a file) is one line naming it, exit status 1, and
+        ZooKeeper and the other broker are stopped."""
+        data = os.path.abspath(self.mktemp())
+        os.makedirs(data)
+        with open(os.path.join(data, "broker-1"), "w") as f:
+            f.write("not a directory")
+        port, zookeeper = free_ports(2), free_port()
+        status, out, err = await twlog("local", "--brokers", "2", "--data", data, "--port", str(port),
+                                       "--zookeeper-port", str(zookeeper), "--no-metrics")
+        self.assertEqual(status, 1, err)
+        self.assertRegex(err.decode(), rf"\ntwlog: broker 1 \(port {port + 1}\) cannot start: .*broker-1'?\n")
+        self.assertNotIn(b"Traceback", err)
+        self.assertEqual(four_letter_word(zookeeper), b"")

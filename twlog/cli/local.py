@@ -3,10 +3,11 @@
 
 Everything lives under one directory (C{--data}): C{zookeeper/} for the
 ZooKeeper server (its own process, stopped by pid) and C{broker-<id>/} for each
-broker's partitions.  The brokers run in this process, one Twisted service
-each, registered in ZooKeeper like any other broker.  Ctrl-C (or SIGTERM)
-stops the brokers cleanly (flush, clean-shutdown marker, deregistration),
-then ZooKeeper.
+broker's partitions.  Each broker is a C{twlog broker} child process
+(L{twlog.cli.local_brokers}), registered in ZooKeeper like any other broker,
+so N brokers use N cores as N separate brokers do; their logs come out on
+stderr, and one that dies is reported at once.  Ctrl-C (or SIGTERM) stops the
+brokers cleanly (deregistration, flush, clean-shutdown marker), then ZooKeeper.
 
 Each broker serves Prometheus metrics at C{http://127.0.0.1:<port>/metrics}
 (from C{--metrics-port}, by default C{--port} + 100: 9192, 9193, ...), listed
@@ -25,7 +26,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, DeferredList, FirstError
 from twisted.logger import (
     FilteringLogObserver,
@@ -35,17 +35,13 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
-from twlog.broker.service import BrokerService
-from twlog.config import BrokerConfig, LogConfig
+from twlog.cli.local_brokers import START_TIMEOUT_S, BrokerChild, LocalError, broker_argv, stop_children
 from twlog.coord.zkserver import PortInUse, ZooKeeperServer, bind_error
-from twlog.errors import TwlogError
+
+__all__ = ["LocalError", "check_ports", "lock_data_directory", "metrics_port_of", "run_local", "usage_text"]
 
 #: The lock file of C{--data}, held (flock) for the life of the C{twlog local} using it.
 LOCK_FILE = ".twlog-local.lock"
-
-
-class LocalError(TwlogError):
-    """C{twlog local} cannot start: said in one line, naming what to change."""
 
 
 def lock_data_directory(data: str) -> int:
@@ -150,10 +146,19 @@ async def run_local(reactor, args) -> None:
         os.close(lock)
 
 
+def _write_stderr(data: bytes) -> None:
+    sys.stderr.buffer.write(data)
+    sys.stderr.flush()
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 async def _run_cluster(reactor, args, data: str) -> None:
     first_metrics_port = metrics_port_of(args)
     ports = check_ports(args.zookeeper_port, args.port, args.brokers, first_metrics_port)
-    # The brokers' log lines (topics created, recovery, bad clients) go to stderr.
+    # Our own log lines (and any Twisted reports) go to stderr, beside the brokers' relayed logs.
     globalLogBeginner.beginLoggingTo(
         [FilteringLogObserver(textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(LogLevel.info)])],
         redirectStandardIO=False,
@@ -164,41 +169,35 @@ async def _run_cluster(reactor, args, data: str) -> None:
         zookeeper.start()
     except PortInUse as e:  # taken since check_ports
         raise LocalError(f"{e}; pick another port with --zookeeper-port") from None
-    top = MultiService()
-    services = []
+    children: list[BrokerChild] = []
     try:
         for broker_id, port in enumerate(ports):
-            config = BrokerConfig(
-                log=LogConfig(os.path.join(data, f"broker-{broker_id}"), num_partitions=args.num_partitions,
-                              flush_interval_ms=args.flush_interval_ms),
-                broker_id=broker_id,
-                port=port,
-                zookeeper=zookeeper.connect_string,
-                metrics_port=None if first_metrics_port is None else first_metrics_port + broker_id,
-            )
-            service = BrokerService(config, reactor, stop_reactor_on_error=False)
-            service.setServiceParent(top)
-            services.append(service)
-        top.startService()
+            metrics_port = None if first_metrics_port is None else first_metrics_port + broker_id
+            child = BrokerChild(broker_id, port, metrics_port, _write_stderr, _say)
+            argv = broker_argv(broker_id, port, os.path.join(data, f"broker-{broker_id}"), zookeeper.connect_string,
+                               args.num_partitions, args.flush_interval_ms, getattr(args, "flush_policy", "group"),
+                               metrics_port)
+            reactor.spawnProcess(child, sys.executable, argv, env=os.environ.copy(),
+                                 childFDs={0: "w", 1: "r", 2: "r"})
+            children.append(child)
+            timeout = reactor.callLater(START_TIMEOUT_S, child.start_timed_out)
+            child.started.addBoth(lambda result, t=timeout: (t.active() and t.cancel(), result)[1])
         try:
-            await DeferredList([s.listening for s in services], fireOnOneErrback=True, consumeErrors=True)
+            await DeferredList([c.started for c in children], fireOnOneErrback=True, consumeErrors=True)
         except FirstError as e:
-            failed = services[e.index].config
-            metrics = f", metrics port {failed.metrics_port}" if failed.metrics_port is not None else ""
-            raise LocalError(f"broker {failed.broker_id} (port {failed.port}{metrics}) cannot start: "
-                             f"{e.subFailure.getErrorMessage()}") from None
+            raise e.subFailure.value from None
     except BaseException:
-        await top.stopService()
+        await stop_children(reactor, children)
         zookeeper.stop()
         raise
 
     stopped: Deferred = Deferred()
 
     def shutdown() -> Deferred:
-        d = top.stopService()
+        d = stop_children(reactor, children)
 
         def zookeeper_down(_: object) -> None:
-            zookeeper.stop()
+            zookeeper.stop()  # last: the brokers left it as they stopped
             print("twlog local: stopped", file=sys.stderr)
             if not stopped.called:
                 stopped.callback(None)
@@ -206,7 +205,7 @@ async def _run_cluster(reactor, args, data: str) -> None:
         return d.addBoth(zookeeper_down)
 
     reactor.addSystemEventTrigger("before", "shutdown", shutdown)
-    print(usage_text(zookeeper.connect_string, [s.broker.port for s in services], data,
-                     [s.metrics_url for s in services if s.metrics_url is not None]))
+    metrics_urls = [f"http://127.0.0.1:{c.metrics_port}/metrics" for c in children if c.metrics_port is not None]
+    print(usage_text(zookeeper.connect_string, ports, data, metrics_urls))
     sys.stdout.flush()
     await stopped

@@ -14,6 +14,7 @@ from importlib import import_module
 from twlog import __version__
 from twlog.cli.benches import add_bench_commands
 from twlog.cli.formats import format_option
+from twlog.cli.mirror_parsers import add_consume_audit_option, add_mirror_commands, add_produce_audit_option
 from twlog.cli.options import (
     broker_list,
     offset_option,
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="fire and forget: do not wait for the brokers (messages may not be visible yet)")
     produce.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
                          help="compress each batch (default: none)")
+    add_produce_audit_option(produce)
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
     produce.set_defaults(run="twlog.cli.produce:produce", react=True)
 
@@ -122,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     shown.add_argument("--format", "-F", type=format_option, default=None, metavar="FORMAT",
                        help=r"print each message as FORMAT: %%t topic, %%p partition, %%o offset, %%s value, "
                        r"%%S size, \n, \t (e.g. '%%p %%o %%s\n')")
+    add_consume_audit_option(consume)
     consume.set_defaults(run="twlog.cli.consume:consume", react=True)
 
     offsets = client_command(
@@ -186,13 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--num-partitions", type=positive_int, default=4,
                        help="partitions of a new topic on each broker (default: 4)")
     local.add_argument("--flush-interval-ms", type=positive_int, default=200,
-                       help="how soon produced messages become visible (default: 200)")
+                       help="the longest produced messages wait to become visible (default: 200)")
+    local.add_argument("--flush-policy", choices=["group", "timer"], default="group",
+                       help="group: fsync as soon as the last fsync returns (visible in about one fsync); timer: "
+                       "wait for --flush-interval-ms (default: group)")
     local.add_argument("--metrics-port", type=positive_int, default=None, metavar="PORT",
                        help="the first broker's Prometheus metrics port; broker N serves "
                        "http://127.0.0.1:PORT+N/metrics (default: --port + 100, so 9192)")
     local.add_argument("--no-metrics", action="store_true", help="serve no metrics")
     local.set_defaults(run="twlog.cli.local:run_local", react=True)
 
+    add_mirror_commands(commands, debug_option)
     add_bench_commands(commands)
     return parser
 

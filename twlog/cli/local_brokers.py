@@ -1,0 +1,158 @@
+# -*- test-case-name: tests.cli.test_local_brokers -*-
+"""C{twlog local}'s brokers: each a C{twlog broker} child process, supervised.
+
+L{BrokerChild} is the Twisted process protocol of one child: it holds the
+child's output until the broker has started (so a broker that cannot start
+is one line of C{twlog local}'s, not its log), then relays it to stderr; a
+child that ends while nobody stopped it is reported at once.  L{stop_children}
+stops them all (SIGTERM: each leaves ZooKeeper, flushes, writes its
+clean-shutdown marker), bounded in time, before the caller stops ZooKeeper.
+
+A child runs L{broker_child}: it asks Linux to SIGTERM it when C{twlog local}
+dies (so a killed C{twlog local} leaves no broker behind), leaves the
+terminal's process group (Ctrl-C reaches C{twlog local} alone, which stops the
+brokers before ZooKeeper), and runs C{twlog broker}.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.error import ProcessExitedAlready
+from twisted.internet.protocol import ProcessProtocol
+from twisted.python.failure import Failure
+
+from twlog.cli.broker import main as broker_main
+from twlog.errors import TwlogError
+
+#: How long a broker may take to start (connect to ZooKeeper, register), and to stop cleanly.
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
+#: What twlog broker logs once it has started (its start-up log is held back until then).
+_LISTENING = re.compile(rb"broker \d+ listening on ")
+#: twlog broker's one line when it cannot start.
+_CANNOT_START = re.compile(r"twlog broker: cannot start broker \d+ \([^)]*\): (.*)")
+
+
+class LocalError(TwlogError):
+    """C{twlog local} cannot start: said in one line, naming what to change."""
+
+
+def broker_child() -> None:
+    """A child's entry point: C{twlog broker} with the arguments after C{-c}, tied to its parent's life."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() == 1:  # the parent died before prctl
+        sys.exit(1)
+    try:
+        os.setsid()  # out of the terminal's process group: Ctrl-C goes to twlog local alone
+    except OSError:
+        pass
+    sys.exit(broker_main(sys.argv[1:]))
+
+
+def broker_argv(broker_id: int, port: int, log_dir: str, zookeeper: str, num_partitions: int,
+                flush_interval_ms: int, flush_policy: str, metrics_port: int | None) -> list[str]:
+    """The command line of broker C{broker_id}'s child."""
+    argv = [sys.executable, "-c", "from twlog.cli.local_brokers import broker_child; broker_child()",
+            "--broker-id", str(broker_id), "--port", str(port), "--log-dir", log_dir, "--zookeeper", zookeeper,
+            "--num-partitions", str(num_partitions), "--flush-interval-ms", str(flush_interval_ms),
+            "--flush-policy", flush_policy]
+    if metrics_port is not None:
+        argv += ["--metrics-port", str(metrics_port)]
+    return argv
+
+
+class BrokerChild(ProcessProtocol):
+    """One broker's child process: started, relayed, reported if it dies, stopped on request.
+
+    @param write: where the child's output goes once it has started (stderr).
+    @param report: one line for the user when the child ends unasked.
+    """
+
+    def __init__(self, broker_id: int, port: int, metrics_port: int | None,
+                 write: Callable[[bytes], object], report: Callable[[str], object]) -> None:
+        self.broker_id = broker_id
+        self.port = port
+        self.metrics_port = metrics_port
+        self._write = write
+        self._report = report
+        #: Fires with this child once the broker has started; fails with a L{LocalError} if it cannot.
+        self.started: Deferred[BrokerChild] = Deferred()
+        #: Fires with the exit status (None when killed by a signal) once the process has ended.
+        self.ended: Deferred[int | None] = Deferred()
+        self.stopping = False
+        self._held = b""
+
+    def describe(self) -> str:
+        metrics = f", metrics port {self.metrics_port}" if self.metrics_port is not None else ""
+        return f"broker {self.broker_id} (port {self.port}{metrics})"
+
+    def childDataReceived(self, childFD: int, data: bytes) -> None:
+        if self.started.called:
+            self._write(data)
+            return
+        self._held += data
+        if _LISTENING.search(self._held):
+            held, self._held = self._held, b""
+            self._write(held)
+            self.started.callback(self)
+
+    def start_timed_out(self) -> None:
+        """The broker did not start in time: kill it and say so."""
+        if not self.started.called:
+            self.started.errback(LocalError(f"{self.describe()} did not start within {START_TIMEOUT_S:g} s"))
+            self.kill()
+
+    def processEnded(self, reason: Failure) -> None:
+        code = getattr(reason.value, "exitCode", None)
+        signal_number = getattr(reason.value, "signal", None)
+        how = f"exit status {code}" if code is not None else f"signal {signal_number}"
+        if not self.started.called:
+            lines = [line for line in self._held.decode(errors="replace").splitlines() if line.strip()]
+            match = _CANNOT_START.search(lines[-1]) if lines else None
+            why = match.group(1) if match else (lines[-1] if lines else f"it ended ({how})")
+            self.started.errback(LocalError(f"{self.describe()} cannot start: {why}"))
+        elif not self.stopping:
+            self._report(f"twlog local: {self.describe()} died ({how}); the other brokers and ZooKeeper keep "
+                         "running; Ctrl-C stops them")
+        self.ended.callback(code)
+
+    def stop(self) -> Deferred[int | None]:
+        """SIGTERM the child (a clean stop); fires once it has ended."""
+        self.stopping = True
+        self._signal("TERM")
+        return self.ended
+
+    def kill(self) -> None:
+        self.stopping = True
+        self._signal("KILL")
+
+    def _signal(self, name: str) -> None:
+        if self.ended.called or self.transport is None:
+            return
+        try:
+            self.transport.signalProcess(name)
+        except ProcessExitedAlready:
+            pass
+
+
+def stop_children(clock, children: Sequence[BrokerChild], timeout_s: float = STOP_TIMEOUT_S) -> Deferred:
+    """Stop every child at once; those still running after C{timeout_s} are killed.  Fires once all have ended."""
+    ended = DeferredList([child.stop() for child in children], consumeErrors=True)
+    timer = clock.callLater(timeout_s, lambda: [child.kill() for child in children])
+
+    def done(result: object) -> object:
+        if timer.active():
+            timer.cancel()
+        return result
+
+    return ended.addBoth(done)
