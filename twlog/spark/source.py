@@ -82,6 +82,7 @@ from twlog.client.discovery import PartitionLocation
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange, UnknownTopic
+from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
 from twlog.spark.options import DEFAULT_FETCH_SIZE, OPTIONS, SourceOptions, check_options, resolve_offset
 from twlog.storage.message import CorruptMessage, iter_messages, scan_messages
 
@@ -143,50 +144,34 @@ class TwlogPartition(InputPartition):
         return f"TwlogPartition({self.tp.topic} {self.tp.name} [{self.start}, {self.end}))"
 
 
-def _arrow_schema():
-    import pyarrow as pa
-
-    return pa.schema(
-        [("topic", pa.string()), ("partition", pa.string()), ("offset", pa.int64()), ("value", pa.binary()),
-         ("broker", pa.int32())]
-    )
-
-
 def read_range(part: TwlogPartition) -> Iterator:
     """The messages of C{part} as Arrow record batches, one per fetch; CRC checked; stops at C{part.end}.
 
-    A corrupt message fails the task naming its offsets, or, with C{failOnDataLoss} false, is logged
-    (with its byte range) and skipped.
+    Each batch is built straight from the fetched bytes (L{twlog.spark.arrow}); a fetch holding a corrupt
+    message is decoded message by message instead, and the corrupt message fails the task naming its
+    offsets, or, with C{failOnDataLoss} false, is logged (with its byte range) and skipped.
     """
-    import pyarrow as pa
-
     if not isinstance(part, TwlogPartition):
         return  # Spark's placeholder partition when the plan is empty
-    schema = _arrow_schema()
     tp = part.tp
     offset = part.start
     previous: int | None = None  # the offset of the message that ends at `offset`, when known
     with SyncConnection(tp.host, tp.port, part.options) as connection:
         while offset < part.end:
-            offsets, values, next_offset, last = _read_fetch(connection, part, offset, previous)
-            offset, previous = next_offset, last
-            if offsets:
-                n = len(offsets)
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        pa.array([tp.topic] * n, pa.string()),
-                        pa.array([tp.name] * n, pa.string()),
-                        pa.array(offsets, pa.int64()),
-                        pa.array(values, pa.binary()),
-                        pa.array([tp.broker_id] * n, pa.int32()),
-                    ],
-                    schema=schema,
-                )
+            rows = _read_fetch(connection, part, offset, previous)
+            offset, previous = rows.next_offset, rows.last
+            if len(rows.offsets):
+                yield _to_batch(part, rows)
 
 
-def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, previous: int | None):
-    """One fetch of C{part} from C{offset}: its offsets and values before C{part.end}, the offset to go on
-    from, and the offset of the last message read (when it ends where reading goes on)."""
+def _to_batch(part: TwlogPartition, rows: Rows):
+    """One fetch's rows as an Arrow record batch of the source's schema (the place for value decoding hooks)."""
+    return record_batch(rows, part.tp.topic, part.tp.name, part.tp.broker_id)
+
+
+def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, previous: int | None) -> Rows:
+    """One fetch of C{part} from C{offset}: its rows before C{part.end}, the offset to go on from, and the
+    offset of the last message read (when it ends where reading goes on)."""
     tp = part.tp
     where = f"{tp.topic} partition {tp.name} (broker {tp.host}:{tp.port})"
     start = offset
@@ -200,7 +185,7 @@ def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, p
         try:  # a message ends at `offset`, so the one there is corrupt: read it from the one before
             data = connection.read_past_refusal(tp.topic, tp.partition, previous, offset, part.fetch_size, e)
         except CorruptMessage as corrupt:
-            return [], [], _corrupt(part, corrupt), None
+            return rows_from_lists([], [], _corrupt(part, corrupt), None)
     except OffsetOutOfRange:
         raise OffsetOutOfRange(
             f"offset {offset} of {where} is no longer in the log while reading [{part.start}, {part.end}) "
@@ -213,13 +198,16 @@ def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, p
         ) from None
     if not data:
         raise OffsetOutOfRange(f"{where} ends at offset {offset}, before the end {part.end} of the range being read")
+    rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes)
+    if rows is not None:
+        return rows
     offsets: list[int] = []
     values: list[bytes] = []
     last = None
     try:
         for item in scan_messages(data, offset, max_decompressed_bytes=part.options.max_decompressed_bytes):
             if item.offset >= part.end:
-                return offsets, values, part.end, None
+                return rows_from_lists(offsets, values, part.end, None)
             if type(item) is CorruptMessage:
                 offset = _corrupt(part, item)
                 last = None
@@ -235,7 +223,7 @@ def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, p
         ) from None
     if offset <= start:
         raise InvalidMessage(f"no whole message at offset {start} of {where}")
-    return offsets, values, offset, last if last is not None and offset > last else None
+    return rows_from_lists(offsets, values, offset, last if last is not None and offset > last else None)
 
 
 def _corrupt(part: TwlogPartition, error: CorruptMessage) -> int:
