@@ -79,6 +79,7 @@ class AvroSerializer:
         self.schema = schema if isinstance(schema, AvroSchema) else AvroSchema.parse(schema)
         self.subject = subject
         self._ids: dict[str, int] = {}
+        self._waiting: dict[str, list[tuple[Deferred[bytes], bytes]]] = {}
 
     def __call__(self, topic: str, value: Any) -> bytes | Deferred[bytes]:
         body = encode(self.schema, value)
@@ -87,11 +88,28 @@ class AvroSerializer:
         if schema_id is not None:
             return frame(schema_id, body)
 
-        def registered(schema_id: int) -> bytes:
-            self._ids[subject] = schema_id
-            return frame(schema_id, body)
+        waiting = self._waiting.get(subject)
+        if waiting is not None:  # a registration is on its way: wait behind it, so sends keep their order
+            d: Deferred[bytes] = Deferred()
+            waiting.append((d, body))
+            return d
+        result = self.registry.register(subject, self.schema.text)
+        if not isinstance(result, Deferred):
+            self._ids[subject] = result
+            return frame(result, body)
+        first: Deferred[bytes] = Deferred()
+        self._waiting[subject] = [(first, body)]
+        result.addCallbacks(self._registered, self._not_registered, callbackArgs=(subject,), errbackArgs=(subject,))
+        return first
 
-        return _then(self.registry.register(subject, self.schema.text), registered)
+    def _registered(self, schema_id: int, subject: str) -> None:
+        self._ids[subject] = schema_id
+        for d, body in self._waiting.pop(subject):
+            d.callback(frame(schema_id, body))
+
+    def _not_registered(self, failure, subject: str) -> None:
+        for d, _ in self._waiting.pop(subject):
+            d.errback(failure)
 
 
 class AvroDeserializer:

@@ -17,11 +17,13 @@ from contextlib import suppress
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
+from twlog.cli import avro
 from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, resolve_partition, stop_on_shutdown
 from twlog.cli.consume_group import consume_group
 from twlog.cli.formats import Formatter, message_formatter
 from twlog.client.discovery import PartitionLocation
 from twlog.consumer.simple import EARLIEST, LATEST, SimpleConsumer
+from twlog.envelope import strip
 from twlog.errors import TwlogError
 from twlog.storage.message import CorruptMessage
 
@@ -53,7 +55,7 @@ async def consume(reactor, args) -> None:
     if args.group:
         if not args.zookeeper:
             raise UsageError("--group needs --zookeeper: groups are coordinated through ZooKeeper")
-        return await consume_group(reactor, args, message_formatter(args), _on_corrupt(args))
+        return await consume_group(reactor, args, _formatter(args), _on_corrupt(args))
     locations = await find_partitions(args, args.topic)
     if args.partition is not None:
         locations = [resolve_partition(locations, args.partition)]
@@ -61,15 +63,16 @@ async def consume(reactor, args) -> None:
         names = ", ".join(location.name for location in locations)
         raise UsageError(f"--offset {args.offset} is a byte offset in one partition: add --partition (one of {names})")
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
+    decode = avro.deserializer(args, reactor)  # --registry: Avro to JSON
 
     def consumer_of(location: PartitionLocation) -> SimpleConsumer:
         key = (location.host, location.port)
         if key not in consumers:
             consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, max_bytes=args.max_bytes,
-                                            on_corrupt=_on_corrupt(args), options=CLIENT_OPTIONS)
+                                            on_corrupt=_on_corrupt(args), options=CLIENT_OPTIONS, deserializer=decode)
         return consumers[key]
 
-    output = _Output(args, message_formatter(args))
+    output = _Output(args, _formatter(args))
     try:
         starts = [await start_offset(consumer_of(location), location, args.offset) for location in locations]
         if args.follow:
@@ -153,6 +156,14 @@ async def _follow(reactor, locations, starts, consumer_of, output: _Output) -> N
         with suppress(ValueError, KeyError):  # (already run: this is the shutdown)
             reactor.removeSystemEventTrigger(trigger)
         closing.callback(None)
+
+
+def _formatter(args) -> Formatter:
+    """C{--json}/C{--format}'s formatter; with C{--audit}, of the payloads without their audit envelope."""
+    formatter = message_formatter(args)
+    if not getattr(args, "audit", False):
+        return formatter
+    return lambda topic, partition, offset, value: formatter(topic, partition, offset, strip(value))
 
 
 def _on_corrupt(args) -> str:

@@ -15,6 +15,7 @@ from contextlib import suppress
 
 from twisted.internet.defer import Deferred
 
+from twlog.cli import avro
 from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, stop_on_shutdown
 from twlog.cli.formats import Formatter
 from twlog.consumer.group import GroupConsumer
@@ -89,7 +90,8 @@ async def consume_group(reactor, args, formatter: Formatter, on_corrupt: str) ->
     reporter = SessionReporter(args.zookeeper, args.group)
     zk.add_state_listener(reporter)
     consumer = GroupConsumer(zk, args.group, reactor=reactor, on_corrupt=on_corrupt, options=CLIENT_OPTIONS,
-                             auto_offset_reset="smallest" if args.offset == "earliest" else "largest")
+                             auto_offset_reset="smallest" if args.offset == "earliest" else "largest",
+                             deserializer=avro.deserializer(args, reactor))
     out = sys.stdout.buffer
     printed = 0
     done: Deferred = Deferred()

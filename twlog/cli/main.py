@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
                          help="compress each batch (default: none)")
     add_produce_audit_option(produce)
+    produce.add_argument("--avro-schema", default=None, metavar="FILE",
+                         help="read each line as JSON and send it in Avro with this schema (needs --registry)")
+    produce.add_argument("--registry", default=None, metavar="URL",
+                         help="the schema registry giving --avro-schema its id (subject <topic>-value)")
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
     produce.set_defaults(run="twlog.cli.produce:produce", react=True)
 
@@ -117,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--skip-corrupt", action="store_true",
                          help="skip a corrupt stored message (logged with its byte range) instead of stopping at it "
                          "with an error naming its offsets (exit status 1)")
+    consume.add_argument("--registry", default=None, metavar="URL",
+                         help="decode Avro messages (Confluent's wire format) with this schema registry: one JSON "
+                         "line each")
     shown = consume.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true",
                        help="one JSON object per message: topic, partition, offset, value (text, or base64 with "

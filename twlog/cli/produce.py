@@ -19,7 +19,9 @@ from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextCol
 from rich.text import Text
 from twisted.internet.defer import Deferred
 
+from twlog.cli import avro
 from twlog.cli.common import CLIENT_OPTIONS, UsageError, where
+from twlog.envelope import AuditSettings
 from twlog.errors import ConnectionFailed, MessageSizeTooLarge, TwlogError
 from twlog.partition import TopicPartition, resolve_partition
 from twlog.producer import Producer
@@ -85,7 +87,9 @@ async def produce(reactor, args) -> None:
     """Send each input line as one message, in batches of C{--batch-size}; wait until they are visible."""
     ack = "none" if args.no_wait else args.ack
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
-    producer = Producer(**source, reactor=reactor, ack=ack, codec=args.codec, options=CLIENT_OPTIONS)
+    audit = AuditSettings(args.audit_origin, args.audit_window_s) if getattr(args, "audit", False) else False
+    producer = Producer(**source, reactor=reactor, ack=ack, codec=args.codec, options=CLIENT_OPTIONS, audit=audit,
+                        serializer=avro.serializer(args, reactor))
     separator = args.key_separator.encode("utf-8") if args.key_separator else None
     default_key = args.key.encode("utf-8") if args.key is not None else None
     in_flight: deque[Deferred] = deque()

@@ -31,6 +31,7 @@ from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 
 from twlog.client.options import ClientOptions
+from twlog.client.serde import Deserializer
 from twlog.consumer.rebalance import encode_subscription, stream_ids, validate_subscription
 from twlog.consumer.rebalancer import Consumption, GroupState, Rebalancer
 from twlog.consumer.registry import Ownership, deregister_member, describe_error, register_member
@@ -94,6 +95,11 @@ class GroupConsumer:
         replace its fields.
     @param fetcher_factory: C{(broker id, (host, port), [OwnedPartition])} -> a
         fetch loop (default: L{BrokerFetcher.connect} with the options above).
+    @param manual_offsets: a message handed out is not consumed until L{acknowledge} says so (a mirror
+        commits only what its target acknowledged).
+    @param envelope: hand out payloads without their audit envelope (L{twlog.envelope}).
+    @param deserializer: C{(topic, payload) -> value} (or a Deferred of it), such as L{twlog.avro.AvroDeserializer}:
+        the streams hand out messages whose C{payload} is the value.
     """
 
     _log = Logger()
@@ -120,6 +126,9 @@ class GroupConsumer:
         connect_attempts: int | None = None,
         rng: random.Random | None = None,
         fetcher_factory: Callable[..., object] | None = None,
+        manual_offsets: bool = False,
+        envelope: bool = False,
+        deserializer: Deserializer | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
@@ -157,6 +166,7 @@ class GroupConsumer:
                 max_wait_ms=max_wait_ms,
                 reset=auto_offset_reset, on_corrupt=self.on_corrupt,
             )
+        self._stream_options = dict(manual_offsets=manual_offsets, envelope=envelope, deserializer=deserializer)
         self._subscription: dict[str, int] = {}
         self._streams: dict[str, list[GroupStream]] = {}
         self._view: ClusterView | None = None
@@ -199,6 +209,13 @@ class GroupConsumer:
         consumption = self.rebalancer.consumption
         return Deferred.fromCoroutine(consumption.commit(consumption.active()))
 
+    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
+        """With C{manual_offsets}: everything of C{topic}'s C{partition} (a name) before C{next_offset} is done,
+        so commits may write C{next_offset} while this consumer owns the partition (a lower one is ignored)."""
+        for p in self.rebalancer.consumption.active():
+            if p.topic == topic and p.name == partition and (p.consumed is None or next_offset > p.consumed):
+                p.consumed = next_offset
+
     def close(self) -> Deferred[None]:
         """Commit, release the partitions, leave the group, and close the session and connections; streams end."""
         if self._closed is None:
@@ -228,7 +245,7 @@ class GroupConsumer:
         subscription = validate_subscription(subscription)
         self._subscription.update(subscription)
         for topic, count in subscription.items():
-            self._streams[topic] = [GroupStream(topic, sid, self.queued_max_messages)
+            self._streams[topic] = [GroupStream(topic, sid, self.queued_max_messages, **self._stream_options)
                                     for sid in stream_ids(self.consumer_id, count)]
         await self._start()
         self._view = self.rebalancer.view = ClusterView(self.zookeeper, subscription)

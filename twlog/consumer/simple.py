@@ -26,7 +26,9 @@ from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection, IBrokerConnection
 from twlog.client.options import ClientOptions
+from twlog.client.serde import Deserializer, deserialize_all
 from twlog.client.sync import check_topic
+from twlog.consumer.batches import BatchReader, decode_fetched_batch, too_small
 from twlog.errors import (
     ClientClosed,
     ConnectionFailed,
@@ -37,6 +39,7 @@ from twlog.errors import (
     check,
 )
 from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
+from twlog.storage.batch import MessageBatch
 from twlog.storage.message import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     MIN_MESSAGE_BYTES,
@@ -79,6 +82,11 @@ class FetchedMessages:
 
     def __len__(self) -> int:
         return len(self.messages)
+
+    @property
+    def last_boundary(self) -> tuple[int, int] | None:
+        """The last message's offset and the offset after it, or None (as L{MessageBatch.last_boundary})."""
+        return (self.messages[-1].offset, self.messages[-1].next_offset) if self.messages else None
 
 
 def decode_fetched(
@@ -130,6 +138,7 @@ def skip(error: CorruptMessage) -> CorruptMessage:
 async def read_past_refusal(
     connection: IBrokerConnection, topic: str, partition: int, previous: int, offset: int, max_bytes: int,
     refusal: Exception, *, on_corrupt: str = "fail", max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    decode: Callable[..., Any] = decode_fetched,
 ) -> FetchedMessages:
     """What to make of the broker's refusal (L{OffsetNotOnBoundary}) to read from C{offset}, a message boundary
     (the message at C{previous} ends there): the message at C{offset} is corrupt.  Read it from C{previous},
@@ -144,8 +153,8 @@ async def read_past_refusal(
     if not data:
         raise refusal
     try:
-        return decode_fetched(data, topic, partition, offset, max_bytes, on_corrupt=on_corrupt,
-                              max_decompressed_bytes=max_decompressed_bytes)
+        return decode(data, topic, partition, offset, max_bytes, on_corrupt=on_corrupt,
+                      max_decompressed_bytes=max_decompressed_bytes)
     except FetchSizeTooSmall:
         size = int.from_bytes(data[:4], "big", signed=True) if len(data) >= 4 else -1
         after = offset + 4 + size if size >= MIN_MESSAGE_BYTES else None
@@ -153,19 +162,6 @@ async def read_past_refusal(
     if on_corrupt == "skip" and error.next_offset is not None:
         return FetchedMessages((), error.next_offset, None, (skip(error),))
     raise error
-
-
-def too_small(topic: str, partition: int, offset: int, max_bytes: int, needed: int | None) -> FetchSizeTooSmall:
-    """The error for a message at C{offset} larger than C{max_bytes}, naming the size C{needed} when known."""
-    if needed is None:
-        return FetchSizeTooSmall(
-            f"the message at offset {offset} of {topic}-{partition} is larger than max_bytes={max_bytes}; "
-            f"fetch it with a larger max_bytes"
-        )
-    return FetchSizeTooSmall(
-        f"the message at offset {offset} of {topic}-{partition} is {needed} bytes, larger than "
-        f"max_bytes={max_bytes}; fetch it with max_bytes={needed} or more"
-    )
 
 
 async def message_size(connection: BrokerConnection, topic: str, partition: int, offset: int) -> int | None:
@@ -201,10 +197,13 @@ class SimpleConsumer:
         on_corrupt: str = "fail",
         options: ClientOptions | None = None,
         connection_factory: Callable[[], IBrokerConnection] | None = None,
+        deserializer: Deserializer | None = None,
         **overrides: Any,
     ) -> None:
         """@param on_corrupt: C{"fail"}: a corrupt message raises L{CorruptMessage} (after the valid
             messages before it); C{"skip"}: it is logged with its byte range and skipped.
+        @param deserializer: C{(topic, payload) -> value} (or a Deferred of it), such as
+            L{twlog.avro.AvroDeserializer}: fetches and streams hand out messages whose C{payload} is the value.
         @param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...).
         """
         if reactor is None:
@@ -217,6 +216,7 @@ class SimpleConsumer:
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.on_corrupt = check_on_corrupt(on_corrupt)
+        self.deserializer = deserializer
         self.clock = reactor
         self.options = ClientOptions.build(options, **overrides).for_fetches(max_bytes)
         if connection_factory is None:
@@ -260,6 +260,23 @@ class SimpleConsumer:
             self._fetch(self._connection, topic, partition, offset, max_bytes or self.max_bytes, max_wait_ms, min_bytes)
         )
 
+    def fetch_batch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None
+                    ) -> Deferred[MessageBatch]:
+        """L{fetch}, decoded as a L{MessageBatch} (L{twlog.storage.batch}): no object per message until iterated."""
+        return Deferred.fromCoroutine(self._fetch(self._connection, topic, partition, offset,
+                                                  max_bytes or self.max_bytes, None, None, decode_fetched_batch))
+
+    def batches(self, topic: str, partition: int, offset: int, *, max_bytes: int | None = None,
+                end: int | None = None, pipeline: bool = True) -> BatchReader:
+        """An async iterator of L{MessageBatch}es from C{offset} (to C{end}, or the log's end), on its own
+        connection, asking for each next fetch before the current one is decoded (L{BatchReader})."""
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
+        reader = BatchReader(self, topic, partition, offset, max_bytes=max_bytes or self.max_bytes, end=end,
+                             pipeline=pipeline)
+        self._streams.add(reader)
+        return reader
+
     def offsets(self, topic: str, partition: int, time: int = LATEST, max_offsets: int = 1) -> Deferred[list[int]]:
         """Valid offsets before C{time} (L{LATEST} -1, L{EARLIEST} -2, or ms since the epoch), newest first."""
         return Deferred.fromCoroutine(self._offsets(topic, partition, time, max_offsets))
@@ -301,6 +318,7 @@ class SimpleConsumer:
         max_bytes: int,
         max_wait_ms: int | None,
         min_bytes: int | None,
+        decode: Callable[..., Any] = decode_fetched,
     ) -> FetchedMessages:
         if self._closed:
             raise ClientClosed("the consumer is closed")
@@ -329,13 +347,16 @@ class SimpleConsumer:
                 raise
             fetched = await read_past_refusal(
                 connection, topic, partition, previous, offset, max_bytes, e, on_corrupt=self.on_corrupt,
-                max_decompressed_bytes=self.options.max_decompressed_bytes,
+                max_decompressed_bytes=self.options.max_decompressed_bytes, decode=decode,
             )
         else:
-            fetched = decode_fetched(data, topic, partition, offset, max_bytes, on_corrupt=self.on_corrupt,
-                                     max_decompressed_bytes=self.options.max_decompressed_bytes)
-        if fetched.messages and fetched.messages[-1].next_offset == fetched.next_offset:
-            self._boundaries[topic, partition] = (fetched.messages[-1].offset, fetched.next_offset)
+            fetched = decode(data, topic, partition, offset, max_bytes, on_corrupt=self.on_corrupt,
+                             max_decompressed_bytes=self.options.max_decompressed_bytes)
+        last = fetched.last_boundary
+        if last is not None and last[1] == fetched.next_offset:
+            self._boundaries[topic, partition] = last
+        if self.deserializer is not None and isinstance(fetched, FetchedMessages):
+            fetched = attrs.evolve(fetched, messages=await deserialize_all(self.deserializer, topic, fetched.messages))
         return fetched
 
     async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:

@@ -17,12 +17,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail, succeed
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail
 from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection, IBrokerConnection
 from twlog.client.options import ClientOptions
+from twlog.client.serde import Deserializer, deserialize_one
 from twlog.consumer.simple import check_on_corrupt, decode_fetched, message_size, read_past_refusal, too_small
+from twlog.envelope import strip
 from twlog.errors import (
     NO_ERROR,
     BrokerError,
@@ -110,7 +112,8 @@ class GroupStream:
     consumer is closed, iteration ends.
     """
 
-    def __init__(self, topic: str, stream_id: str, max_queued: int) -> None:
+    def __init__(self, topic: str, stream_id: str, max_queued: int, *, manual_offsets: bool = False,
+                 envelope: bool = False, deserializer: Deserializer | None = None) -> None:
         if max_queued < 1:
             raise ValueError("the queue bound must be at least 1 message")
         self.topic = topic
@@ -118,6 +121,12 @@ class GroupStream:
         self.max_queued = max_queued
         #: Messages fetched and not yet handed out.
         self.queued = 0
+        #: Handing a message out does not move its partition's consumed offset (L{GroupConsumer.acknowledge} does).
+        self.manual_offsets = manual_offsets
+        #: Hand out payloads without their audit envelope (L{twlog.envelope}).
+        self.envelope = envelope
+        #: C{(topic, payload) -> value}: the messages handed out carry the value as their C{payload}.
+        self.deserializer = deserializer
         self._chunks: deque[_Chunk] = deque()
         self._waiters: deque[Deferred[GroupMessage]] = deque()
         self._error: Exception | None = None
@@ -219,11 +228,14 @@ class GroupStream:
             self._chunks.popleft()
         self.queued -= 1
         owned = chunk.owned
-        owned.consumed = message.next_offset
+        if not self.manual_offsets:
+            owned.consumed = message.next_offset
         if was_full and not self.full:
             for listener in list(self._room_listeners):
                 listener()
-        return succeed(GroupMessage(owned.topic, owned.name, message.offset, message.next_offset, message.payload))
+        payload = strip(message.payload) if self.envelope else message.payload
+        return deserialize_one(self.deserializer, owned.topic,
+                               GroupMessage(owned.topic, owned.name, message.offset, message.next_offset, payload))
 
     def holds(self, owned: OwnedPartition) -> bool:
         """Whether messages of C{owned} are queued."""

@@ -25,8 +25,10 @@ from twlog.client.connection import BrokerConnection, IBrokerConnection
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
 from twlog.client.pool import ConnectionPool
+from twlog.client.serde import Serializer, serialize_batch
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import IZooKeeper
+from twlog.envelope import AUDIT_TOPIC, AuditSettings, audit_trail
 from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, MessageSizeTooLarge, ProtocolViolation, check
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
@@ -48,6 +50,10 @@ def _payloads(messages: bytes | Sequence[bytes]) -> list[bytes]:
     if not payloads:
         raise ValueError("no messages to send")
     return payloads
+
+
+class _Serialized(list):
+    """Payloads a serializer made (not to be serialized again)."""
 
 
 def _codec_number(codec: int | str) -> int:
@@ -83,6 +89,11 @@ class Producer:
     @param options: the L{ClientOptions} of the broker connections; its fields may also be given
         as keywords (C{timeout_s=5}), replacing those of C{options}.
     @param connection_factory: C{(host, port) -> IBrokerConnection} (tests); default L{BrokerConnection}.
+    @param audit: instrument for the audit trail (L{twlog.envelope}): True (origin: the host name), an
+        origin name, or L{AuditSettings}: every payload goes in an envelope, and every window a monitoring
+        event per topic goes to the topic C{twlog-audit}.
+    @param serializer: C{(topic, value) -> bytes} (or a Deferred of it), such as L{twlog.avro.AvroSerializer}:
+        then L{send} takes values (a list is a batch of values) and sends their serialized bytes.
     """
 
     _log = Logger()
@@ -105,6 +116,8 @@ class Producer:
         options: ClientOptions | None = None,
         connection_factory: Callable[[str, int], IBrokerConnection] | None = None,
         rng: random.Random | None = None,
+        audit: AuditSettings | bool | str = False,
+        serializer: Serializer | None = None,
         **overrides: Any,
     ) -> None:
         if reactor is None:
@@ -136,6 +149,8 @@ class Producer:
             )
         self._in_flight: set[Deferred] = set()
         self._closed = False
+        self._audit = audit_trail(audit, reactor, self._publish_audit)
+        self.serializer = serializer
 
     # -- public API ------------------------------------------------------------
 
@@ -179,6 +194,9 @@ class Producer:
         @raise ConnectionFailed: no broker could be reached.
         @raise BrokerError: the broker rejected the batch (acknowledged modes).
         """
+        if self.serializer is not None and topic != AUDIT_TOPIC and not isinstance(messages, _Serialized):
+            return self._track(serialize_batch(self.serializer, topic, messages).addCallback(
+                lambda payloads: self.send(topic, _Serialized(payloads), key, partition=partition)))
         try:
             payloads = _payloads(messages)
         except (TypeError, ValueError) as e:
@@ -187,6 +205,8 @@ class Producer:
             return fail(ClientClosed("the producer is closed"))
         if isinstance(key, str):
             key = key.encode("utf-8")
+        if self._audit is not None and topic != AUDIT_TOPIC:
+            payloads = self._audit.stamp(topic, payloads)
         if self._batcher is None:
             if self._ack == ACK_NONE:
                 sent = self._send_at_once(topic, payloads, key, partition)
@@ -286,6 +306,9 @@ class Producer:
             raise results[0].size_error(context)
         return check(results[0], context)
 
+    def _publish_audit(self, events: list[bytes]) -> None:
+        self.send(AUDIT_TOPIC, events).addErrback(lambda f: self._log.failure("publishing audit events failed", f))
+
     def _deliver_batch(self, target: TopicPartition, payloads: list[bytes]) -> Deferred:
         return self._track(Deferred.fromCoroutine(self._deliver(target, payloads)))
 
@@ -325,6 +348,8 @@ class Producer:
     async def _close(self) -> None:
         if self._closed:
             return
+        if self._audit is not None:
+            self._audit.close()  # the current window's events go out with the last flush
         try:
             await self._flush()
         finally:

@@ -44,7 +44,8 @@ def version_not_found(version: object) -> RestError:
 
 
 def schema_not_found(schema_id: int | None = None) -> RestError:
-    return RestError(404, SCHEMA_NOT_FOUND, "Schema not found" if schema_id is None else f"Schema {schema_id} not found")
+    message = "Schema not found" if schema_id is None else f"Schema {schema_id} not found"
+    return RestError(404, SCHEMA_NOT_FOUND, message)
 
 
 def invalid_schema(why: str) -> RestError:
@@ -57,8 +58,8 @@ def invalid_version(text: str) -> RestError:
 
 
 def incompatible(problems: list[str]) -> RestError:
-    return RestError(409, INCOMPATIBLE_SCHEMA,
-                     "Schema being registered is incompatible with an earlier schema for subject: " + "; ".join(problems))
+    message = "Schema being registered is incompatible with an earlier schema for subject: " + "; ".join(problems)
+    return RestError(409, INCOMPATIBLE_SCHEMA, message)
 
 
 def store_error(why: str) -> RestError:
