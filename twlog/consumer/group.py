@@ -95,8 +95,8 @@ class GroupConsumer:
         replace its fields.
     @param fetcher_factory: C{(broker id, (host, port), [OwnedPartition])} -> a
         fetch loop (default: L{BrokerFetcher.connect} with the options above).
-    @param manual_offsets: a message handed out is not consumed until L{acknowledge} says so (a mirror
-        commits only what its target acknowledged).
+    @param manual_offsets: a message handed out is not consumed until C{rebalancer.consumption.acknowledge}
+        says so (a mirror commits only what its target acknowledged).
     @param envelope: hand out payloads without their audit envelope (L{twlog.envelope}).
     @param deserializer: C{(topic, payload) -> value} (or a Deferred of it), such as L{twlog.avro.AvroDeserializer}:
         the streams hand out messages whose C{payload} is the value.
@@ -208,13 +208,6 @@ class GroupConsumer:
         """Write the consumed offset of every partition owned now (where it moved since the last commit)."""
         consumption = self.rebalancer.consumption
         return Deferred.fromCoroutine(consumption.commit(consumption.active()))
-
-    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
-        """With C{manual_offsets}: everything of C{topic}'s C{partition} (a name) before C{next_offset} is done,
-        so commits may write C{next_offset} while this consumer owns the partition (a lower one is ignored)."""
-        for p in self.rebalancer.consumption.active():
-            if p.topic == topic and p.name == partition and (p.consumed is None or next_offset > p.consumed):
-                p.consumed = next_offset
 
     def close(self) -> Deferred[None]:
         """Commit, release the partitions, leave the group, and close the session and connections; streams end."""

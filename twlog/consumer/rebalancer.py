@@ -128,6 +128,13 @@ class Consumption:
             if ok:
                 p.committed = value
 
+    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
+        """With C{manual_offsets}: everything of C{topic}'s C{partition} (a name) before C{next_offset} is done,
+        so commits may write C{next_offset} while this generation owns it (a lower one is ignored)."""
+        for p in self.active():
+            if p.topic == topic and p.name == partition and (p.consumed is None or next_offset > p.consumed):
+                p.consumed = next_offset
+
     def set_error(self, error: Exception | None) -> None:
         """Every stream raises C{error} once (None: forget an error not raised yet)."""
         for streams in self._streams.values():

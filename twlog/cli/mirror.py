@@ -1,0 +1,46 @@
+# -*- test-case-name: tests.cli.test_mirror,tests.integration.test_mirror -*-
+"""C{twlog mirror}: copy topics from source clusters into a target (L{twlog.mirror}) until Ctrl-C or SIGTERM.
+
+A refusal (a cluster unreachable, a source that is the target) is one line
+and exit status 1; a bad regular expression is a usage error (2), found by
+the parser.  Ctrl-C or SIGTERM stops cleanly: the target's acknowledgements
+of what is in flight are awaited (bounded), their offsets committed.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import suppress
+
+from twlog.cli.common import stop_on_shutdown
+from twlog.mirror.mirror import Mirror, MirrorSettings
+
+
+def settings_from(args) -> MirrorSettings:
+    """The mirror's settings from the parsed options."""
+    return MirrorSettings(
+        sources=tuple(args.sources), target=args.target, whitelist=args.whitelist, blacklist=args.blacklist,
+        group=args.group, streams=args.streams, batch_size=args.batch_size,
+        max_in_flight=max(args.max_in_flight, args.batch_size), status_s=args.status_interval,
+    )
+
+
+async def mirror(reactor, args) -> None:
+    """Run the mirror until Ctrl-C/SIGTERM (or an error that stops it)."""
+    settings = settings_from(args)
+    copier = Mirror(settings, reactor=reactor)
+    try:
+        await copier.start()
+    except BaseException:
+        await copier.stop()
+        raise
+    trigger = stop_on_shutdown(reactor, copier.stop, copier.done)
+    sources = ", ".join(settings.sources)
+    print(f"mirror: from {sources} to {settings.target} as group {settings.group_name}; Ctrl-C stops it",
+          file=sys.stderr, flush=True)
+    await copier.done
+    with suppress(ValueError, KeyError):
+        reactor.removeSystemEventTrigger(trigger)
+    if copier.error is not None:
+        raise copier.error
+    print("mirror: stopped; offsets acknowledged by the target are committed", file=sys.stderr, flush=True)
