@@ -134,6 +134,7 @@ def add_bench_commands(commands) -> None:
     hostile.set_defaults(run="twlog.bench.hostile:main_hostile")
 
     _add_latency(benches)
+    _add_local(benches)
 
     crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
                              description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
@@ -225,3 +226,25 @@ def _add_latency(benches) -> None:
     compare.add_argument("--dir", default=None, help="where the twlog broker keeps its data (default: a temporary "
                          "directory, deleted afterwards)")
     compare.set_defaults(run="twlog.bench.compare:main_compare")
+
+
+def _add_local(benches) -> None:
+    """C{twlog bench local} (issue 15): produce throughput against twlog local --brokers 1 and 2."""
+    local = benches.add_parser(
+        "local", help="aggregate produce throughput of producer processes against twlog local --brokers N",
+        description="For each --brokers count, start twlog local (ZooKeeper and a broker process each), have "
+        "--producers producer processes send --messages batch-50 fire-and-forget messages each (producer k to broker "
+        "k mod N), and time until every broker has flushed them all; print msg/s and the brokers' CPU.",
+    )
+    local.add_argument("--brokers", type=int_list, default=[1, 2],
+                       help="comma-separated cluster sizes, run in this order (default: 1,2)")
+    local.add_argument("--producers", type=positive_int, default=2, help="producer processes (default: 2)")
+    local.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
+                       help="messages per producer (default: 1,000,000)")
+    local.add_argument("--batch", type=positive_int, default=50, help="messages per set (default: 50)")
+    _size_option(local)
+    local.add_argument("--runs", type=positive_int, default=1,
+                       help="repeat the sizes this many times, alternating them (default: 1)")
+    local.add_argument("--dir", default=None, help="where the clusters keep their data (default: a temporary "
+                       "directory, deleted afterwards)")
+    local.set_defaults(run="twlog.bench.local:main_local")

@@ -1,0 +1,250 @@
+# -*- test-case-name: tests.bench.test_local -*-
+"""C{twlog bench local}: aggregate produce throughput of producer processes against C{twlog local --brokers N}.
+
+For each cluster size (C{--brokers 1,2} by default, run in that order C{--runs}
+times, so the sizes alternate), a real C{twlog local} is started (its own
+process, ZooKeeper and N broker children, on free ports, under a temporary
+directory) and C{--producers} producer processes (default 2) send batch-C{--batch}
+fire-and-forget PRODUCE requests, as fast as they can, C{--messages} each:
+producer k to broker k mod N, partition k div N (a log of its own).  They
+connect first and start together; the run ends once every broker has flushed
+everything sent (OFFSETS), and the aggregate is the messages of all producers
+over that time.  The brokers' CPU (from C{/proc}, summed over the broker
+children) shows whether they ran in parallel.
+
+Every loop is bounded in count and time; everything is on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+import attrs
+from rich.console import Console
+from rich.table import Table
+
+from twlog.bench.common import payloads
+from twlog.client.sync import SyncConnection
+from twlog.coord.zkserver import free_port, free_ports
+from twlog.protocol import codec
+from twlog.protocol.codec import LATEST, ProduceRequest
+from twlog.storage.message import encode_message_set
+
+_SIZE = struct.Struct(">i")
+TOPIC = "bench-local"
+#: How long C{twlog local} may take to start, and the brokers to flush after the producers end.
+START_TIMEOUT_S = 90.0
+FLUSH_TIMEOUT_S = 120.0
+#: Distinct message sets a producer cycles through.
+DISTINCT_SETS = 200
+
+
+def producer_frames(partition: int, batch: int, size: int) -> list[bytes]:
+    """The size-prefixed PRODUCE frames a producer cycles through (distinct payloads, encoded once)."""
+    data = payloads(DISTINCT_SETS * batch, size)
+    frames = []
+    for i in range(DISTINCT_SETS):
+        messages = encode_message_set(data[i * batch:(i + 1) * batch])
+        frame = codec.encode_request(ProduceRequest(TOPIC, partition, messages))
+        frames.append(_SIZE.pack(len(frame)) + frame)
+    return frames
+
+
+def produce_child() -> None:
+    """A producer process: C{PORT PARTITION MESSAGES BATCH SIZE}.  Connects, says C{ready}, waits for a line on
+    stdin, sends, then prints the log bytes it sent (where the partition's log ends once all is flushed)."""
+    port, partition, messages, batch, size = map(int, sys.argv[1:6])
+    frames = producer_frames(partition, batch, size)
+    header = len(frames[0]) - len(encode_message_set(payloads(batch, size)))  # frame bytes around the set
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        print("ready", flush=True)
+        sys.stdin.readline()
+        sent = log_bytes = 0
+        i = 0
+        while sent < messages:
+            frame = frames[i % DISTINCT_SETS]
+            sock.sendall(frame)
+            log_bytes += len(frame) - header
+            sent += batch
+            i += 1
+        print(sent, log_bytes, flush=True)
+
+
+@attrs.frozen
+class LocalRow:
+    """One run: a cluster size, what was produced, how long until it was all flushed, the brokers' CPU."""
+
+    brokers: int
+    producers: int
+    messages: int
+    seconds: float
+    broker_cpu_s: float
+    load: float
+
+    @property
+    def msg_s(self) -> float:
+        return self.messages / self.seconds
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pids(local_pid: int) -> list[int]:
+    """The broker children of a C{twlog local} (their command lines name a --broker-id)."""
+    try:
+        with open(f"/proc/{local_pid}/task/{local_pid}/children") as f:
+            children = [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+    pids = []
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"--broker-id" in f.read():
+                    pids.append(pid)
+        except OSError:
+            pass
+    return pids
+
+
+class LocalCluster:
+    """C{twlog local --brokers N} in its own process, on free ports, under C{directory}."""
+
+    def __init__(self, directory: str, brokers: int, partitions: int) -> None:
+        self.brokers = brokers
+        port = free_ports(brokers)
+        self.ports = list(range(port, port + brokers))
+        argv = [sys.executable, "-m", "twlog.cli", "local", "--brokers", str(brokers), "--data", directory,
+                "--port", str(port), "--zookeeper-port", str(free_port()), "--no-metrics",
+                "--num-partitions", str(partitions)]
+        self._log = open(os.path.join(os.path.dirname(directory), f"local-{brokers}.err"), "wb")
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        banner = b""
+        while b"Ctrl-C stops everything" not in banner:
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.5)
+            if ready:
+                chunk = os.read(self.process.stdout.fileno(), 65536)
+                banner += chunk
+                if chunk:
+                    continue
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                with open(self._log.name, "rb") as f:
+                    raise RuntimeError("twlog local did not start: " + f.read().decode(errors="replace")[-2000:])
+
+    def stop(self) -> None:
+        """Ctrl-C (SIGINT), as a user stops it; bounded, then killed."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout:
+            self.process.stdout.close()
+        self._log.close()
+
+
+def run_once(root: str, brokers: int, producers: int, messages: int, batch: int, size: int) -> LocalRow:
+    """One run against a fresh C{twlog local --brokers N}."""
+    directory = os.path.join(root, f"run-{len(os.listdir(root))}", "data")
+    os.makedirs(os.path.dirname(directory))
+    cluster = LocalCluster(directory, brokers, partitions=max(1, -(-producers // brokers)))
+    children: list[subprocess.Popen] = []
+    try:
+        targets = [(cluster.ports[k % brokers], k // brokers) for k in range(producers)]
+        for port, partition in targets:
+            argv = [sys.executable, "-c", "from twlog.bench.local import produce_child; produce_child()",
+                    str(port), str(partition), str(messages), str(batch), str(size)]
+            children.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+        for child in children:
+            if child.stdout.readline().strip() != b"ready":
+                raise RuntimeError("a producer could not connect")
+        pids = broker_pids(cluster.process.pid)
+        cpu = sum(map(_cpu_seconds, pids))
+        started = time.monotonic()
+        for child in children:
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
+        ends = []
+        for child in children:
+            sent, log_bytes = map(int, child.stdout.readline().split())
+            ends.append(log_bytes)
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        for (port, partition), end in zip(targets, ends):
+            with SyncConnection("127.0.0.1", port) as connection:
+                while connection.offset(TOPIC, partition, LATEST) < end:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"broker at port {port} did not flush partition {partition} in time")
+                    time.sleep(0.002)
+        elapsed = time.monotonic() - started
+        cpu = sum(map(_cpu_seconds, pids)) - cpu
+        return LocalRow(brokers, producers, messages * producers, elapsed, cpu, os.getloadavg()[0])
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+            for stream in (child.stdin, child.stdout):
+                if stream:
+                    stream.close()
+        cluster.stop()
+
+
+def local_table(rows: Sequence[LocalRow], title: str) -> Table:
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+    for column in ("twlog local", "producers", "messages", "seconds", "msg/s", "brokers' CPU %", "load (1 min)"):
+        table.add_column(column, justify="left" if column == "twlog local" else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(f"--brokers {r.brokers}", str(r.producers), f"{r.messages:,}", f"{r.seconds:.2f}",
+                      f"{r.msg_s:,.0f}", f"{100 * r.broker_cpu_s / r.seconds:.0f}", f"{r.load:.2f}")
+    return table
+
+
+def main_local(args) -> int:
+    """Entry point of C{twlog bench local}."""
+    root = args.dir or tempfile.mkdtemp(prefix="twlog-bench-local-")
+    os.makedirs(root, exist_ok=True)
+    rows: list[LocalRow] = []
+    console = Console(stderr=True)
+    try:
+        for run in range(args.runs):
+            for brokers in args.brokers:
+                what = (f"run {run + 1}/{args.runs}: twlog local --brokers {brokers}, {args.producers} producer "
+                        f"processes x {args.messages:,} messages")
+                if sys.stderr.isatty():
+                    with console.status(what):
+                        rows.append(run_once(root, brokers, args.producers, args.messages, args.batch, args.size))
+                else:
+                    print(what, file=sys.stderr, flush=True)
+                    rows.append(run_once(root, brokers, args.producers, args.messages, args.batch, args.size))
+    except RuntimeError as e:
+        print(f"twlog bench local: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+    out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 250, highlight=False)
+    out.print(local_table(rows, "twlog local: aggregate produce throughput"))
+    out.print(f"(batch-{args.batch} fire-and-forget PRODUCE of {args.size}-byte messages, timed until all is flushed; "
+              f"producer k sends to broker k mod N; the brokers' CPU is summed over the broker processes; "
+              f"{os.cpu_count()} CPUs)")
+    return 0
