@@ -85,13 +85,14 @@ class AuditCount:
         if window_ms is not None and window_ms < 1:
             raise ValueError(f"the report window must be positive, not {window_ms} ms")
         self.window_ms = window_ms
-        self._events: list[AuditEvent] = []
+        self._events: dict[tuple, AuditEvent] = {}
         self._messages: list[tuple[str, str, int, int, int, int]] = []
         #: Messages read that carry no envelope, per topic.
         self.plain: dict[str, int] = {}
 
     def add_event(self, event: AuditEvent) -> None:
-        self._events.append(event)
+        """One monitoring event; a copy of one already added (a mirror copies at least once) counts once."""
+        self._events[(event.topic, event.origin, event.instance, event.window_start_ms, event.first_sequence)] = event
 
     def add_message(self, topic: str, envelope: Envelope | None, seen_ms: int) -> None:
         """One message read (None: it has no envelope)."""
@@ -105,12 +106,12 @@ class AuditCount:
         return sum(1 for m in self._messages if m[0] == topic)
 
     def events_for(self, topic: str) -> int:
-        return sum(1 for e in self._events if e.topic == topic)
+        return sum(1 for e in self._events.values() if e.topic == topic)
 
     def report_window_ms(self) -> int:
         """The report window: the one asked for, or the largest of the events' (60 s without events)."""
-        window_ms = self.window_ms or max((e.window_ms for e in self._events), default=60_000)
-        for event in self._events:
+        window_ms = self.window_ms or max((e.window_ms for e in self._events.values()), default=60_000)
+        for event in self._events.values():
             if window_ms % event.window_ms:
                 raise ValueError(
                     f"a report window of {window_ms / 1000:g} s is not a multiple of the {event.window_ms / 1000:g} s "
@@ -135,7 +136,7 @@ class AuditCount:
                 return None
             return windows.setdefault((topic, origin, start), _Window())
 
-        for event in self._events:
+        for event in self._events.values():
             w = window(event.topic, event.origin, event.window_start_ms)
             if w is not None:
                 w.expected += event.count

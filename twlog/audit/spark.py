@@ -38,7 +38,7 @@ def audit_dataframe(df, events, *, topics: Iterable[str] | None = None, window_s
 
     @param df: a DataFrame with the columns L{COLUMNS} (the twlog source with C{envelope} true).
     @param events: the C{twlog-audit} topic as a DataFrame (its C{value} column), or L{AuditEvent}s.
-    @param topics: only these topics (default: every topic of C{df}).
+    @param topics: only these topics (default: the topics of C{df}'s rows).
     @param window_s: the report window (default: the events' largest window).
     @param grace_s: a window is pending until this long after its end.
     @param seen_ms_column: a column with when each row arrived (ms), for the delays; default: now.
@@ -51,17 +51,17 @@ def audit_dataframe(df, events, *, topics: Iterable[str] | None = None, window_s
     count = AuditCount(None if window_s is None else int(round(window_s * 1000)))
     wanted = None if topics is None else set(topics)
     for event in _events(events):
-        if wanted is None or event.topic in wanted:
-            count.add_event(event)
+        count.add_event(event)
+    seen: set[str] = set()
     columns = [*COLUMNS, seen_ms_column] if seen_ms_column else list(COLUMNS)
     for row in df.select(*columns).toLocalIterator():
         topic, origin, instance, created_ms, sequence = row[:5]
         if wanted is not None and topic not in wanted:
             continue
-        seen = row[5] if seen_ms_column else now
+        seen.add(topic)
         envelope = None if origin is None else Envelope(origin, instance, created_ms, sequence, b"")
-        count.add_message(topic, envelope, seen)
-    return count.report(now, int(grace_s * 1000), topics=wanted, since_ms=since_ms)
+        count.add_message(topic, envelope, row[5] if seen_ms_column else now)
+    return count.report(now, int(grace_s * 1000), topics=seen if wanted is None else wanted, since_ms=since_ms)
 
 
 __all__ = ["COLUMNS", "audit_dataframe"]

@@ -26,7 +26,8 @@ DEFAULT_FETCH_SIZE = 8 * 1024 * 1024
 #: Every option the source knows, as documented (Spark passes them lower-cased: they match in any case).
 OPTIONS = (
     "brokers", "kafka.bootstrap.servers", "zookeeper", "subscribe", "assign", "startingOffsets", "endingOffsets",
-    "maxOffsetsPerTrigger", "fetchSize", "failOnDataLoss", "timeoutMs",
+    "maxOffsetsPerTrigger", "fetchSize", "failOnDataLoss", "timeoutMs", "envelope",
+    "valueFormat", "schemaRegistryUrl", "valueSchemaSubject",
 )
 _KNOWN = {name.lower(): name for name in OPTIONS}
 
@@ -116,6 +117,8 @@ class SourceOptions:
         if self.fetch_size < 16:
             raise ValueError("fetchSize must be at least 16 bytes")
         self.fail_on_data_loss = _bool(options.get("failondataloss"), True)
+        self.envelope = _bool(options.get("envelope"), False)  # audit envelopes as columns (twlog.spark.envelope)
+        self.values = None  # valueFormat avro: the decoder (twlog.spark.avro.AvroValues), set by the source
         timeout_s = _int(options, "timeoutMs", 30000) / 1000
         self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s)
         self._offsets_checked = False

@@ -83,6 +83,8 @@ from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange, UnknownTopic
 from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
+from twlog.spark.avro import avro_batches, avro_schema, with_values
+from twlog.spark.envelope import envelope_schema, open_batches
 from twlog.spark.options import DEFAULT_FETCH_SIZE, OPTIONS, SourceOptions, check_options, resolve_offset
 from twlog.storage.message import CorruptMessage, iter_messages, scan_messages
 
@@ -116,13 +118,13 @@ class TwlogDataSource(DataSource):
         return "twlog"
 
     def schema(self) -> str:
-        return SCHEMA
+        return avro_schema(self, envelope_schema(SCHEMA, self.options))  # valueFormat avro: the record's fields
 
     def reader(self, schema) -> DataSourceReader:
-        return TwlogBatchReader(SourceOptions(self.options, stream=False))
+        return TwlogBatchReader(with_values(SourceOptions(self.options, stream=False), self))
 
     def streamReader(self, schema) -> DataSourceStreamReader:
-        return TwlogStreamReader(SourceOptions(self.options, stream=True))
+        return TwlogStreamReader(with_values(SourceOptions(self.options, stream=True), self))
 
 
 # -- reading (on executors) ---------------------------------------------------------------
@@ -262,7 +264,7 @@ class TwlogBatchReader(DataSourceReader):
         return plan
 
     def read(self, partition: TwlogPartition) -> Iterator:
-        return read_range(partition)
+        return avro_batches(self.options, partition, open_batches(read_range(partition), self.options.envelope))
 
 
 # -- streaming ---------------------------------------------------------------------------------
@@ -368,7 +370,7 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan
 
     def read(self, partition: TwlogPartition) -> Iterator:
-        return read_range(partition)
+        return avro_batches(self.options, partition, open_batches(read_range(partition), self.options.envelope))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint."""
