@@ -1,6 +1,14 @@
 # -*- test-case-name: tests.integration.test_cli -*-
 """C{twlog bench broker}: a broker process, the Twisted client, loopback TCP.
 
+After the produce rows, one consumer reads the last topic at each fetch size
+given (C{--fetch-bytes 65536,262144,...}) through two brokers running at once
+on copies of the same data, one sending log bytes with sendfile and one
+copying them (C{--no-sendfile}), taking turns measurement by measurement so
+that machine noise falls on both alike; each is read through the per-message
+API (C{fetch}), the batch API (C{fetch_batch}) and the pipelined batch reader
+(C{batches}).  The table puts sendfile and copying side by side.
+
 L{BrokerProcess} (a C{twistd -n twlog} child on a free loopback port) also
 serves the Spark benchmark.
 """
@@ -22,11 +30,12 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from twlog.bench.common import MB, payloads, react_status
+from twlog.bench.common import MB, BenchProgress, payloads, react_status
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.simple import SimpleConsumer
 from twlog.protocol.codec import ProduceRequest
-from twlog.storage.message import CODEC_NAMES, encode_message_set
+from twlog.storage.batch import decode_batch
+from twlog.storage.message import CODEC_NAMES, encode_message_set, scan_messages
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -123,9 +132,10 @@ async def _wait_for_end(reactor, consumer, topic: str, end: int, timeout_s: floa
 
 
 async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size: int, batches: Sequence[int],
-                            fetch_bytes: int, progress: TextIO | None, codec: str = "none") -> list[BrokerRow]:
+                            fetch_bytes: object, progress: TextIO | None, codec: str = "none") -> list[BrokerRow]:
+    """The produce rows, one per batch size (C{fetch_bytes} is unused: the consumption is L{_consume_sweep})."""
     rows = []
-    consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=fetch_bytes)
+    consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor)
     try:
         for batch in batches:
             topic = f"bench-{batch}"
@@ -155,40 +165,127 @@ async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size:
             rows.append(BrokerRow(f"produce, batch {batch}, {how}", count * batch, elapsed,
                                   count * batch * size, broker.cpu_seconds() - cpu))
             await connection.close()
-        rows.append(await _consume_all(consumer, broker, f"bench-{batches[-1]}", fetch_bytes, size, "", progress))
     finally:
         await consumer.close()
     return rows
 
 
-async def _consume_all(consumer, broker: BrokerProcess, topic: str, fetch_bytes: int, size: int, how: str,
-                       progress: TextIO | None) -> BrokerRow:
-    """Fetch C{topic} partition 0 from start to end, as one consumer does; a table row."""
-    if progress is not None:
-        progress.write(f"  consuming {topic} with {fetch_bytes // 1024} KB fetches{how}\n")
-    (end,) = await consumer.offsets(topic, 0)
+#: The consumer APIs the sweep reads through: name, and how (L{_read_all}).
+APIS = ("per message", "batch", "batch, pipelined")
+
+
+@attrs.frozen
+class SweepCell:
+    """One consumption: a fetch size, an API, sendfile or copying, and what it took."""
+
+    fetch_bytes: int
+    api: str
+    sendfile: bool
+    row: BrokerRow
+
+
+async def _read_all(consumer: SimpleConsumer, topic: str, end: int, api: str) -> int:
+    """Read C{topic} partition 0 from 0 to C{end} through C{api}; how many messages."""
     offset = read = 0
-    cpu = broker.cpu_seconds()
-    started = time.perf_counter()
+    if api == "batch, pipelined":
+        reader = consumer.batches(topic, 0, 0, end=end)
+        try:
+            async for batch in reader:
+                read += len(batch)
+        finally:
+            await reader.close()
+        return read
+    fetch = consumer.fetch if api == "per message" else consumer.fetch_batch
     while offset < end:
-        fetched = await consumer.fetch(topic, 0, offset)
-        read += len(fetched.messages)
+        fetched = await fetch(topic, 0, offset)
+        read += len(fetched)
         offset = fetched.next_offset
-    elapsed = time.perf_counter() - started
-    return BrokerRow(f"consume, {fetch_bytes // 1024} KB fetches{how}", read, elapsed, read * size,
-                     broker.cpu_seconds() - cpu)
+    return read
 
 
-async def _consume_copying(reactor, root: str, topic: str, fetch_bytes: int, size: int,
-                           progress: TextIO | None, source: str | None = None) -> BrokerRow:
-    """The same consumption from a broker restarted on the same data with sendfile off."""
-    broker = BrokerProcess(root, "--no-sendfile", source=source)
-    consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=fetch_bytes)
+async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[int], size: int, rounds: int,
+                         progress, source: str | None = None) -> list[SweepCell]:
+    """Read C{topic} at every fetch size through every API, from a sendfile broker and a copying broker
+    (on a copy of the data) in turns; every measurement C{rounds} times."""
+    copy_root = os.path.join(root, "copy")
+    shutil.rmtree(copy_root, ignore_errors=True)
+    shutil.copytree(os.path.join(root, "data"), os.path.join(copy_root, "data"),
+                    ignore=shutil.ignore_patterns("*.lock", ".lock"))
+    brokers = {True: BrokerProcess(root, source=source), False: BrokerProcess(copy_root, "--no-sendfile", source=source)}
+    cells: list[SweepCell] = []
     try:
-        return await _consume_all(consumer, broker, topic, fetch_bytes, size, ", no sendfile", progress)
+        for fetch_bytes in fetch_sizes:
+            consumers = {mode: SimpleConsumer("127.0.0.1", b.port, reactor=reactor, max_bytes=fetch_bytes)
+                         for mode, b in brokers.items()}
+            try:
+                (end,) = await consumers[True].offsets(topic, 0)
+                for i in range(rounds):
+                    for api in APIS:
+                        # Alternate which goes first, so that neither always follows the other.
+                        for mode in ((True, False) if i % 2 == 0 else (False, True)):
+                            broker = brokers[mode]
+                            progress.write(f"  {topic}: {fetch_bytes // 1024} KB fetches, {api}, "
+                                           f"{'sendfile' if mode else 'copying'}\n")
+                            cpu = broker.cpu_seconds()
+                            started = time.perf_counter()
+                            read = await _read_all(consumers[mode], topic, end, api)
+                            elapsed = time.perf_counter() - started
+                            row = BrokerRow(f"consume, {fetch_bytes // 1024} KB fetches, {api}"
+                                            f"{'' if mode else ', no sendfile'}", read, elapsed, read * size,
+                                            broker.cpu_seconds() - cpu)
+                            cells.append(SweepCell(fetch_bytes, api, mode, row))
+            finally:
+                for consumer in consumers.values():
+                    await consumer.close()
     finally:
-        await consumer.close()
-        broker.stop()
+        for broker in brokers.values():
+            broker.stop()
+        shutil.rmtree(copy_root, ignore_errors=True)
+    return cells
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if len(ordered) % 2 else sum(ordered[len(ordered) // 2 - 1 :][:2]) / 2
+
+
+def format_sweep_table(cells: Sequence[SweepCell], size: int) -> str:
+    """Sendfile beside copying, per fetch size and API (medians over the rounds)."""
+    lines = [
+        "consumption: one consumer, sendfile and copying brokers in turns (medians over the rounds)",
+        f"{'fetch':>7} {'API':<18} {'sendfile msg/s':>14} {'copy msg/s':>11} {'ratio':>6}"
+        f" {'sendfile CPU s/GB':>17} {'copy CPU s/GB':>13}",
+    ]
+    keys = list(dict.fromkeys((c.fetch_bytes, c.api) for c in cells))
+    for fetch_bytes, api in keys:
+        rate, per_gb = {}, {}
+        for mode in (True, False):
+            rows = [c.row for c in cells if (c.fetch_bytes, c.api, c.sendfile) == (fetch_bytes, api, mode)]
+            rate[mode] = _median([r.msg_s for r in rows])
+            per_gb[mode] = _median([r.broker_cpu_s / (r.messages * (size + 9) / 1e9) for r in rows])
+        lines.append(f"{_kb(fetch_bytes):>7} {api:<18} {rate[True]:>14,.0f} {rate[False]:>11,.0f}"
+                     f" {rate[True] / rate[False]:>6.2f} {per_gb[True]:>17.2f} {per_gb[False]:>13.2f}")
+    lines.append("(ratio: sendfile msg/s over copying msg/s; CPU s/GB: the broker's, per GB of log bytes sent)")
+    return "\n".join(lines)
+
+
+def _kb(n: int) -> str:
+    return f"{n // (1024 * 1024)} MB" if n % (1024 * 1024) == 0 else f"{n // 1024} KB"
+
+
+def decode_rates(size: int, fetch_bytes: int = 1024 * 1024, seconds: float = 0.5) -> tuple[float, float]:
+    """Messages per second parsed and CRC-checked in this process, no network: the batch API
+    (L{decode_batch}) and the per-message path (L{scan_messages}), on fetch-sized buffers of C{size}-byte messages."""
+    count = max(1, fetch_bytes // (size + 9))
+    buf = encode_message_set(payloads(count, size))
+    rates = []
+    for decode in (lambda: len(decode_batch(buf, 0)), lambda: sum(1 for _ in scan_messages(buf, 0))):
+        done = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            done += decode()
+        rates.append(done / (time.perf_counter() - started))
+    return rates[0], rates[1]
 
 
 def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> str:
@@ -201,8 +298,7 @@ def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> str:
         per_gb = r.broker_cpu_s / (r.messages * (size + 9) / 1e9)
         lines.append(f"{r.test:<36} {r.messages:>10,} {r.msg_s:>10,.0f} {r.mb_s:>7,.1f} {r.broker_cpu_s:>12.2f}"
                      f" {per_gb:>15.2f}")
-    lines.append("(MB/s counts payload bytes; CPU s/GB counts log bytes, 9 bytes of overhead included; the last")
-    lines.append(" row restarts the broker on the same data with --no-sendfile, copying log bytes through Python;")
+    lines.append("(MB/s counts payload bytes; CPU s/GB counts log bytes, 9 bytes of overhead included;")
     lines.append(" with --codec, each batch is one compressed wrapper, which the broker opens to validate)")
     return "\n".join(lines)
 
@@ -218,13 +314,14 @@ def _produce_per_policy(args, root: str, policies: Sequence[str]) -> int:
                                    "--segment-bytes", str(512 * 1024 * 1024))
             try:
                 rows = await _broker_benchmark(reactor, broker, args.messages, args.size, args.batch, args.fetch_bytes,
-                                               sys.stderr, getattr(args, "codec", "none"))
+                                               progress, getattr(args, "codec", "none"))
             finally:
                 broker.stop()
             result.extend(attrs.evolve(r, test=f"{policy}: {r.test}") for r in rows if r.test.startswith("produce"))
 
     try:
-        status = react_status(lambda reactor: Deferred.fromCoroutine(each(reactor)))
+        with BenchProgress() as progress:
+            status = react_status(lambda reactor: Deferred.fromCoroutine(each(reactor)))
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
@@ -243,17 +340,19 @@ def main_broker(args) -> int:
     broker = BrokerProcess(root, "--flush-interval-ms", "5", "--segment-bytes", str(512 * 1024 * 1024),
                            source=source)
     result: list[BrokerRow] = []
+    sweep: list[SweepCell] = []
     try:
         async def both(reactor) -> None:
             result.extend(await _broker_benchmark(reactor, broker, args.messages, args.size, args.batch,
-                                                  args.fetch_bytes, sys.stderr, getattr(args, "codec", "none")))
+                                                  args.fetch_bytes, progress, getattr(args, "codec", "none")))
             broker.stop()
             if getattr(args, "produce_only", False):
                 return
-            result.append(await _consume_copying(reactor, root, f"bench-{args.batch[-1]}", args.fetch_bytes,
-                                                 args.size, sys.stderr, source))
+            sweep.extend(await _consume_sweep(reactor, root, f"bench-{args.batch[-1]}", _fetch_sizes(args),
+                                              args.size, getattr(args, "rounds", 1), progress, source))
 
-        status = react_status(lambda reactor: Deferred.fromCoroutine(both(reactor)))
+        with BenchProgress() as progress:
+            status = react_status(lambda reactor: Deferred.fromCoroutine(both(reactor)))
         if status:
             return status
     finally:
@@ -261,4 +360,15 @@ def main_broker(args) -> int:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
     print(format_broker_table(result, args.size, broker.pid))
+    if sweep:
+        batch_rate, message_rate = decode_rates(args.size)
+        print()
+        print(format_sweep_table(sweep, args.size))
+        print(f"decoding alone (in process, 1 MB buffers of {args.size}-byte messages, every CRC checked): "
+              f"batch API {batch_rate:,.0f} msg/s, per message {message_rate:,.0f} msg/s")
     return 0
+
+
+def _fetch_sizes(args) -> list[int]:
+    """C{--fetch-bytes} as a list (the parser gives one; a caller may give an int)."""
+    return [args.fetch_bytes] if isinstance(args.fetch_bytes, int) else list(args.fetch_bytes)

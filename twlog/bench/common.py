@@ -68,8 +68,9 @@ class BenchProgress:
 
     Off a terminal (piped, in tests, under CI) only the logged lines are written, as plain text, so the output
     stays what it was. It has the C{write} of a text stream: code that wrote progress lines to C{sys.stderr}
-    can take it instead (a line ending in C{"\\r"} updates the step's description on a terminal, and is not
-    logged off one). Safe to call from threads (a benchmark's client may run in one).
+    can take it instead. On a terminal a line written so is logged and also starts an open-ended step named by
+    it (a spinner and the time it has taken); a line ending in C{"\\r"} renames the step under way, and is not
+    logged off a terminal. Safe to call from threads (a benchmark's client may run in one).
 
         with BenchProgress() as progress:
             progress.step("producing 1,000,000 messages", total=1_000_000)
@@ -88,6 +89,7 @@ class BenchProgress:
             self._progress = Progress(
                 SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                 _RateColumn(), TimeElapsedColumn(), console=Console(file=self.stream), transient=True,
+                redirect_stdout=False,  # tables go to stdout, which may be a file while the bar is drawn
             )
 
     def __enter__(self) -> BenchProgress:
@@ -132,7 +134,8 @@ class BenchProgress:
                 self.stream.flush()
 
     def write(self, text: str) -> int:
-        """What a text stream's C{write} takes: finished lines are logged, a C{"\\r"}-ended one names the step."""
+        """What a text stream's C{write} takes: finished lines are logged (and, on a terminal, each starts an
+        open-ended step), a C{"\\r"}-ended one names the step under way."""
         if text.endswith("\r"):
             with self._lock:
                 if self._progress is not None:
@@ -141,9 +144,11 @@ class BenchProgress:
                     else:
                         self._progress.update(self._task, description=text.strip())
             return len(text)
-        for line in text.rstrip("\n").split("\n"):
-            if line.strip():
-                self.log(line.rstrip())
+        lines = [line.rstrip() for line in text.rstrip("\n").split("\n") if line.strip()]
+        for line in lines:
+            self.log(line)
+        if lines and self._progress is not None:
+            self.step(lines[-1].strip())
         return len(text)
 
     def flush(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from twlog.bench.common import payloads
+from twlog.bench.common import BenchProgress, payloads
 from twlog.storage.crc import crc32, crcmod_crc32, crcmod_uses_extension
 
 
@@ -39,5 +39,8 @@ def format_crc_table(results: Sequence[tuple[str, float]], size: int) -> str:
 
 def main_crc(args) -> int:
     """Entry point of C{twlog bench crc}."""
-    print(format_crc_table(run_crc_benchmark(args.size, args.count), args.size))
+    with BenchProgress() as progress:
+        progress.step(f"timing CRC-32 of {args.count:,} payloads of {args.size} bytes")
+        rows = run_crc_benchmark(args.size, args.count)
+    print(format_crc_table(rows, args.size))
     return 0

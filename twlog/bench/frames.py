@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import attrs
 
 from twlog.bench.broker import BrokerProcess, _cpu_seconds
-from twlog.bench.common import MB, read_exactly
+from twlog.bench.common import MB, BenchProgress, read_exactly
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_APPENDED, AckProduceRequest, ProduceRequest
 from twlog.storage.message import encode_message_set
@@ -145,7 +145,8 @@ def main_frames(args) -> int:
     broker = BrokerProcess(root, "--max-request-bytes", str(largest), "--max-buffered-request-bytes",
                            str(max(largest, 256 * 1024 * 1024)), "--segment-bytes", str(segment_bytes))
     try:
-        rows = measure(broker, args.sizes, args.total_mb, sys.stderr)
+        with BenchProgress() as progress:
+            rows = measure(broker, args.sizes, args.total_mb, progress)
     finally:
         broker.stop()
         if not args.dir:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import attrs
 
 from twlog.bench.broker import BrokerProcess
-from twlog.bench.common import read_exactly
+from twlog.bench.common import BenchProgress, read_exactly
 from twlog.config import BrokerConfig
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_APPENDED, AckProduceRequest, FetchRequest, ProduceRequest
@@ -267,7 +267,8 @@ def main_hostile(args) -> int:
     print(f"starting a broker with its data under {root}", file=sys.stderr)
     broker = BrokerProcess(root, *extra)
     try:
-        rows = measure(broker, args.clients, frame_bytes, args.seconds, sys.stderr)
+        with BenchProgress() as progress:
+            rows = measure(broker, args.clients, frame_bytes, args.seconds, progress)
         peak_hwm = rss_bytes(broker.pid, "VmHWM")
     finally:
         broker.stop()

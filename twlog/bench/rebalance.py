@@ -19,7 +19,7 @@ from statistics import median
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.task import deferLater
 
-from twlog.bench.common import react_status
+from twlog.bench.common import BenchProgress, react_status
 from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer.group import GroupConsumer, GroupState
@@ -127,15 +127,17 @@ def main_rebalance(args) -> int:
         async def run_all(reactor) -> None:
             for scenario in args.scenario:
                 for run in range(args.runs):
+                    progress.step(f"{scenario}: run {run + 1} of {args.runs}")
                     seconds, retries = await rebalance_benchmark(
                         reactor, zookeeper.connect_string, args.consumers, args.partitions, brokers=args.brokers,
                         scenario=scenario, rebalance_backoff_ms=args.backoff_ms,
                         log_dir=os.path.join(root, f"{scenario}-{run}"),
                     )
-                    print(f"  {scenario} run {run + 1}: {seconds:.2f} s, {retries} retries", file=sys.stderr)
+                    progress.log(f"  {scenario} run {run + 1}: {seconds:.2f} s, {retries} retries")
                     rows.append((scenario, seconds, retries))
 
-        status = react_status(lambda reactor: Deferred.fromCoroutine(run_all(reactor)))
+        with BenchProgress() as progress:
+            status = react_status(lambda reactor: Deferred.fromCoroutine(run_all(reactor)))
         if status:
             return status
     finally:

@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from twlog.bench.broker import BrokerProcess
+from twlog.bench.common import BenchProgress
 from twlog.spark.source import register
 from twlog.storage.message import encode_message_set
 
@@ -122,7 +123,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def main_spark(args) -> int:
     """Entry point of C{twlog bench spark}."""
-    main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size)])
+    with BenchProgress() as progress:
+        progress.step(f"writing {args.messages:,} messages, then timing Spark's reads of them (local[2])")
+        main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size)])
     return 0
 
 

@@ -20,7 +20,7 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from twlog.bench.common import MB, payloads, react_status
+from twlog.bench.common import MB, BenchProgress, payloads, react_status
 from twlog.config import LogConfig
 from twlog.storage.manager import LogManager, thread_pool_runner
 from twlog.storage.message import CODEC_NAMES, OVERHEAD, encode_message_set, iter_messages
@@ -169,12 +169,13 @@ def main_storage(args) -> int:
     def run(reactor):
         d = run_storage_benchmark(
             reactor, args.messages, args.size, args.batch, args.dir,
-            fetch_bytes=args.fetch_bytes, progress=sys.stderr if sys.stderr.isatty() else None,
+            fetch_bytes=args.fetch_bytes, progress=progress if progress.live else None,
             codec=getattr(args, "codec", "none"),
         )
         return d.addCallback(result.extend)
 
-    status = react_status(run)
+    with BenchProgress() as progress:
+        status = react_status(run)
     if status:
         return status
     print(format_storage_table(result, args.size, getattr(args, "codec", "none")), file=out)
