@@ -29,11 +29,24 @@ class FakeTransport(StringTransport):
     Twisted TCP transport whose socket is full) until L{drain}.
     """
 
-    def __init__(self, buffering: bool = False) -> None:
+    def __init__(self, buffering: bool = False, socket_takes: list[int | OSError] | None = None) -> None:
         super().__init__()
         self.buffering = buffering
         self.dataBuffer = b""
         self.writing_started = 0
+        #: What each direct socket send takes (bytes, or an error to raise); all of it when unscripted.
+        self.socket_takes = list(socket_takes or [])
+        #: The flags of each direct socket send.
+        self.send_flags: list[int] = []
+
+    def send(self, data: bytes, flags: int = 0) -> int:
+        """The socket's send(2): bytes it takes go straight to the wire (here: the transport's value)."""
+        self.send_flags.append(flags)
+        take = self.socket_takes.pop(0) if self.socket_takes else len(data)
+        if isinstance(take, OSError):
+            raise take
+        self.io.write(data[:take])
+        return min(take, len(data))
 
     def write(self, data: bytes) -> None:
         super().write(data)
@@ -144,16 +157,51 @@ class SendfilePathTests(SenderTestCase):
         self.assertEqual(fake.sent, DATA)
 
     def test_buffered_bytes_go_first(self) -> None:
-        """sendfile waits until bytes already in the transport's buffer (the header) have drained."""
+        """sendfile waits until bytes already in the transport's buffer (an earlier response, then the
+        header, which joins them there) have drained."""
         transport, fake = FakeTransport(buffering=True), FakeSendfile()
+        transport.write(b"earlier")
         sender, d = self.sender(transport, [b"header", self.region()], fake)
-        self.assertEqual(buffered_bytes(transport), 6)
-        self.assertEqual(fake.calls, [])
+        self.assertEqual(buffered_bytes(transport), 13)
+        self.assertEqual((fake.calls, transport.send_flags), ([], []))
         self.assertNoResult(d)
         transport.drain()
         sender.resumeProducing()
         self.successResultOf(d)
+        self.assertEqual(transport.value(), b"earlierheader")
         self.assertEqual(fake.sent, DATA)
+
+    def test_header_goes_straight_to_the_socket(self) -> None:
+        """With nothing buffered, the header parts are one send(2) flagged MSG_MORE, and sendfile follows at
+        once, in the same turn (no wait for a drain)."""
+        transport, fake = FakeTransport(buffering=True), FakeSendfile()
+        sender, d = self.sender(transport, [b"head", b"er", self.region(0, 10), b"part", self.region(20, 5)], fake)
+        self.successResultOf(d)
+        self.assertEqual(transport.send_flags, [sendfile_module._MSG_MORE] * 2)
+        self.assertEqual(transport.value(), b"header" + b"part")
+        self.assertEqual([c[2:] for c in fake.calls], [(0, 10), (20, 5)])
+        self.assertEqual(buffered_bytes(transport), 0)
+
+    def test_header_the_socket_does_not_take_is_buffered(self) -> None:
+        """What send(2) does not take (a short send, or EAGAIN) goes to the transport's buffer, and sendfile
+        waits for it to drain."""
+        for takes, direct in (([2], b"he"), ([BlockingIOError(errno.EAGAIN, "again")], b"")):
+            transport, fake = FakeTransport(buffering=True, socket_takes=takes), FakeSendfile()
+            sender, d = self.sender(transport, [b"header", self.region()], fake)
+            self.assertEqual(transport.dataBuffer, b"header"[len(direct):])
+            self.assertEqual(transport.value(), b"header")
+            self.assertEqual(fake.calls, [])
+            transport.drain()
+            sender.resumeProducing()
+            self.successResultOf(d)
+            self.assertEqual(fake.sent, DATA)
+
+    def test_header_alone_is_written(self) -> None:
+        """A response without log bytes (an error) goes through the transport, not the socket."""
+        transport, fake = FakeTransport(), FakeSendfile()
+        sender, d = self.sender(transport, [b"error response"], fake)
+        self.successResultOf(d)
+        self.assertEqual((transport.value(), transport.send_flags, fake.calls), (b"error response", [], []))
 
     def test_several_regions(self) -> None:
         """Regions and byte strings go out in order; empty parts are skipped."""

@@ -211,7 +211,8 @@ async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[i
     shutil.rmtree(copy_root, ignore_errors=True)
     shutil.copytree(os.path.join(root, "data"), os.path.join(copy_root, "data"),
                     ignore=shutil.ignore_patterns("*.lock", ".lock"))
-    brokers = {True: BrokerProcess(root, source=source), False: BrokerProcess(copy_root, "--no-sendfile", source=source)}
+    brokers = {True: BrokerProcess(root, source=source),
+               False: BrokerProcess(copy_root, "--no-sendfile", source=source)}
     cells: list[SweepCell] = []
     try:
         for fetch_bytes in fetch_sizes:

@@ -28,7 +28,9 @@ _THROUGHPUT_BENCHMARKS = [
         "Start a broker (twistd twlog) in its own process, produce N messages with one fire-and-forget "
         "Twisted producer for each batch size, then consume the last topic with fetches of --fetch-bytes; "
         "print msg/s, MB/s and the broker's CPU time (per GB fetched, showing sendfile at work).",
-        200 * 1024, "bytes per consumer fetch (default: 200 KiB, as in the paper)", "where the broker keeps its data",
+        200 * 1024, "comma-separated bytes per consumer fetch, e.g. 65536,262144,1048576,4194304; each is read "
+        "through sendfile and through copying, side by side (default: 200 KiB, as in the paper)",
+        "where the broker keeps its data",
         "twlog.bench.broker:main_broker",
     ),
 ]
@@ -45,7 +47,8 @@ def _throughput_options(command: argparse.ArgumentParser, fetch_bytes: int, fetc
     _size_option(command)
     command.add_argument("--batch", type=int_list, default=[1, 50],
                          help="comma-separated batch sizes (default: 1,50)")
-    command.add_argument("--fetch-bytes", type=positive_int, default=fetch_bytes, help=fetch_help)
+    command.add_argument("--fetch-bytes", type=int_list if "comma-separated" in fetch_help else positive_int,
+                         default=[fetch_bytes] if "comma-separated" in fetch_help else fetch_bytes, help=fetch_help)
     command.add_argument("--dir", default=None,
                          help=dir_help + " (default: a temporary directory, deleted afterwards)")
 
@@ -65,6 +68,9 @@ def add_bench_commands(commands) -> None:
                              help="compress each batch into one wrapper, which the log validates on append "
                              "by decompressing it (default: none)")
         if name == "broker":
+            command.add_argument("--rounds", type=positive_int, default=1,
+                                 help="measure each consumption this many times, in turns; the table shows "
+                                 "medians (default: 1)")
             command.add_argument("--produce-only", action="store_true",
                                  help="measure producing only (no consume rows, no restart without sendfile)")
             command.add_argument("--broker-source", metavar="DIR", default=None,

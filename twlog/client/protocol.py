@@ -112,6 +112,8 @@ class ClientProtocol(FrameReceiver):
     @override
     def connectionMade(self) -> None:
         self._connected = True
+        if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
+            self.transport.setTcpNoDelay(True)
         self.transport.registerProducer(self, True)
 
     @override

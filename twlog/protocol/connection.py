@@ -96,6 +96,8 @@ class BrokerProtocol(FrameReceiver):
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
+        if hasattr(self.transport, "setTcpNoDelay"):  # responses are written whole: Nagle only delays their tails
+            self.transport.setTcpNoDelay(True)
 
     @override
     def dataReceived(self, data: bytes) -> None:

@@ -246,6 +246,10 @@ def _entry_problem(buf: bytes | bytearray | memoryview, pos: int, end: int) -> s
     return None
 
 
+#: What is wrong with a whole entry (magic, attributes, CRC), or None: for the batch decoder's diagnoses.
+entry_problem = _entry_problem
+
+
 def validate_message_set(
     buf: bytes | bytearray | memoryview,
     max_message_bytes: int = 0x7FFFFFFF,

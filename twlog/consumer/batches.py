@@ -1,0 +1,184 @@
+# -*- test-case-name: tests.consumer.test_batches -*-
+"""Batch reads for the Twisted consumer: a fetch decoded as a L{MessageBatch}, and a pipelined reader.
+
+L{decode_fetched_batch} is L{twlog.consumer.simple.decode_fetched} for the
+batch API (L{twlog.storage.batch}): the same valid messages, the same
+corrupt-message rules (the valid messages first; a skip logged with its byte
+range), but no object per message.
+
+L{BatchReader} reads one partition in order, batch after batch, with the next
+fetch asked for before the current one is decoded: as soon as a response
+arrives its whole entries are counted from their length fields alone, and the
+fetch of what follows them goes out, so the broker sends the next batch while
+this one is checked and handed out.  At most L{BatchReader.AHEAD} fetches are
+in flight beyond the batch being handed out.  Responses on one connection come
+back in request order, and a prefetched batch is used only if it starts
+exactly where the batch before it ended (a corrupt message stops a batch
+early: what was fetched past it is dropped and the reader fetches again from
+the corrupt message, which raises or is skipped as a plain fetch would).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from twlog.errors import FetchSizeTooSmall
+from twlog.storage.batch import MessageBatch, decode_batch, whole_entries_end
+from twlog.storage.message import DEFAULT_MAX_DECOMPRESSED_BYTES
+
+__all__ = ["BatchReader", "decode_fetched_batch", "too_small"]
+
+_log = Logger()
+
+
+def decode_fetched_batch(
+    data: bytes, topic: str, partition: int, offset: int, max_bytes: int, *, on_corrupt: str = "fail",
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> MessageBatch:
+    """The messages in the fetched bytes C{data} that start at C{offset}, as a L{MessageBatch}.
+
+    As L{twlog.consumer.simple.decode_fetched}: the valid messages before a
+    corrupt one, with C{corrupt} set and C{next_offset} at it; with
+    C{on_corrupt="skip"}, corrupt messages whose length is sane are logged and skipped.
+
+    @raise FetchSizeTooSmall: the first message does not fit in C{max_bytes}, naming the size needed.
+    @raise CorruptMessage: the first message is corrupt, and not skipped.
+    """
+    try:
+        batch = decode_batch(data, offset, topic=topic, partition=partition, on_corrupt=on_corrupt,
+                             max_decompressed_bytes=max_decompressed_bytes)
+    except FetchSizeTooSmall:
+        needed = int.from_bytes(data[:4], "big", signed=True) + 4 if len(data) >= 4 else None
+        raise too_small(topic, partition, offset, max_bytes, needed) from None
+    for error in batch.skipped:
+        _log.warn("skipping the corrupt message at bytes {range} of {topic}-{partition}: {reason}",
+                  range=error.byte_range, topic=error.topic, partition=error.partition, reason=error.reason)
+    return batch
+
+
+def too_small(topic: str, partition: int, offset: int, max_bytes: int, needed: int | None) -> FetchSizeTooSmall:
+    """The error for a message at C{offset} larger than C{max_bytes}, naming the size C{needed} when known."""
+    if needed is None:
+        return FetchSizeTooSmall(
+            f"the message at offset {offset} of {topic}-{partition} is larger than max_bytes={max_bytes}; "
+            f"fetch it with a larger max_bytes"
+        )
+    return FetchSizeTooSmall(
+        f"the message at offset {offset} of {topic}-{partition} is {needed} bytes, larger than "
+        f"max_bytes={max_bytes}; fetch it with max_bytes={needed} or more"
+    )
+
+
+
+class BatchReader:
+    """Batches of one partition from an offset, in order, fetched one step ahead (see the module).
+
+    Made by L{twlog.consumer.simple.SimpleConsumer.batches} (C{consumer}), whose fetch it uses.
+
+    An async iterator of L{MessageBatch}es on its own connection.  It ends at
+    C{end} (an offset: reading stops once a batch reaches it; batches may
+    hold messages past it, as fetches do) or, without C{end}, at the first
+    empty fetch (the end of the flushed log).  C{next_offset} is where to resume.
+    """
+
+    #: Fetches in flight beyond the batch being decoded.
+    AHEAD = 2
+
+    def __init__(self, consumer: Any, topic: str, partition: int, offset: int, *, max_bytes: int,
+                 end: int | None = None, pipeline: bool = True) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.next_offset = offset
+        self.max_bytes = max_bytes
+        self.end = end
+        self.pipeline = pipeline
+        self._consumer = consumer
+        self._connection = consumer._new_connection()
+        #: Fetches asked for and not handed out yet: (offset, Deferred of its batch), in request order.
+        self._queue: deque[tuple[int, Deferred[MessageBatch]]] = deque()
+        self._done = False
+        self._closed = False
+        #: How many fetches were sent ahead, and how many of those were dropped (for tests and benchmarks).
+        self.prefetched = 0
+        self.dropped = 0
+
+    def __aiter__(self) -> BatchReader:
+        return self
+
+    def __anext__(self) -> Deferred[MessageBatch]:
+        """The next batch (a Deferred, so both C{async for} and the blocking facade can wait on it)."""
+        return Deferred.fromCoroutine(self._next())
+
+    def close(self) -> Deferred[None]:
+        """Stop: the iteration ends and the reader's connection is closed."""
+        self._closed = True
+        self._consumer._streams.discard(self)
+        self._drop_queue()
+        return self._connection.close()
+
+    async def _next(self) -> MessageBatch:
+        if self._closed or self._done:
+            raise StopAsyncIteration
+        offset = self.next_offset
+        while self._queue and self._queue[0][0] != offset:
+            self._drop(self._queue.popleft()[1])
+        if not self._queue:
+            self._queue.append((offset, self._fetch(offset)))
+        try:
+            batch = await self._queue[0][1]
+        except BaseException:
+            self._drop_queue()
+            raise
+        self._queue.popleft()
+        self.next_offset = batch.next_offset
+        if batch.next_offset == offset or (self.end is not None and batch.next_offset >= self.end):
+            self._done = True
+        elif batch.corrupt is None:
+            self._top_up()
+        return batch
+
+    def _top_up(self) -> None:
+        """Ask for the batch after the last one queued, if that one has arrived and asked for nothing."""
+        if not self.pipeline or self._closed or len(self._queue) > self.AHEAD:
+            return
+        after = self.next_offset
+        if self._queue:
+            offset, d = self._queue[-1]
+            result = getattr(d, "result", None) if d.called else None
+            if not isinstance(result, MessageBatch) or result.corrupt is not None or result.next_offset == offset:
+                return  # in flight (its arrival asks for the next), failed, or the end
+            after = result.next_offset
+        if self.end is None or after < self.end:
+            self.prefetched += 1
+            self._queue.append((after, self._fetch(after)))
+
+    def _fetch(self, offset: int) -> Deferred[MessageBatch]:
+        consumer = self._consumer
+        return Deferred.fromCoroutine(
+            consumer._fetch(self._connection, self.topic, self.partition, offset, self.max_bytes, None, None,
+                            decode=self._decode)
+        )
+
+    def _decode(self, data: bytes, topic: str, partition: int, offset: int, max_bytes: int, **options
+                ) -> MessageBatch:
+        """Decode a response, first asking for what follows its whole entries (at most L{AHEAD} in flight)."""
+        if self.pipeline and not self._closed and len(self._queue) <= self.AHEAD:
+            boundary = offset + whole_entries_end(data)
+            last = self._queue[-1][0] if self._queue else None
+            if boundary > offset and (self.end is None or boundary < self.end) and (last is None or boundary > last):
+                self.prefetched += 1
+                self._queue.append((boundary, self._fetch(boundary)))
+        return decode_fetched_batch(data, topic, partition, offset, max_bytes, **options)
+
+    def _drop(self, d: Deferred[MessageBatch]) -> None:
+        self.dropped += 1
+        d.addErrback(lambda _: None)
+
+    def _drop_queue(self) -> None:
+        queue, self._queue = self._queue, deque()
+        for _, d in queue:
+            self._drop(d)

@@ -1,0 +1,391 @@
+# -*- test-case-name: tests.storage.test_batch -*-
+"""A fetched message set as one batch: offsets and payload positions in arrays, no object per message.
+
+L{decode_batch} walks a fetched buffer once: it checks every size, magic and
+CRC, opens compressed wrappers (within the decompression bound, iteratively,
+refusing nesting) and records where each valid message's payload lies, as
+runs of entry positions in C{array('q')}s.  A L{MessageBatch} hands the
+messages out as L{MessageAndOffset}s only when iterated; L{MessageBatch.views}
+gives C{memoryview}s into the received (or decompressed) bytes, and
+L{MessageBatch.columns} gives whole arrays (offsets, payload starts and ends
+into one buffer) for columnar readers such as the Spark source.
+
+The decoded result is exactly that of L{twlog.storage.message.scan_messages}
+(the per-message path): same offsets, same payloads, the same partial last
+entry dropped and the same L{CorruptMessage}s for bad entries.  A corrupt
+message never hides the valid ones: with C{on_corrupt="fail"} the batch holds
+the valid messages before it and names it in L{MessageBatch.corrupt} (or, when
+it is the first, it is raised); with C{"skip"} it is recorded in
+L{MessageBatch.skipped} and the walk goes on after it.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Iterator
+from typing import NamedTuple
+
+try:  # optional: whole-array arithmetic for L{MessageBatch.columns}
+    import numpy
+except ImportError:  # pragma: no cover - numpy comes with pyarrow, the Spark extra
+    numpy = None
+
+from twlog.errors import FetchSizeTooSmall, InvalidMessage, MessageSizeTooLarge
+from twlog.storage.compression import CODEC_NONE, DEFAULT_MAX_DECOMPRESSED_BYTES, KNOWN_CODECS, codec_name, decompress
+from twlog.storage.crc import crc32
+from twlog.storage.message import (
+    MAGIC_ATTRIBUTES,
+    MAGIC_PLAIN,
+    MIN_MESSAGE_BYTES,
+    CorruptMessage,
+    MessageAndOffset,
+    entry_problem,
+    open_wrapper,
+)
+
+__all__ = ["BatchColumns", "MessageBatch", "decode_batch", "whole_entries_end"]
+
+_HEADER0 = struct.Struct(">iBI")  # N, magic, crc (magic 0)
+_UINT32 = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
+#: Payload start relative to the entry: after the length, magic and CRC (and attributes, for magic 1).
+_WIDTH0 = 9
+_WIDTH1 = 10
+
+
+class _Run:
+    """Consecutive messages in one buffer with the same header width.
+
+    C{positions} holds each entry's position in C{buffer}, then the end of the
+    last one.  For a run of the fetched buffer, C{base} is the log offset of
+    C{buffer[0]}; for the inner messages of a wrapper, C{wrapper} is the
+    wrapper's offset and the offset after it (every inner message carries the
+    wrapper's offset; the last one, as next offset, the one after it).
+    """
+
+    __slots__ = ("buffer", "positions", "width", "base", "wrapper")
+
+    def __init__(self, buffer: memoryview, positions: array, width: int, base: int,
+                 wrapper: tuple[int, int] | None = None) -> None:
+        self.buffer = buffer
+        self.positions = positions
+        self.width = width
+        self.base = base
+        self.wrapper = wrapper
+
+    def __len__(self) -> int:
+        return len(self.positions) - 1
+
+    def offsets(self) -> Iterator[tuple[int, int]]:
+        """Each message's offset and next offset."""
+        if self.wrapper is None:
+            base, p = self.base, self.positions
+            for i in range(len(p) - 1):
+                yield base + p[i], base + p[i + 1]
+            return
+        here, after = self.wrapper
+        for _ in range(len(self.positions) - 2):
+            yield here, here
+        yield here, after
+
+
+def _take_plain(view: memoryview, pos: int, runs: list[_Run], base: int, wrapper: tuple[int, int] | None) -> int:
+    """Record the valid, uncompressed messages from C{pos} on as runs; the position of the first entry that is not one.
+
+    The hot loop: per message one C{unpack_from}, one CRC of a C{memoryview}
+    slice (no copy) and one C{array.append}.  It stops, without judging, at
+    anything else (a short or partial entry, a bad CRC, a wrapper, an unknown
+    magic): the caller looks at that entry.
+    """
+    n = len(view)
+    unpack = _HEADER0.unpack_from
+    check = crc32
+    positions: array | None = None
+    append = None
+    width = 0
+    while n - pos >= _WIDTH0:
+        size, magic, crc = unpack(view, pos)
+        end = pos + 4 + size
+        if size < MIN_MESSAGE_BYTES or end > n:
+            break
+        if magic == MAGIC_PLAIN:
+            if check(view[pos + 9 : end]) != crc:
+                break
+            if width != _WIDTH0:
+                if positions is not None:
+                    positions.append(pos)
+                    runs.append(_Run(view, positions, width, base, wrapper))
+                positions, width = array("q"), _WIDTH0
+                append = positions.append
+        elif magic == MAGIC_ATTRIBUTES and size >= 6 and view[pos + 5] == CODEC_NONE:
+            if check(view[pos + 10 : end]) != _UINT32.unpack_from(view, pos + 6)[0]:
+                break
+            if width != _WIDTH1:
+                if positions is not None:
+                    positions.append(pos)
+                    runs.append(_Run(view, positions, width, base, wrapper))
+                positions, width = array("q"), _WIDTH1
+                append = positions.append
+        else:
+            break
+        append(pos)
+        pos = end
+    if positions is not None:
+        positions.append(pos)
+        runs.append(_Run(view, positions, width, base, wrapper))
+    return pos
+
+
+class BatchColumns(NamedTuple):
+    """A batch as arrays: message C{i}'s payload is C{buffer[starts[i]:ends[i]]}."""
+
+    offsets: array
+    next_offsets: array
+    starts: array
+    ends: array
+    #: One buffer holding every payload: the fetched bytes themselves when nothing was compressed.
+    buffer: bytes | memoryview
+
+
+class MessageBatch:
+    """The valid messages of one fetch, every CRC checked, held as arrays of positions (see the module)."""
+
+    def __init__(self, offset: int, runs: list[_Run], next_offset: int, corrupt: CorruptMessage | None,
+                 skipped: tuple[CorruptMessage, ...]) -> None:
+        #: The offset the fetch started at.
+        self.offset = offset
+        self._runs = runs
+        #: Where the next fetch starts: after the last whole message (or skipped one), else C{offset}.
+        self.next_offset = next_offset
+        #: The corrupt message at C{next_offset} that ended the batch: a fetch from there raises it.
+        self.corrupt = corrupt
+        #: The corrupt messages skipped (with C{on_corrupt="skip"}).
+        self.skipped = skipped
+        self._count = sum(len(r) for r in runs)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __repr__(self) -> str:
+        return f"<MessageBatch {self._count} messages [{self.offset}, {self.next_offset})>"
+
+    @property
+    def messages(self) -> tuple[MessageAndOffset, ...]:
+        """Every message as a L{MessageAndOffset} (payloads copied to C{bytes}): the per-message view."""
+        return tuple(self)
+
+    def __iter__(self) -> Iterator[MessageAndOffset]:
+        """Each message as a L{MessageAndOffset} with a C{bytes} payload, in log order."""
+        for run in self._runs:
+            buf, p, width = run.buffer, run.positions, run.width
+            for i, (offset, after) in enumerate(run.offsets()):
+                yield MessageAndOffset(offset, after, bytes(buf[p[i] + width : p[i + 1]]))
+
+    def views(self) -> Iterator[memoryview]:
+        """Each payload as a C{memoryview} into the fetched (or decompressed) bytes: no copy."""
+        for run in self._runs:
+            buf, p, width = run.buffer, run.positions, run.width
+            for i in range(len(p) - 1):
+                yield buf[p[i] + width : p[i + 1]]
+
+    @property
+    def last_boundary(self) -> tuple[int, int] | None:
+        """The last message's offset and the offset after it, or None for an empty batch."""
+        if not self._runs:
+            return None
+        run = self._runs[-1]
+        if run.wrapper is not None:
+            return run.wrapper
+        return run.base + run.positions[-2], run.base + run.positions[-1]
+
+    @property
+    def payload_bytes(self) -> int:
+        """The payload bytes of all messages."""
+        return sum(r.positions[-1] - r.positions[0] - len(r) * r.width for r in self._runs)
+
+    def columns(self) -> BatchColumns:
+        """The batch as arrays of offsets, next offsets and payload positions into one buffer.
+
+        Without compressed messages the buffer is the fetched bytes (no copy);
+        with them, the decompressed inner sets are joined into one buffer
+        (preceded by the fetched bytes when uncompressed messages are there too).
+        """
+        offsets, nexts, starts, ends = array("q"), array("q"), array("q"), array("q")
+        buffers: list[memoryview] = []
+        shift: dict[int, int] = {}
+        total = 0
+        for run in self._runs:
+            key = id(run.buffer)  # the runs of one buffer share its memoryview
+            if key not in shift:
+                shift[key] = total
+                buffers.append(run.buffer)
+                total += len(run.buffer)
+            _extend_columns(run, shift[key], offsets, nexts, starts, ends)
+        if not buffers:
+            buffer: bytes | memoryview = b""
+        elif len(buffers) == 1:
+            buffer = buffers[0]
+        else:
+            buffer = b"".join(buffers)
+        return BatchColumns(offsets, nexts, starts, ends, buffer)
+
+
+def _extend_columns(run: _Run, delta: int, offsets: array, nexts: array, starts: array, ends: array) -> None:
+    """Append C{run}'s messages to the column arrays, payload positions shifted by C{delta}."""
+    p, width, k = run.positions, run.width, len(run)
+    if numpy is not None:
+        positions = numpy.frombuffer(p, dtype=numpy.int64)
+        starts.frombytes((positions[:-1] + (width + delta)).tobytes())
+        ends.frombytes((positions[1:] + delta).tobytes())
+        if run.wrapper is None:
+            offsets.frombytes((positions[:-1] + run.base).tobytes())
+            nexts.frombytes((positions[1:] + run.base).tobytes())
+            return
+    else:
+        starts.extend(p[i] + width + delta for i in range(k))
+        ends.extend(p[i] + delta for i in range(1, k + 1))
+    if run.wrapper is None:
+        offsets.extend(p[i] + run.base for i in range(k))
+        nexts.extend(p[i] + run.base for i in range(1, k + 1))
+        return
+    here, after = run.wrapper
+    offsets.extend(array("q", [here]) * k)
+    nexts.extend(array("q", [here]) * (k - 1))
+    nexts.append(after)
+
+
+def whole_entries_end(buf: bytes | bytearray | memoryview) -> int:
+    """The position after the last whole entry of C{buf}, reading length fields only (no CRC, no magic).
+
+    Where the fetch after this buffer starts, known before the buffer is
+    decoded: a pipelining reader asks for it at once.  It stops early at a
+    length field that is not sane, as decoding does.
+    """
+    n = len(buf)
+    unpack = _INT32.unpack_from
+    pos = 0
+    while n - pos >= 4:
+        end = pos + 4 + unpack(buf, pos)[0]
+        if end < pos + 4 + MIN_MESSAGE_BYTES or end > n:
+            break
+        pos = end
+    return pos
+
+
+def decode_batch(
+    buf: bytes | bytearray | memoryview,
+    offset: int,
+    *,
+    topic: str | None = None,
+    partition: int | str | None = None,
+    on_corrupt: str = "fail",
+    deep: bool = True,
+    whole_buffer: bool = False,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> MessageBatch:
+    """The messages of a fetched buffer that starts at log C{offset}, as a L{MessageBatch}.
+
+    Decodes what L{twlog.storage.message.scan_messages} does (the same
+    arguments, C{deep}, C{whole_buffer}, C{max_decompressed_bytes}), in one
+    pass and without an object per message.  Corrupt messages are named with
+    C{topic} and C{partition}; C{on_corrupt} is C{"fail"} or C{"skip"} (see the module).
+
+    @raise CorruptMessage: the first message is corrupt (and not skipped).
+    @raise FetchSizeTooSmall: the buffer holds only part of its first message.
+    """
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    n = len(view)
+    runs: list[_Run] = []
+    skipped: list[CorruptMessage] = []
+    next_offset = offset
+    pos = 0
+    while True:
+        had = len(runs)
+        pos = _take_plain(view, pos, runs, offset, None)
+        if len(runs) > had:
+            next_offset = offset + pos
+        if pos >= n:
+            break
+        outcome = _odd_entry(view, pos, offset, runs, deep, whole_buffer, max_decompressed_bytes)
+        if outcome is None:
+            break  # a partial last entry: dropped
+        if isinstance(outcome, int):
+            pos = outcome  # a wrapper opened, or a message the fast loop leaves (not deep)
+            next_offset = offset + pos
+            continue
+        error = outcome.named(topic, partition) if topic is not None else outcome
+        if on_corrupt == "skip" and error.next_offset is not None:
+            skipped.append(error)
+            next_offset = error.next_offset
+            pos = error.next_offset - offset
+            continue
+        if runs or skipped:
+            return MessageBatch(offset, runs, next_offset, error, tuple(skipped))
+        raise error
+    return MessageBatch(offset, runs, next_offset, None, tuple(skipped))
+
+
+def _odd_entry(view: memoryview, pos: int, offset: int, runs: list[_Run], deep: bool, whole_buffer: bool,
+               max_decompressed_bytes: int) -> int | CorruptMessage | None:
+    """Judge the entry at C{pos}, which the fast loop stopped at, as L{scan_messages} does.
+
+    Returns the position after it when it holds messages (a wrapper, opened,
+    its inner runs added; a message kept whole when not C{deep}), a
+    L{CorruptMessage}, or None for a partial last entry (dropped).
+
+    @raise FetchSizeTooSmall: the entry is the first and runs past the buffer.
+    """
+    n = len(view)
+    if n - pos < 4:
+        if pos == 0 and not whole_buffer:
+            raise FetchSizeTooSmall(f"the message at offset {offset} is larger than the fetch size {n}")
+        if whole_buffer:
+            return CorruptMessage(f"a partial length field of {n - pos} bytes", offset + pos, None)
+        return None
+    size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
+    end = pos + 4 + size
+    if size < MIN_MESSAGE_BYTES:
+        return CorruptMessage(f"its length field says {size} bytes, below the minimum", offset + pos, None)
+    if end > n:
+        if whole_buffer:
+            return CorruptMessage(f"{size} bytes announced, {n - pos - 4} present", offset + pos, None)
+        if pos == 0:
+            raise FetchSizeTooSmall(
+                f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {n}"
+            )
+        return None
+    magic = view[pos + 4]
+    if magic == MAGIC_PLAIN:
+        codec, start, crc = CODEC_NONE, pos + 9, _UINT32.unpack_from(view, pos + 5)[0]
+    elif magic == MAGIC_ATTRIBUTES and size >= 6 and view[pos + 5] in KNOWN_CODECS:
+        codec, start, crc = view[pos + 5], pos + 10, _UINT32.unpack_from(view, pos + 6)[0]
+    else:
+        return CorruptMessage(entry_problem(view, pos, end) or "unreadable", offset + pos, offset + end)
+    payload = view[start:end]
+    if crc32(payload) != crc:
+        return CorruptMessage("CRC mismatch", offset + pos, offset + end)
+    if codec == CODEC_NONE:  # pragma: no cover - the fast loop takes every valid uncompressed message
+        raise AssertionError(f"a valid message at byte {pos} was left by the fast loop")
+    if not deep:
+        runs.append(_Run(view, array("q", [pos, end]), _WIDTH1, offset))
+        return end
+    here = offset + pos
+    try:
+        inner = decompress(codec, payload, max_decompressed_bytes)
+        if not inner:
+            raise InvalidMessage("it holds no message")
+        inner_view = memoryview(inner)
+        inner_runs: list[_Run] = []
+        if _take_plain(inner_view, 0, inner_runs, here, (here, offset + end)) != len(inner_view):
+            open_wrapper(codec, payload, max_decompressed_bytes)  # raises the per-message path's exact reason
+            raise InvalidMessage("inside it, an unreadable message")  # pragma: no cover - open_wrapper raised
+    except (InvalidMessage, MessageSizeTooLarge) as e:
+        return CorruptMessage(f"{codec_name(codec)} message: {e}", here, offset + end)
+    # Only the last inner run ends the wrapper: earlier ones' last messages carry the wrapper's offset.
+    for run in inner_runs[:-1]:
+        run.wrapper = (here, here)
+    runs.extend(inner_runs)
+    return end
