@@ -56,6 +56,7 @@ REQUEST_NAMES = {
     codec.METADATA: "METADATA",
     codec.CLUSTER_METADATA: "CLUSTER_METADATA",
     codec.CREATE_TOPIC: "CREATE_TOPIC",
+    codec.BOUNDARIES: "BOUNDARIES",
 }
 
 #: Upper bounds (seconds) of the request latency buckets: a waiting fetch may last up to

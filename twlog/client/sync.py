@@ -26,11 +26,13 @@ from twlog.errors import (
     ConnectionFailed,
     FetchSizeTooSmall,
     InvalidTopic,
+    OffsetNotOnBoundary,
     ProtocolViolation,
     check,
     error_message,
 )
 from twlog.protocol.codec import (
+    BoundariesRequest,
     ClusterMetadataRequest,
     ClusterMetadataResponse,
     FetchRequest,
@@ -44,6 +46,7 @@ from twlog.protocol.codec import (
     describe_request,
     encode_request,
 )
+from twlog.storage.batch import MessageBatch, decode_batch
 from twlog.storage.manager import validate_topic
 from twlog.storage.message import MIN_MESSAGE_BYTES, CorruptMessage
 
@@ -157,6 +160,23 @@ class SyncConnection:
                 f"max_bytes={max_bytes}"
             ) from None
 
+    def fetch_batch(self, topic: str, partition: int, offset: int, max_bytes: int, *, on_corrupt: str = "fail",
+                    previous: int | None = None) -> MessageBatch:
+        """L{fetch}, decoded as a L{MessageBatch} (every CRC checked, no object per message until iterated).
+
+        A corrupt message ends the batch (the valid messages before it are in it, C{corrupt} names it) or, with
+        C{on_corrupt="skip"}, is skipped; C{previous} (the offset of the message before C{offset}) lets a fetch
+        from a corrupt message's offset, which the broker refuses, read it (L{read_past_refusal}).
+        """
+        try:
+            data = self.fetch(topic, partition, offset, max_bytes)
+        except OffsetNotOnBoundary as e:
+            if previous is None:
+                raise
+            data = self.read_past_refusal(topic, partition, previous, offset, max_bytes, e)
+        return decode_batch(data, offset, topic=topic, partition=partition, on_corrupt=on_corrupt,
+                            max_decompressed_bytes=self.options.max_decompressed_bytes)
+
     def read_past_refusal(self, topic: str, partition: int, previous: int | None, offset: int, max_bytes: int,
                           refusal: Exception) -> bytes:
         """The bytes from C{offset}, which the broker refused to read from (C{refusal}, an L{OffsetNotOnBoundary})
@@ -191,6 +211,12 @@ class SyncConnection:
         check_topic(topic, f"OFFSETS {topic}-{partition}")
         offsets = self.call(OffsetsRequest(topic, partition, time, 1)).offsets
         return offsets[0] if offsets else 0
+
+    def boundaries(self, topic: str, partition: int, positions: Sequence[int]) -> list[int]:
+        """The offset of the first whole, valid message at or after each of C{positions} (BOUNDARIES, type 10),
+        in order; a position at or past the flushed end gets the flushed end.  At most
+        L{twlog.protocol.codec.MAX_BOUNDARY_POSITIONS} positions per call."""
+        return list(self.call(BoundariesRequest(topic, partition, tuple(positions))).offsets)
 
     def metadata(self, topics: Sequence[str] = ()) -> MetadataResponse:
         """This broker's id, address and topics (every topic it holds when C{topics} is empty)."""

@@ -8,7 +8,7 @@ tools share one codec.  A frame is what follows the C{int32} size prefix
   - request:  C{[int16 type][body]}
   - response: C{[int16 error][body]}
 
-Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-9 are twlog's.  Strings
+Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-10 are twlog's.  Strings
 are C{[int16 length][utf-8]}.  docs/protocol.md is the reference.  Readers take
 C{(buf, pos)} and return C{(value, next_pos)} (L{twlog.protocol.primitives});
 every malformed or truncated input raises L{MalformedRequest}, never
@@ -39,6 +39,7 @@ from twlog.protocol.primitives import (
 )
 from twlog.protocol.responses import (
     AckProduceResponse,
+    BoundariesResponse,
     ClusterMetadataResponse,
     ErrorResponse,
     FetchResult,
@@ -49,6 +50,7 @@ from twlog.protocol.responses import (
     Response,
     TopicMetadata,
     decode_ack_produce_response,
+    decode_boundaries_response,
     decode_cluster_metadata_response,
     decode_error,
     decode_error_response,
@@ -57,6 +59,7 @@ from twlog.protocol.responses import (
     decode_multifetch_response,
     decode_offsets_response,
     encode_ack_produce_response,
+    encode_boundaries_response,
     encode_cluster_metadata_response,
     encode_error_response,
     encode_metadata_response,
@@ -76,6 +79,10 @@ WAIT_FETCH = 6
 METADATA = 7
 CLUSTER_METADATA = 8
 CREATE_TOPIC = 9
+BOUNDARIES = 10
+
+#: The most positions one BOUNDARIES request may ask about.
+MAX_BOUNDARY_POSITIONS = 1024
 
 #: OFFSETS times (L{OffsetsRequest.time}): the (flushed) end of the log, and its start.
 LATEST = -1
@@ -95,6 +102,7 @@ VIEW_BYTES = 64 * 1024
 _ACK_HEAD = struct.Struct(">bih")  # ack, timeout ms, count
 _WAIT_HEAD = struct.Struct(">iih")  # max wait ms, min bytes, count
 _PARTITIONS = struct.Struct(">i")  # CREATE_TOPIC's partition count
+_BOUNDARIES_HEAD = struct.Struct(">ih")  # partition, count of positions
 
 
 # -- values -------------------------------------------------------------------
@@ -194,6 +202,19 @@ class CreateTopicRequest:
     partitions: int
 
 
+@attrs.frozen
+class BoundariesRequest:
+    """Type 10: for each of C{positions} (logical byte positions), the offset of the first message at or after it.
+
+    Answered with the offsets in the same order (L{BoundariesResponse}); a position at or past the
+    flushed end gets the flushed end.  docs/protocol.md, type 10.
+    """
+
+    topic: str
+    partition: int
+    positions: tuple[int, ...]
+
+
 Request = (
     ProduceRequest
     | FetchRequest
@@ -205,6 +226,7 @@ Request = (
     | MetadataRequest
     | ClusterMetadataRequest
     | CreateTopicRequest
+    | BoundariesRequest
 )
 
 
@@ -240,6 +262,17 @@ def _read_fetch(buf: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _write_fetch(f: FetchRequest) -> bytes:
     return write_str(f.topic) + _FETCH_TAIL.pack(f.partition, f.offset, f.max_bytes)
+
+
+def _read_boundaries(buf: bytes, pos: int) -> tuple[BoundariesRequest, int]:
+    topic, pos = read_str(buf, pos)
+    need(buf, pos, _BOUNDARIES_HEAD.size, "boundaries request")
+    partition, count = _BOUNDARIES_HEAD.unpack_from(buf, pos)
+    pos += _BOUNDARIES_HEAD.size
+    if count < 0:
+        raise MalformedRequest(f"negative count {count}")
+    need(buf, pos, 8 * count, "positions")
+    return BoundariesRequest(topic, partition, struct.unpack_from(f">{count}q", buf, pos)), pos + 8 * count
 
 
 def decode_request(frame: bytes | memoryview) -> Request:
@@ -287,6 +320,8 @@ def decode_request(frame: bytes | memoryview) -> Request:
         topic, pos = read_str(frame, pos)
         need(frame, pos, _PARTITIONS.size, "create topic request")
         request, pos = CreateTopicRequest(topic, _PARTITIONS.unpack_from(frame, pos)[0]), pos + _PARTITIONS.size
+    elif kind == BOUNDARIES:
+        request, pos = _read_boundaries(frame, pos)
     else:
         raise MalformedRequest(f"unknown request type {kind}")
     done(frame, pos, "request")
@@ -332,6 +367,10 @@ def encode_request(request: Request) -> bytes:
         return b"".join([I16.pack(kind), I16.pack(len(request.topics)), *map(write_str, request.topics)])
     if isinstance(request, CreateTopicRequest):
         return I16.pack(CREATE_TOPIC) + write_str(request.topic) + _PARTITIONS.pack(request.partitions)
+    if isinstance(request, BoundariesRequest):
+        n = len(request.positions)
+        return (I16.pack(BOUNDARIES) + write_str(request.topic) + _BOUNDARIES_HEAD.pack(request.partition, n)
+                + struct.pack(f">{n}q", *request.positions))
     raise TypeError(f"not a request: {request!r}")
 
 
@@ -362,6 +401,8 @@ def describe_request(request: Request) -> str:
         return f"{name} " + (", ".join(request.topics) or "(all topics)")
     if isinstance(request, CreateTopicRequest):
         return f"CREATE_TOPIC {request.topic} with {request.partitions} partitions"
+    if isinstance(request, BoundariesRequest):
+        return f"BOUNDARIES {request.topic}-{request.partition} at {len(request.positions)} positions"
     return type(request).__name__
 
 
@@ -385,10 +426,13 @@ _RESPONSE_DECODERS = {
     MetadataRequest: decode_metadata_response,
     ClusterMetadataRequest: decode_cluster_metadata_response,
     CreateTopicRequest: decode_error_response,
+    BoundariesRequest: decode_boundaries_response,
 }
 
 __all__ = [
-    "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "CLUSTER_METADATA", "CREATE_TOPIC", "EARLIEST", "FETCH",
+    "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "BOUNDARIES", "MAX_BOUNDARY_POSITIONS",
+    "BoundariesRequest", "BoundariesResponse", "decode_boundaries_response", "encode_boundaries_response",
+    "CLUSTER_METADATA", "CREATE_TOPIC", "EARLIEST", "FETCH",
     "LATEST",
     "METADATA",
     "MULTIFETCH", "MULTIPRODUCE", "OFFSETS", "PRODUCE", "WAIT_FETCH",

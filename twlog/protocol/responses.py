@@ -133,6 +133,14 @@ class ErrorResponse:
 
 
 @attrs.frozen
+class BoundariesResponse:
+    """BOUNDARIES' response: the error and, per position asked about, the offset of the message boundary."""
+
+    error: int
+    offsets: tuple[int, ...] = ()
+
+
+@attrs.frozen
 class TopicMetadata:
     """A topic's partition count on a broker (error 0), or why it has none (InvalidTopic...)."""
 
@@ -210,7 +218,7 @@ class ClusterMetadataResponse:
 
 Response = (
     FetchResult | MultiFetchResponse | OffsetsResponse | AckProduceResponse | MetadataResponse
-    | ClusterMetadataResponse
+    | ClusterMetadataResponse | BoundariesResponse
 )
 
 
@@ -243,6 +251,11 @@ def encode_error_response(error: int) -> bytes:
 def encode_offsets_response(error: int, offsets: Sequence[int]) -> bytes:
     """OFFSETS' response frame: C{[int16 error][int32 n][int64 offset]*n}."""
     return I16.pack(error) + I32.pack(len(offsets)) + b"".join(I64.pack(o) for o in offsets)
+
+
+def encode_boundaries_response(error: int, offsets: Sequence[int]) -> bytes:
+    """BOUNDARIES' response frame: C{[int16 error][int16 n][int64 offset]*n}."""
+    return I16.pack(error) + I16.pack(len(offsets)) + struct.pack(f">{len(offsets)}q", *offsets)
 
 
 def encode_ack_produce_response(error: int, results: Sequence[ProduceResult]) -> bytes:
@@ -353,6 +366,20 @@ def decode_offsets_response(frame: bytes) -> OffsetsResponse:
     offsets = struct.unpack_from(f">{count}q", frame, pos)
     done(frame, pos + 8 * count, "offsets response")
     return OffsetsResponse(error, offsets)
+
+
+@_peer_violation
+def decode_boundaries_response(frame: bytes) -> BoundariesResponse:
+    """BOUNDARIES' response: error and one offset per position asked about (none in an error-only frame)."""
+    error, pos = read_int16(frame, 0)
+    if pos == len(frame):
+        return BoundariesResponse(error)
+    count, pos = read_int16(frame, pos)
+    check_count(count)
+    need(frame, pos, 8 * count, "boundaries")
+    offsets = struct.unpack_from(f">{count}q", frame, pos)
+    done(frame, pos + 8 * count, "boundaries response")
+    return BoundariesResponse(error, offsets)
 
 
 def _read_result(frame: bytes, pos: int) -> tuple[ProduceResult, int]:

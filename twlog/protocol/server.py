@@ -21,6 +21,7 @@ from twlog.errors import (
     NO_ERROR,
     BrokerError,
     InvalidFetchSize,
+    InvalidRequest,
     OffsetOutOfRange,
     RequestTimedOut,
     TooManyOpenFiles,
@@ -30,7 +31,9 @@ from twlog.errors import (
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_FLUSHED,
+    MAX_BOUNDARY_POSITIONS,
     AckProduceRequest,
+    BoundariesRequest,
     ClusterMetadataRequest,
     CreateTopicRequest,
     FetchRequest,
@@ -125,6 +128,7 @@ class Broker:
             MetadataRequest: self.metadata,
             ClusterMetadataRequest: self.cluster_metadata,
             CreateTopicRequest: self.create_topic,
+            BoundariesRequest: self.boundaries,
         }
         #: The cluster this broker describes in CLUSTER_METADATA: None (no ZooKeeper) for itself alone.
         self.cluster: ClusterSource | None = None
@@ -389,6 +393,22 @@ class Broker:
             return codec.encode_error_response(NO_ERROR)
 
         return d.addCallback(created)
+
+    def boundaries(self, request: BoundariesRequest, peer: str = "?") -> Response | Deferred[Response]:
+        """BOUNDARIES: the first message at or after each position (where a reader may start: split points)."""
+        validate_topic(request.topic)
+        count = self.logs.partition_count(request.topic)
+        if not 0 <= request.partition < count:
+            raise WrongPartition(f"partition {request.partition} of {request.topic!r} is outside [0, {count - 1}]")
+        if len(request.positions) > MAX_BOUNDARY_POSITIONS:
+            raise InvalidRequest(f"{len(request.positions)} positions; at most {MAX_BOUNDARY_POSITIONS}")
+        log = self.logs.get_log(request.topic, request.partition)
+        if log is None:  # nothing written yet: an empty log at offset 0
+            if any(request.positions):
+                raise OffsetOutOfRange("positions past the end of the empty log [0, 0]")
+            return codec.encode_boundaries_response(NO_ERROR, request.positions)
+        return log.boundaries(request.positions).addCallback(
+            lambda found: codec.encode_boundaries_response(NO_ERROR, found))
 
     #: The port actually listened on (set by the service once listening; config.port may be 0).
     port: int = 0

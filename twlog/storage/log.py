@@ -7,17 +7,18 @@ only then moves the flushed mark that bounds what readers and OFFSETS see
 (L{twlog.storage.flush}).  Opening after an unclean shutdown recovers the
 last segment (L{twlog.storage.recovery}).
 The in-memory index is the sorted list of segment base offsets, searched by
-bisection; there is no other index and no message cache.
+bisection, and each segment keeps a sparse position index of its message
+starts (L{twlog.storage.index}, for L{Log.boundaries}); there is no message cache.
 """
 
 from __future__ import annotations
 
 import os
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -32,6 +33,7 @@ from twlog.errors import (
     StorageFailed,
 )
 from twlog.storage.flush import Flusher, ThreadRunner
+from twlog.storage.index import find_boundary, index_positions
 from twlog.storage.message import MIN_MESSAGE_BYTES, scan, validate_message_set
 from twlog.storage.recovery import Truncation, recover_segment
 from twlog.storage.segment import FileRegion, Segment, descriptors_error, out_of_descriptors, parse_segment_name
@@ -75,6 +77,7 @@ class Log:
         self._config = config
         self._max_message_bytes = min(config.max_message_bytes, config.segment_bytes)
         self._flush_listeners: list[Callable[[Log], Any]] = []
+        self._run_in_thread = run_in_thread
         self._flusher = Flusher(directory, config, clock, run_in_thread, lambda: self.end_offset,
                                 self._tell_flush_listeners)
         self.closed = False
@@ -289,6 +292,62 @@ class Log:
         check_message_start(segment, position, available, None if partial_ok else max_bytes, offset,
                             self._config.segment_bytes)
         return FileRegion(segment, position, min(max_bytes, available), offset)
+
+    # -- message boundaries (the position index) ----------------------------
+
+    def boundaries(self, positions: Sequence[int]) -> Deferred[list[int]]:
+        """For each logical position, the offset of the first whole, CRC-valid message at or after it.
+
+        A position at or past the flushed end, or with no such message before
+        it, gets the flushed end (or the end of its segment, which is where the
+        next one starts).  Segments found on disk at start are indexed first, on
+        the thread pool (one pass over their length fields); then each answer is
+        a hop of a few KB from the nearest index entry.
+
+        @raise OffsetOutOfRange: a position before the first offset or past the written end.
+        """
+        self._check_positions(positions)
+        visible = self.flushed_offset
+        unready = list({id(s): s for s in map(self._segment_of, positions) if not s.index.ready}.values())
+        if not unready:
+            return succeed(self._boundaries_now(positions))
+        sizes = [(s, s.index.unindexed) for s in unready if s.base_offset < visible]
+        d = self._run_in_thread(
+            lambda: [index_positions(s.pread, size, self._config.segment_bytes) for s, size in sizes]
+        )
+
+        def indexed(found: list) -> list[int]:
+            for (segment, _), positions_found in zip(sizes, found):
+                segment.index.load(positions_found)
+            return self._boundaries_now(positions)
+
+        return d.addCallback(indexed)
+
+    def _check_positions(self, positions: Sequence[int]) -> None:
+        for position in positions:
+            if position < self.start_offset or position > self.end_offset:
+                raise OffsetOutOfRange(
+                    f"position {position} is outside {os.path.basename(self.directory)}"
+                    f" [{self.start_offset}, {self.end_offset}]"
+                )
+
+    def _segment_of(self, offset: int) -> Segment:
+        return self._segments[bisect_right(self._bases, offset) - 1]
+
+    def _boundaries_now(self, positions: Sequence[int]) -> list[int]:
+        self._check_positions(positions)  # again: retention may have run while segments were indexed
+        visible = self.flushed_offset
+        found = []
+        for position in positions:
+            segment = self._segment_of(position)
+            if position >= visible or not segment.index.ready:
+                found.append(visible)
+                continue
+            base = segment.base_offset
+            limit = min(segment.size, visible - base)
+            found.append(base + find_boundary(segment.pread, segment.index, position - base, limit,
+                                              self._config.segment_bytes))
+        return found
 
     # -- offsets by time ---------------------------------------------------
 

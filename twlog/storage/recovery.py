@@ -5,12 +5,16 @@ A killed broker (or a power loss) can leave the active segment ending in a
 short, partial or CRC-invalid entry.  L{recover_segment} scans the segment
 in chunks of L{RECOVERY_CHUNK_BYTES} and truncates it at the first such entry,
 so that every byte a reader can reach is a valid message again.
+
+The scanned segment's position index (L{twlog.storage.index}) is rebuilt at
+the same time, from the bytes that are kept.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from twlog.storage.index import index_positions
 from twlog.storage.message import scan
 from twlog.storage.segment import Segment
 
@@ -28,7 +32,8 @@ class Truncation(NamedTuple):
 
 
 def recover_segment(segment: Segment, max_entry_bytes: int) -> Truncation | None:
-    """Truncate C{segment} after its last whole, valid message; what was cut, or None if nothing was.
+    """Truncate C{segment} after its last whole, valid message, and rebuild its position index; what was
+    cut, or None if nothing was.
 
     @param max_entry_bytes: the largest entry a valid segment holds (the segment size).
     """
@@ -53,10 +58,11 @@ def recover_segment(segment: Segment, max_entry_bytes: int) -> Truncation | None
             continue
         problem = result.problem
         break
-    if valid == file_size:
-        return None
-    if problem is None:
-        problem = "partial message at the end of the file"
-    removed = file_size - valid
-    segment.truncate(valid)
-    return Truncation(segment.path, segment.base_offset + valid, removed, problem)
+    truncation = None
+    if valid != file_size:
+        if problem is None:
+            problem = "partial message at the end of the file"
+        segment.truncate(valid)
+        truncation = Truncation(segment.path, segment.base_offset + valid, file_size - valid, problem)
+    segment.index.load(index_positions(segment.pread, segment.size, max_entry_bytes))
+    return truncation

@@ -17,6 +17,7 @@ import re
 import attrs
 
 from twlog.errors import TooManyOpenFiles
+from twlog.storage.index import PositionIndex
 
 SEGMENT_SUFFIX = ".log"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
@@ -66,6 +67,8 @@ class Segment:
         #: Bytes in the file; the write buffer holds the rest of L{size}.
         self.written = size
         self._pending = bytearray()
+        #: Message starts about every few KB (L{twlog.storage.index}); what was on disk at open is indexed later.
+        self.index = PositionIndex(size)
 
     @property
     def size(self) -> int:
@@ -94,18 +97,20 @@ class Segment:
         @raise OSError: the write failed (disk full, I/O error); C{data} is not
             appended, and what was appended before is kept.
         """
+        position = self.size
         if len(data) >= self.WRITE_BUFFER_BYTES:  # large: written from where it is, never copied
             self.write_out()
             self._write(data)
-            return
-        before = len(self._pending)
-        self._pending += data
-        if len(self._pending) >= self.WRITE_BUFFER_BYTES:
-            try:
-                self.write_out()
-            except OSError:
-                del self._pending[before:]
-                raise
+        else:
+            before = len(self._pending)
+            self._pending += data
+            if len(self._pending) >= self.WRITE_BUFFER_BYTES:
+                try:
+                    self.write_out()
+                except OSError:
+                    del self._pending[before:]
+                    raise
+        self.index.add_set(position, data)
 
     def write_out(self) -> None:
         """Write the write buffer to the file (to the page cache).
@@ -146,6 +151,7 @@ class Segment:
         os.ftruncate(self.fd, size)
         os.fsync(self.fd)
         self.written = size
+        self.index.truncate(size)
 
     def mtime_ms(self) -> int:
         """The file's last modification time, in milliseconds since the epoch."""
