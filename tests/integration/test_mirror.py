@@ -1,0 +1,148 @@
+"""`twlog mirror` between two real clusters (two `twlog local`, each with its own ZooKeeper, ports and data),
+run as a user runs it: kill -9 and restart, a topic created meanwhile, a blacklist, a mirror stopped for good,
+the refusals."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from twisted.trial.unittest import TestCase
+
+from tests.integration.mirroring import (
+    audit_json,
+    local_cluster,
+    produce,
+    start_mirror,
+    topic_values,
+    until,
+)
+from tests.integration.test_cli import one_line, twlog
+from twlog.coord.zkserver import free_port
+from twlog.envelope import open_envelope
+
+
+def per_window(values: list[bytes], window_ms: int) -> dict[int, set[tuple[int, int]]]:
+    """The distinct (instance, sequence) of enveloped C{values}, per window of their creation time."""
+    windows: dict[int, set[tuple[int, int]]] = {}
+    for value in values:
+        envelope = open_envelope(value)
+        if envelope is not None:
+            start = envelope.created_ms - envelope.created_ms % window_ms
+            windows.setdefault(start, set()).add((envelope.instance, envelope.sequence))
+    return windows
+
+
+class MirrorTests(TestCase):
+    timeout = 300
+
+    async def setUp(self) -> None:
+        self.a = await local_cluster(self, "a")
+        self.b = await local_cluster(self, "b")
+
+    async def test_kill_restart_new_topic_blacklist(self) -> None:
+        """Messages produced with --audit into A reach B through a mirror killed with kill -9 mid-stream and
+        restarted: the audit of B finds every window complete and counts the copies made twice; a topic created
+        in A while the mirror runs arrives in B, a blacklisted one does not; an un-instrumented topic's audit
+        says so in one line."""
+        lines = [b"event %d" % i for i in range(3000)]
+        await produce(self.a, "events", lines, "--audit", "--audit-window-s", "1", "--audit-origin", "web-1",
+                      "--batch-size", "100")
+        await produce(self.a, "secret", [b"s %d" % i for i in range(50)])
+        args = ("--from", self.a, "--to", self.b, "--blacklist", "secret", "--batch-size", "10",
+                "--max-in-flight", "20", "--status-interval", "0.2")
+        first = start_mirror(self, *args)
+        await first.said(r"copying topic events from")
+        await first.said(r"mirror status: .*events (\d{3}|\d{1,3}(,\d{3})+) \(")  # 100 copied or more
+        await first.kill("KILL")
+        stored = len(await topic_values(self.b, "events"))
+        self.assertLess(stored, len(lines), "the mirror was killed after copying everything: not mid-stream")
+
+        second = start_mirror(self, *args)
+        await second.said(r"copying topic events from")
+        await produce(self.a, "fresh", [b"new %d" % i for i in range(20)])  # created while the mirror runs
+        await second.said(r"copying topic fresh from")
+
+        async def complete():
+            """the audit of B exits 0 with every message of events received"""
+            status, windows, _ = await audit_json(self.b, "events", "--grace-s", "0")
+            if status == 0 and windows and sum(w["received"] for w in windows) == len(lines):
+                return windows
+            return None
+
+        windows = await until(complete)
+        self.assertTrue(all(w["status"] == "complete" and w["missing"] == 0 for w in windows), windows)
+        self.assertEqual({w["origin"] for w in windows}, {"web-1"})
+        self.assertEqual(sum(w["expected"] for w in windows), len(lines))
+        copies = await topic_values(self.b, "events")
+        # Every copy made twice (what was in flight at the kill) is counted as duplicated.
+        self.assertEqual(sum(w["duplicated"] for w in windows), len(copies) - len(lines))
+        self.assertEqual(Counter(open_envelope(v).payload for v in copies).keys(), set(lines))
+
+        async def fresh_arrived():
+            """the topic created during the mirroring is in B"""
+            return len(await topic_values(self.b, "fresh")) == 20
+
+        await until(fresh_arrived)
+        status, topics, _ = await twlog("topics", "--zookeeper", self.b)
+        self.assertNotIn(b"secret", topics)
+
+        status, out, err = await twlog("audit", "--zookeeper", self.b, "--topic", "fresh")
+        self.assertEqual(status, 1)
+        one_line(self, err)
+        self.assertIn(b"not instrumented", err)
+
+        await second.kill("TERM")  # a clean stop: says so, exits 0
+        self.assertIn(b"mirror: stopped", second.output)
+        self.assertEqual(second.ended.result, 0)
+
+    async def test_stopped_for_good_reports_missing(self) -> None:
+        """A mirror stopped for good halfway through a topic: the audit of B exits 1 and reports, per window,
+        exactly the messages B does not have."""
+        lines = [b"order %d" % i for i in range(2000)]
+        await produce(self.a, "orders", lines, "--audit", "--audit-window-s", "1", "--batch-size", "50")
+        events = start_mirror(self, "--from", self.a, "--to", self.b, "--whitelist", "twlog-audit",
+                              "--group", "events-only", "--status-interval", "0.2")
+        await events.said(r"twlog-audit \d")
+        halfway = start_mirror(self, "--from", self.a, "--to", self.b, "--whitelist", "orders", "--batch-size", "10",
+                               "--max-in-flight", "10", "--status-interval", "0.2")
+        await halfway.said(r"mirror status: .*orders (\d{3}|\d{1,3}(,\d{3})+) \(")
+        await halfway.kill("KILL")
+        await events.kill("TERM")
+
+        status, source, _ = await audit_json(self.a, "orders", "--grace-s", "0")
+        self.assertEqual(status, 0, source)
+        status, target, err = await audit_json(self.b, "orders", "--grace-s", "0")
+        self.assertEqual(status, 1, err)
+        received = per_window(await topic_values(self.b, "orders"), 1000)
+        self.assertLess(sum(len(seen) for seen in received.values()), len(lines))
+        expected = {w["window_start_ms"]: w["expected"] for w in source}
+        self.assertEqual(
+            {w["window_start_ms"]: w["missing"] for w in target},
+            {start: n - len(received.get(start, ())) for start, n in expected.items()},
+        )
+        self.assertTrue(any(w["status"] == "missing" for w in target))
+
+
+class RefusalTests(TestCase):
+    timeout = 120
+
+    async def test_refusals(self) -> None:
+        """Same cluster, an unreachable cluster, a bad regular expression: one line each and a non-zero exit."""
+        a = await local_cluster(self, "a")
+        status, _, err = await twlog("mirror", "--from", a, "--to", a)
+        self.assertEqual(status, 1)
+        one_line(self, err)
+        self.assertIn(b"the same cluster", err)
+        port = a.rsplit(":", 1)[1]
+        status, _, err = await twlog("mirror", "--from", f"localhost:{port}", "--to", f"127.0.0.1:{port}")
+        self.assertEqual(status, 1)
+        self.assertIn(b"the same cluster", err)
+        nobody = f"127.0.0.1:{free_port()}"
+        status, _, err = await twlog("mirror", "--from", a, "--to", nobody)
+        self.assertEqual(status, 1)
+        one_line(self, err)
+        self.assertIn(nobody.encode(), err)
+        status, _, err = await twlog("mirror", "--from", a, "--to", nobody, "--whitelist", "clicks(")
+        self.assertEqual(status, 2)
+        one_line(self, err)
+        self.assertIn(b"'clicks(' is not a regular expression", err)
