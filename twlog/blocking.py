@@ -36,6 +36,7 @@ from twlog.errors import ClientClosed
 from twlog.partition import TopicPartition
 from twlog.producer import Producer
 from twlog.protocol.codec import ProduceResult
+from twlog.storage.batch import MessageBatch
 from twlog.storage.message import MessageAndOffset
 
 T = TypeVar("T")
@@ -177,6 +178,14 @@ class BlockingConsumer(_ClosingFacade):
               ) -> FetchedMessages:
         """Messages from C{offset} and the offset to fetch next; see L{SimpleConsumer.fetch}."""
         return self._call(self._consumer.fetch, topic, partition, offset, max_bytes, **options)
+
+    def fetch_batch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None) -> MessageBatch:
+        """L{fetch} as a L{MessageBatch}: no object per message until iterated; see L{SimpleConsumer.fetch_batch}."""
+        return self._call(self._consumer.fetch_batch, topic, partition, offset, max_bytes)
+
+    def batches(self, topic: str, partition: int, offset: int, **options: Any) -> BlockingStream:
+        """An iterator of L{MessageBatch}es, pipelined; see L{SimpleConsumer.batches}."""
+        return BlockingStream(self._reactor, self._call(self._consumer.batches, topic, partition, offset, **options))
 
     def offsets(self, topic: str, partition: int, time: int = LATEST, max_offsets: int = 1) -> list[int]:
         """Offsets before C{time} (-1 latest, -2 earliest, or ms), newest first."""

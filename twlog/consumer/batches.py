@@ -132,6 +132,8 @@ class BatchReader:
             batch = await self._queue[0][1]
         except BaseException:
             self._drop_queue()
+            if self._closed:
+                raise StopAsyncIteration from None
             raise
         self._queue.popleft()
         self.next_offset = batch.next_offset
