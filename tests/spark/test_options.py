@@ -56,6 +56,16 @@ class SourceOptionsTests(SynchronousTestCase):
             source(fetchSize="1MB")
         self.assertEqual(str(caught.exception), "fetchSize must be a whole number, not '1MB'")
 
+    def test_min_partitions(self) -> None:
+        """minPartitions (Spark's Kafka name, any case) is a positive whole number; unset, None."""
+        self.assertIsNone(source().min_partitions)
+        self.assertEqual(source(MINPARTITIONS="8").min_partitions, 8)
+        for bad, message in (("0", "minPartitions must be a positive whole number, not 0"),
+                             ("eight", "minPartitions must be a whole number, not 'eight'")):
+            with self.assertRaises(ValueError) as caught:
+                source(minPartitions=bad)
+            self.assertEqual(str(caught.exception), message)
+
 
 class OffsetKeysTests(SynchronousTestCase):
     def setUp(self) -> None:

@@ -28,6 +28,7 @@ OPTIONS = (
     "brokers", "kafka.bootstrap.servers", "zookeeper", "subscribe", "assign", "startingOffsets", "endingOffsets",
     "maxOffsetsPerTrigger", "fetchSize", "failOnDataLoss", "timeoutMs", "envelope",
     "valueFormat", "schemaRegistryUrl", "valueSchemaSubject",
+    "minPartitions",
 )
 _KNOWN = {name.lower(): name for name in OPTIONS}
 
@@ -126,6 +127,11 @@ class SourceOptions:
         self.max_bytes_per_trigger = _int(options, "maxOffsetsPerTrigger", None) if budget is not None else None
         if self.max_bytes_per_trigger is not None and self.max_bytes_per_trigger < 1:
             raise ValueError("maxOffsetsPerTrigger (bytes of log) must be positive")
+        #: Spark's Kafka option: split large ranges so that a read has at least this many tasks (None: one per
+        #: topic partition).
+        self.min_partitions = _int(options, "minPartitions", None)
+        if self.min_partitions is not None and self.min_partitions < 1:
+            raise ValueError(f"minPartitions must be a positive whole number, not {self.min_partitions}")
 
     def partitions(self) -> list[PartitionLocation]:
         """The topic partitions to read, discovered now."""
@@ -148,6 +154,11 @@ class SourceOptions:
 
     def connect(self, tp: PartitionLocation) -> SyncConnection:
         return SyncConnection(tp.host, tp.port, self.client)
+
+    def boundaries(self, tp: PartitionLocation, positions: list[int]) -> list[int]:
+        """The first message at or after each of C{positions} of C{tp}, asked of its broker (BOUNDARIES)."""
+        with self.connect(tp) as c:
+            return c.boundaries(tp.topic, tp.partition, positions)
 
     def bounds(self, tp: PartitionLocation) -> tuple[int, int]:
         """The partition's earliest and latest (flushed end) offsets."""

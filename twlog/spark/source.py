@@ -41,8 +41,12 @@ L{OPTIONS}):
     backlog.  Each partition's cut is moved back to a message boundary on the
     driver by fetching the budget's bytes at the start offset: one fetch per
     partition per trigger whose budget is smaller than the backlog.
-  - C{fetchSize}: bytes per fetch (default 1 MiB); a message larger than it fails
+  - C{fetchSize}: bytes per fetch (default 8 MiB); a message larger than it fails
     the task with L{FetchSizeTooSmall} naming the option.
+  - C{minPartitions} (as Spark's Kafka source): the least number of tasks a read
+    (or micro-batch) is split into.  Unset, or not more than the topic partitions
+    with data, each such partition is one task; otherwise large partitions'
+    ranges are divided in proportion to their size, at message boundaries.
   - C{failOnDataLoss} (default true): a starting offset before the earliest one
     still in the log (deleted by retention) or past the end fails with
     L{OffsetOutOfRange}, and a corrupt stored message fails the task with
@@ -51,12 +55,13 @@ L{OPTIONS}):
     (with their byte range) and skipped.
   - C{timeoutMs}: socket timeout for every broker request (default 30000).
 
-Each Spark input partition is one topic partition's C{[start, end)} range: the
-range is not split, since offsets are byte positions and a split point can only
-be placed on a message boundary by reading the data up to it (the broker refuses
-fetches that do not start on a boundary).  Readers fetch C{fetchSize} bytes at a
-time and yield one Arrow record batch per fetch, so a range is never held whole
-in memory; every CRC is checked.
+Each Spark input partition is one topic partition's C{[start, end)} range, or,
+with C{minPartitions}, a piece of it (L{twlog.spark.split}: Spark's Kafka rule,
+with the cut points moved to message boundaries by the broker's BOUNDARIES
+request, so the rows are the same whatever C{minPartitions}).  Readers fetch
+C{fetchSize} bytes at a time and yield one Arrow record batch per fetch, built
+straight from the fetched bytes (L{twlog.spark.arrow}), so a range is never
+held whole in memory; every CRC is checked.
 
 Streaming offsets are C{{"topic": {"<broker>-<partition>": offset}}} in Spark's
 checkpoint.  Every trigger rediscovers the partitions: a new partition (or a new
@@ -86,6 +91,7 @@ from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
 from twlog.spark.avro import avro_batches, avro_schema, with_values
 from twlog.spark.envelope import envelope_schema, open_batches
 from twlog.spark.options import DEFAULT_FETCH_SIZE, OPTIONS, SourceOptions, check_options, resolve_offset
+from twlog.spark.split import split_ranges
 from twlog.storage.message import CorruptMessage, iter_messages, scan_messages
 
 _logger = logging.getLogger(__name__)
@@ -239,6 +245,12 @@ def _corrupt(part: TwlogPartition, error: CorruptMessage) -> int:
     return error.next_offset
 
 
+def _split(o: SourceOptions, ranges: list[tuple[PartitionLocation, int, int]]) -> list[TwlogPartition]:
+    """One input partition per range with data, large ranges split at message boundaries per minPartitions."""
+    return [TwlogPartition(tp, start, end, o.fetch_size, o.client, o.fail_on_data_loss)
+            for tp, start, end in split_ranges(ranges, o.min_partitions, o.boundaries)]
+
+
 # -- batch ---------------------------------------------------------------------------------
 
 
@@ -259,9 +271,8 @@ class TwlogBatchReader(DataSourceReader):
                 raise OffsetOutOfRange(
                     f"ending offset {end} of {tp.topic} partition {tp.name} is past the end of the log {latest}"
                 )
-            if end > start:
-                plan.append(TwlogPartition(tp, start, end, o.fetch_size, o.client, o.fail_on_data_loss))
-        return plan
+            plan.append((tp, start, end))
+        return _split(o, plan)
 
     def read(self, partition: TwlogPartition) -> Iterator:
         return avro_batches(self.options, partition, open_batches(read_range(partition), self.options.envelope))
@@ -354,7 +365,7 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[TwlogPartition]:
         o = self.options
         known = {(tp.topic, tp.name): tp for tp in o.partitions()}
-        plan = []
+        plan: list[tuple[PartitionLocation, int, int]] = []
         for topic, parts in sorted(end.items()):
             for name, stop in sorted(parts.items()):
                 begin = start.get(topic, {}).get(name, stop)
@@ -366,8 +377,8 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"partition {name} of topic {topic!r} has offsets [{begin}, {stop}) to read, "
                         "but no broker holds it now"
                     )
-                plan.append(TwlogPartition(tp, begin, stop, o.fetch_size, o.client, o.fail_on_data_loss))
-        return plan
+                plan.append((tp, begin, stop))
+        return _split(o, plan)
 
     def read(self, partition: TwlogPartition) -> Iterator:
         return avro_batches(self.options, partition, open_batches(read_range(partition), self.options.envelope))
