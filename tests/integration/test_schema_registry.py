@@ -1,0 +1,276 @@
+"""`twlog registry` as users run it: a subprocess on a `twlog local` cluster, spoken to over loopback HTTP
+by our clients and by Confluent's own Python client (confluent-kafka's SchemaRegistryClient), with Avro
+records produced under two schema versions and read back by the Twisted consumer, the CLI and Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.threads import deferToThread
+from twisted.trial.unittest import SkipTest, TestCase
+
+from tests.integration.test_cli import twlog
+from tests.integration.test_kafka07 import start_local
+from twlog.avro import AvroDeserializer, AvroSerializer, RegistryClient, SyncRegistryClient
+from twlog.client.discovery import discover
+from twlog.consumer.simple import EARLIEST, SimpleConsumer
+from twlog.coord.zkserver import free_port
+from twlog.producer import Producer
+
+USER_V1 = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}
+#: v1 and a field with a default: BACKWARD (and FULL) compatible.
+USER_V2 = {"type": "record", "name": "User", "fields": [
+    {"name": "name", "type": "string"}, {"name": "age", "type": "int", "default": -1}]}
+#: A new field without a default: a reader of it cannot read v2's data.
+USER_BAD = {"type": "record", "name": "User", "fields": [
+    {"name": "name", "type": "string"}, {"name": "email", "type": "string"}]}
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+
+class RegistryProcess(ProcessProtocol):
+    """A `twlog registry` subprocess: its output, when it listens, and its exit."""
+
+    def __init__(self) -> None:
+        self.output = b""
+        self.ready: Deferred = Deferred()
+        self.ended: Deferred = Deferred()
+
+    def outReceived(self, data: bytes) -> None:
+        self.output += data
+        if b"schema registry on http://" in self.output and not self.ready.called:
+            self.ready.callback(None)
+
+    errReceived = outReceived
+
+    def processEnded(self, reason) -> None:
+        if not self.ready.called:
+            self.ready.errback(AssertionError("twlog registry ended:\n" + self.output.decode(errors="replace")))
+        self.ended.callback(reason.value.exitCode)
+
+
+async def start_registry(testcase: TestCase, *args: str) -> tuple[RegistryProcess, object, str]:
+    """Run `twlog registry ARGS --port <free>`; killed (by pid) after the test if still running."""
+    port = free_port()
+    process = RegistryProcess()
+    argv = [sys.executable, "-m", "twlog.cli", "registry", *args, "--port", str(port)]
+    transport = reactor.spawnProcess(process, sys.executable, argv, env=os.environ.copy())
+
+    def kill():
+        if not process.ended.called:
+            transport.signalProcess("KILL")
+            return process.ended
+
+    testcase.addCleanup(kill)
+    timer = reactor.callLater(30, lambda: process.ready.called or process.ready.errback(
+        AssertionError("twlog registry not listening in 30 s:\n" + process.output.decode(errors="replace"))))
+    try:
+        await process.ready
+    finally:
+        if timer.active():
+            timer.cancel()
+    return process, transport, f"http://127.0.0.1:{port}"
+
+
+def http(method: str, url: str, body: bytes | None = None) -> tuple[int, str, object]:
+    """(status, content type, JSON body) of one request (blocking: run it in a thread)."""
+    request = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": CONTENT_TYPE})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers["Content-Type"], json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], json.loads(e.read())
+
+
+def schema_body(schema: dict) -> bytes:
+    return json.dumps({"schema": json.dumps(schema)}).encode()
+
+
+class SchemaRegistryTests(TestCase):
+    timeout = 240
+
+    async def setUp(self) -> None:
+        self.cluster = await start_local(self, brokers=2)
+        self.registry, self.transport, self.url = await start_registry(self, "--zookeeper", self.cluster.zookeeper)
+
+    async def call(self, method: str, path: str, body: bytes | None = None, url: str | None = None):
+        return await deferToThread(http, method, (url or self.url) + path, body)
+
+    async def test_register_evolve_refuse_restart(self) -> None:
+        """Register, evolve compatibly, get 409 for an incompatible schema; kill -9 and restart: ids unchanged.
+        Bad input gets Confluent's status and error code, in its content type, and the service lives on."""
+        status, content_type, answer = await self.call("POST", "/subjects/users-value/versions", schema_body(USER_V1))
+        self.assertEqual((status, content_type), (200, CONTENT_TYPE))
+        v1 = answer["id"]
+        again = await self.call("POST", "/subjects/users-value/versions", schema_body(USER_V1))
+        self.assertEqual(again[2], {"id": v1})  # the same schema gets the same id
+        v2 = (await self.call("POST", "/subjects/users-value/versions", schema_body(USER_V2)))[2]["id"]
+        self.assertNotEqual(v1, v2)
+        status, _, error = await self.call("POST", "/subjects/users-value/versions", schema_body(USER_BAD))
+        self.assertEqual((status, error["error_code"]), (409, 40901), error)
+        status, _, check = await self.call("POST", "/compatibility/subjects/users-value/versions/latest",
+                                           schema_body(USER_BAD))
+        self.assertEqual((status, check), (200, {"is_compatible": False}))
+
+        for method, path, body, expected in [
+            ("POST", "/subjects/users-value/versions", b"{not json", (400, 400)),
+            ("POST", "/subjects/users-value/versions", b'{"schema": "{\\"type\\": \\"record\\"}"}', (422, 42201)),
+            ("GET", "/subjects/nobody/versions", None, (404, 40401)),
+            ("GET", "/subjects/users-value/versions/7", None, (404, 40402)),
+            ("GET", "/schemas/ids/9999", None, (404, 40403)),
+            ("GET", "/subjects/users-value/versions/x", None, (422, 42202)),
+            ("PUT", "/config", b'{"compatibility": "SIDEWAYS"}', (422, 42203)),
+            ("POST", "/subjects/users-value/versions", b"x" * (2 * 1024 * 1024), (413, 413)),
+        ]:
+            status, content_type, error = await self.call(method, path, body)
+            self.assertEqual((status, error["error_code"]), expected, (method, path, error))
+            self.assertEqual(content_type, CONTENT_TYPE)
+            self.assertIsInstance(error["message"], str)
+
+        os.kill(self.transport.pid, signal.SIGKILL)
+        await self.registry.ended
+        self.registry, self.transport, self.url = await start_registry(self, "--zookeeper", self.cluster.zookeeper)
+        self.assertEqual((await self.call("GET", "/subjects/users-value/versions"))[2], [1, 2])
+        latest = (await self.call("GET", "/subjects/users-value/versions/latest"))[2]
+        self.assertEqual((latest["version"], latest["id"]), (2, v2))
+        self.assertEqual(json.loads((await self.call("GET", f"/schemas/ids/{v1}"))[2]["schema"]), USER_V1)
+        self.assertEqual((await self.call("POST", "/subjects/users-value/versions", schema_body(USER_V1)))[2],
+                         {"id": v1})
+
+    async def test_confluent_client(self) -> None:
+        """Confluent's own Python client registers, looks up, checks compatibility and sets the level."""
+        try:
+            from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+            from confluent_kafka.schema_registry.error import SchemaRegistryError
+        except ImportError:
+            raise SkipTest("confluent-kafka[schemaregistry] (the tests extra) is not installed") from None
+
+        def use() -> None:
+            client = SchemaRegistryClient({"url": self.url})
+            first = client.register_schema("orders-value", Schema(json.dumps(USER_V1), "AVRO"))
+            self.assertEqual(client.register_schema("orders-value", Schema(json.dumps(USER_V1), "AVRO")), first)
+            second = client.register_schema("orders-value", Schema(json.dumps(USER_V2), "AVRO"))
+            latest = client.get_latest_version("orders-value")
+            self.assertEqual((latest.version, latest.schema_id), (2, second))
+            self.assertEqual(json.loads(client.get_schema(first).schema_str), USER_V1)
+            self.assertEqual(client.get_subjects(), ["orders-value"])
+            self.assertEqual(client.get_versions("orders-value"), [1, 2])
+            found = client.lookup_schema("orders-value", Schema(json.dumps(USER_V1), "AVRO"))
+            self.assertEqual((found.version, found.schema_id), (1, first))
+            self.assertFalse(client.test_compatibility("orders-value", Schema(json.dumps(USER_BAD), "AVRO")))
+            with self.assertRaises(SchemaRegistryError) as refused:
+                client.register_schema("orders-value", Schema(json.dumps(USER_BAD), "AVRO"))
+            self.assertEqual((refused.exception.http_status_code, refused.exception.error_code), (409, 40901))
+            client.set_compatibility("orders-value", "NONE")
+            self.assertEqual(client.get_compatibility("orders-value"), "NONE")
+            client.register_schema("orders-value", Schema(json.dumps(USER_BAD), "AVRO"))
+            self.assertEqual(client.delete_subject("orders-value"), [1, 2, 3])
+            self.assertEqual(client.get_subjects(), [])  # soft-deleted
+            with self.assertRaises(SchemaRegistryError) as gone:
+                client.get_versions("orders-value")
+            self.assertEqual(gone.exception.error_code, 40401)
+
+        await deferToThread(use)
+
+    async def test_two_registries_agree_on_ids(self) -> None:
+        """Two registry processes on one cluster, written to at once: every schema one id, the same in both."""
+        _, _, other = await start_registry(self, "--zookeeper", self.cluster.zookeeper)
+        await self.call("PUT", "/config", b'{"compatibility": "NONE"}')
+        schemas = [{"type": "enum", "name": f"E{i}", "symbols": ["A"]} for i in range(12)]
+        answers = await deferToThread(_register_in_parallel, [self.url, other], schemas)
+        ids = [answer["id"] for answer in answers]
+        self.assertEqual(len(set(ids)), len(schemas), answers)
+        for url in (self.url, other):
+            for schema, schema_id in zip(schemas, ids):
+                self.assertEqual(json.loads((await self.call("GET", f"/schemas/ids/{schema_id}", url=url))[2]
+                                            ["schema"]), schema)
+
+    async def test_two_versions_read_back(self) -> None:
+        """Records produced under v1 and v2 come back decoded: Twisted consumer, CLI, Spark batch and streaming."""
+        registry = RegistryClient(self.url, reactor=reactor)
+        producer = Producer(zookeeper=self.cluster.zookeeper, reactor=reactor, ack="flushed")
+        producer.serializer = AvroSerializer(registry, USER_V1)
+        await producer.send("users", [{"name": "ann"}, {"name": "bob"}], partition=0)
+        producer.serializer = AvroSerializer(registry, USER_V2)
+        await producer.send("users", {"name": "cy", "age": 7}, partition=0)
+        await producer.close()
+
+        (location, *_) = await deferToThread(discover, ["users"], zookeeper=self.cluster.zookeeper)
+        consumer = SimpleConsumer(location.host, location.port, reactor=reactor,
+                                  deserializer=AvroDeserializer(registry, reader=USER_V2))
+        self.addCleanup(consumer.close)
+        (start,) = await consumer.offsets("users", location.partition, EARLIEST, 1)
+        fetched = await consumer.fetch("users", location.partition, start)
+        self.assertEqual([m.payload for m in fetched], [{"name": "ann", "age": -1}, {"name": "bob", "age": -1},
+                                                        {"name": "cy", "age": 7}])
+
+        status, out, err = await twlog("consume", "-z", self.cluster.zookeeper, "-t", "users", "--registry", self.url)
+        self.assertEqual(status, 0, err)
+        self.assertEqual([json.loads(line) for line in out.splitlines()],
+                         [{"name": "ann"}, {"name": "bob"}, {"name": "cy", "age": 7}])  # each in its own schema
+
+        schema_file = self.mktemp()
+        with open(schema_file, "w") as f:
+            json.dump(USER_V2, f)
+        status, _, err = await twlog("produce", "-z", self.cluster.zookeeper, "-t", "users", "--avro-schema",
+                                     schema_file, "--registry", self.url, stdin=b'{"name": "dee", "age": 9}\n')
+        self.assertEqual(status, 0, err)
+        status, _, err = await twlog("produce", "-z", self.cluster.zookeeper, "-t", "users", "--avro-schema",
+                                     schema_file, "--registry", self.url, stdin=b'{"name": 5}\n')
+        self.assertEqual(status, 1)
+        self.assertIn(b"does not fit the Avro schema", err)
+        self.assertNotIn(b"Traceback", err)
+
+        try:
+            from tests.integration.spark import spark_call, spark_session
+            spark = spark_session()
+        except ImportError:
+            raise SkipTest("pyspark is not installed") from None
+        rows = await spark_call(_spark_batch, spark, self.cluster.zookeeper, self.url)
+        self.assertEqual(rows, [("ann", -1, "users"), ("bob", -1, "users"), ("cy", 7, "users"), ("dee", 9, "users")])
+        streamed = await spark_call(_spark_stream, spark, self.cluster.zookeeper, self.url, self.mktemp())
+        self.assertEqual(streamed, [("ann", -1), ("bob", -1), ("cy", 7), ("dee", 9)])
+
+    async def test_cluster_down(self) -> None:
+        """A registry whose twlog cluster cannot be reached answers 500 with Confluent's store error, and lives."""
+        _, transport, url = await start_registry(self, "--broker", f"127.0.0.1:{free_port()}")
+        status, content_type, error = await self.call("POST", "/subjects/s/versions", schema_body(USER_V1), url=url)
+        self.assertEqual((status, content_type), (500, CONTENT_TYPE))
+        self.assertIn(error["error_code"], (50001, 50002))
+        status, _, error = await self.call("GET", "/subjects", url=url)
+        self.assertEqual((status, error["error_code"]), (500, 50001))
+        self.assertIsNone(transport.pid and os.waitpid(transport.pid, os.WNOHANG)[0] or None)  # still running
+
+
+def _register_in_parallel(urls: list[str], schemas: list[dict]) -> list[dict]:
+    with ThreadPoolExecutor(len(schemas)) as pool:
+        futures = [pool.submit(SyncRegistryClient(urls[i % len(urls)]).register, f"s{i}", json.dumps(schema))
+                   for i, schema in enumerate(schemas)]
+        return [{"id": future.result()} for future in futures]
+
+
+def _reader(spark, zookeeper: str, url: str, stream: bool = False):
+    read = spark.readStream if stream else spark.read
+    return (read.format("twlog").option("zookeeper", zookeeper).option("subscribe", "users")
+            .option("startingOffsets", "earliest").option("valueFormat", "avro").option("schemaRegistryUrl", url)
+            .load())
+
+
+def _spark_batch(spark, zookeeper: str, url: str) -> list[tuple]:
+    df = _reader(spark, zookeeper, url)
+    return [(r["name"], r["age"], r["topic"]) for r in df.orderBy("offset").collect()]
+
+
+def _spark_stream(spark, zookeeper: str, url: str, checkpoint: str) -> list[tuple]:
+    query = (_reader(spark, zookeeper, url, stream=True).writeStream.format("memory").queryName("avro_users")
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+    return [(r["name"], r["age"]) for r in spark.sql("select name, age from avro_users order by offset").collect()]
