@@ -146,6 +146,21 @@ class GroupCommitTests(SynchronousTestCase):
         self.clock.advance(0)
         self.assertEqual(len(self.runner.pending), 1)
 
+    def test_asked_flush_ends_the_postponement(self) -> None:
+        """After a flush put off for lack of descriptors, a flush that succeeds (asked for, here) brings group commit
+        back at once: what was appended while it ran is fsynced right after it, not at the retry timer."""
+        log = self.open_log(flush_interval_ms=500)
+        log.append(encode_message(b"a"))
+        self.clock.advance(0)
+        self.runner.fail_one(TooManyOpenFiles("out of file descriptors"))
+        asked = log.flush()
+        log.append(encode_message(b"b"))
+        self.runner.run_one()
+        self.assertEqual(self.successResultOf(asked), 10)
+        self.assertEqual(len(self.runner.pending), 1)  # "b", without waiting for the timer
+        self.runner.run_one()
+        self.assertEqual(log.flushed_offset, 20)
+
     def test_asked_flush_joins_the_group(self) -> None:
         """A flush asked for while an fsync runs (an acknowledged produce waiting for "flushed") is answered
         by the next fsync, the same one group commit starts for the appends made meanwhile."""

@@ -192,6 +192,7 @@ class Flusher:
 
     def _flushed(self, _: object, target: int, waiters: list[Deferred[int]]) -> None:
         self._flush_in_flight = False
+        self._postponed = False  # descriptors were found again
         if target > self.flushed_offset:
             self.flushed_offset = target
             self._on_flushed()
@@ -229,6 +230,8 @@ class Flusher:
                                                       self._timed_flush)
 
     def _after_flush(self) -> None:
+        if self._group and self._dirty:
+            self._flush_again = True  # group commit: whatever arrived meanwhile goes at once
         if self._flush_again and not self.closed and self.failed is None:
             self._flush_again = False
             if self._dirty:
