@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from twisted.internet.defer import CancelledError, Deferred, DeferredLock
+from twisted.internet.defer import CancelledError, Deferred, DeferredLock, TimeoutError
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
@@ -80,7 +80,7 @@ class SchemaRegistry:
     def _store_failure(self, failure):
         if failure.check(errors.RestError):
             return failure
-        if failure.check(CancelledError):
+        if failure.check(CancelledError, TimeoutError):
             raise errors.timeout(f"the twlog cluster did not answer within {self.timeout_s:g} s")
         if failure.check(TwlogError):
             raise errors.store_error(failure.getErrorMessage())

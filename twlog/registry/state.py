@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from twlog.avro.schema import COMPATIBILITY_LEVELS, DEFAULT_COMPATIBILITY, AvroSchema, incompatibilities
+from twlog.avro.schema import COMPATIBILITY_LEVELS, DEFAULT_COMPATIBILITY, AvroSchema, InvalidSchema, incompatibilities
 from twlog.registry import errors
 
 #: The largest version number and schema id (Confluent's: a Java int).
@@ -74,6 +74,11 @@ class RegistryState:
             return False  # the id is another schema's, or the schema has another id: a conflicting writer's
         if version != self.next_version(subject):
             return False
+        if schema_id not in self._parsed:
+            try:
+                self._parsed[schema_id] = AvroSchema.parse(text)
+            except InvalidSchema:
+                return False
         self.schemas[schema_id] = text
         self.ids[text] = schema_id
         self.subjects.setdefault(subject, {})[version] = Version(version, schema_id)

@@ -103,7 +103,7 @@ class RegistryResource(resource.Resource):
         return self._body(request, error.status, error.body())
 
     def _finish(self, request, status: int, value: Any) -> None:
-        if request._disconnected:
+        if getattr(request, "_disconnected", False):
             return
         request.write(self._body(request, status, value))
         request.finish()
