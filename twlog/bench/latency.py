@@ -43,12 +43,11 @@ from collections.abc import Sequence
 import attrs
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from twisted.internet.defer import Deferred
 
 from twlog.bench.broker import BrokerProcess
-from twlog.bench.common import react_status
+from twlog.bench.common import BenchProgress, react_status
 from twlog.consumer.simple import SimpleConsumer
 from twlog.protocol import codec
 from twlog.protocol.codec import ProduceRequest
@@ -210,14 +209,16 @@ class PolicyBroker:
             return parse_flush_stats(response.read().decode())
 
 
-async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size: int, progress) -> LatencyRow:
+async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size: int,
+                  progress: BenchProgress | None = None) -> LatencyRow:
     """Run one producer at C{rate} against C{broker} and consume with waiting fetches; one table row."""
     topic = f"latency-{rate}"
     expected = max(1, int(rate * seconds))
     consumer = SimpleConsumer("127.0.0.1", broker.process.port, reactor=reactor, max_bytes=1024 * 1024)
     latencies = array("d")
     flushes_before, cpu_before = broker.flush_stats(), broker.process.cpu_seconds()
-    task = progress.add_task(f"{broker.policy} {rate:,} msg/s", total=expected) if progress is not None else None
+    if progress is not None:
+        progress.step(f"{broker.policy}: {rate:,} msg/s for {seconds:g} s", total=expected)
     producer = start_producer(broker.process.port, topic, rate, seconds, size)
     started = time.monotonic()
     offset = sent = 0
@@ -238,8 +239,8 @@ async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size
             unpack = _STAMP.unpack_from
             latencies.extend((now - unpack(m.payload)[0]) / 1e9 for m in fetched.messages)
             offset = fetched.next_offset
-            if task is not None:
-                progress.update(task, completed=len(latencies))
+            if progress is not None:
+                progress.update(len(latencies))
     finally:
         if producer.poll() is None:
             producer.kill()
@@ -274,13 +275,6 @@ def latency_table(rows: Sequence[LatencyRow], title: str) -> Table:
     return table
 
 
-def _progress() -> Progress | None:
-    if not sys.stderr.isatty():
-        return None
-    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} received"),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-
-
 def main_latency(args) -> int:
     """Entry point of C{twlog bench latency}."""
     root = args.dir or tempfile.mkdtemp(prefix="twlog-bench-latency-")
@@ -297,22 +291,14 @@ def main_latency(args) -> int:
         for policy in args.flush_policy:
             print(f"starting a broker with --flush-policy {policy} under {root}", file=sys.stderr)
             brokers.append(PolicyBroker(root, policy, extra))
-        progress = _progress()
 
-        async def run(reactor) -> None:
-            for rate in args.rates:
-                for broker in brokers:
-                    if progress is None:
-                        print(f"  {broker.policy}: {rate:,} msg/s for {args.seconds:g} s", file=sys.stderr)
-                    rows.append(await measure(reactor, broker, rate, args.seconds, args.size, progress))
+        with BenchProgress() as progress:
+            async def run(reactor) -> None:
+                for rate in args.rates:
+                    for broker in brokers:
+                        rows.append(await measure(reactor, broker, rate, args.seconds, args.size, progress))
 
-        if progress is not None:
-            progress.start()
-        try:
             status = react_status(lambda reactor: Deferred.fromCoroutine(run(reactor)))
-        finally:
-            if progress is not None:
-                progress.stop()
         if status:
             return status
     finally:

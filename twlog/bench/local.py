@@ -33,7 +33,7 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
-from twlog.bench.common import payloads
+from twlog.bench.common import BenchProgress, payloads
 from twlog.client.sync import SyncConnection
 from twlog.coord.zkserver import free_port, free_ports
 from twlog.protocol import codec
@@ -224,17 +224,12 @@ def main_local(args) -> int:
     root = args.dir or tempfile.mkdtemp(prefix="twlog-bench-local-")
     os.makedirs(root, exist_ok=True)
     rows: list[LocalRow] = []
-    console = Console(stderr=True)
     try:
-        for run in range(args.runs):
-            for brokers in args.brokers:
-                what = (f"run {run + 1}/{args.runs}: twlog local --brokers {brokers}, {args.producers} producer "
-                        f"processes x {args.messages:,} messages")
-                if sys.stderr.isatty():
-                    with console.status(what):
-                        rows.append(run_once(root, brokers, args.producers, args.messages, args.batch, args.size))
-                else:
-                    print(what, file=sys.stderr, flush=True)
+        with BenchProgress() as progress:
+            for run in range(args.runs):
+                for brokers in args.brokers:
+                    progress.step(f"run {run + 1}/{args.runs}: twlog local --brokers {brokers}, {args.producers} "
+                                  f"producer processes x {args.messages:,} messages")
                     rows.append(run_once(root, brokers, args.producers, args.messages, args.batch, args.size))
     except RuntimeError as e:
         print(f"twlog bench local: {e}", file=sys.stderr)
