@@ -172,10 +172,13 @@ class AvroValues:
 
     # -- on executors -------------------------------------------------------------------
 
+    def use_client(self, client) -> None:
+        """Ask C{client} (a L{SyncRegistryClient} by default, made on first use) for writer schemas."""
+        self._state = {"client": client, "schemas": {}, "reader": AvroSchema.parse(self.reader_text)}
+
     def _writer(self, schema_id: int) -> AvroSchema:
         if self._state is None:
-            self._state = {"client": SyncRegistryClient(self.url), "schemas": {}, "reader": AvroSchema.parse(
-                self.reader_text)}
+            self.use_client(SyncRegistryClient(self.url))
         schemas = self._state["schemas"]
         if schema_id not in schemas:
             try:
