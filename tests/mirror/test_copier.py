@@ -1,0 +1,142 @@
+"""Tests for twlog.mirror.copier: batching, the in-flight bound, retries until acknowledged, watermarks."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred, fail
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.consumer.stream import GroupMessage
+from twlog.errors import ConnectionFailed, MessageSizeTooLarge
+from twlog.mirror.copier import Copier
+from twlog.mirror.tracker import OffsetTracker
+
+
+class FakeFeed:
+    def __init__(self) -> None:
+        self.tracker = OffsetTracker()
+        self.acknowledged: list[tuple[str, str, int]] = []
+
+    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
+        self.acknowledged.append((topic, partition, next_offset))
+
+
+class FakeTarget:
+    """C{send(topic, payloads)}: each call waits in C{calls} until the test answers it (or fails at once)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[bytes], Deferred]] = []
+        self.failures: list[Exception] = []
+
+    def send(self, topic: str, payloads: list[bytes]) -> Deferred:
+        if self.failures:
+            return fail(self.failures.pop(0))
+        d: Deferred = Deferred()
+        self.calls.append((topic, list(payloads), d))
+        return d
+
+    def ack(self, index: int = 0) -> None:
+        self.calls.pop(index)[2].callback(None)
+
+
+def copy(copier: Copier, m: GroupMessage, feed: FakeFeed) -> Deferred:
+    return Deferred.fromCoroutine(copier.copy(m, feed))
+
+
+def message(n: int, partition: str = "0-0", topic: str = "t") -> GroupMessage:
+    return GroupMessage(topic, partition, n * 10, n * 10 + 10, b"m%d" % n)
+
+
+class CopierTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.target = FakeTarget()
+        self.said: list[str] = []
+        self.fatal: list[Exception] = []
+        self.feed = FakeFeed()
+
+    def copier(self, **options) -> Copier:
+        options.setdefault("batch_size", 2)
+        options.setdefault("max_in_flight", 4)
+        return Copier(self.target.send, clock=self.clock, say=self.said.append, fatal=self.fatal.append,
+                      linger_s=0.05, **options)
+
+    def test_batches_by_size_and_linger(self) -> None:
+        copier = self.copier()
+        for n in range(3):
+            self.assertTrue(self.successResultOf(copy(copier, message(n), self.feed)))
+        self.assertEqual([(t, p) for t, p, _ in self.target.calls], [("t", [b"m0", b"m1"])])
+        self.clock.advance(0.05)
+        self.assertEqual([p for _, p, _ in self.target.calls], [[b"m0", b"m1"], [b"m2"]])
+        self.assertEqual(copier.in_flight, 3)
+
+    def test_offsets_acknowledged_in_order(self) -> None:
+        """The watermark moves only over batches acknowledged from the front, per source partition."""
+        copier = self.copier(batch_size=1)
+        for n in range(3):
+            copy(copier, message(n), self.feed)
+        self.target.ack(1)  # the second batch first: nothing may be committed yet
+        self.assertEqual(self.feed.acknowledged, [])
+        self.target.ack(0)
+        self.assertEqual(self.feed.acknowledged, [("t", "0-0", 20)])
+        self.target.ack(0)
+        self.assertEqual(self.feed.acknowledged[-1], ("t", "0-0", 30))
+        self.assertEqual(copier.stats.messages, {"t": 3})
+        self.assertEqual(copier.in_flight, 0)
+
+    def test_back_pressure_at_the_bound(self) -> None:
+        """At max_in_flight copy waits (the source stops being read), said once; it goes on once acknowledged."""
+        copier = self.copier()
+        for n in range(4):
+            copy(copier, message(n), self.feed)
+        waiting = copy(copier, message(4), self.feed)
+        more = copy(copier, message(5), self.feed)
+        self.assertNoResult(waiting)
+        self.assertEqual(len(self.said), 1)
+        self.assertIn("fetching from the source paused", self.said[0])
+        self.target.ack()
+        self.assertTrue(self.successResultOf(waiting))
+        self.assertTrue(self.successResultOf(more))
+        self.assertEqual(len(self.said), 2)
+        self.assertIn("fetching resumed", self.said[1])
+
+    def test_target_down_retried_never_dropped(self) -> None:
+        copier = self.copier()
+        self.target.failures = [ConnectionFailed("refused"), ConnectionFailed("refused")]
+        copy(copier, message(0), self.feed)
+        copy(copier, message(1), self.feed)
+        self.assertEqual(self.target.calls, [])
+        self.assertEqual(len(self.said), 1)
+        self.assertIn("cannot take t now", self.said[0])
+        self.clock.advance(0.4)
+        self.clock.advance(0.8)
+        self.assertEqual(len(self.target.calls), 1)  # the third attempt waits for its answer
+        self.assertEqual(len(self.said), 1)  # one line for the whole outage
+        self.target.ack()
+        self.assertEqual(self.feed.acknowledged, [("t", "0-0", 20)])
+        self.assertIn("acknowledges again", self.said[-1])
+
+    def test_message_too_large_is_fatal(self) -> None:
+        copier = self.copier(batch_size=1)
+        self.target.failures = [MessageSizeTooLarge("too large")]
+        copy(copier, message(0), self.feed)
+        self.assertEqual(len(self.fatal), 1)
+        self.assertEqual(self.feed.acknowledged, [])
+
+    def test_drain_and_stop(self) -> None:
+        copier = self.copier()
+        copy(copier, message(0), self.feed)
+        drained = Deferred.fromCoroutine(copier.drain())  # sends the lingering batch at once
+        self.assertEqual(len(self.target.calls), 1)
+        self.assertNoResult(drained)
+        self.target.ack()
+        self.successResultOf(drained)
+        for n in range(1, 5):
+            copy(copier, message(n), self.feed)
+        waiting = copy(copier, message(5), self.feed)
+        copier.stop()
+        self.assertFalse(self.successResultOf(waiting))  # not copied: it is fetched again by the next mirror
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_settings_checked(self) -> None:
+        self.assertRaises(ValueError, self.copier, batch_size=10, max_in_flight=5)

@@ -1,0 +1,108 @@
+"""Tests for twlog.mirror.mirror (topic selection, same-cluster refusal, re-handed messages) and the consumer
+options it runs on (manual offsets, envelope stripping)."""
+
+from __future__ import annotations
+
+import re
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from twlog.consumer.rebalancer import Consumption
+from twlog.consumer.stream import GroupStream, OwnedPartition
+from twlog.envelope import wrap
+from twlog.mirror.mirror import (
+    Mirror,
+    MirrorRefused,
+    MirrorSettings,
+    TopicFeed,
+    default_group,
+    same_zookeeper,
+    selected,
+)
+from twlog.partition import TopicPartition
+from twlog.storage.message import MessageAndOffset
+
+
+class SelectionTests(SynchronousTestCase):
+    def test_whitelist_and_blacklist_match_whole_names(self) -> None:
+        self.assertTrue(selected("clicks", None, None))
+        self.assertTrue(selected("twlog-audit", None, None))
+        white = re.compile("clicks|views")
+        self.assertTrue(selected("views", white, None))
+        self.assertFalse(selected("clicks2", white, None))
+        black = re.compile("secret.*")
+        self.assertFalse(selected("secret-1", None, black))
+        self.assertTrue(selected("public", None, black))
+
+    def test_same_zookeeper(self) -> None:
+        self.assertTrue(same_zookeeper("localhost:2181", "127.0.0.1:2181"))
+        self.assertTrue(same_zookeeper("a:1,b:2/x", "b:2,a:1/x/"))
+        self.assertFalse(same_zookeeper("a:1/x", "a:1/y"))
+        self.assertFalse(same_zookeeper("a:1", "a:2"))
+
+    def test_default_group_is_a_group_name(self) -> None:
+        self.assertEqual(default_group("127.0.0.1:2182/dc2"), "twlog-mirror-127.0.0.1_2182_dc2")
+        self.assertEqual(MirrorSettings(("a:1",), "b:2", group="g").group_name, "g")
+
+    def test_refuses_a_source_that_is_the_target(self) -> None:
+        mirror = Mirror(MirrorSettings(("localhost:2181",), "127.0.0.1:2181"), reactor=Clock(), say=print)
+        failure = self.failureResultOf(Deferred.fromCoroutine(mirror.start()), MirrorRefused)
+        self.assertIn("--from localhost:2181 and --to 127.0.0.1:2181 name the same cluster", str(failure.value))
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.rebalancer = self
+        self.consumption = self
+        self.acknowledged: list[tuple[str, str, int]] = []
+
+    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
+        self.acknowledged.append((topic, partition, next_offset))
+
+
+class FeedTests(SynchronousTestCase):
+    def test_messages_handed_out_again_are_not_sent_twice(self) -> None:
+        """After a rebalance the stream hands out again what was in flight: those are not copied again, and
+        their offset is committed as soon as their first copy is acknowledged."""
+        consumer = _Consumer()
+        feed = TopicFeed(None, "t", consumer)
+        self.assertFalse(feed.already_sent("0-0", 10))
+        feed.sent["0-0"] = 30
+        self.assertTrue(feed.already_sent("0-0", 20))  # in flight: its acknowledgement will commit it
+        self.assertEqual(consumer.acknowledged, [])
+        feed.acknowledge("t", "0-0", 30)
+        self.assertTrue(feed.already_sent("0-0", 30))
+        self.assertEqual(consumer.acknowledged, [("t", "0-0", 30), ("t", "0-0", 30)])
+        self.assertFalse(feed.already_sent("0-0", 40))
+
+
+class ConsumerOptionTests(SynchronousTestCase):
+    def test_manual_offsets(self) -> None:
+        """With manual_offsets a message handed out is not consumed; acknowledge moves the offset, forward only."""
+        stream = GroupStream("t", "c-0", 10, manual_offsets=True)
+        consumption = Consumption(None, "g", {"t": [stream]}, None)
+        owned = OwnedPartition("t", "0-0", 0, 0, stream, 0)
+        consumption.owned[TopicPartition("t", 0, 0)] = owned
+        stream.deliver(owned, (MessageAndOffset(0, 12, b"a"), MessageAndOffset(12, 24, b"b")))
+        self.successResultOf(stream.__anext__())
+        self.successResultOf(stream.__anext__())
+        self.assertEqual(owned.consumed, 0)
+        consumption.acknowledge("t", "0-0", 12)
+        self.assertEqual(owned.consumed, 12)
+        consumption.acknowledge("t", "0-0", 6)
+        consumption.acknowledge("t", "0-1", 99)
+        self.assertEqual(owned.consumed, 12)
+        owned.active = False  # a later generation owns it now
+        consumption.acknowledge("t", "0-0", 24)
+        self.assertEqual(owned.consumed, 12)
+
+    def test_envelope_stripped(self) -> None:
+        stream = GroupStream("t", "c-0", 10, envelope=True)
+        owned = OwnedPartition("t", "0-0", 0, 0, stream, 0)
+        stream.deliver(owned, (MessageAndOffset(0, 40, wrap(b"original", "o", 1, 2, 3)),
+                               MessageAndOffset(40, 50, b"plain")))
+        self.assertEqual(self.successResultOf(stream.__anext__()).payload, b"original")
+        self.assertEqual(self.successResultOf(stream.__anext__()).payload, b"plain")
+        self.assertEqual(owned.consumed, 50)
