@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from twlog.bench.avro import avro_reads, write_avro_topics
 from twlog.bench.broker import BrokerProcess
 from twlog.bench.common import BenchProgress
 from twlog.spark.source import register
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
 
     directory = tempfile.mkdtemp(prefix="twlog-spark-bench-")
     log_dir, json_path = write_data(directory, args.messages, args.size)
+    write_avro_topics(log_dir, args.messages, args.size, _payload)  # the same records as JSON and as Avro
     broker = BrokerProcess(log_dir, "--num-partitions", "2")
     spark = (
         SparkSession.builder.master("local[2]")
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         _timed("twlog -> parquet", lambda: twlog_df().select("offset", "value").write.parquet(out + "-twlog"), n,
                results)
         _timed("json  -> parquet", lambda: json_df().write.parquet(out + "-json"), n, results)
+        avro_reads(spark, broker.port, n, args.fetch_size, results, _timed)  # from_json beside valueFormat avro
         print(f"{n} messages of {args.size} bytes, 2 partitions, local[2], fetchSize {args.fetch_size}")
         print(f"{'read':<20}{'seconds':>10}{'rows/s':>12}  result")
         for label, seconds, rate, value in results:
