@@ -46,6 +46,12 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.docblocks import ROOT, find
+from tests.integration.readme_avro import CLI as AVRO_CLI
+from tests.integration.readme_avro import PYTHON as AVRO_PYTHON
+from tests.integration.readme_avro import REGISTRY as AVRO_REGISTRY
+from tests.integration.readme_avro import avro_registry
+from tests.integration.readme_mirroring import FIRST as MIRRORING
+from tests.integration.readme_mirroring import mirroring
 from twlog.coord.zkserver import free_port, free_ports
 
 #: The blocks this module runs, by document and first line (tests/test_docs.py: every other one is marked).
@@ -60,6 +66,10 @@ RUNS: dict[tuple[str, str], str] = {
     ("README.md", ".venv/bin/python examples/etl_parquet.py --brokers localhost:9092 --topic clicks "
                   "--output /tmp/clicks --on-bad-json skip"): "the ETL job on the topic",
     ("README.md", "from twisted.internet.defer import Deferred"): "the storage engine",
+    ("README.md", MIRRORING): "a second twlog local, twlog mirror into it, consume and audit there",
+    ("README.md", AVRO_REGISTRY): "twlog registry on the cluster, stopped with Ctrl-C after the Avro blocks",
+    ("README.md", AVRO_CLI): "Avro under two schema versions through the CLI, read back as JSON",
+    ("README.md", AVRO_PYTHON): "the blocking facade with the Avro serializer and deserializer",
     ("docs/operations.md", ".venv/bin/twlog broker --port 9092 --log-dir /var/lib/twlog --broker-id 0"):
         "twlog broker and twistd twlog, started and stopped with Ctrl-C",
     ("docs/operations.md", "twlog topics --broker localhost:9092"): "the admin commands against a cluster",
@@ -201,6 +211,8 @@ class ReadmeTests(DocsTestCase):
         self.quickstart(cluster)
         self.twisted_snippets(cluster)
         self.spark(cluster)
+        mirroring(self, cluster, ENV)
+        avro_registry(self, cluster, ENV)
         self.storage_engine()
         self.ran_every_block_of("README.md")
 
