@@ -11,7 +11,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from twisted.logger import FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner, textFileLogObserver
+from twisted.logger import (
+    FilteringLogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+    globalLogBeginner,
+    textFileLogObserver,
+)
 from twisted.python import usage
 
 from twlog.registry.tap import Options
