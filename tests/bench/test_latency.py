@@ -82,10 +82,10 @@ class FlushStatsTests(SynchronousTestCase):
     def test_table(self) -> None:
         """A row per policy and rate: received/sent, latency percentiles in ms, fsyncs per second, broker CPU."""
         flushes = parse_flush_stats(SCRAPE)
-        rows = [LatencyRow("group", 20_000, 1000, 1000, 2.0, [0.001] * 990 + [0.010] * 10, flushes, 0.5)]
+        rows = [LatencyRow("group", 20_000, 1000, 1000, 2.0, 0.05, [0.001] * 990 + [0.010] * 10, flushes, 0.5)]
         text = render(latency_table(rows, "title"))
-        self.assertRegex(text, r"group\s+20,000\s+1,000/1,000\s+1\.0\s+1\.0\s+10\.0\s+10\.0\s+50\s+0\.5\s+0\.5\s+2\.5"
-                               r"\s+25")
+        self.assertRegex(text, r"group\s+20,000\s+20,000\s+1,000/1,000\s+1\.0\s+1\.0\s+10\.0\s+10\.0\s+50\s+0\.5\s+0\.5"
+                               r"\s+2\.5\s+25")
 
 
 class LocalBenchTests(SynchronousTestCase):

@@ -74,8 +74,9 @@ def due_count(elapsed_ns: int, rate: int, total: int) -> int:
     return min(total, elapsed_ns * rate // 1_000_000_000 + 1) if elapsed_ns >= 0 else 0
 
 
-def produce_at_rate(host: str, port: int, topic: str, rate: int, seconds: float, size: int) -> int:
-    """Send C{rate * seconds} stamped messages to C{topic} partition 0 on schedule (blocking); how many were sent."""
+def produce_at_rate(host: str, port: int, topic: str, rate: int, seconds: float, size: int) -> tuple[int, float]:
+    """Send C{rate * seconds} stamped messages to C{topic} partition 0 on schedule (blocking); how many were sent,
+    and how long it took (longer than C{seconds} when the producer could not keep up)."""
     total = max(1, int(rate * seconds))
     with socket.create_connection((host, port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -92,13 +93,15 @@ def produce_at_rate(host: str, port: int, topic: str, rate: int, seconds: float,
             frame = codec.encode_request(ProduceRequest(topic, 0, encode_message_set(stamped_payloads(stamps, size))))
             sock.sendall(_SIZE.pack(len(frame)) + frame)
             sent += count
-    return sent
+    return sent, (time.monotonic_ns() - start) / 1e9
 
 
 def produce_child() -> None:
-    """The producer process: C{HOST PORT TOPIC RATE SECONDS SIZE} on the command line; prints the count sent."""
+    """The producer process: C{HOST PORT TOPIC RATE SECONDS SIZE} on the command line; prints the count sent and
+    the seconds it took."""
     host, port, topic, rate, seconds, size = sys.argv[1:7]
-    print(produce_at_rate(host, int(port), topic, int(rate), float(seconds), int(size)), flush=True)
+    sent, took = produce_at_rate(host, int(port), topic, int(rate), float(seconds), int(size))
+    print(sent, took, flush=True)
 
 
 def start_producer(port: int, topic: str, rate: int, seconds: float, size: int) -> subprocess.Popen:
@@ -184,6 +187,8 @@ class LatencyRow:
     sent: int
     received: int
     seconds: float
+    #: How long the producer took to send them (the offered rate was met when this is about C{--seconds}).
+    send_seconds: float
     latencies_s: Sequence[float]
     flushes: FlushStats
     broker_cpu_s: float
@@ -222,13 +227,14 @@ async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size
     producer = start_producer(broker.process.port, topic, rate, seconds, size)
     started = time.monotonic()
     offset = sent = 0
+    send_seconds = float("nan")
     try:
         while True:
             if sent == 0 and producer.poll() is not None:
-                out = producer.stdout.read().decode().strip() if producer.stdout else ""
-                if producer.returncode != 0 or not out.isdigit():
+                out = (producer.stdout.read().decode() if producer.stdout else "").split()
+                if producer.returncode != 0 or len(out) != 2 or not out[0].isdigit():
                     raise RuntimeError(f"the producer failed (exit status {producer.returncode})")
-                sent = int(out)
+                sent, send_seconds = int(out[0]), float(out[1])
             if sent and len(latencies) >= sent:
                 break
             if time.monotonic() - started > seconds + DRAIN_S:
@@ -249,7 +255,7 @@ async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size
             producer.stdout.close()
         await consumer.close()
     elapsed = time.monotonic() - started
-    return LatencyRow(broker.policy, rate, sent, len(latencies), elapsed, latencies,
+    return LatencyRow(broker.policy, rate, sent, len(latencies), elapsed, send_seconds, latencies,
                       broker.flush_stats().since(flushes_before), broker.process.cpu_seconds() - cpu_before)
 
 
@@ -260,14 +266,14 @@ def _ms(seconds: float) -> str:
 def latency_table(rows: Sequence[LatencyRow], title: str) -> Table:
     """The benchmark's table (rich)."""
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
-    for column in ("policy", "offered msg/s", "received", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "fsyncs/s",
-                   "fsync mean ms", "fsync p50<=", "fsync p99<=", "broker CPU %"):
+    for column in ("policy", "offered msg/s", "sent msg/s", "received", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
+                   "fsyncs/s", "fsync mean ms", "fsync p50<=", "fsync p99<=", "broker CPU %"):
         table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=True)
     for r in rows:
         values = sorted(r.latencies_s)
         fsyncs = r.flushes.count
         table.add_row(
-            r.policy, f"{r.rate:,}", f"{r.received:,}/{r.sent:,}",
+            r.policy, f"{r.rate:,}", f"{r.sent / r.send_seconds:,.0f}", f"{r.received:,}/{r.sent:,}",
             *(_ms(percentile(values, q)) for q in (0.5, 0.99, 0.999, 1.0)),
             f"{fsyncs / r.seconds:,.0f}", _ms(r.flushes.total_s / fsyncs if fsyncs else float("nan")),
             _ms(r.flushes.bound(0.5)), _ms(r.flushes.bound(0.99)), f"{100 * r.broker_cpu_s / r.seconds:.0f}",
