@@ -75,7 +75,11 @@ def deserializer(args, reactor) -> Any:
     client = registry_client(args, reactor)
     if client is None:
         return None
-    avro = AvroDeserializer(client)
+    return json_lines(AvroDeserializer(client))
+
+
+def json_lines(avro: AvroDeserializer) -> Any:
+    """C{(topic, payload) -> bytes}: the record C{avro} decodes, as one line of JSON (bytes in base64)."""
 
     def deserialize(topic: str, payload: bytes) -> bytes | Deferred[bytes]:
         try:
