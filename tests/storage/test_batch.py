@@ -10,6 +10,7 @@ be, and cut at every byte (a fetch's partial trailing message).
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.storage.corrupt import NOT_GZIP, gzip_bomb, nested_gzip
 from twlog.errors import FetchSizeTooSmall
+from twlog.storage import batch as batch_module
 from twlog.storage.batch import decode_batch, whole_entries_end
 from twlog.storage.crc import crc32
 from twlog.storage.message import (
@@ -104,6 +106,13 @@ class SameAsPerMessageMixin:
         self.assertEqual(list(columns.next_offsets), [m.next_offset for m in messages])
         self.assertEqual([bytes(columns.buffer[s:e]) for s, e in zip(columns.starts, columns.ends)],
                          [m.payload for m in messages])
+        data, value_offsets = batch.gathered()
+        self.assertEqual(data, b"".join(m.payload for m in messages))
+        self.assertEqual(list(value_offsets), [0, *itertools.accumulate(len(m.payload) for m in messages)])
+        if batch_module.numpy is not None:  # the pure-Python gathering gives the same
+            self.patch(batch_module, "numpy", None)
+            self.assertEqual(batch.gathered(), (data, value_offsets))
+            self.assertEqual(batch.columns(), columns)
 
 
 PAYLOADS = [b"message %d " % i + b"x" * (i % 7) for i in range(12)] + [b""]
