@@ -11,6 +11,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.client.support import FakeEndpoint, framed, written_requests
+from twlog.client import protocol as protocol_module
 from twlog.client.connection import BrokerConnection, client_endpoint
 from twlog.client.options import default_retry_policy
 from twlog.client.protocol import ClientProtocol
@@ -383,3 +384,61 @@ class HelperTests(SynchronousTestCase):
         policy = default_retry_policy()
         self.assertLess(policy(1), policy(4))
         self.assertLessEqual(policy(100), 5.1)
+
+
+class SocketTransport(StringTransport):
+    """A StringTransport with a socket handle whose send(2) takes what it is scripted to (all, by default)."""
+
+    def __init__(self, takes: list[int | OSError] | None = None) -> None:
+        super().__init__()
+        self.takes = list(takes or [])
+        self.direct: list[bytes] = []
+        self.dataBuffer = b""
+
+    def getHandle(self):
+        return self
+
+    def send(self, data: bytes) -> int:
+        take = self.takes.pop(0) if self.takes else len(data)
+        if isinstance(take, OSError):
+            raise take
+        self.direct.append(data[:take])
+        return take
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        self.dataBuffer += data
+
+
+class DirectSendTests(SynchronousTestCase):
+    def connect(self, transport: SocketTransport):
+        self.patch(protocol_module, "can_sendfile", lambda transport: True)
+        return connected(transport=transport)[0]
+
+    def test_request_goes_straight_to_the_socket(self) -> None:
+        """On a plain TCP connection with nothing buffered, a request is one send(2) at once, not a
+        transport write left for the reactor's next turn."""
+        transport = SocketTransport()
+        protocol = self.connect(transport)
+        protocol.request(OFFSETS)
+        self.assertEqual(b"".join(transport.direct), framed(codec.encode_request(OFFSETS)))
+        self.assertEqual(transport.value(), b"")
+
+    def test_what_the_socket_does_not_take_is_written_after(self) -> None:
+        """A short send or EAGAIN: the rest goes through the transport, and later requests queue behind it."""
+        for takes in ([5], [BlockingIOError(11, "again")]):
+            transport = SocketTransport(takes)
+            protocol = self.connect(transport)
+            protocol.request(OFFSETS)
+            protocol.request(FETCH)
+            sent = b"".join(transport.direct)
+            self.assertEqual(sent + transport.value(),
+                             framed(codec.encode_request(OFFSETS)) + framed(codec.encode_request(FETCH)))
+            self.assertEqual(len(sent), 5 if takes == [5] else 0)
+
+    def test_not_on_other_transports(self) -> None:
+        """Elsewhere (TLS, test transports) requests are transport writes."""
+        transport = SocketTransport()
+        protocol, _, _ = connected(transport=transport)
+        protocol.request(OFFSETS)
+        self.assertEqual((transport.direct, transport.value()), ([], framed(codec.encode_request(OFFSETS))))

@@ -27,7 +27,8 @@ from twlog.client.options import DEFAULT_MAX_RESPONSE_BYTES
 from twlog.errors import BrokerTimeout, ConnectionFailed, ConnectionLost, ProtocolViolation, TwlogError
 from twlog.protocol import codec
 from twlog.protocol.codec import Request, describe_request
-from twlog.protocol.framing import FrameReceiver
+from twlog.protocol.framing import PREFIX_BYTES, FrameReceiver
+from twlog.protocol.sendfile import buffered_bytes, can_sendfile
 
 
 class _Waiter:
@@ -74,6 +75,7 @@ class ClientProtocol(FrameReceiver):
         self._held: deque[tuple[bytes, Deferred[None] | None]] = deque()
         self._paused = False
         self._connected = False
+        self._direct = False
         #: Why the connection cannot be used any more, once it cannot.
         self._broken: TwlogError | None = None
         self._lost_waiters: list[Deferred[None]] = []
@@ -114,6 +116,7 @@ class ClientProtocol(FrameReceiver):
         self._connected = True
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
+        self._direct = can_sendfile(self.transport)  # a plain TCP connection: see sendString
         self.transport.registerProducer(self, True)
 
     @override
@@ -128,6 +131,23 @@ class ClientProtocol(FrameReceiver):
             self._abort(ProtocolViolation(f"broker {self.peer} sent a response nobody asked for; connection dropped"))
             return
         self._waiting.popleft().deferred.callback(frame)
+
+    @override
+    def sendString(self, frame: bytes) -> None:
+        """Write C{frame} with its size prefix: straight to the socket when nothing waits in the transport's
+        buffer (a plain TCP connection), so a request asked for inside a callback (a pipelined fetch) leaves
+        now, not after the callback's work; whatever the socket does not take goes through the transport."""
+        data = len(frame).to_bytes(PREFIX_BYTES, "big") + frame
+        transport = self.transport
+        if self._direct and not buffered_bytes(transport):
+            try:
+                sent = transport.getHandle().send(data)
+            except OSError:  # EAGAIN, or a broken connection the transport will notice
+                sent = 0
+            if sent == len(data):
+                return
+            data = data[sent:]
+        transport.write(data)
 
     @override
     def lengthLimitExceeded(self, length: int) -> None:
