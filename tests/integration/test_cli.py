@@ -281,13 +281,19 @@ class BenchmarkCommandTests(TestCase):
 
     async def test_bench_broker(self) -> None:
         """twlog bench broker runs a broker process and prints a row per test, every message accounted for."""
-        status, out, err = await twlog("bench", "broker", "-n", "2000", "--batch", "1,50")
+        status, out, err = await twlog("bench", "broker", "-n", "2000", "--batch", "1,50",
+                                       "--fetch-bytes", "65536,1048576")
         self.assertEqual(status, 0, err)
-        rows = re.findall(r"^(produce, batch \d+, fire-and-forget|consume, 200 KB fetches)\s+([\d,]+)\s+([\d,]+)",
-                          out.decode(), re.MULTILINE)
+        rows = re.findall(r"^(produce, batch \d+, fire-and-forget)\s+([\d,]+)\s+([\d,]+)", out.decode(), re.MULTILINE)
         self.assertEqual([(test, count) for test, count, _ in rows], [
             ("produce, batch 1, fire-and-forget", "2,000"),
             ("produce, batch 50, fire-and-forget", "2,000"),
-            ("consume, 200 KB fetches", "2,000"),
         ])
         self.assertTrue(all(int(rate.replace(",", "")) > 0 for _, _, rate in rows))
+        sweep = re.findall(r"^\s*(64 KB|1 MB) (per message|batch, pipelined|batch)\s+([\d,]+)\s+([\d,]+)\s+[\d.]+",
+                           out.decode(), re.MULTILINE)
+        apis = ("per message", "batch", "batch, pipelined")
+        self.assertEqual([(size, api) for size, api, _, _ in sweep],
+                         [(size, api) for size in ("64 KB", "1 MB") for api in apis])
+        self.assertTrue(all(int(a.replace(",", "")) > 0 and int(b.replace(",", "")) > 0 for _, _, a, b in sweep))
+        self.assertIn("decoding alone", out.decode())

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from statistics import median
 from typing import TextIO
 
 import attrs
@@ -245,11 +246,6 @@ async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[i
     return cells
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2] if len(ordered) % 2 else sum(ordered[len(ordered) // 2 - 1 :][:2]) / 2
-
-
 def format_sweep_table(cells: Sequence[SweepCell], size: int) -> str:
     """Sendfile beside copying, per fetch size and API (medians over the rounds)."""
     lines = [
@@ -262,8 +258,8 @@ def format_sweep_table(cells: Sequence[SweepCell], size: int) -> str:
         rate, per_gb = {}, {}
         for mode in (True, False):
             rows = [c.row for c in cells if (c.fetch_bytes, c.api, c.sendfile) == (fetch_bytes, api, mode)]
-            rate[mode] = _median([r.msg_s for r in rows])
-            per_gb[mode] = _median([r.broker_cpu_s / (r.messages * (size + 9) / 1e9) for r in rows])
+            rate[mode] = median([r.msg_s for r in rows])
+            per_gb[mode] = median([r.broker_cpu_s / (r.messages * (size + 9) / 1e9) for r in rows])
         lines.append(f"{_kb(fetch_bytes):>7} {api:<18} {rate[True]:>14,.0f} {rate[False]:>11,.0f}"
                      f" {rate[True] / rate[False]:>6.2f} {per_gb[True]:>17.2f} {per_gb[False]:>13.2f}")
     lines.append("(ratio: sendfile msg/s over copying msg/s; CPU s/GB: the broker's, per GB of log bytes sent)")
