@@ -104,7 +104,7 @@ class LocalBenchTests(SynchronousTestCase):
     def test_table(self) -> None:
         """A row per run: the cluster size, messages, msg/s and the brokers' CPU per second."""
         text = render(local_table([LocalRow(2, 2, 2_000_000, 2.0, 3.0, 4.5)], "t"))
-        self.assertRegex(text, r"--brokers 2\s+2\s+2,000,000\s+2\.00\s+1,000,000\s+150\s+4\.50")
+        self.assertRegex(text, r"--brokers 2\s+this checkout\s+2\s+2,000,000\s+2\.00\s+1,000,000\s+150\s+4\.50")
 
 
 class CommandLineTests(SynchronousTestCase):

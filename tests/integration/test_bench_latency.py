@@ -46,5 +46,5 @@ class LocalBenchCommandTests(TestCase):
         self.assertEqual(status, 0, err)
         text = out.decode()
         for brokers in (1, 2):
-            self.assertRegex(text, rf"--brokers {brokers}\s+2\s+2,000\s+[\d.]+\s+[\d,]+\s")
+            self.assertRegex(text, rf"--brokers {brokers}\s+this checkout\s+2\s+2,000\s+[\d.]+\s+[\d,]+\s")
         self.assertNotIn(b"Traceback", err)

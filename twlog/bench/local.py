@@ -90,6 +90,8 @@ class LocalRow:
     seconds: float
     broker_cpu_s: float
     load: float
+    #: Which twlog local ran: this checkout's, or another source tree's (C{--local-source}).
+    source: str = "this checkout"
 
     @property
     def msg_s(self) -> float:
@@ -126,7 +128,7 @@ def broker_pids(local_pid: int) -> list[int]:
 class LocalCluster:
     """C{twlog local --brokers N} in its own process, on free ports, under C{directory}."""
 
-    def __init__(self, directory: str, brokers: int, partitions: int) -> None:
+    def __init__(self, directory: str, brokers: int, partitions: int, source: str | None = None) -> None:
         self.brokers = brokers
         port = free_ports(brokers)
         self.ports = list(range(port, port + brokers))
@@ -134,7 +136,12 @@ class LocalCluster:
                 "--port", str(port), "--zookeeper-port", str(free_port()), "--no-metrics",
                 "--num-partitions", str(partitions)]
         self._log = open(os.path.join(os.path.dirname(directory), f"local-{brokers}.err"), "wb")
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL)
+        env = cwd = None
+        if source is not None:  # another checkout's twlog local (first on its path), to compare versions
+            cwd = os.path.abspath(source)
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([cwd, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
+                                        env=env, cwd=cwd)
         deadline = time.monotonic() + START_TIMEOUT_S
         banner = b""
         while b"Ctrl-C stops everything" not in banner:
@@ -163,11 +170,12 @@ class LocalCluster:
         self._log.close()
 
 
-def run_once(root: str, brokers: int, producers: int, messages: int, batch: int, size: int) -> LocalRow:
-    """One run against a fresh C{twlog local --brokers N}."""
+def run_once(root: str, brokers: int, producers: int, messages: int, batch: int, size: int,
+             source: str | None = None) -> LocalRow:
+    """One run against a fresh C{twlog local --brokers N} (from the checkout C{source}, if given)."""
     directory = os.path.join(root, f"run-{len(os.listdir(root))}", "data")
     os.makedirs(os.path.dirname(directory))
-    cluster = LocalCluster(directory, brokers, partitions=max(1, -(-producers // brokers)))
+    cluster = LocalCluster(directory, brokers, partitions=max(1, -(-producers // brokers)), source=source)
     children: list[subprocess.Popen] = []
     try:
         targets = [(cluster.ports[k % brokers], k // brokers) for k in range(producers)]
@@ -197,7 +205,8 @@ def run_once(root: str, brokers: int, producers: int, messages: int, batch: int,
                     time.sleep(0.002)
         elapsed = time.monotonic() - started
         cpu = sum(map(_cpu_seconds, pids)) - cpu
-        return LocalRow(brokers, producers, messages * producers, elapsed, cpu, os.getloadavg()[0])
+        return LocalRow(brokers, producers, messages * producers, elapsed, cpu, os.getloadavg()[0],
+                        "this checkout" if source is None else source)
     finally:
         for child in children:
             if child.poll() is None:
@@ -211,10 +220,11 @@ def run_once(root: str, brokers: int, producers: int, messages: int, batch: int,
 
 def local_table(rows: Sequence[LocalRow], title: str) -> Table:
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
-    for column in ("twlog local", "producers", "messages", "seconds", "msg/s", "brokers' CPU %", "load (1 min)"):
-        table.add_column(column, justify="left" if column == "twlog local" else "right", no_wrap=True)
+    for column in ("twlog local", "source", "producers", "messages", "seconds", "msg/s", "brokers' CPU %",
+                   "load (1 min)"):
+        table.add_column(column, justify="left" if column in ("twlog local", "source") else "right", no_wrap=True)
     for r in rows:
-        table.add_row(f"--brokers {r.brokers}", str(r.producers), f"{r.messages:,}", f"{r.seconds:.2f}",
+        table.add_row(f"--brokers {r.brokers}", r.source, str(r.producers), f"{r.messages:,}", f"{r.seconds:.2f}",
                       f"{r.msg_s:,.0f}", f"{100 * r.broker_cpu_s / r.seconds:.0f}", f"{r.load:.2f}")
     return table
 
@@ -226,11 +236,15 @@ def main_local(args) -> int:
     rows: list[LocalRow] = []
     try:
         with BenchProgress() as progress:
+            sources = [None, *([args.local_source] if getattr(args, "local_source", None) else [])]
             for run in range(args.runs):
                 for brokers in args.brokers:
-                    progress.step(f"run {run + 1}/{args.runs}: twlog local --brokers {brokers}, {args.producers} "
-                                  f"producer processes x {args.messages:,} messages")
-                    rows.append(run_once(root, brokers, args.producers, args.messages, args.batch, args.size))
+                    for source in sources:
+                        progress.step(f"run {run + 1}/{args.runs}: twlog local --brokers {brokers}"
+                                      f"{'' if source is None else ' from ' + source}, {args.producers} producer "
+                                      f"processes x {args.messages:,} messages")
+                        rows.append(run_once(root, brokers, args.producers, args.messages, args.batch, args.size,
+                                             source))
     except RuntimeError as e:
         print(f"twlog bench local: {e}", file=sys.stderr)
         return 1

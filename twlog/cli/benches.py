@@ -251,6 +251,9 @@ def _add_local(benches) -> None:
     _size_option(local)
     local.add_argument("--runs", type=positive_int, default=1,
                        help="repeat the sizes this many times, alternating them (default: 1)")
+    local.add_argument("--local-source", metavar="DIR", default=None,
+                       help="also run twlog local from the twlog source tree DIR (e.g. a 'git worktree' of an older "
+                       "commit), alternating with this one, to compare versions")
     local.add_argument("--dir", default=None, help="where the clusters keep their data (default: a temporary "
                        "directory, deleted afterwards)")
     local.set_defaults(run="twlog.bench.local:main_local")
