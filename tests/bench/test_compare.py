@@ -12,7 +12,7 @@ from twisted.trial.unittest import SkipTest, TestCase
 
 from twlog.bench import compare, peers
 from twlog.bench.compare import Result, choose_systems, rates, render_table, round_order, summary, tests_of
-from twlog.bench.peers import Deadline, Trace
+from twlog.bench.peers import Deadline, Interrupted, Trace
 
 HEADER = {"messages": 1000, "size": 200, "rounds": 3, "fetch_bytes": 200 * 1024, "prefetch": 1000,
           "versions": {"twlog": "0.1.0"}}
@@ -183,3 +183,13 @@ class DeadlineTests(TestCase):
             deadline.check(42, 100)
         self.assertEqual(str(raised.exception),
                          "round 1/3: RabbitMQ consume did not finish within 30 s (42 of 100 messages)")
+
+    def test_cancel_interrupts(self) -> None:
+        """A cancelled deadline (the reactor shutting down) stops the test at its next check, whatever the time."""
+        deadline = Deadline(900, "round 2/3: ActiveMQ produce, batch 1", clock=lambda: 0.0)
+        deadline.cancel()
+        self.assertTrue(deadline.passed)
+        with self.assertRaises(Interrupted) as raised:
+            deadline.check(7000, 1_000_000)
+        self.assertEqual(str(raised.exception),
+                         "round 2/3: ActiveMQ produce, batch 1 interrupted (7,000 of 1,000,000 messages)")

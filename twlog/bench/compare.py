@@ -231,6 +231,12 @@ class Comparison:
     on_result: Callable[[Result], None]
     data: list[bytes] = attrs.field(factory=list)
     results: list[Result] = attrs.field(factory=list)
+    #: The test under way's limit: cancelled when the reactor shuts down (Ctrl-C), so a peer's thread stops.
+    deadline: Deadline | None = None
+
+    def cancel(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
 
     def count(self, batch: int) -> int:
         """Messages a test moves: the largest multiple of C{batch} up to --messages."""
@@ -239,6 +245,7 @@ class Comparison:
     async def run(self, reactor, broker: BrokerProcess) -> list[Result]:
         self.data = payloads(min(self.messages, 50_000) // 50 * 50 or 50, self.size)
         consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=self.fetch_bytes)
+        reactor.addSystemEventTrigger("before", "shutdown", self.cancel)
         try:
             for index in range(self.rounds):
                 for system in round_order(self.systems, index):
@@ -256,7 +263,7 @@ class Comparison:
                 + (f"produce, batch {batch}" if test == "produce" else "consume"))
         self.progress.step(what, total=count)
         trace = Trace(count, on_mark=self.progress.update)
-        deadline = Deadline(self.time_limit_s, what)
+        deadline = self.deadline = Deadline(self.time_limit_s, what)
         queue = f"twlog-compare-{os.getpid()}-{round_no}"
         before = os.getloadavg()[0]
         if system == "twlog":
@@ -391,6 +398,7 @@ def main_compare(args) -> int:
         print(f"starting a twlog broker with its data under {root}; systems: {', '.join(systems)}", file=sys.stderr)
         broker = BrokerProcess(root, *FLUSH_ARGS)
         failure: list[str] = []
+        finished: list[bool] = []
         with BenchProgress() as progress:
             comparison = Comparison(systems, args.messages, args.size, list(args.batch), args.fetch_bytes,
                                     args.prefetch, args.rounds, args.time_limit, args.ports, progress, record)
@@ -398,6 +406,7 @@ def main_compare(args) -> int:
             async def run(reactor) -> None:
                 try:
                     await comparison.run(reactor, broker)
+                    finished.append(True)
                 except (CompareError, OSError) as e:
                     failure.append(str(e))
                 except Exception as e:  # a peer's client: its own exception types, one line for the user
@@ -412,6 +421,10 @@ def main_compare(args) -> int:
             status = 1
         if status:
             return status
+        if not finished:  # the reactor stopped first: SIGINT or SIGTERM
+            kept = f"; the results so far are in {args.json_out}" if args.json_out else ""
+            print(f"twlog: interrupted{kept}", file=sys.stderr)
+            return 130
         rows = summary(comparison.results, systems, args.batch)
         if json_out is not None:
             for row in rows:

@@ -34,21 +34,32 @@ PEERS = {
 
 
 class Deadline:
-    """A time limit for one test; L{check} raises C{TimeoutError} naming the test once it has passed."""
+    """A time limit for one test; L{check} raises C{TimeoutError} naming the test once it has passed, or
+    L{Interrupted} once L{cancel} was called (from another thread: the reactor shutting down on Ctrl-C)."""
 
     def __init__(self, seconds: float, what: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
         self.what = what
         self._clock = clock
         self._end = clock() + seconds
+        self._cancelled = threading.Event()
 
     @property
     def passed(self) -> bool:
-        return self._clock() >= self._end
+        return self._cancelled.is_set() or self._clock() >= self._end
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
     def check(self, done: int, total: int) -> None:
-        if self.passed:
+        if self._cancelled.is_set():
+            raise Interrupted(f"{self.what} interrupted ({done:,} of {total:,} messages)")
+        if self._clock() >= self._end:
             raise TimeoutError(f"{self.what} did not finish within {self.seconds:g} s ({done:,} of {total:,} messages)")
+
+
+class Interrupted(Exception):
+    """A test stopped by L{Deadline.cancel}."""
 
 
 @attrs.define
@@ -154,15 +165,19 @@ def rabbitmq_produce(port: int, queue: str, data: Sequence[bytes], count: int, t
         publish = channel.basic_publish
         distinct = len(data)
         trace.start()
-        for i in range(count):
-            publish("", queue, data[i % distinct], persistent)
-            if i % 1000 == 999:
-                trace.mark(i + 1)
-                deadline.check(i + 1, count)
-        # The channel delivers in order: once a passive declare counts them all, the queue has every message.
-        while channel.queue_declare(queue, durable=True, passive=True).method.message_count < count:
-            deadline.check(count, count)
-            time.sleep(0.005)
+        try:
+            for i in range(count):
+                publish("", queue, data[i % distinct], persistent)
+                if i % 1000 == 999:
+                    trace.mark(i + 1)
+                    deadline.check(i + 1, count)
+            # The channel delivers in order: once a passive declare counts them all, the queue has every message.
+            while channel.queue_declare(queue, durable=True, passive=True).method.message_count < count:
+                deadline.check(count, count)
+                time.sleep(0.005)
+        except (TimeoutError, Interrupted):
+            channel.queue_delete(queue)  # no durable leftovers in the broker's store
+            raise
         return trace.finish(count)
     finally:
         connection.close()
@@ -184,6 +199,8 @@ def rabbitmq_consume(port: int, queue: str, count: int, prefetch: int, trace: Tr
                 trace.mark(received)
                 if received >= count:
                     break
+                if received % 1000 == 0:
+                    deadline.check(received, count)
             elif deadline.passed:
                 deadline.check(received, count)
         seconds = trace.finish(received)
