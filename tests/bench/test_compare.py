@@ -77,6 +77,20 @@ class SummaryTests(TestCase):
         self.assertAlmostEqual(consume["ratio"]["rabbitmq"], 20.0)
         self.assertEqual(len(consume["rounds"]["twlog"]), 3)
 
+    def test_ratio_within_rounds(self) -> None:
+        """twlog's ratio to a peer is the median of the ratios within each round (the systems ran in turns, so
+        each round's ratio saw the same machine), not the ratio of the medians; a round one side lacks counts
+        for neither."""
+        rows = []
+        for round_no, mine, theirs in ((1, 100, 10), (2, 50, 50), (3, 20, 40)):
+            rows += [result("twlog", "consume", 0, 1000 / mine, round_no),
+                     result("activemq", "consume", 0, 1000 / theirs, round_no)]
+        rows.append(result("activemq", "consume", 0, 1000 / 45, 4))
+        (_, _, consume) = summary(rows, ["twlog", "activemq"], [1, 50])
+        self.assertAlmostEqual(consume["msg_s"]["twlog"], 50)
+        self.assertAlmostEqual(consume["msg_s"]["activemq"], 42.5)
+        self.assertAlmostEqual(consume["ratio"]["activemq"], 1.0)
+
     def test_missing_peer_has_no_ratio(self) -> None:
         """A system with no results (it was not run) gets no figure and no ratio."""
         rows = summary([r for r in self.results() if r.system == "twlog"], ["twlog"], [1, 50])
