@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 
 from rich.console import Console
 from twisted.trial.unittest import SkipTest, TestCase
@@ -207,3 +208,37 @@ class DeadlineTests(TestCase):
             deadline.check(7000, 1_000_000)
         self.assertEqual(str(raised.exception),
                          "round 2/3: ActiveMQ produce, batch 1 interrupted (7,000 of 1,000,000 messages)")
+
+
+class ReplayTests(TestCase):
+    def test_not_a_saved_run(self) -> None:
+        """--from-json of a file that is not compare's JSON lines is one line on stderr and status 1."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write('{"kind": "summary"}\n')
+        err = io.StringIO()
+        self.patch(sys, "stderr", err)
+        self.assertEqual(compare.replay(path, None), 1)
+        self.assertEqual(err.getvalue().count("\n"), 1)
+        self.assertIn('no line of "kind": "run"', err.getvalue())
+
+    def test_missing_file(self) -> None:
+        """A file that cannot be read is named, with the reason."""
+        err = io.StringIO()
+        self.patch(sys, "stderr", err)
+        self.assertEqual(compare.replay(self.mktemp(), None), 1)
+        self.assertIn("No such file or directory", err.getvalue())
+
+    def test_saved_run(self) -> None:
+        """A saved run prints its table again."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write(json.dumps({"kind": "run", "systems": ["twlog"], "batches": [1, 50], **HEADER}) + "\n")
+            for r in (result("twlog", "produce", 1, 0.01), result("twlog", "produce", 50, 0.002),
+                      result("twlog", "consume", 0, 0.004)):
+                f.write(json.dumps(r.to_json()) + "\n")
+        out = io.StringIO()
+        self.patch(sys, "stdout", out)
+        self.assertEqual(compare.replay(path, None), 0)
+        self.assertIn("500,000", out.getvalue())
+        self.assertIn("consume, 200 KB fetches", out.getvalue())

@@ -41,6 +41,9 @@ class CompareCommandTests(TestCase):
         text = out.decode()
         for row in ("produce, batch 1", "produce, batch 50", "consume, 200 KB fetches"):
             self.assertIn(row, text)
+        status, replayed, err = await twlog("bench", "compare", "--from-json", path)
+        self.assertEqual(status, 0, err)
+        self.assertEqual(replayed, out)  # the same table, from the saved run
 
     async def test_plots(self) -> None:
         """--plot draws the figures 4 and 5 of the run as PNG files."""

@@ -370,15 +370,53 @@ def run_header(args, systems: Sequence[str], skipped: Sequence[str]) -> dict[str
     }
 
 
+def report(header: dict[str, Any], results: Sequence[Result], plot: str | None, json_out: TextIO | None = None) -> None:
+    """Print the table and its notes, write the summary rows to C{json_out} and the figures to C{plot}."""
+    rows = summary(results, header["systems"], header["batches"])
+    if json_out is not None:
+        for row in rows:
+            json_out.write(json.dumps(row) + "\n")
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+    console.print(render_table(rows, header["systems"], header))
+    for line in footer(header, results):
+        console.print(line, markup=False, highlight=False)
+    if plot:
+        for path in write_plots(results, plot, header["size"]):
+            print(f"wrote {path}", file=sys.stderr)
+
+
+def replay(path: str, plot: str | None) -> int:
+    """C{--from-json FILE}: the table and figures of a run saved with C{--json-out}, without running it again."""
+    try:
+        with open(path) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        headers = [line for line in lines if line.get("kind") == "run"]
+        if not headers:
+            raise ValueError('no line of "kind": "run"')
+        header = headers[0]
+        results = [Result.from_json(line) for line in lines if line.get("kind") == "result"]
+    except OSError as e:
+        print(f"twlog: cannot read --from-json {path}: {e.strerror}", file=sys.stderr)
+        return 1
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        print(f"twlog: --from-json {path} is not the JSON lines of twlog bench compare --json-out ({e})",
+              file=sys.stderr)
+        return 1
+    report(header, results, plot)
+    return 0
+
+
 def main_compare(args) -> int:
     """Entry point of C{twlog bench compare}."""
+    if args.plot and Figure is None:
+        print("twlog: --plot needs matplotlib (pip install 'twlog[compare]')", file=sys.stderr)
+        return 2
+    if args.from_json:
+        return replay(args.from_json, args.plot)
     args.ports = {"rabbitmq": args.rabbitmq_port, "activemq": args.activemq_port}
     if max(args.batch) > args.messages:
         print(f"twlog: --batch {max(args.batch)} is larger than --messages {args.messages}; give batches of at most "
               "--messages", file=sys.stderr)
-        return 2
-    if args.plot and Figure is None:
-        print("twlog: --plot needs matplotlib (pip install 'twlog[compare]')", file=sys.stderr)
         return 2
     try:
         systems, skipped = choose_systems(args.systems, args.ports)
@@ -434,17 +472,7 @@ def main_compare(args) -> int:
             kept = f"; the results so far are in {args.json_out}" if args.json_out else ""
             print(f"twlog: interrupted{kept}", file=sys.stderr)
             return 130
-        rows = summary(comparison.results, systems, args.batch)
-        if json_out is not None:
-            for row in rows:
-                json_out.write(json.dumps(row) + "\n")
-        console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
-        console.print(render_table(rows, systems, header))
-        for line in footer(header, comparison.results):
-            console.print(line, markup=False, highlight=False)
-        if args.plot:
-            for path in write_plots(comparison.results, args.plot, args.size):
-                print(f"wrote {path}", file=sys.stderr)
+        report(header, comparison.results, args.plot, json_out)
         return 0
     finally:
         if json_out is not None:

@@ -100,13 +100,17 @@ def add_bench_commands(commands) -> None:
     spark = benches.add_parser(
         "spark", help="Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
         description="Write N messages to a broker process and as JSON lines, then time a local[2] Spark session "
-        "reading each into count() and into Parquet; print rows/s.",
+        "reading each into count() and into Parquet, and a one-partition topic with and without minPartitions, "
+        "in interleaved rounds; print rows/s and rows per CPU-second.",
     )
     spark.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
                        help="messages (default: 1,000,000)")
     _size_option(spark)
-    spark.add_argument("--fetch-size", type=positive_int, default=1024 * 1024,
-                       help="bytes per fetch of the data source (default: 1 MiB)")
+    spark.add_argument("--fetch-size", type=positive_int, default=8 * 1024 * 1024,
+                       help="bytes per fetch of the data source (default: 8 MiB, the source's default)")
+    spark.add_argument("--rounds", type=positive_int, default=3, help="rounds of interleaved reads (default: 3)")
+    spark.add_argument("--min-partitions", type=positive_int, default=8,
+                       help="minPartitions of the one-partition topic's split read (default: 8)")
     spark.set_defaults(run="twlog.bench.spark:main_spark")
 
     frames = benches.add_parser(
@@ -231,6 +235,9 @@ def _add_latency(benches) -> None:
                          help="draw the paper's figures 4 and 5 (msg/s over MB moved) as PNGs in DIR (matplotlib)")
     compare.add_argument("--dir", default=None, help="where the twlog broker keeps its data (default: a temporary "
                          "directory, deleted afterwards)")
+    compare.add_argument("--from-json", metavar="FILE", default=None,
+                         help="run nothing: print the table (and with --plot, draw the figures) of a run saved "
+                         "with --json-out")
     compare.set_defaults(run="twlog.bench.compare:main_compare")
 
 
