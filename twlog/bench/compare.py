@@ -276,7 +276,8 @@ class Comparison:
         queue = f"twlog-compare-{os.getpid()}-{round_no}"
         before = os.getloadavg()[0]
         if system == "twlog":
-            topic = f"compare-{round_no}-b{batch if test == 'produce' else last}"
+            # This run's own topics: a --dir used again keeps those of earlier runs.
+            topic = f"compare-{os.getpid()}-{round_no}-b{batch if test == 'produce' else last}"
             if test == "produce":
                 seconds = await self._twlog_produce(reactor, broker.port, consumer, topic, count, batch, trace,
                                                     deadline)

@@ -145,7 +145,8 @@ def _rabbitmq_connection(port: int):
 def rabbitmq_server_version(port: int) -> str:
     connection = _rabbitmq_connection(port)
     try:
-        properties = connection._impl.server_properties
+        # pika keeps the server's connection.start properties on the connection it wraps.
+        properties = getattr(getattr(connection, "_impl", None), "server_properties", None) or {}
         version = properties.get("version", b"?")
         return "RabbitMQ " + (version.decode() if isinstance(version, bytes) else str(version))
     finally:
