@@ -110,25 +110,19 @@ def _take_plain(view: memoryview, pos: int, runs: list[_Run], base: int, wrapper
         if size < MIN_MESSAGE_BYTES or end > n:
             break
         if magic == MAGIC_PLAIN:
-            if check(view[pos + 9 : end]) != crc:
-                break
-            if width != _WIDTH0:
-                if positions is not None:
-                    positions.append(pos)
-                    runs.append(_Run(view, positions, width, base, wrapper))
-                positions, width = array("q"), _WIDTH0
-                append = positions.append
+            ok, w = check(view[pos + 9 : end]) == crc, _WIDTH0
         elif magic == MAGIC_ATTRIBUTES and size >= 6 and view[pos + 5] == CODEC_NONE:
-            if check(view[pos + 10 : end]) != _UINT32.unpack_from(view, pos + 6)[0]:
-                break
-            if width != _WIDTH1:
-                if positions is not None:
-                    positions.append(pos)
-                    runs.append(_Run(view, positions, width, base, wrapper))
-                positions, width = array("q"), _WIDTH1
-                append = positions.append
+            ok, w = check(view[pos + 10 : end]) == _UINT32.unpack_from(view, pos + 6)[0], _WIDTH1
         else:
             break
+        if not ok:
+            break
+        if w != width:  # a run holds one header width: close it, start the next
+            if positions is not None:
+                positions.append(pos)
+                runs.append(_Run(view, positions, width, base, wrapper))
+            positions, width = array("q"), w
+            append = positions.append
         append(pos)
         pos = end
     if positions is not None:
