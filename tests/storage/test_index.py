@@ -1,4 +1,4 @@
-"""The sparse position index and Log.boundaries: the first whole, valid message at or after a position."""
+"""The sparse position index and log_boundaries: the first whole, valid message at or after a position."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from twlog.config import LogConfig
 from twlog.errors import OffsetOutOfRange
 from twlog.storage.index import INDEX_INTERVAL_BYTES, WALK_SET_BYTES, PositionIndex, index_positions
-from twlog.storage.log import Log
+from twlog.storage.log import Log, log_boundaries
 from twlog.storage.message import CODEC_GZIP, CODEC_SNAPPY, encode_message_set, iter_messages
 
 from ..fakes import ManualRunner, run_now
@@ -55,7 +55,7 @@ class LogBoundariesTests(SynchronousTestCase):
 
     def check_every_position(self, log: Log, all_starts: list[int], runner: ManualRunner | None = None) -> None:
         positions = list(range(log.start_offset, log.end_offset + 1, 97)) + all_starts + [log.end_offset]
-        d = log.boundaries(positions)
+        d = log_boundaries(log, positions)
         while runner is not None and runner.pending:
             runner.run_one()
         got = self.successResultOf(d)
@@ -76,7 +76,7 @@ class LogBoundariesTests(SynchronousTestCase):
         all_starts = self.fill(log)
         flushed = log.flushed_offset
         log.append(encode_message_set([b"late"] * 10))
-        self.assertEqual(self.successResultOf(log.boundaries([flushed, flushed + 3, all_starts[-1] + 1])),
+        self.assertEqual(self.successResultOf(log_boundaries(log, [flushed, flushed + 3, all_starts[-1] + 1])),
                          [flushed, flushed, flushed])
 
     def test_reopened_segments_are_indexed_on_the_pool(self) -> None:
@@ -89,7 +89,7 @@ class LogBoundariesTests(SynchronousTestCase):
         runner = ManualRunner()
         log = self.open_log(directory, runner=runner, recover=False)
         self.assertFalse(log.segments[0].index.ready)
-        d = log.boundaries([1, all_starts[-1] - 1])
+        d = log_boundaries(log, [1, all_starts[-1] - 1])
         self.assertNoResult(d)
         while runner.pending:
             runner.run_one()
@@ -126,13 +126,13 @@ class LogBoundariesTests(SynchronousTestCase):
             f.seek(109 + 20)
             f.write(b"X")
         log = self.open_log(directory, recover=False)
-        self.assertEqual(self.successResultOf(log.boundaries([1, 109, 110])), [218, 218, 218])
+        self.assertEqual(self.successResultOf(log_boundaries(log, [1, 109, 110])), [218, 218, 218])
 
     def test_positions_outside_the_log(self) -> None:
         """A position past the written end fails with OffsetOutOfRange."""
         log = self.open_log(self.mktemp())
         self.fill(log)
-        self.assertRaises(OffsetOutOfRange, log.boundaries, [0, log.end_offset + 1])
+        self.assertRaises(OffsetOutOfRange, log_boundaries, log, [0, log.end_offset + 1])
 
 
 class PositionIndexTests(SynchronousTestCase):

@@ -1,16 +1,29 @@
-# -*- test-case-name: tests.cli.test_main -*-
+# -*- test-case-name: tests.integration.test_spark_bench -*-
 """C{twlog bench spark}: Spark reading through the twlog source beside its JSON-lines reader, same messages.
 
 Not a test: a measurement, run by hand::
 
-    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m twlog.bench.spark [--messages 1000000] [--size 200]
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m twlog.bench.spark [--messages 1000000] [--size 200] [--rounds 3]
 
-It writes C{messages} messages of C{size} bytes (ASCII, JSON-safe) straight into
-two partitions' log segments, starts a broker on them as a separate process
+It writes C{messages} messages of C{size} bytes (ASCII, JSON-safe) straight
+into the log segments of two topics, C{bench} (two partitions) and C{bench1}
+(one partition), starts a broker on them as a separate process
 (L{twlog.bench.broker.BrokerProcess}), writes the same payloads as JSON lines
-(C{{"value": "..."}}), and times, with one local[2] session, each source into
-C{count()} and into snappy Parquet.  Prints a table of seconds and rows/s.
-The entry points are L{main} (an argv list) and L{main_spark} (C{twlog bench spark}'s arguments).
+(C{{"value": "..."}}), and times, with one local[2] session, in rounds that
+interleave the readers (so machine noise falls on all alike):
+
+  - each source into C{count()} and into snappy Parquet (C{bench} and the JSON file);
+  - C{bench1} into C{count()} without C{minPartitions} (one task) and with it (N tasks, the same rows);
+  - a Python source that yields the same Arrow batches without I/O or parsing
+    (L{twlog.bench.spark_floor}) into C{count()}: the bound of Spark's Python
+    data source path on this machine, which the twlog source cannot beat.
+
+For each read it prints the median wall-clock rows/s, the median rows per
+CPU-second (the Spark JVM and its Python workers, plus the broker for twlog
+reads: on a loaded machine this says more than the wall clock), the number of
+Spark tasks and the rows read; then the twlog/JSON ratios, and the load
+average before and after.  The entry points are L{main} (an argv list) and
+L{main_spark} (C{twlog bench spark}'s arguments).
 """
 
 from __future__ import annotations
@@ -18,17 +31,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 
-from twlog.bench.avro import avro_reads, write_avro_topics
 from twlog.bench.broker import BrokerProcess
-from twlog.bench.common import BenchProgress
+from twlog.bench.spark_floor import FloorSource
+from twlog.spark.options import DEFAULT_FETCH_SIZE
 from twlog.spark.source import register
 from twlog.storage.message import encode_message_set
+from twlog.storage.topics import TOPICS_FILE
 
 TOPIC = "bench"
+#: The one-partition topic of the minPartitions rows.
+TOPIC1 = "bench1"
 
 
 def _payload(i: int, size: int) -> bytes:
@@ -36,20 +53,29 @@ def _payload(i: int, size: int) -> bytes:
     return head + b"x" * (size - len(head))
 
 
+def _segment(log_dir: str, topic: str, partition: int):
+    directory = os.path.join(log_dir, "data", f"{topic}-{partition}")
+    os.makedirs(directory)
+    return open(os.path.join(directory, f"{0:020d}.log"), "wb")
+
+
 def write_data(directory: str, messages: int, size: int, partitions: int = 2) -> tuple[str, str]:
-    """The broker's log dir (segments written directly) and the JSON-lines file, with the same payloads."""
+    """The broker's log dir (segments written directly: C{bench} in C{partitions} partitions, C{bench1} in one)
+    and the JSON-lines file, all with the same payloads."""
     log_dir = os.path.join(directory, "broker")
     json_path = os.path.join(directory, "messages.jsonl")
     per = messages // partitions
-    with open(json_path, "w") as jsonl:
+    with open(json_path, "w") as jsonl, _segment(log_dir, TOPIC1, 0) as single:
         for p in range(partitions):
-            segment_dir = os.path.join(log_dir, "data", f"{TOPIC}-{p}")
-            os.makedirs(segment_dir)
-            with open(os.path.join(segment_dir, f"{0:020d}.log"), "wb") as log:
+            with _segment(log_dir, TOPIC, p) as log:
                 for chunk in range(0, per, 10_000):
                     payloads = [_payload(p * per + i, size) for i in range(chunk, min(per, chunk + 10_000))]
-                    log.write(encode_message_set(payloads))
+                    data = encode_message_set(payloads)
+                    log.write(data)
+                    single.write(data)
                     jsonl.write("".join(json.dumps({"value": v.decode()}) + "\n" for v in payloads))
+    with open(os.path.join(log_dir, "data", TOPICS_FILE), "w") as f:
+        json.dump({"version": 1, "partitions": {TOPIC: partitions, TOPIC1: 1}}, f)
     return log_dir, json_path
 
 
@@ -58,18 +84,61 @@ def _message_bytes(size: int) -> int:
     return len(encode_message_set([_payload(0, size)]))
 
 
-def _timed(label: str, action, rows: int, results: list) -> None:
-    started = time.perf_counter()
-    value = action()
-    seconds = time.perf_counter() - started
-    results.append((label, seconds, rows / seconds, value))
+def _tree_cpu_seconds(root: int) -> float:
+    """User and system CPU time of process C{root} and all its descendants, with their reaped children (Linux)."""
+    children: dict[int, list[int]] = {}
+    own: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        own[int(name)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        children.setdefault(int(fields[1]), []).append(int(name))
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += own.get(pid, 0)
+        stack += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class _Reads:
+    """The timed reads of one run: per label, each round's (seconds, CPU seconds, tasks, rows)."""
+
+    def __init__(self, jvm_pid: int, broker: BrokerProcess) -> None:
+        self.jvm_pid = jvm_pid
+        self.broker = broker
+        self.results: dict[str, list[tuple[float, float, int, int]]] = {}
+
+    def time(self, label: str, make_df, action: str, out: str | None = None) -> None:
+        df = make_df()
+        tasks = df.rdd.getNumPartitions()
+        cpu = _tree_cpu_seconds(self.jvm_pid) + self.broker.cpu_seconds()
+        started = time.perf_counter()
+        if action == "count":
+            rows = df.count()
+        else:
+            df.write.mode("overwrite").parquet(out)
+            rows = -1
+        seconds = time.perf_counter() - started
+        cpu = _tree_cpu_seconds(self.jvm_pid) + self.broker.cpu_seconds() - cpu
+        self.results.setdefault(label, []).append((seconds, cpu, tasks, rows))
+
+    def median_rate(self, label: str, n: int, column: int) -> float:
+        return statistics.median(n / max(r[column], 1e-9) for r in self.results[label])
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Spark read throughput of the twlog source vs JSON lines")
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=200)
-    parser.add_argument("--fetch-size", type=int, default=1024 * 1024)
+    parser.add_argument("--fetch-size", type=int, default=DEFAULT_FETCH_SIZE)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--min-partitions", type=int, default=8)
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import twlog
@@ -77,7 +146,6 @@ def main(argv: list[str] | None = None) -> None:
 
     directory = tempfile.mkdtemp(prefix="twlog-spark-bench-")
     log_dir, json_path = write_data(directory, args.messages, args.size)
-    write_avro_topics(log_dir, args.messages, args.size, _payload)  # the same records as JSON and as Avro
     broker = BrokerProcess(log_dir, "--num-partitions", "2")
     spark = (
         SparkSession.builder.master("local[2]")
@@ -91,10 +159,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.dataSource.register(FloorSource)
     try:
-        def twlog_df(**options: str):
+        def twlog_df(topic: str = TOPIC, **options: str):
             return (
-                spark.read.format("twlog").option("brokers", f"127.0.0.1:{broker.port}").option("subscribe", TOPIC)
+                spark.read.format("twlog").option("brokers", f"127.0.0.1:{broker.port}").option("subscribe", topic)
                 .option("fetchSize", str(args.fetch_size)).options(**options).load()
             )
 
@@ -102,33 +171,54 @@ def main(argv: list[str] | None = None) -> None:
             return spark.read.schema("value string").json(json_path)
 
         n = args.messages // 2 * 2
-        # Warm up the Python workers and the JVM's code paths with a read that runs to its end: a cut-short
+        # Warm up the Python workers and the JVM's code paths with reads that run to their end: a cut-short
         # one (limit(1)) closes the worker's socket while it still sends rows, and PySpark's daemon prints
         # a BrokenPipeError traceback for that worker.
         warm_up = json.dumps({TOPIC: {f"0-{p}": min(100, n // 2) * _message_bytes(args.size) for p in range(2)}})
         twlog_df(endingOffsets=warm_up).count()
-        results: list = []
-        _timed("twlog -> count()", lambda: twlog_df().count(), n, results)
-        _timed("json  -> count()", lambda: json_df().count(), n, results)
+        json_df().count()
+        load_before = os.getloadavg()
+        reads = _Reads(spark.sparkContext._gateway.proc.pid, broker)
         out = os.path.join(directory, "out")
-        _timed("twlog -> parquet", lambda: twlog_df().select("offset", "value").write.parquet(out + "-twlog"), n,
-               results)
-        _timed("json  -> parquet", lambda: json_df().write.parquet(out + "-json"), n, results)
-        avro_reads(spark, broker.port, n, args.fetch_size, results, _timed)  # from_json beside valueFormat avro
-        print(f"{n} messages of {args.size} bytes, 2 partitions, local[2], fetchSize {args.fetch_size}")
-        print(f"{'read':<20}{'seconds':>10}{'rows/s':>12}  result")
-        for label, seconds, rate, value in results:
-            print(f"{label:<20}{seconds:>10.2f}{rate:>12,.0f}  {value if value is not None else ''}")
+        split = f"{TOPIC1} minPartitions {args.min_partitions}"
+        for _ in range(args.rounds):
+            reads.time("twlog -> count()", twlog_df, "count")
+            reads.time("json  -> count()", json_df, "count")
+            reads.time("twlog -> parquet", lambda: twlog_df().select("offset", "value"), "parquet", out + "-twlog")
+            reads.time("json  -> parquet", json_df, "parquet", out + "-json")
+            reads.time(f"{TOPIC1} -> count()", lambda: twlog_df(TOPIC1), "count")
+            reads.time(f"{split} -> count()", lambda: twlog_df(TOPIC1, minPartitions=str(args.min_partitions)),
+                       "count")
+            reads.time("no-I/O Python source -> count()",
+                       lambda: spark.read.format("twlog-floor").option("rows", str(n // 2)).load(), "count")
+        load_after = os.getloadavg()
+        _report(args, n, reads, load_before, load_after)
     finally:
         spark.stop()
         broker.stop()
 
 
+def _report(args, n: int, reads: _Reads, load_before, load_after) -> None:
+    print(f"{n} messages of {args.size} bytes; {TOPIC}: 2 partitions, {TOPIC1}: 1 partition; local[2]; "
+          f"fetchSize {args.fetch_size}; {args.rounds} rounds, interleaved; medians")
+    print(f"{'read':<34}{'rows/s':>12}{'rows/CPU-s':>12}{'tasks':>7}  rows")
+    for label, runs in reads.results.items():
+        rows = {r[3] for r in runs}
+        print(f"{label:<34}{reads.median_rate(label, n, 0):>12,.0f}{reads.median_rate(label, n, 1):>12,.0f}"
+              f"{runs[0][2]:>7}  {'/'.join(map(str, sorted(rows))) if rows != {-1} else ''}")
+    for what, twlog_label, json_label in (("count()", "twlog -> count()", "json  -> count()"),
+                                          ("parquet", "twlog -> parquet", "json  -> parquet")):
+        wall = reads.median_rate(twlog_label, n, 0) / reads.median_rate(json_label, n, 0)
+        cpu = reads.median_rate(twlog_label, n, 1) / reads.median_rate(json_label, n, 1)
+        print(f"twlog / json {what}: {wall:.2f}x rows/s, {cpu:.2f}x rows per CPU-second")
+    print("load average (1, 5, 15 min): before " + " ".join(f"{x:.2f}" for x in load_before)
+          + ", after " + " ".join(f"{x:.2f}" for x in load_after))
+
+
 def main_spark(args) -> int:
     """Entry point of C{twlog bench spark}."""
-    with BenchProgress() as progress:
-        progress.step(f"writing {args.messages:,} messages, then timing Spark's reads of them (local[2])")
-        main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size)])
+    main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size),
+          "--rounds", str(getattr(args, "rounds", 3)), "--min-partitions", str(getattr(args, "min_partitions", 8))])
     return 0
 
 

@@ -55,7 +55,7 @@ from twlog.protocol.responses import (
     ClusterMetadataResponse,
     TopicLayout,
 )
-from twlog.storage.log import AppendResult
+from twlog.storage.log import AppendResult, log_boundaries
 from twlog.storage.manager import LogManager, validate_topic
 from twlog.storage.segment import FileRegion
 
@@ -396,19 +396,25 @@ class Broker:
 
     def boundaries(self, request: BoundariesRequest, peer: str = "?") -> Response | Deferred[Response]:
         """BOUNDARIES: the first message at or after each position (where a reader may start: split points)."""
-        validate_topic(request.topic)
-        count = self.logs.partition_count(request.topic)
-        if not 0 <= request.partition < count:
-            raise WrongPartition(f"partition {request.partition} of {request.topic!r} is outside [0, {count - 1}]")
-        if len(request.positions) > MAX_BOUNDARY_POSITIONS:
-            raise InvalidRequest(f"{len(request.positions)} positions; at most {MAX_BOUNDARY_POSITIONS}")
-        log = self.logs.get_log(request.topic, request.partition)
-        if log is None:  # nothing written yet: an empty log at offset 0
-            if any(request.positions):
-                raise OffsetOutOfRange("positions past the end of the empty log [0, 0]")
-            return codec.encode_boundaries_response(NO_ERROR, request.positions)
-        return log.boundaries(request.positions).addCallback(
-            lambda found: codec.encode_boundaries_response(NO_ERROR, found))
+        return answer_boundaries(self.logs, request)
 
     #: The port actually listened on (set by the service once listening; config.port may be 0).
     port: int = 0
+
+
+def answer_boundaries(logs: LogManager, request: BoundariesRequest) -> Response | Deferred[Response]:
+    """BOUNDARIES' answer from C{logs}; errors raise (InvalidTopic, WrongPartition, InvalidRequest for more than
+    L{MAX_BOUNDARY_POSITIONS} positions, OffsetOutOfRange) and are sent as an error-only response."""
+    validate_topic(request.topic)
+    count = logs.partition_count(request.topic)
+    if not 0 <= request.partition < count:
+        raise WrongPartition(f"partition {request.partition} of {request.topic!r} is outside [0, {count - 1}]")
+    if len(request.positions) > MAX_BOUNDARY_POSITIONS:
+        raise InvalidRequest(f"{len(request.positions)} positions; at most {MAX_BOUNDARY_POSITIONS}")
+    log = logs.get_log(request.topic, request.partition)
+    if log is None:  # nothing written yet: an empty log at offset 0
+        if any(request.positions):
+            raise OffsetOutOfRange("positions past the end of the empty log [0, 0]")
+        return codec.encode_boundaries_response(NO_ERROR, request.positions)
+    found = log_boundaries(log, request.positions)
+    return found.addCallback(lambda offsets: codec.encode_boundaries_response(NO_ERROR, offsets))

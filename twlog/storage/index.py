@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_right
+from collections.abc import Sequence
 
 from twlog.storage.message import MIN_MESSAGE_BYTES, scan
 
@@ -155,3 +156,38 @@ def find_boundary(pread, index: PositionIndex, position: int, limit: int, max_en
                 return pos
         pos += 4 + length
     return limit
+
+
+def unindexed(segments: Sequence, bases: Sequence[int], positions: Sequence[int], visible: int) -> list:
+    """The segments (of a log, whose base offsets are C{bases}) holding C{positions} with visible data below
+    C{visible} and no index yet: those L{index_segments} must index before L{boundaries} can answer."""
+    found = {}
+    for position in positions:
+        segment = segments[bisect_right(bases, position) - 1]
+        if not segment.index.ready and segment.base_offset < visible:
+            found[id(segment)] = segment
+    return list(found.values())
+
+
+def index_segments(segments: Sequence, max_entry_bytes: int) -> list[array]:
+    """L{index_positions} of each segment's part found on disk (blocking: run it on a pool thread)."""
+    return [index_positions(s.pread, s.index.unindexed, max_entry_bytes) for s in segments]
+
+
+def boundaries(segments: Sequence, bases: Sequence[int], positions: Sequence[int], visible: int,
+               max_entry_bytes: int) -> list[int]:
+    """For each logical position of a log, the offset of the first whole, CRC-valid message at or after it.
+
+    A position at or past C{visible} (the flushed end), or with no such message before it in its
+    segment, gets C{visible} (or the end of its segment, where the next one starts).
+    """
+    found = []
+    for position in positions:
+        segment = segments[bisect_right(bases, position) - 1]
+        if position >= visible or not segment.index.ready:
+            found.append(visible)
+            continue
+        base = segment.base_offset
+        limit = min(segment.size, visible - base)
+        found.append(base + find_boundary(segment.pread, segment.index, position - base, limit, max_entry_bytes))
+    return found

@@ -8,7 +8,7 @@ only then moves the flushed mark that bounds what readers and OFFSETS see
 last segment (L{twlog.storage.recovery}).
 The in-memory index is the sorted list of segment base offsets, searched by
 bisection, and each segment keeps a sparse position index of its message
-starts (L{twlog.storage.index}, for L{Log.boundaries}); there is no message cache.
+starts (L{twlog.storage.index}, for L{log_boundaries}); there is no message cache.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from twlog.errors import (
     StorageFailed,
 )
 from twlog.storage.flush import Flusher, ThreadRunner
-from twlog.storage.index import find_boundary, index_positions
+from twlog.storage.index import boundaries, index_segments, unindexed
 from twlog.storage.message import MIN_MESSAGE_BYTES, scan, validate_message_set
 from twlog.storage.recovery import Truncation, recover_segment
 from twlog.storage.segment import FileRegion, Segment, descriptors_error, out_of_descriptors, parse_segment_name
 
-__all__ = ["EARLIEST_TIME", "LATEST_TIME", "AppendResult", "Log", "ThreadRunner", "Truncation"]
+__all__ = ["EARLIEST_TIME", "LATEST_TIME", "AppendResult", "Log", "ThreadRunner", "Truncation", "log_boundaries"]
 
 #: OFFSETS' special times, as in Kafka 0.7.
 LATEST_TIME = -1
@@ -293,62 +293,6 @@ class Log:
                             self._config.segment_bytes)
         return FileRegion(segment, position, min(max_bytes, available), offset)
 
-    # -- message boundaries (the position index) ----------------------------
-
-    def boundaries(self, positions: Sequence[int]) -> Deferred[list[int]]:
-        """For each logical position, the offset of the first whole, CRC-valid message at or after it.
-
-        A position at or past the flushed end, or with no such message before
-        it, gets the flushed end (or the end of its segment, which is where the
-        next one starts).  Segments found on disk at start are indexed first, on
-        the thread pool (one pass over their length fields); then each answer is
-        a hop of a few KB from the nearest index entry.
-
-        @raise OffsetOutOfRange: a position before the first offset or past the written end.
-        """
-        self._check_positions(positions)
-        visible = self.flushed_offset
-        unready = list({id(s): s for s in map(self._segment_of, positions) if not s.index.ready}.values())
-        if not unready:
-            return succeed(self._boundaries_now(positions))
-        sizes = [(s, s.index.unindexed) for s in unready if s.base_offset < visible]
-        d = self._run_in_thread(
-            lambda: [index_positions(s.pread, size, self._config.segment_bytes) for s, size in sizes]
-        )
-
-        def indexed(found: list) -> list[int]:
-            for (segment, _), positions_found in zip(sizes, found):
-                segment.index.load(positions_found)
-            return self._boundaries_now(positions)
-
-        return d.addCallback(indexed)
-
-    def _check_positions(self, positions: Sequence[int]) -> None:
-        for position in positions:
-            if position < self.start_offset or position > self.end_offset:
-                raise OffsetOutOfRange(
-                    f"position {position} is outside {os.path.basename(self.directory)}"
-                    f" [{self.start_offset}, {self.end_offset}]"
-                )
-
-    def _segment_of(self, offset: int) -> Segment:
-        return self._segments[bisect_right(self._bases, offset) - 1]
-
-    def _boundaries_now(self, positions: Sequence[int]) -> list[int]:
-        self._check_positions(positions)  # again: retention may have run while segments were indexed
-        visible = self.flushed_offset
-        found = []
-        for position in positions:
-            segment = self._segment_of(position)
-            if position >= visible or not segment.index.ready:
-                found.append(visible)
-                continue
-            base = segment.base_offset
-            limit = min(segment.size, visible - base)
-            found.append(base + find_boundary(segment.pread, segment.index, position - base, limit,
-                                              self._config.segment_bytes))
-        return found
-
     # -- offsets by time ---------------------------------------------------
 
     def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int) -> list[int]:
@@ -475,3 +419,31 @@ def offsets_newest_first(entries: list[tuple[int, int]], time_ms: int, max_offse
         if not offsets or offsets[-1] != entries[i][0]:
             offsets.append(entries[i][0])
     return offsets
+
+
+def log_boundaries(log: Log, positions: Sequence[int]) -> Deferred[list[int]]:
+    """For each logical position of C{log}, the offset of the first whole, CRC-valid message at or after it
+    (L{twlog.storage.index.boundaries}: the flushed end when there is none); segments found on disk are
+    indexed first, on the thread pool.  (A function beside L{Log}, which is at its size limit.)
+
+    @raise OffsetOutOfRange: a position before the first offset or past the written end.
+    """
+    _check_positions(log, positions)
+    pending = unindexed(log._segments, log._bases, positions, log.flushed_offset)
+    if not pending:
+        return succeed(_boundaries_now(log, positions))
+    d = log._run_in_thread(index_segments, pending, log._config.segment_bytes)
+    return d.addCallback(lambda found: [s.index.load(p) for s, p in zip(pending, found)]).addCallback(
+        lambda _: _boundaries_now(log, positions))
+
+
+def _check_positions(log: Log, positions: Sequence[int]) -> None:
+    for position in positions:
+        if position < log.start_offset or position > log.end_offset:
+            raise OffsetOutOfRange(f"position {position} is outside {os.path.basename(log.directory)}"
+                                   f" [{log.start_offset}, {log.end_offset}]")
+
+
+def _boundaries_now(log: Log, positions: Sequence[int]) -> list[int]:
+    _check_positions(log, positions)  # again: retention may have run while segments were indexed
+    return boundaries(log._segments, log._bases, positions, log.flushed_offset, log._config.segment_bytes)
