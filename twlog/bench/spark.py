@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.integration.test_spark_bench -*-
+# -*- test-case-name: tests.cli.test_main,tests.integration.test_spark_bench -*-
 """C{twlog bench spark}: Spark reading through the twlog source beside its JSON-lines reader, same messages.
 
 Not a test: a measurement, run by hand::
@@ -16,7 +16,9 @@ interleave the readers (so machine noise falls on all alike):
   - C{bench1} into C{count()} without C{minPartitions} (one task) and with it (N tasks, the same rows);
   - a Python source that yields the same Arrow batches without I/O or parsing
     (L{twlog.bench.spark_floor}) into C{count()}: the bound of Spark's Python
-    data source path on this machine, which the twlog source cannot beat.
+    data source path on this machine, which the twlog source cannot beat;
+  - once, the same records as JSON (C{from_json}) and as Avro (C{valueFormat avro})
+    into an aggregate of the decoded fields (L{twlog.bench.avro}).
 
 For each read it prints the median wall-clock rows/s, the median rows per
 CPU-second (the Spark JVM and its Python workers, plus the broker for twlog
@@ -36,7 +38,9 @@ import sys
 import tempfile
 import time
 
+from twlog.bench.avro import avro_reads, write_avro_topics
 from twlog.bench.broker import BrokerProcess
+from twlog.bench.common import BenchProgress
 from twlog.bench.spark_floor import FloorSource
 from twlog.spark.options import DEFAULT_FETCH_SIZE
 from twlog.spark.source import register
@@ -106,6 +110,13 @@ def _tree_cpu_seconds(root: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _timed(label: str, action, rows: int, results: list) -> None:
+    started = time.perf_counter()
+    value = action()
+    seconds = time.perf_counter() - started
+    results.append((label, seconds, rows / seconds, value))
+
+
 class _Reads:
     """The timed reads of one run: per label, each round's (seconds, CPU seconds, tasks, rows)."""
 
@@ -146,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
 
     directory = tempfile.mkdtemp(prefix="twlog-spark-bench-")
     log_dir, json_path = write_data(directory, args.messages, args.size)
+    write_avro_topics(log_dir, args.messages, args.size, _payload)  # the same records as JSON and as Avro
     broker = BrokerProcess(log_dir, "--num-partitions", "2")
     spark = (
         SparkSession.builder.master("local[2]")
@@ -193,6 +205,11 @@ def main(argv: list[str] | None = None) -> None:
                        lambda: spark.read.format("twlog-floor").option("rows", str(n // 2)).load(), "count")
         load_after = os.getloadavg()
         _report(args, n, reads, load_before, load_after)
+        results: list = []
+        avro_reads(spark, broker.port, n, args.fetch_size, results, _timed)  # from_json beside valueFormat avro
+        print(f"{'read (once)':<20}{'seconds':>10}{'rows/s':>12}  result")
+        for label, seconds, rate, value in results:
+            print(f"{label:<20}{seconds:>10.2f}{rate:>12,.0f}  {value if value is not None else ''}")
     finally:
         spark.stop()
         broker.stop()
@@ -217,8 +234,10 @@ def _report(args, n: int, reads: _Reads, load_before, load_after) -> None:
 
 def main_spark(args) -> int:
     """Entry point of C{twlog bench spark}."""
-    main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size),
-          "--rounds", str(getattr(args, "rounds", 3)), "--min-partitions", str(getattr(args, "min_partitions", 8))])
+    with BenchProgress() as progress:
+        progress.step(f"writing {args.messages:,} messages, then timing Spark's reads of them (local[2])")
+        main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size),
+              "--rounds", str(args.rounds), "--min-partitions", str(args.min_partitions)])
     return 0
 
 
