@@ -212,9 +212,14 @@ class BadInputTests(TestCase):
 
     async def test_slow_reader_is_bounded_and_isolated(self) -> None:
         """A client that never reads stalls only itself: the broker stops reading its requests."""
+        self.client.send(flushed_produce("t", 1, payloads(250)))
+        await self.client.responses(1)
+        self.client.frames.clear()
         self.client.transport.pauseProducing()
-        request = FetchRequest("t", 0, 0, 100_000)
-        for _ in range(400):  # far more than max_pending_requests, each answered with ~2 KB
+        # Far more than max_pending_requests, each answered with ~52 KB: more than the kernel's socket
+        # buffers hold however densely the responses are packed (headers ride with the log bytes).
+        request = FetchRequest("t", 1, 0, 100_000)
+        for _ in range(400):
             self.client.send(request)
         (protocol,) = _broker_protocols(self.service)
         await wait_until(lambda: protocol._read_paused)
