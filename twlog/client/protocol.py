@@ -30,6 +30,9 @@ from twlog.protocol.codec import Request, describe_request
 from twlog.protocol.framing import PREFIX_BYTES, FrameReceiver
 from twlog.protocol.sendfile import buffered_bytes, can_sendfile
 
+#: Frames up to this size may be written straight to the socket (L{ClientProtocol.sendString}).
+DIRECT_SEND_BYTES = 64 * 1024
+
 
 class _Waiter:
     """One request waiting for its response."""
@@ -134,12 +137,14 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def sendString(self, frame: bytes) -> None:
-        """Write C{frame} with its size prefix: straight to the socket when nothing waits in the transport's
-        buffer (a plain TCP connection), so a request asked for inside a callback (a pipelined fetch) leaves
-        now, not after the callback's work; whatever the socket does not take goes through the transport."""
+        """Write C{frame} with its size prefix: a small frame (a fetch, OFFSETS...) goes straight to the socket
+        when nothing waits in the transport's buffer (a plain TCP connection), so a request asked for inside
+        a callback (a pipelined fetch) leaves now, not after the callback's work; whatever the socket does
+        not take, and large frames (produces, whose flow control is the transport's buffer), go through the
+        transport."""
         data = len(frame).to_bytes(PREFIX_BYTES, "big") + frame
         transport = self.transport
-        if self._direct and not buffered_bytes(transport):
+        if self._direct and len(data) <= DIRECT_SEND_BYTES and not buffered_bytes(transport):
             try:
                 sent = transport.getHandle().send(data)
             except OSError:  # EAGAIN, or a broken connection the transport will notice
