@@ -11,8 +11,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 class SparkBenchTests(SynchronousTestCase):
     def test_no_traceback(self) -> None:
-        """The benchmark prints its rows (the minPartitions read with 8 tasks and every row), exits 0, and PySpark's daemon prints no BrokenPipeError: every
-        read runs to its end (a read cut short by limit() breaks a worker's pipe)."""
+        """The benchmark prints its rows (the minPartitions read with 8 tasks and every row), exits 0, and
+        PySpark's daemon prints no BrokenPipeError: every read runs to its end (a read cut short by limit()
+        breaks a worker's pipe)."""
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
         env.pop("PYSPARK_PYTHON", None)  # the benchmark's own default: the Python running it
         result = subprocess.run([sys.executable, "-m", "twlog.cli", "bench", "spark", "--messages", "20000",
