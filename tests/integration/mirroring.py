@@ -10,7 +10,7 @@ import sys
 import time
 
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, TimeoutError, succeed
 from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
@@ -20,12 +20,18 @@ from tests.integration.test_local import start_local
 from twlog.coord.zkserver import free_port, free_ports
 
 
-async def local_cluster(testcase: TestCase, name: str) -> str:
-    """A `twlog local` cluster (one broker, its own ports and data directory); its ZooKeeper connect string."""
+async def local_cluster(testcase: TestCase, name: str, processes: list | None = None) -> str:
+    """A `twlog local` cluster (one broker, its own ports and data directory); its ZooKeeper connect string.
+
+    C{processes} receives C{(process protocol, transport, args)}, to stop it and start it again.
+    """
     data = os.path.abspath(testcase.mktemp() + "-" + name)
-    local, _ = start_local(testcase, "--data", data, "--port", str(free_ports(1)), "--zookeeper-port",
-                           str(free_port()), "--no-metrics", "--flush-interval-ms", "50")
+    args = ("--data", data, "--port", str(free_ports(1)), "--zookeeper-port", str(free_port()), "--no-metrics",
+            "--flush-interval-ms", "50")
+    local, transport = start_local(testcase, *args)
     banner = await local.ready
+    if processes is not None:
+        processes.append((local, transport, args))
     return re.search(r"ZooKeeper at (127\.0\.0\.1:\d+)", banner).group(1)
 
 
@@ -64,12 +70,23 @@ class MirrorProcess(ProcessProtocol):
             return succeed(found)
         d: Deferred = Deferred()
         self.waiting.append((compiled, d))
-        return d.addTimeout(timeout_s, reactor)
+
+        def timed_out(failure):
+            failure.trap(TimeoutError)
+            raise AssertionError(f"twlog mirror did not print {pattern!r} within {timeout_s:g} s:\n"
+                                 + _ends(self.output.decode(errors="replace")))
+
+        return d.addTimeout(timeout_s, reactor).addErrback(timed_out)
 
     def kill(self, signal: str = "KILL") -> Deferred:
         if not self.ended.called:
             self.transport.signalProcess(signal)
         return self.ended
+
+
+def _ends(text: str) -> str:
+    """The start and the end of a long output."""
+    return text if len(text) < 6000 else text[:3000] + "\n...\n" + text[-3000:]
 
 
 def start_mirror(testcase: TestCase, *args: str) -> MirrorProcess:

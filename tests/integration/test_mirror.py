@@ -4,8 +4,12 @@ the refusals."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections import Counter
 
+from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
 from tests.integration.mirroring import (
@@ -17,6 +21,7 @@ from tests.integration.mirroring import (
     until,
 )
 from tests.integration.test_cli import one_line, twlog
+from tests.integration.test_local import LocalProcess
 from twlog.coord.zkserver import free_port
 from twlog.envelope import open_envelope
 
@@ -146,3 +151,53 @@ class RefusalTests(TestCase):
         self.assertEqual(status, 2)
         one_line(self, err)
         self.assertIn(b"'clicks(' is not a regular expression", err)
+
+
+class SharedMirrorTests(TestCase):
+    timeout = 300
+
+    async def test_two_mirrors_share_and_the_target_goes_away(self) -> None:
+        """Two mirrors with one group share the partitions (owners from both processes); when the target stops,
+        they say so once each and hold the messages; when it is back, they resume and B's audit is complete."""
+        a = await local_cluster(self, "a")
+        target: list = []
+        b = await local_cluster(self, "b", target)
+        args = ("--from", a, "--to", b, "--group", "shared", "--whitelist", "shared|twlog-audit",
+                "--status-interval", "0.5", "--debug")
+        mirrors = [start_mirror(self, *args), start_mirror(self, *args)]
+        await produce(a, "shared", [b"one %d" % i for i in range(1000)], "--audit", "--audit-window-s", "1")
+        for mirror in mirrors:
+            await mirror.said(r"copying topic shared from")
+
+        async def shared_by_both():
+            """both mirror processes own partitions of the topic"""
+            _, out, _ = await twlog("groups", "--zookeeper", a, "--group", "shared", "--json")
+            owners = {p["owner"].rsplit("-", 2)[0] for g in json.loads(out or b"[]") for p in g["partitions"]
+                      if p["topic"] == "shared" and p["owner"]}
+            return len(owners) == 2
+
+        await until(shared_by_both)
+
+        async def received(n: int):
+            status, windows, _ = await audit_json(b, "shared", "--grace-s", "0")
+            return status == 0 and sum(w["received"] for w in windows) == n
+
+        await until(lambda: received(1000))
+
+        local, transport, local_args = target[0]
+        transport.signalProcess("INT")  # the target goes away
+        await local.ended
+        await produce(a, "shared", [b"two %d" % i for i in range(500)], "--audit", "--audit-window-s", "1",
+                      "--batch-size", "10")  # (batches go to random partitions: some to each mirror)
+        for mirror in mirrors:
+            await mirror.said(r"the target cannot take", timeout_s=120)
+        again = LocalProcess()
+        self.addCleanup(lambda: again.ended.called or again_transport.signalProcess("KILL") or again.ended)
+        again_transport = reactor.spawnProcess(again, sys.executable,
+                                               [sys.executable, "-m", "twlog.cli", "local", *local_args],
+                                               env=os.environ.copy())
+        await again.ready
+        await until(lambda: received(1500))
+        for mirror in mirrors:
+            self.assertEqual(mirror.output.count(b"the target cannot take"), 1, mirror.output)
+            await mirror.said(r"acknowledges again")

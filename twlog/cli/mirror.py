@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from contextlib import suppress
 
+from twisted.logger import LogLevel, formatEvent, globalLogPublisher
+
 from twlog.cli.common import stop_on_shutdown
 from twlog.mirror.mirror import Mirror, MirrorSettings
 
@@ -25,9 +27,28 @@ def settings_from(args) -> MirrorSettings:
     )
 
 
+def log_observer(debug: bool):
+    """Print the mirror's warnings and errors (with --debug, its informational lines too) as lines on stderr."""
+    lowest = LogLevel.info if debug else LogLevel.warn
+
+    def observe(event: dict) -> None:
+        level = event.get("log_level")
+        namespace = str(event.get("log_namespace", ""))
+        if not namespace.startswith("twlog") or ("_ToTwistedLog" in namespace and not debug):
+            return  # (kazoo's reconnection attempts: only with --debug)
+        if level is not None and level >= lowest:
+            text = formatEvent(event)
+            if event.get("log_failure") is not None and debug:
+                text += "\n" + event["log_failure"].getTraceback()
+            print(f"mirror: {text}", file=sys.stderr, flush=True)
+
+    return observe
+
+
 async def mirror(reactor, args) -> None:
     """Run the mirror until Ctrl-C/SIGTERM (or an error that stops it)."""
     settings = settings_from(args)
+    globalLogPublisher.addObserver(log_observer(getattr(args, "debug", False)))
     copier = Mirror(settings, reactor=reactor)
     try:
         await copier.start()

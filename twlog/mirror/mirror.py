@@ -6,7 +6,7 @@ analysis datacenter that pulls from them through embedded consumers.  Per
 source cluster, every topic whose name matches the whitelist (and not the
 blacklist) gets a group consumer (L{twlog.consumer.group.GroupConsumer}) in
 the mirror's group; topics that appear later are picked up from the source's
-topic registry (a ZooKeeper watch, L{ClusterView}).  Several mirror processes
+topic registry (a ZooKeeper watch on C{/brokers/topics}).  Several mirror processes
 with the same group share the partitions through the group's rebalance.
 
 Delivery is at-least-once across clusters: the consumers run with
@@ -32,8 +32,9 @@ from twlog.client.options import ClientOptions
 from twlog.consumer.admin import describe_groups
 from twlog.consumer.group import GroupConsumer
 from twlog.consumer.stream import GroupStream
+from twlog.coord import paths
 from twlog.coord.cluster import ClusterView
-from twlog.coord.zk import ZooKeeper, split_chroot
+from twlog.coord.zk import CONNECTED, ZooKeeper, split_chroot
 from twlog.errors import RebalanceFailed, TwlogError
 from twlog.mirror.copier import Copier
 from twlog.mirror.tracker import OffsetTracker
@@ -60,6 +61,7 @@ class MirrorSettings:
     status_s: float = 10.0
     connect_timeout_s: float = 10.0
     drain_timeout_s: float = 10.0
+    send_timeout_s: float = 30.0
 
     @property
     def group_name(self) -> str:
@@ -176,18 +178,36 @@ class SourceCluster:
         self.mirror = mirror
         settings = mirror.settings
         self.zk = ZooKeeper(hosts, reactor=mirror.reactor, connect_timeout_s=settings.connect_timeout_s)
-        self.view = ClusterView(self.zk, all_topics=True)
+        self.view = ClusterView(self.zk)
+        #: The source's topic names, kept by a watch on C{/brokers/topics}.
+        self.topics: set[str] = set()
         self.feeds: dict[str, TopicFeed] = {}
-        self._picking: Deferred | None = None
+        self._picking = False
         self._again = False
 
+    def follow_topics(self) -> Deferred[None]:
+        """Read the topic names with a watch (again after each change and each reconnection); pick them up."""
+        return Deferred.fromCoroutine(self._read_topics()).addErrback(
+            lambda f: self._log.failure("mirror: reading the topics of {hosts} failed", f, hosts=self.hosts))
+
+    async def _read_topics(self) -> None:
+        if self.mirror.stopping:
+            return
+        await self.zk.ensure_path(paths.BROKER_TOPICS)
+        self.topics = set(await self.zk.children(paths.BROKER_TOPICS, watch=lambda event: self.follow_topics()))
+        self._changed()
+
+    def session_changed(self, state: str) -> None:
+        if state == CONNECTED:  # a new session has no watches: read (and watch) again
+            self.follow_topics()
+
     def _changed(self) -> None:
-        if self._picking is not None:
+        if self._picking:  # (_pick_up may finish before fromCoroutine returns: a flag, not its Deferred)
             self._again = True
             return
-        self._picking = Deferred.fromCoroutine(self._pick_up())
-        self._picking.addErrback(lambda f: self._log.failure("mirror: following the topics of {hosts} failed", f,
-                                                             hosts=self.hosts))
+        self._picking = True
+        Deferred.fromCoroutine(self._pick_up()).addErrback(
+            lambda f: self._log.failure("mirror: following the topics of {hosts} failed", f, hosts=self.hosts))
 
     async def _pick_up(self) -> None:
         """Start a feed for every selected topic of the source without one (topics are never dropped)."""
@@ -195,7 +215,7 @@ class SourceCluster:
         try:
             while True:
                 self._again = False
-                for topic in self.view.topics():
+                for topic in sorted(self.topics):
                     if topic in self.feeds or not selected(topic, settings.whitelist, settings.blacklist):
                         continue
                     if self.mirror.stopping:
@@ -211,7 +231,7 @@ class SourceCluster:
                 if not self._again:
                     return
         finally:
-            self._picking = None
+            self._picking = False
 
     async def lag(self) -> int | None:
         """Bytes the group's committed offsets are behind the source's latest offsets (None if unknown)."""
@@ -223,7 +243,7 @@ class SourceCluster:
         return groups[0].lag if groups else None
 
     async def close(self) -> None:
-        self.view.remove_listener(self._changed)
+        self.zk.remove_state_listener(self.session_changed)
         self.view.stop()
         await DeferredList([Deferred.fromCoroutine(f.close()) for f in self.feeds.values()], consumeErrors=True)
 
@@ -245,7 +265,7 @@ class Mirror:
         self.settings = settings
         self.reactor = reactor
         self.say = say
-        self.client_options = client_options or ClientOptions(timeout_s=30.0, connect_timeout_s=3.0,
+        self.client_options = client_options or ClientOptions(timeout_s=10.0, connect_timeout_s=3.0,
                                                               connect_attempts=2)
         self.target_zk = ZooKeeper(settings.target, reactor=reactor, connect_timeout_s=settings.connect_timeout_s)
         self.producer: Producer | None = None
@@ -281,8 +301,8 @@ class Mirror:
         self.producer = Producer(zookeeper=self.target_zk, reactor=self.reactor, ack="flushed",
                                  options=self.client_options)
         for source in self.sources:
-            source.view.add_listener(source._changed)
-            source._changed()
+            source.zk.add_state_listener(source.session_changed)
+            await source.follow_topics()
         if self.settings.status_s > 0:
             self._status = LoopingCall(lambda: Deferred.fromCoroutine(self._report()))
             self._status.clock = self.reactor
@@ -311,7 +331,9 @@ class Mirror:
     # -- copying ------------------------------------------------------------------------
 
     def _send(self, topic: str, payloads: list[bytes]) -> Deferred:
-        return self.producer.send(topic, payloads)
+        """Send to the target, given up after C{send_timeout_s} (a target whose ZooKeeper is gone can make a
+        discovery wait for ever); the copier then sends the batch again."""
+        return self.producer.send(topic, payloads).addTimeout(self.settings.send_timeout_s, self.reactor)
 
     def _fatal(self, error: Exception) -> None:
         if self.error is None:
