@@ -266,11 +266,11 @@ def _reader(spark, zookeeper: str, url: str, stream: bool = False):
 
 def _spark_batch(spark, zookeeper: str, url: str) -> list[tuple]:
     df = _reader(spark, zookeeper, url)
-    return [(r["name"], r["age"], r["topic"]) for r in df.orderBy("offset").collect()]
+    return [(r["name"], r["age"], r["topic"]) for r in df.orderBy("name").collect()]  # (dee: another partition)
 
 
 def _spark_stream(spark, zookeeper: str, url: str, checkpoint: str) -> list[tuple]:
     query = (_reader(spark, zookeeper, url, stream=True).writeStream.format("memory").queryName("avro_users")
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()
-    return [(r["name"], r["age"]) for r in spark.sql("select name, age from avro_users order by offset").collect()]
+    return [(r["name"], r["age"]) for r in spark.sql("select name, age from avro_users order by name").collect()]
