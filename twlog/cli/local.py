@@ -170,6 +170,26 @@ async def _run_cluster(reactor, args, data: str) -> None:
     except PortInUse as e:  # taken since check_ports
         raise LocalError(f"{e}; pick another port with --zookeeper-port") from None
     children: list[BrokerChild] = []
+    stopped: Deferred = Deferred()
+    stopping: list[bool] = []  # set once a stop has begun (Ctrl-C, SIGTERM, or a broker that cannot start)
+
+    def shutdown(say: bool = True) -> Deferred | None:
+        if stopping:
+            return None
+        stopping.append(True)
+        d = stop_children(reactor, children)
+
+        def zookeeper_down(_: object) -> None:
+            zookeeper.stop()  # last: the brokers left it as they stopped
+            if say:
+                print("twlog local: stopped", file=sys.stderr)
+            if not stopped.called:
+                stopped.callback(None)
+
+        return d.addBoth(zookeeper_down)
+
+    # From now on, Ctrl-C stops whatever has started (even while the brokers are still starting).
+    reactor.addSystemEventTrigger("before", "shutdown", shutdown)
     try:
         for broker_id, port in enumerate(ports):
             metrics_port = None if first_metrics_port is None else first_metrics_port + broker_id
@@ -187,24 +207,12 @@ async def _run_cluster(reactor, args, data: str) -> None:
         except FirstError as e:
             raise e.subFailure.value from None
     except BaseException:
-        await stop_children(reactor, children)
-        zookeeper.stop()
+        if stopping:  # stopped by the user while starting: not an error
+            await stopped
+            return
+        await shutdown(say=False)
         raise
 
-    stopped: Deferred = Deferred()
-
-    def shutdown() -> Deferred:
-        d = stop_children(reactor, children)
-
-        def zookeeper_down(_: object) -> None:
-            zookeeper.stop()  # last: the brokers left it as they stopped
-            print("twlog local: stopped", file=sys.stderr)
-            if not stopped.called:
-                stopped.callback(None)
-
-        return d.addBoth(zookeeper_down)
-
-    reactor.addSystemEventTrigger("before", "shutdown", shutdown)
     metrics_urls = [f"http://127.0.0.1:{c.metrics_port}/metrics" for c in children if c.metrics_port is not None]
     print(usage_text(zookeeper.connect_string, ports, data, metrics_urls))
     sys.stdout.flush()
