@@ -103,7 +103,9 @@ class MirrorTests(TestCase):
     async def test_stopped_for_good_reports_missing(self) -> None:
         """A mirror stopped for good halfway through a topic: the audit of B exits 1 and reports, per window,
         exactly the messages B does not have."""
-        lines = [b"order %d" % i for i in range(2000)]
+        # Enough that the mirror (10 messages in flight, each batch acknowledged after a flush of about a
+        # millisecond) is still copying when it is killed: 2,000 were all copied before the kill at times.
+        lines = [b"order %d" % i for i in range(20000)]
         await produce(self.a, "orders", lines, "--audit", "--audit-window-s", "1", "--batch-size", "50")
         events = start_mirror(self, "--from", self.a, "--to", self.b, "--whitelist", "twlog-audit",
                               "--group", "events-only", "--status-interval", "0.2")
