@@ -21,11 +21,11 @@ from twisted.logger import (
     globalLogBeginner,
     textFileLogObserver,
 )
-from twisted.python import usage
 from zope.interface import implementer
 
 from twlog.broker.service import BrokerService
 from twlog.broker.tap import Options
+from twlog.cli.parsing import parse_usage
 
 #: How long the broker waits for ZooKeeper when it starts.
 ZOOKEEPER_CONNECT_TIMEOUT_S = 5.0
@@ -64,15 +64,7 @@ class _HeldUntilStarted:
 
 def parse(argv: Sequence[str]) -> BrokerOptions | int:
     """The parsed options, or the exit status when there is nothing to run (--help: 0; a bad option: 2)."""
-    options = BrokerOptions()
-    try:
-        options.parseOptions(list(argv))
-    except usage.UsageError as e:
-        print(f"twlog broker: error: {e} (twlog broker --help lists the options)", file=sys.stderr)
-        return 2
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
-    return options
+    return parse_usage(BrokerOptions(), "broker", argv)
 
 
 def main(argv: Sequence[str], reactor=None) -> int:

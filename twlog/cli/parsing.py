@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
+
+from twisted.python import usage
 
 
 def positive_int(text: str) -> int:
@@ -30,3 +34,16 @@ def scenarios(text: str) -> list[str]:
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, then exit 2, as argparse does
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parse_usage(options: usage.Options, command: str, argv: Sequence[str]) -> usage.Options | int:
+    """C{options} parsed from C{argv} (a C{twistd} plugin's options run as C{twlog COMMAND}), or the exit
+    status when there is nothing to run: 0 after C{--help}, 2 after one line naming a bad option."""
+    try:
+        options.parseOptions(list(argv))
+    except usage.UsageError as e:
+        print(f"twlog {command}: error: {e} (twlog {command} --help lists the options)", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    return options

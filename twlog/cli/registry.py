@@ -18,8 +18,8 @@ from twisted.logger import (
     globalLogBeginner,
     textFileLogObserver,
 )
-from twisted.python import usage
 
+from twlog.cli.parsing import parse_usage
 from twlog.registry.tap import Options
 
 
@@ -31,15 +31,7 @@ class RegistryOptions(Options):
 
 def parse(argv: Sequence[str]) -> RegistryOptions | int:
     """The parsed options, or the exit status when there is nothing to run (--help: 0; a bad option: 2)."""
-    options = RegistryOptions()
-    try:
-        options.parseOptions(list(argv))
-    except usage.UsageError as e:
-        print(f"twlog registry: error: {e} (twlog registry --help lists the options)", file=sys.stderr)
-        return 2
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
-    return options
+    return parse_usage(RegistryOptions(), "registry", argv)
 
 
 def main(argv: Sequence[str], reactor=None) -> int:
