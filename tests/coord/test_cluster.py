@@ -71,6 +71,18 @@ class ClusterViewTests(SynchronousTestCase):
         self.successResultOf(self.broker.delete(paths.broker_id_path(1)))
         self.assertEqual(view.holders("b"), {})  # registered by a broker that is not live
 
+    def test_all_topics_from_an_empty_cluster(self) -> None:
+        """Started before any broker or topic path exists, a view of all topics still hears of the first topic
+        registered later, and of its holder's partitions."""
+        view = ClusterView(self.zk, all_topics=True)
+        self.successResultOf(view.start())
+        view.add_listener(self.changed)
+        self.addCleanup(view.stop)
+        self.assertEqual(view.topics(), [])
+        self.register(1, b"h:1", {"orders": 2})
+        self.assertEqual((view.topics(), view.holders("orders")), (["orders"], {1: 2}))
+        self.assertGreaterEqual(self.changes, 2)
+
     def test_kafka_07_registration_value(self) -> None:
         """A 0.7 broker's creator:host:port (creator <host>-<ms>) reads as (host, port)."""
         view = self.view()
