@@ -168,8 +168,10 @@ class CommandTests(TestCase):
         self.assertEqual([r["partition"] for r in json.loads(out)], ["0-0", "0-1", "0-2"])
 
     async def test_produce_is_visible_at_once(self) -> None:
-        """A consume right after a produce sees every message (the produce waited for the flush)."""
-        slow = await start_broker(self, num_partitions=2, flush_interval_ms=60_000, flush_messages=1_000_000)
+        """A consume right after a produce sees every message (the produce waited for the flush, here a timer's
+        60 s away: the flushed acknowledgement asks for it)."""
+        slow = await start_broker(self, num_partitions=2, flush_policy="timer", flush_interval_ms=60_000,
+                                  flush_messages=1_000_000)
         broker = f"127.0.0.1:{slow.broker.port}"
         status, _, err = await twlog("produce", "-b", broker, "-t", "now", stdin=b"only one\n")
         self.assertEqual((status, err), (0, b"sent 1 message to now\n"))

@@ -177,8 +177,9 @@ class ProduceConsumeTests(TestCase):
         self.assertGreater(len(broker.log("t").segments), 1)
 
     async def test_flush_visibility(self) -> None:
-        """Appended but unflushed data is invisible to fetch and OFFSETS; a flush (or ack="flushed") shows it."""
-        broker = await Broker(self, flush_messages=1_000_000, flush_interval_ms=1_000_000).start()
+        """Appended but unflushed data is invisible to fetch and OFFSETS; a flush (or ack="flushed") shows it.
+        (Under the timer policy: group commit, the default, starts the flush at the end of the append's turn.)"""
+        broker = await Broker(self, flush_policy="timer", flush_messages=1_000_000, flush_interval_ms=1_000_000).start()
         consumer = broker.consumer()
         appended = await broker.producer(ack="appended").send("t", [b"a", b"b"])
         self.assertEqual(await consumer.offsets("t", 0, LATEST), [0])
