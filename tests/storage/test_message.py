@@ -11,7 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, MessageSizeTooLarge
 from twlog.storage import message
-from twlog.storage.crc import crc32, crcmod_crc32, crcmod_uses_extension
+from twlog.storage.crc import crc32, crcmod_crc32, crcmod_uses_extension, zlib_crc32
 from twlog.storage.message import (
     CODEC_GZIP,
     CODEC_NONE,
@@ -34,8 +34,16 @@ class CrcTests(SynchronousTestCase):
 
     @given(st.binary(max_size=2000))
     def test_hot_path_crc_equals_crcmod(self, data: bytes) -> None:
-        """The hot-path CRC-32 gives crcmod's predefined crc-32 for any input."""
+        """The hot-path CRC-32 (ISA-L's) gives crcmod's predefined crc-32 and zlib's for any input."""
         self.assertEqual(crc32(data), crcmod_crc32(data))
+        self.assertEqual(crc32(data), zlib_crc32(data))
+
+    @given(st.binary(max_size=600), st.integers(0, 300), st.integers(0, 300))
+    def test_hot_path_crc_of_views(self, data: bytes, start: int, length: int) -> None:
+        """The hot path reads memoryview slices and bytearrays in place, with zlib's results."""
+        view = memoryview(data)[start : start + length]
+        self.assertEqual(crc32(view), zlib_crc32(bytes(view)))
+        self.assertEqual(crc32(bytearray(view)), zlib_crc32(bytes(view)))
 
 
 class EncodingTests(SynchronousTestCase):
