@@ -114,9 +114,13 @@ def _snappy_blocks(data: memoryview) -> list[memoryview]:
     """The raw blocks of a wrapper payload: snappy-java's stream framing, or one raw block."""
     if data[: len(_SNAPPY_JAVA_MAGIC)].tobytes() != _SNAPPY_JAVA_MAGIC:  # (comparing memoryviews is slow)
         return [data]
-    blocks = []
     pos = _SNAPPY_JAVA_HEADER.size
     n = len(data)
+    if n - pos >= 4:  # the usual case, one block filling the rest: no list built up
+        size = _LENGTH.unpack_from(data, pos)[0]
+        if pos + 4 + size == n:
+            return [data[pos + 4 :]]
+    blocks = []
     if pos > n:
         raise InvalidMessage("truncated snappy header")
     while pos < n:
@@ -133,9 +137,21 @@ def _snappy_blocks(data: memoryview) -> list[memoryview]:
 def _snappy_decompress(data: bytes | memoryview, limit: int) -> bytes | bytearray:
     """Every block's declared length summed and checked against C{limit} first, then each block
     decoded straight into its place in one buffer of that size: nothing is allocated past the
-    bound, and the output is written once."""
+    bound, and the output is written once.
+
+    One block (a set under 32 KB, the usual case) is decoded by one call into C{bytes}, which
+    the inner walk slices faster than a C{bytearray}: half this function's cost on a 50-message set.
+    """
     snappy = _snappy()
     blocks = _snappy_blocks(memoryview(data))
+    if len(blocks) == 1:
+        length = snappy.decompress_raw_len(blocks[0])
+        if length > limit:
+            raise _too_large(CODEC_SNAPPY, limit)
+        out = bytes(snappy.decompress_raw(blocks[0]))
+        if len(out) != length:  # pragma: no cover - snappy itself refuses a block that disagrees
+            raise InvalidMessage(f"a snappy block declares {length} bytes and decodes to {len(out)}")
+        return out
     lengths = [snappy.decompress_raw_len(block) for block in blocks]
     total = sum(lengths)
     if total > limit:
