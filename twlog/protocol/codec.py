@@ -234,6 +234,22 @@ Request = (
 
 
 def _read_produce(buf: bytes | memoryview, pos: int) -> tuple[ProduceRequest, int]:
+    # The usual, well-formed request in a few steps (this runs once per produced set); anything
+    # short or odd goes the checked way below, which names what is wrong.
+    n = len(buf)
+    if pos + 2 <= n:
+        length = I16.unpack_from(buf, pos)[0]
+        head = pos + 2 + length
+        if length >= 0 and head + 8 <= n:
+            partition, size = _PRODUCE_HEAD.unpack_from(buf, head)
+            end = head + 8 + size
+            if 0 <= size < VIEW_BYTES and end <= n:
+                try:
+                    topic = str(buf[pos + 2 : head], "utf-8")
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    return ProduceRequest(topic, partition, bytes(buf[head + 8 : end])), end
     topic, pos = read_str(buf, pos)
     need(buf, pos, 8, "produce request")
     partition, size = _PRODUCE_HEAD.unpack_from(buf, pos)
