@@ -71,9 +71,9 @@ class BatchReaderTests(SynchronousTestCase):
         reader = consumer.batches("t", 0, 0, **options)
         return consumer, reader, connections[1]
 
-    def test_asks_for_the_next_fetch_before_decoding(self) -> None:
-        """As soon as a response arrives, the fetch after its whole entries goes out: the next batch is asked
-        for before the current one is handed out."""
+    def test_asks_for_the_next_fetch_before_handing_out(self) -> None:
+        """As soon as a response is decoded, the fetch after its whole entries goes out: the next batch is
+        asked for before the current one is handed out."""
         _, reader, connection = self.reader()
         first = reader.__anext__()
         self.assertEqual(fetch_offsets(connection), [0])
@@ -122,20 +122,19 @@ class BatchReaderTests(SynchronousTestCase):
         self.successResultOf(d)
         self.assertLessEqual(len(fetch_offsets(connection)), 1 + reader.AHEAD + 1)
 
-    def test_corrupt_message_drops_what_was_fetched_past_it(self) -> None:
-        """A batch ending at a corrupt message: the fetch sent past it is dropped, and the next fetch, from the
-        corrupt message, raises CorruptMessage naming its offsets."""
+    def test_corrupt_message_asks_for_nothing_past_it(self) -> None:
+        """A batch ending at a corrupt message asks for nothing past it, and the next fetch, from the corrupt
+        message, raises CorruptMessage naming its offsets."""
         data = PLAIN + bad_crc(ZIPPED) + PLAIN
         _, reader, connection = self.reader(max_bytes=len(data))
         d = reader.__anext__()
         connection.answer(wait_frame(data))
         batch = self.successResultOf(d)
         self.assertEqual((len(batch), batch.next_offset), (3, 33))
-        self.assertEqual(fetch_offsets(connection), [0, len(data)])  # asked for before decoding found it
+        self.assertEqual(fetch_offsets(connection), [0])  # decoding found it: nothing asked for past it
         d = reader.__anext__()
-        self.assertEqual(reader.dropped, 1)
-        self.assertEqual(fetch_offsets(connection), [0, len(data), 33])
-        connection.answer(wait_frame(b""))  # the dropped fetch's answer is ignored
+        self.assertEqual(reader.dropped, 0)
+        self.assertEqual(fetch_offsets(connection), [0, 33])
         connection.answer(wait_frame(data[33:]))
         error = self.failureResultOf(d, CorruptMessage).value
         self.assertEqual((error.offset, error.next_offset), (33, 33 + len(ZIPPED)))

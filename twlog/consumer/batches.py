@@ -7,15 +7,20 @@ corrupt-message rules (the valid messages first; a skip logged with its byte
 range), but no object per message.
 
 L{BatchReader} reads one partition in order, batch after batch, with the next
-fetch asked for before the current one is decoded: as soon as a response
-arrives its whole entries are counted from their length fields alone, and the
-fetch of what follows them goes out, so the broker sends the next batch while
-this one is checked and handed out.  At most L{BatchReader.AHEAD} fetches are
-in flight beyond the batch being handed out.  Responses on one connection come
-back in request order, and a prefetched batch is used only if it starts
-exactly where the batch before it ended (a corrupt message stops a batch
-early: what was fetched past it is dropped and the reader fetches again from
-the corrupt message, which raises or is skipped as a plain fetch would).
+fetch asked for as soon as the current one is decoded (its next offset is then
+known), before it is handed out: the broker sends the next batch while the
+caller works on this one.  At most L{BatchReader.AHEAD} fetches are in flight
+beyond the batch being handed out.  Responses on one connection come back in
+request order, and a prefetched batch is used only if it starts exactly where
+the batch before it ended.  A batch that a corrupt message ends early asks for
+nothing past it: the next fetch starts at the corrupt message, which raises or
+is skipped as a plain fetch would.
+
+Asking before decoding (counting the response's whole entries from their
+length fields first, L{twlog.storage.batch.whole_entries_end}) overlapped the broker's sending with
+the decoding too, but that extra walk cost the client about a fifth more CPU,
+and with a sendfile broker the pipelined reader was then slower than fetching
+one batch at a time (1.9 against 2.6 M msg/s with 1 MB fetches).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twlog.errors import FetchSizeTooSmall
-from twlog.storage.batch import MessageBatch, decode_batch, whole_entries_end
+from twlog.storage.batch import MessageBatch, decode_batch
 from twlog.storage.message import DEFAULT_MAX_DECOMPRESSED_BYTES
 
 __all__ = ["BatchReader", "decode_fetched_batch", "too_small"]
@@ -167,14 +172,15 @@ class BatchReader:
 
     def _decode(self, data: bytes, topic: str, partition: int, offset: int, max_bytes: int, **options
                 ) -> MessageBatch:
-        """Decode a response, first asking for what follows its whole entries (at most L{AHEAD} in flight)."""
-        if self.pipeline and not self._closed and len(self._queue) <= self.AHEAD:
-            boundary = offset + whole_entries_end(data)
+        """Decode a response, then ask for what follows it (at most L{AHEAD} in flight) before it is handed out."""
+        batch = decode_fetched_batch(data, topic, partition, offset, max_bytes, **options)
+        if self.pipeline and not self._closed and len(self._queue) <= self.AHEAD and batch.corrupt is None:
+            boundary = batch.next_offset
             last = self._queue[-1][0] if self._queue else None
             if boundary > offset and (self.end is None or boundary < self.end) and (last is None or boundary > last):
                 self.prefetched += 1
                 self._queue.append((boundary, self._fetch(boundary)))
-        return decode_fetched_batch(data, topic, partition, offset, max_bytes, **options)
+        return batch
 
     def _drop(self, d: Deferred[MessageBatch]) -> None:
         self.dropped += 1

@@ -90,15 +90,22 @@ class _Run:
         yield here, after
 
 
-def _take_plain(view: memoryview, pos: int, runs: list[_Run], base: int, wrapper: tuple[int, int] | None) -> int:
+def _take_plain(view: memoryview, pos: int, runs: list[_Run], base: int, wrapper: tuple[int, int] | None,
+                raw: bytes | memoryview | None = None) -> int:
     """Record the valid, uncompressed messages from C{pos} on as runs; the position of the first entry that is not one.
 
-    The hot loop: per message one C{unpack_from}, one CRC of a C{memoryview}
-    slice (no copy) and one C{array.append}.  It stops, without judging, at
-    anything else (a short or partial entry, a bad CRC, a wrapper, an unknown
-    magic): the caller looks at that entry.
+    The hot loop: per message one C{unpack_from}, one CRC of a slice and one
+    C{array.append}.  It stops, without judging, at anything else (a short or
+    partial entry, a bad CRC, a wrapper, an unknown magic): the caller looks
+    at that entry.  C{raw}, when given, is C{view}'s bytes object: the loop
+    reads and slices that (a 200-byte slice of C{bytes} and its CRC cost about
+    a fifth less than a C{memoryview} slice's), and the runs keep C{view}.
     """
     n = len(view)
+    if raw is not None:
+        view, runs_view = raw, view
+    else:
+        runs_view = view
     unpack = _HEADER0.unpack_from
     check = crc32
     positions: array | None = None
@@ -120,14 +127,14 @@ def _take_plain(view: memoryview, pos: int, runs: list[_Run], base: int, wrapper
         if w != width:  # a run holds one header width: close it, start the next
             if positions is not None:
                 positions.append(pos)
-                runs.append(_Run(view, positions, width, base, wrapper))
+                runs.append(_Run(runs_view, positions, width, base, wrapper))
             positions, width = array("q"), w
             append = positions.append
         append(pos)
         pos = end
     if positions is not None:
         positions.append(pos)
-        runs.append(_Run(view, positions, width, base, wrapper))
+        runs.append(_Run(runs_view, positions, width, base, wrapper))
     return pos
 
 
@@ -321,6 +328,7 @@ def decode_batch(
     view = memoryview(buf)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
+    raw = buf if isinstance(buf, bytes) else None
     n = len(view)
     runs: list[_Run] = []
     skipped: list[CorruptMessage] = []
@@ -328,7 +336,7 @@ def decode_batch(
     pos = 0
     while True:
         had = len(runs)
-        pos = _take_plain(view, pos, runs, offset, None)
+        pos = _take_plain(view, pos, runs, offset, None, raw)
         if len(runs) > had:
             next_offset = offset + pos
         if pos >= n:
@@ -403,7 +411,8 @@ def _odd_entry(view: memoryview, pos: int, offset: int, runs: list[_Run], deep: 
             raise InvalidMessage("it holds no message")
         inner_view = memoryview(inner)
         inner_runs: list[_Run] = []
-        if _take_plain(inner_view, 0, inner_runs, here, (here, offset + end)) != len(inner_view):
+        raw = inner if isinstance(inner, bytes) else None
+        if _take_plain(inner_view, 0, inner_runs, here, (here, offset + end), raw) != len(inner_view):
             open_wrapper(codec, payload, max_decompressed_bytes)  # raises the per-message path's exact reason
             raise InvalidMessage("inside it, an unreadable message")  # pragma: no cover - open_wrapper raised
     except (InvalidMessage, MessageSizeTooLarge) as e:
