@@ -38,6 +38,9 @@ class LogConfig:
     flush_interval_ms: int = 1_000
     #: One of FLUSH_POLICIES; with "group", the two settings above stay upper bounds.
     flush_policy: str = "group"
+    #: A flush nobody waits for starts no sooner than this after the log's previous fsync started
+    #: (group commit's batching floor; 0: back to back).
+    flush_min_gap_ms: float = 2.0
     #: Segments last modified longer ago than this are deleted.
     retention_ms: int = 168 * HOUR_MS
     #: Oldest segments are deleted while a partition is larger than this (-1: no cap).
@@ -65,6 +68,8 @@ class LogConfig:
             problems.append("flush_messages must be at least 1")
         if self.flush_interval_ms < 0:
             problems.append("flush_interval_ms must not be negative")
+        if not 0 <= self.flush_min_gap_ms <= 1000:
+            problems.append("flush_min_gap_ms must be between 0 and 1000")
         if self.flush_policy not in FLUSH_POLICIES:
             problems.append(f"flush_policy must be one of {', '.join(FLUSH_POLICIES)}, not {self.flush_policy!r}")
         if self.retention_ms < 0:

@@ -2,7 +2,8 @@
 
 Group commit as in database logs: one fsync in flight per log, started off the reactor thread at the end
 of the turn that made the log dirty; whatever is appended while it runs waits for the next one, which
-starts as soon as it returns; readers see data only once the fsync covering it has returned.  The
+starts as soon as it returns and flush_min_gap_ms (2 ms) has passed since it started; readers see data
+only once the fsync covering it has returned.  The
 thread pool is L{ManualRunner} (an fsync stays "in flight" until the test runs it) and time is a
 L{Clock}, so every step is explicit.
 """
@@ -79,7 +80,8 @@ class GroupCommitTests(SynchronousTestCase):
 
     def test_appends_during_an_fsync_go_into_the_next(self) -> None:
         """What is appended while an fsync runs is covered by the next fsync, which starts as soon as the
-        previous returns (no timer); it becomes visible only when that next fsync returns."""
+        previous returns and the gap since its start has passed (no interval timer); it becomes visible only
+        when that next fsync returns."""
         log = self.open_log()
         seen: list[int] = []
         log.add_flush_listener(lambda log_: seen.append(log_.flushed_offset))
@@ -90,7 +92,9 @@ class GroupCommitTests(SynchronousTestCase):
         self.runner.run_one()
         self.assertEqual(log.flushed_offset, ENTRY)  # the first fsync covered only the first append
         self.assertEqual(read_all(log), payloads(1))
-        self.assertEqual(len(self.runner.pending), 1)  # the next one is already running, on the same turn
+        self.assertEqual(self.runner.pending, [])  # the fsync took no time: the gap has not passed
+        self.clock.advance(0.002)
+        self.assertEqual(len(self.runner.pending), 1)
         self.runner.run_one()
         self.assertEqual(log.flushed_offset, 7 * ENTRY)
         self.assertEqual(read_all(log), payloads(7))
@@ -142,13 +146,13 @@ class GroupCommitTests(SynchronousTestCase):
         self.assertEqual(len(self.runner.pending), 1)
         self.runner.run_one()
         self.assertEqual(log.flushed_offset, 20)
-        log.append(encode_message(b"c"))  # back to flushing at once
-        self.clock.advance(0)
+        log.append(encode_message(b"c"))  # back to group commit: after the gap, not the interval
+        self.clock.advance(0.002)
         self.assertEqual(len(self.runner.pending), 1)
 
     def test_asked_flush_ends_the_postponement(self) -> None:
         """After a flush put off for lack of descriptors, a flush that succeeds (asked for, here) brings group commit
-        back at once: what was appended while it ran is fsynced right after it, not at the retry timer."""
+        back at once: what was appended while it ran is fsynced right after it and the gap, not at the retry timer."""
         log = self.open_log(flush_interval_ms=500)
         log.append(encode_message(b"a"))
         self.clock.advance(0)
@@ -157,6 +161,7 @@ class GroupCommitTests(SynchronousTestCase):
         log.append(encode_message(b"b"))
         self.runner.run_one()
         self.assertEqual(self.successResultOf(asked), 10)
+        self.clock.advance(0.002)
         self.assertEqual(len(self.runner.pending), 1)  # "b", without waiting for the timer
         self.runner.run_one()
         self.assertEqual(log.flushed_offset, 20)
@@ -193,5 +198,80 @@ class GroupCommitTests(SynchronousTestCase):
         self.clock.advance(0.001)
         self.assertEqual(len(self.runner.pending), 1)
         self.runner.run_one()
-        log.append(encode_message_set(payloads(3)))  # the count
+        log.append(encode_message_set(payloads(3)))  # the count, within the gap after the timed fsync
+        self.assertEqual(self.runner.pending, [])
+        self.clock.advance(0.002)
         self.assertEqual(len(self.runner.pending), 1)
+
+    def test_background_fsyncs_keep_the_gap(self) -> None:
+        """Under load, fsyncs nobody waits for start at most once per flush_min_gap_ms, each covering all
+        that came meanwhile; with 0 they run back to back."""
+        log = self.open_log(flush_min_gap_ms=5)
+        log.append(encode_message(b"a"))
+        self.clock.advance(0)
+        self.clock.advance(0.001)
+        self.runner.run_one()  # returned 1 ms after it started
+        for i in range(3):
+            log.append(encode_message_set(payloads(1, i)))
+            self.clock.advance(0.001)
+        self.assertEqual(self.runner.pending, [])  # 4 ms since the last start
+        self.clock.advance(0.001)
+        self.assertEqual(len(self.runner.pending), 1)
+        self.runner.run_one()
+        self.assertEqual(log.flushed_offset, 10 + 3 * ENTRY)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+        log = self.open_log(flush_min_gap_ms=0)
+        log.append(encode_message(b"a"))
+        self.clock.advance(0)
+        log.append(encode_message(b"b"))
+        self.runner.run_one()
+        self.assertEqual(len(self.runner.pending), 1)  # at once
+
+    def test_waited_flush_skips_the_gap(self) -> None:
+        """A flush someone waits for (an ack=flushed produce) starts at once, even within the gap."""
+        log = self.open_log(flush_min_gap_ms=50)
+        log.append(encode_message(b"a"))
+        self.clock.advance(0)
+        self.runner.run_one()
+        log.append(encode_message(b"b"))
+        asked = log.flush()
+        self.assertEqual(len(self.runner.pending), 1)
+        self.runner.run_one()
+        self.assertEqual(self.successResultOf(asked), 20)
+        log.append(encode_message(b"c"))
+        first = log.flush()
+        log.append(encode_message(b"d"))
+        second = log.flush()  # while an fsync is in flight: right after it, no gap
+        self.clock.advance(0.001)
+        self.runner.run_one()
+        self.assertEqual(self.successResultOf(first), 30)
+        self.assertEqual(len(self.runner.pending), 1)
+        self.runner.run_one()
+        self.assertEqual(self.successResultOf(second), 40)
+
+    def test_close_within_the_gap(self) -> None:
+        """A log closed while a flush waits for the gap starts none and leaves no call behind."""
+        log = self.open_log(flush_min_gap_ms=5)
+        log.append(encode_message(b"a"))
+        self.clock.advance(0)
+        self.runner.run_one()
+        log.append(encode_message(b"b"))
+        self.clock.advance(0.001)
+        log.close()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.clock.advance(1)
+        self.assertEqual(self.runner.pending, [])
+
+    def test_gap_option(self) -> None:
+        """twistd twlog's --flush-min-gap-ms sets the gap (2 ms by default); out-of-range values are refused."""
+        options = Options()
+        options.parseOptions([])
+        self.assertEqual(options.config.log.flush_min_gap_ms, 2.0)
+        options = Options()
+        options.parseOptions(["--flush-min-gap-ms", "0.5"])
+        self.assertEqual(options.config.log.flush_min_gap_ms, 0.5)
+        for bad in ("-1", "nan", "2000", "soon"):
+            e = self.assertRaises(usage.UsageError, Options().parseOptions, ["--flush-min-gap-ms", bad])
+            self.assertEqual(str(e), f"--flush-min-gap-ms must be a number of milliseconds from 0 to 1000, not {bad!r}")
+        self.assertRaises(ValueError, LogConfig, "d", flush_min_gap_ms=-1)

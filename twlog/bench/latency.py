@@ -300,6 +300,8 @@ def main_latency(args) -> int:
         extra += ["--flush-interval-ms", str(args.flush_interval_ms)]
     if args.flush_messages is not None:
         extra += ["--flush-messages", str(args.flush_messages)]
+    if getattr(args, "flush_min_gap_ms", None) is not None:
+        extra += ["--flush-min-gap-ms", str(args.flush_min_gap_ms)]
     probe = sorted(probe_fsync(root, args.fsync_probes)) if args.fsync_probes else []
     brokers: list[PolicyBroker] = []
     rows: list[LatencyRow] = []

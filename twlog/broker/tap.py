@@ -32,6 +32,16 @@ def _int(name: str, minimum: int | None = None):
     return parse
 
 
+def _gap_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1000:
+        raise usage.UsageError(f"--flush-min-gap-ms must be a number of milliseconds from 0 to 1000, not {text!r}")
+    return value
+
+
 def _flush_policy(text: str) -> str:
     if text not in FLUSH_POLICIES:
         raise usage.UsageError(f"--flush-policy must be one of {', '.join(FLUSH_POLICIES)}, not {text!r}")
@@ -79,6 +89,9 @@ class Options(usage.Options):
         ["flush-policy", None, "group",
          "group: fsync again as soon as the last fsync returns while data waits (visible within about one fsync; "
          "the two settings above stay upper bounds); timer: wait for them (the paper's policy).", _flush_policy],
+        ["flush-min-gap-ms", None, 2.0,
+         "Start no fsync nobody waits for sooner than this after the partition's previous one (group commit's "
+         "batching floor: fewer fsyncs, less CPU, at most this much more latency; 0: back to back).", _gap_ms],
         ["retention-hours", None, 168, "Delete segments last modified longer ago than this.",
          _int("retention-hours", 0)],
         ["retention-bytes", None, -1, "Delete the oldest segments while a partition is larger (-1: no cap).",
@@ -119,6 +132,7 @@ class Options(usage.Options):
                 flush_messages=self["flush-messages"],
                 flush_interval_ms=self["flush-interval-ms"],
                 flush_policy=self["flush-policy"],
+                flush_min_gap_ms=self["flush-min-gap-ms"],
                 retention_ms=self["retention-hours"] * HOUR_MS,
                 retention_bytes=self["retention-bytes"],
                 retention_check_interval_ms=self["retention-check-interval-ms"],

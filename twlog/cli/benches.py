@@ -187,6 +187,8 @@ def _add_latency(benches) -> None:
                          help="the brokers' --flush-interval-ms (default: the broker's, 1000)")
     latency.add_argument("--flush-messages", type=positive_int, default=None,
                          help="the brokers' --flush-messages (default: the broker's, 10000)")
+    latency.add_argument("--flush-min-gap-ms", type=float, default=None, metavar="MS",
+                         help="the brokers' --flush-min-gap-ms (default: the broker's, 2)")
     _size_option(latency)
     latency.add_argument("--fsync-probes", type=int, default=200,
                          help="fsyncs of 20 KB writes timed on the data directory's disk first (0: none; default: 200)")
