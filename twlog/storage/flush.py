@@ -159,12 +159,7 @@ class Flusher:
     def _gap_over(self) -> None:
         """The end of the turn that made the log dirty, or of the gap: start the flush that is due."""
         self._soon = None
-        if self.failed is not None or self.closed:
-            return
-        if self._flush_in_flight:
-            self._flush_again = True
-        elif self._dirty:
-            self._start_flush()
+        self._flush_in_background()  # the gap has passed: it starts at once
 
     def flush(self) -> Deferred[int]:
         """fsync everything appended so far (on a pool thread); fire with the new flushed offset.
