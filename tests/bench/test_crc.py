@@ -10,9 +10,11 @@ from twlog.bench.crc import format_crc_table, run_crc_benchmark
 
 class CrcBenchmarkTests(SynchronousTestCase):
     def test_both_implementations_measured(self) -> None:
-        """One row per implementation (ISA-L, zlib, crcmod), each a positive time per message; the table says which is faster."""
+        """One row per implementation (ISA-L, zlib, crcmod), each a positive time per message; the table says
+        which is faster."""
         results = run_crc_benchmark(size=50, count=20, rounds=2)
-        self.assertEqual([name for name, _ in results], ["isal_zlib.crc32 (hot path)", "zlib.crc32", "crcmod crc-32 (C extension)"])
+        self.assertEqual([name for name, _ in results],
+                         ["isal_zlib.crc32 (hot path)", "zlib.crc32", "crcmod crc-32 (C extension)"])
         self.assertTrue(all(ns > 0 for _, ns in results))
         table = format_crc_table([("a", 10.0), ("b", 20.0)], 50).splitlines()
         self.assertEqual(len(table), 4)

@@ -160,7 +160,8 @@ class Brod07Tests(TestCase):
         result = await deferToThread(run27, "brod", "127.0.0.1", port, "brod")
         entry = lambda payload: 4 + 1 + 4 + len(payload)  # noqa: E731  [int32 size][magic 0][crc32][payload]
         offsets = [0, entry("brod-0"), entry("brod-0") + entry("brod-1")]
-        self.assertEqual(result["partition0"], [[offsets[0], "brod-0"], [offsets[1], "brod-1"], [offsets[2], "x" * 1000]])
+        self.assertEqual(result["partition0"],
+                         [[offsets[0], "brod-0"], [offsets[1], "brod-1"], [offsets[2], "x" * 1000]])
         self.assertEqual(result["partition1"], [[0, "brod-p1"]])
         end0 = offsets[2] + entry("x" * 1000)
         self.assertEqual(result["latest"], [[end0, 0], [entry("brod-p1"), 0]])

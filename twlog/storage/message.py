@@ -266,6 +266,13 @@ def validate_message_set(
         a wrapper decompresses to more than C{max_decompressed_bytes}.
     @raise InvalidMessage: naming the first problem and its byte position.
     """
+    n = len(buf)
+    if n >= 10:  # the usual compressed produce: one wrapper and nothing else, checked without the general walk
+        size, magic, codec, crc = _HEADER1.unpack_from(buf, 0)
+        whole = size == n - 4 and size <= max_message_bytes and magic == MAGIC_ATTRIBUTES
+        if whole and codec in (CODEC_GZIP, CODEC_SNAPPY) and crc32(memoryview(buf)[10:]) == crc:
+            _check_wrapper_at(buf, 0, size, max_decompressed_bytes)
+            return 1
     wrappers: list[int] = []
     result = scan(buf, max_message_bytes, wrappers=wrappers)
     if result.problem is not None:
@@ -274,18 +281,21 @@ def validate_message_set(
             error.message_size, error.limit = result.oversize, max_message_bytes
             raise error
         raise InvalidMessage(result.problem)
-    view = memoryview(buf) if wrappers else buf
     for pos in wrappers:
-        size = _LENGTH.unpack_from(buf, pos)[0]
-        try:
-            check_wrapper(buf[pos + 5], view[pos + 10 : pos + 4 + size], max_decompressed_bytes)
-        except InvalidMessage as e:
-            raise InvalidMessage(f"the {codec_name(buf[pos + 5])} message at byte {pos}: {e}") from None
-        except DecompressedTooLarge as e:
-            error = DecompressedTooLarge(f"the message at byte {pos}: {e}")
-            error.limit = e.limit
-            raise error from None
+        _check_wrapper_at(buf, pos, _LENGTH.unpack_from(buf, pos)[0], max_decompressed_bytes)
     return result.count
+
+
+def _check_wrapper_at(buf: bytes | bytearray | memoryview, pos: int, size: int, max_decompressed_bytes: int) -> None:
+    """L{check_wrapper} on the wrapper of C{size} bytes at C{pos} of C{buf}, its errors naming that position."""
+    try:
+        check_wrapper(buf[pos + 5], memoryview(buf)[pos + 10 : pos + 4 + size], max_decompressed_bytes)
+    except InvalidMessage as e:
+        raise InvalidMessage(f"the {codec_name(buf[pos + 5])} message at byte {pos}: {e}") from None
+    except DecompressedTooLarge as e:
+        error = DecompressedTooLarge(f"the message at byte {pos}: {e}")
+        error.limit = e.limit
+        raise error from None
 
 
 def _plain_prefix(buf: bytes | bytearray) -> tuple[int, int]:

@@ -22,11 +22,13 @@ from __future__ import print_function
 
 import json
 import logging
+import os
 import sys
 import time
 
 sys.path.insert(0, sys.argv[1])
-logging.basicConfig(level=getattr(logging, __import__("os").environ.get("CLIENTS07_LOG", "WARNING")), stream=sys.stderr, format="%(relativeCreated)d %(threadName)s %(name)s %(message)s")
+logging.basicConfig(level=getattr(logging, os.environ.get("CLIENTS07_LOG", "WARNING")), stream=sys.stderr,
+                    format="%(relativeCreated)d %(threadName)s %(name)s %(message)s")
 
 from kazoo.client import KazooClient  # noqa: E402  (after the library directory is on the path)
 
