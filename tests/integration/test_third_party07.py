@@ -1,18 +1,21 @@
-"""Real third-party Kafka 0.7 clients against a real `twlog local --brokers 2` cluster.
+"""Real third-party Kafka 0.7 clients against a real `twlog local` cluster.
 
 samsa 0.3.11 (ZooKeeper-aware producer and balanced consumer groups) and
 brod 0.4.3 (a blocking single-broker client) were written for Kafka 0.7 and
 run only on Python 2.7.  `./dev setup` installs them into .venv/py27-clients
 when a Python 2.7 is present; these tests run them unmodified in a Python 2.7
 subprocess (tests/integration/py27/clients07.py) and skip, saying why, when
-there is none.  What they read and write is checked from our side with the
-twlog command and a ZooKeeper client.
+there is none.  node-kafka 0.2.3 (npm "kafka"), a 0.7 client in JavaScript,
+is installed into .venv/node-clients when node and npm are, and runs through
+tests/integration/node/clients07.js.  What they read and write is checked from
+our side with the twlog command and a ZooKeeper client.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -28,6 +31,27 @@ from tests.integration.test_kafka07 import Cluster, latest, start_local, wait_fo
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "py27" / "clients07.py"
 LIBRARIES = ROOT / ".venv" / "py27-clients"
+
+
+NODE_SCRIPT = Path(__file__).resolve().parent / "node" / "clients07.js"
+NODE_LIBRARIES = ROOT / ".venv" / "node-clients"
+
+
+def node() -> str:
+    """The node that runs node-kafka (SkipTest if `./dev setup` did not install it)."""
+    found = shutil.which("node")
+    if found is None or not (NODE_LIBRARIES / ".installed").is_file():
+        raise SkipTest("no node with node-kafka 0.2.3: ./dev setup installs it when node and npm are present")
+    return found
+
+
+def run_node(*args: str) -> dict:
+    """Run one clients07.js command; its last stdout line, parsed."""
+    done = subprocess.run([node(), str(NODE_SCRIPT), str(NODE_LIBRARIES), *args], capture_output=True, timeout=60)
+    if done.returncode != 0:
+        raise AssertionError(f"clients07.js {' '.join(args)} exited {done.returncode}:\n"
+                             + (done.stdout + done.stderr).decode(errors="replace")[-3000:])
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
 
 
 def python27() -> str:
@@ -175,3 +199,38 @@ class Brod07Tests(TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
         fetched = await deferToThread(run27, "brod-fetch", "127.0.0.1", port, "brod", "0", str(end0))
         self.assertEqual(fetched["messages"], [[end0, "from-twlog"]])
+
+
+class NodeKafka07Tests(TestCase):
+    timeout = 120
+
+    def setUp(self) -> None:
+        node()
+
+    async def test_node_kafka_producer_and_consumer(self) -> None:
+        """node-kafka's producer writes lists of messages that twlog reads back at the offsets its consumer
+        reports, and its polling consumer reads what `twlog produce` wrote, with 0.7's next offsets and no
+        error."""
+        cluster = await start_local(self, brokers=1)
+        port = str(cluster.ports[0])
+        self.assertEqual(await deferToThread(run_node, "produce", "127.0.0.1", port, "from-node", "5", "4"),
+                         {"published": 20})
+        names = [f"from-node-{n}-{i}" for n in range(5) for i in range(4)]
+        read = await deferToThread(wait_for, lambda: (lambda m: len(m) >= 20 and m)(
+            twlog_json(cluster, "from-node", "--partition", "0-0")), 20, "node-kafka's 20 messages to be visible")
+        self.assertEqual([m["value"] for m in read], names)
+        consumed = await deferToThread(run_node, "consume", "127.0.0.1", port, "from-node", "20")
+        self.assertEqual(consumed["errors"], [])
+        ends = [m["offset"] + 4 + 1 + 4 + len(m["value"]) for m in read]  # [int32 size][magic 0][crc32][payload]
+        self.assertEqual(consumed["messages"], [[m["value"], end] for m, end in zip(read, ends)])
+
+        lines = "".join(f"line-{i}\n" for i in range(50)).encode()
+        done = await deferToThread(subprocess.run, [sys.executable, "-m", "twlog.cli", "produce", "--broker",
+                                                    f"127.0.0.1:{port}", "--topic", "to-node", "--partition", "0-0",
+                                                    "--batch-size", "7"], input=lines, capture_output=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        consumed = await deferToThread(run_node, "consume", "127.0.0.1", port, "to-node", "50")
+        self.assertEqual(consumed["errors"], [])
+        self.assertEqual([value for value, _ in consumed["messages"]], [f"line-{i}" for i in range(50)])
+        ends = [end for _, end in consumed["messages"]]
+        self.assertEqual(ends, [sum(9 + len(f"line-{j}") for j in range(i + 1)) for i in range(50)])
