@@ -102,24 +102,21 @@ def _take_plain(view: memoryview, pos: int, runs: list[_Run], base: int, wrapper
     a fifth less than a C{memoryview} slice's), and the runs keep C{view}.
     """
     n = len(view)
-    if raw is not None:
-        view, runs_view = raw, view
-    else:
-        runs_view = view
+    data = view if raw is None else raw
     unpack = _HEADER0.unpack_from
     check = crc32
     positions: array | None = None
     append = None
     width = 0
     while n - pos >= _WIDTH0:
-        size, magic, crc = unpack(view, pos)
+        size, magic, crc = unpack(data, pos)
         end = pos + 4 + size
         if size < MIN_MESSAGE_BYTES or end > n:
             break
         if magic == MAGIC_PLAIN:
-            ok, w = check(view[pos + 9 : end]) == crc, _WIDTH0
-        elif magic == MAGIC_ATTRIBUTES and size >= 6 and view[pos + 5] == CODEC_NONE:
-            ok, w = check(view[pos + 10 : end]) == _UINT32.unpack_from(view, pos + 6)[0], _WIDTH1
+            ok, w = check(data[pos + 9 : end]) == crc, _WIDTH0
+        elif magic == MAGIC_ATTRIBUTES and size >= 6 and data[pos + 5] == CODEC_NONE:
+            ok, w = check(data[pos + 10 : end]) == _UINT32.unpack_from(data, pos + 6)[0], _WIDTH1
         else:
             break
         if not ok:
@@ -127,14 +124,14 @@ def _take_plain(view: memoryview, pos: int, runs: list[_Run], base: int, wrapper
         if w != width:  # a run holds one header width: close it, start the next
             if positions is not None:
                 positions.append(pos)
-                runs.append(_Run(runs_view, positions, width, base, wrapper))
+                runs.append(_Run(view, positions, width, base, wrapper))
             positions, width = array("q"), w
             append = positions.append
         append(pos)
         pos = end
     if positions is not None:
         positions.append(pos)
-        runs.append(_Run(runs_view, positions, width, base, wrapper))
+        runs.append(_Run(view, positions, width, base, wrapper))
     return pos
 
 

@@ -144,28 +144,24 @@ def _snappy_decompress(data: bytes | memoryview, limit: int) -> bytes | bytearra
     """
     snappy = _snappy()
     blocks = _snappy_blocks(memoryview(data))
-    if len(blocks) == 1:
-        length = snappy.decompress_raw_len(blocks[0])
-        if length > limit:
-            raise _too_large(CODEC_SNAPPY, limit)
-        out = bytes(snappy.decompress_raw(blocks[0]))
-        if len(out) != length:  # pragma: no cover - snappy itself refuses a block that disagrees
-            raise InvalidMessage(f"a snappy block declares {length} bytes and decodes to {len(out)}")
-        return out
-    lengths = [snappy.decompress_raw_len(block) for block in blocks]
-    total = sum(lengths)
+    one = len(blocks) == 1
+    lengths = None if one else [snappy.decompress_raw_len(block) for block in blocks]
+    total = snappy.decompress_raw_len(blocks[0]) if one else sum(lengths)
     if total > limit:
         raise _too_large(CODEC_SNAPPY, limit)
-    # Always into a bytearray of the summed length: turning cramjam's own output buffer into bytes
-    # was a second copy of every decompressed set.
-    out = bytearray(total)
-    view = memoryview(out)
-    pos = 0
-    for block, length in zip(blocks, lengths):
-        written = snappy.decompress_raw_into(block, view[pos : pos + length])
-        if written != length:  # pragma: no cover - snappy itself refuses a block that disagrees
-            raise InvalidMessage(f"a snappy block declares {length} bytes and decodes to {written}")
-        pos += length
+    if one:
+        out = bytes(snappy.decompress_raw(blocks[0]))
+        written = len(out)
+    else:
+        # Several blocks: into a bytearray of the summed length (turning cramjam's output buffers
+        # into bytes and joining them would copy every decompressed set twice).
+        out = bytearray(total)
+        view = memoryview(out)
+        written = 0
+        for block, length in zip(blocks, lengths):
+            written += snappy.decompress_raw_into(block, view[written : written + length])
+    if written != total:  # pragma: no cover - snappy itself refuses a block that disagrees
+        raise InvalidMessage(f"snappy blocks declare {total} bytes and decode to {written}")
     return out
 
 
