@@ -7,7 +7,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView, parse_broker_address
-from twlog.coord.registry import broker_value
+from twlog.coord.registration import broker_value
 from twlog.partition import TopicPartition
 
 

@@ -18,7 +18,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from tests.integration.broker import RawClient
-from tests.integration.test_registry import node_until
+from tests.integration.test_registration import node_until
 from tests.integration.zookeeper import connect
 from twlog.coord import paths
 from twlog.protocol import codec

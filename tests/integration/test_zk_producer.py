@@ -11,13 +11,13 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker
-from tests.integration.test_registry import node_until
+from tests.integration.test_registration import node_until
 from tests.integration.zookeeper import connect, expire_session, fresh_connect_string
 from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView
-from twlog.coord.registry import BrokerIdInUse
+from twlog.coord.registration import BrokerIdInUse
 from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zkserver import free_port
 from twlog.errors import ConnectionFailed

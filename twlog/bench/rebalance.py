@@ -23,9 +23,9 @@ from twlog.bench.common import BenchProgress, react_status
 from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer.group import GroupConsumer, GroupState
-from twlog.consumer.registry import sorted_children
+from twlog.consumer.membership import sorted_children
 from twlog.coord import paths
-from twlog.coord.registry import BrokerRegistration
+from twlog.coord.registration import BrokerRegistration
 from twlog.coord.zk import ZooKeeper
 from twlog.coord.zkserver import ZooKeeperServer
 from twlog.partition import TopicPartition

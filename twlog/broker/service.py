@@ -26,7 +26,7 @@ from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.metrics import BrokerMetrics
 from twlog.config import BrokerConfig
 from twlog.coord.cluster import ClusterView
-from twlog.coord.registry import BrokerRegistration
+from twlog.coord.registration import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import TwlogError
 from twlog.protocol.connection import BrokerFactory

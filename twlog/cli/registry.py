@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.registry.test_tap,tests.integration.test_schema_registry -*-
+# -*- test-case-name: tests.schema_registry.test_tap,tests.integration.test_schema_registry -*-
 """C{twlog registry}: the schema registry in the foreground, with the options of C{twistd twlog-registry}.
 
 It logs to stderr and stops on Ctrl-C or SIGTERM; a port it cannot listen on is one line and exit
@@ -20,7 +20,7 @@ from twisted.logger import (
 )
 
 from twlog.cli.parsing import parse_usage
-from twlog.registry.tap import Options
+from twlog.schema_registry.tap import Options
 
 
 class RegistryOptions(Options):

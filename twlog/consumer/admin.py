@@ -2,7 +2,7 @@
 """The admin side of consumer groups (C{twlog groups}): describing them (owners, offsets, lag), resetting offsets.
 
 L{describe_groups} reads the group's nodes (Kafka 0.7's layout, through
-L{twlog.consumer.registry}) and asks each partition's broker for its latest
+L{twlog.consumer.membership}) and asks each partition's broker for its latest
 offset (OFFSETS -1), so the lag is what the group has left to consume of what
 is flushed.
 """
@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred, DeferredList
 
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.rebalance import natural_key
-from twlog.consumer.registry import read_members, read_offsets, read_values, sorted_children
+from twlog.consumer.membership import read_members, read_offsets, read_values, sorted_children
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import IZooKeeper

@@ -34,7 +34,7 @@ from twlog.client.options import ClientOptions
 from twlog.client.serde import Deserializer
 from twlog.consumer.rebalance import encode_subscription, stream_ids, validate_subscription
 from twlog.consumer.rebalancer import Consumption, GroupState, Rebalancer
-from twlog.consumer.registry import Ownership, deregister_member, describe_error, register_member
+from twlog.consumer.membership import Ownership, deregister_member, describe_error, register_member
 from twlog.consumer.simple import check_on_corrupt
 from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupStream
 from twlog.coord.cluster import ClusterView

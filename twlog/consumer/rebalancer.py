@@ -6,7 +6,7 @@ and holds its L{GroupState}: on each request it stops fetching and drops what
 was fetched but not handed out, commits the consumed offsets, releases its
 owner nodes, reads the members and the partitions, computes its ranges
 (L{twlog.consumer.rebalance}), claims each partition's owner node
-(L{twlog.consumer.registry.Ownership}) and starts fetching
+(L{twlog.consumer.membership.Ownership}) and starts fetching
 (L{Consumption}).  A conflict (a node still held by another member) releases
 everything, backs off and retries, at most C{max_retries} attempts; then the
 member is FAILED and its streams raise L{RebalanceFailed}.  Requests made
@@ -23,7 +23,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from twlog.consumer.rebalance import consumer_assignment
-from twlog.consumer.registry import Ownership, describe_error, read_members, read_offsets, write_offsets
+from twlog.consumer.membership import Ownership, describe_error, read_members, read_offsets, write_offsets
 from twlog.consumer.stream import GroupStream, OwnedPartition
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import EventType, IZooKeeper, KazooException

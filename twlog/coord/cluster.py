@@ -34,7 +34,7 @@ def parse_broker_address(value: bytes) -> tuple[str, int]:
     """A broker registration's value as C{(host, port)}: the one parser every reader of C{/brokers/ids/<id>} uses.
 
     Both forms are read: Kafka 0.7's C{<creator id>:<host>:<port>} (creator id C{<host>-<ms>},
-    L{twlog.coord.registry.broker_value}, what twlog writes) and a plain C{<host>:<port>}.  An IPv6 host
+    L{twlog.coord.registration.broker_value}, what twlog writes) and a plain C{<host>:<port>}.  An IPv6 host
     may be in brackets (C{[::1]:9092}, C{[::1]-1300000000000:[::1]:9092}) or, in 0.7's form, bare.
 
     @raise ValueError: neither form, or a port that is not a number in 0-65535.

@@ -11,9 +11,9 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 
-from tests.registry_service.support import FakeJournal, Topic
-from twlog.registry.core import SchemaRegistry
-from twlog.registry.web import LimitedRequest, RegistryResource
+from tests.schema_registry.support import FakeJournal, Topic
+from twlog.schema_registry.core import SchemaRegistry
+from twlog.schema_registry.web import LimitedRequest, RegistryResource
 
 CONTENT_TYPE = b"application/vnd.schemaregistry.v1+json"
 V1 = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}

@@ -11,9 +11,9 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twlog.registry.core import SchemaRegistry
-from twlog.registry.journal import TOPIC, Journal
-from twlog.registry.web import DEFAULT_MAX_BODY_BYTES, make_site
+from twlog.schema_registry.core import SchemaRegistry
+from twlog.schema_registry.journal import TOPIC, Journal
+from twlog.schema_registry.web import DEFAULT_MAX_BODY_BYTES, make_site
 
 DEFAULT_PORT = 8081
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.registry.test_state -*-
+# -*- test-case-name: tests.schema_registry.test_state -*-
 """The registry's content as a pure state machine over the records of the topic C{twlog-schemas}.
 
 Every change is one JSON record; L{RegistryState.apply} is deterministic, so every registry
@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from twlog.avro.schema import COMPATIBILITY_LEVELS, DEFAULT_COMPATIBILITY, AvroSchema, InvalidSchema, incompatibilities
-from twlog.registry import errors
+from twlog.schema_registry import errors
 
 #: The largest version number and schema id (Confluent's: a Java int).
 MAX_INT = 2**31 - 1

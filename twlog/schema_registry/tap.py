@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.registry.test_tap -*-
+# -*- test-case-name: tests.schema_registry.test_tap -*-
 """C{twistd twlog-registry} (and C{twlog registry}): the registry's options and service."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from twisted.python import usage
 
 from twlog.client.discovery import parse_brokers
-from twlog.registry.service import DEFAULT_PORT, RegistryService
-from twlog.registry.web import DEFAULT_MAX_BODY_BYTES
+from twlog.schema_registry.service import DEFAULT_PORT, RegistryService
+from twlog.schema_registry.web import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["Options", "RegistryService", "makeService"]
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.consumer.test_registry,tests.consumer.test_group,tests.integration.test_admin -*-
+# -*- test-case-name: tests.consumer.test_membership,tests.consumer.test_group,tests.integration.test_admin -*-
 """The ZooKeeper reads and writes of consumer groups (Kafka 0.7's layout, shared/DESIGN.md).
 
   - C{/consumers/<group>/ids/<consumer id>}: ephemeral, a member's subscription

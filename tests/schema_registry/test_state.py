@@ -3,8 +3,8 @@
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.avro.schema import AvroSchema
-from twlog.registry.errors import RestError
-from twlog.registry.state import RegistryState
+from twlog.schema_registry.errors import RestError
+from twlog.schema_registry.state import RegistryState
 
 A = '{"type":"enum","name":"A","symbols":["X"]}'
 B = '{"type":"enum","name":"B","symbols":["X"]}'

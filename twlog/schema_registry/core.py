@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.registry.test_core,tests.integration.test_schema_registry -*-
+# -*- test-case-name: tests.schema_registry.test_core,tests.integration.test_schema_registry -*-
 """L{SchemaRegistry}: requests turned into records of the journal, answered once the records are durable.
 
 Every request first reads the journal to its end (L{SchemaRegistry.sync}), so a registry process
@@ -18,8 +18,8 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from twlog.errors import TwlogError
-from twlog.registry import errors
-from twlog.registry.state import RegistryState
+from twlog.schema_registry import errors
+from twlog.schema_registry.state import RegistryState
 
 #: How many times a change is planned again after losing to another process's record.
 ATTEMPTS = 5

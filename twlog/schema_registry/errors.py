@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.registry.test_state,tests.registry.test_web -*-
+# -*- test-case-name: tests.schema_registry.test_state,tests.schema_registry.test_web -*-
 """The registry's errors: an HTTP status, Confluent's C{error_code} and a message (its JSON error body)."""
 
 from __future__ import annotations

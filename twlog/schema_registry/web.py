@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.registry.test_web -*-
+# -*- test-case-name: tests.schema_registry.test_web -*-
 """The registry's HTTP face: Confluent Schema Registry's REST paths, JSON shapes, codes and content type.
 
 L{RegistryResource} routes a request (method and path segments) to a handler that reads or
@@ -20,10 +20,10 @@ from twisted.web import resource, server
 
 from twlog.avro.client import CONTENT_TYPE
 from twlog.avro.schema import COMPATIBILITY_LEVELS, AvroSchema, InvalidSchema
-from twlog.registry import errors
-from twlog.registry.core import SchemaRegistry
-from twlog.registry.errors import RestError
-from twlog.registry.state import MAX_INT, RegistryState
+from twlog.schema_registry import errors
+from twlog.schema_registry.core import SchemaRegistry
+from twlog.schema_registry.errors import RestError
+from twlog.schema_registry.state import MAX_INT, RegistryState
 
 #: The largest request body taken (a schema is rarely more than some kilobytes).
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024

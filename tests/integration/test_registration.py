@@ -13,7 +13,7 @@ from tests.integration.zookeeper import connect, expire_session
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
-from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, broker_address
+from twlog.coord.registration import BrokerIdInUse, BrokerRegistration, broker_address
 from twlog.coord.zk import CONNECTED, SUSPENDED, ZnodeStat, ZooKeeper
 
 

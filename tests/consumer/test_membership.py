@@ -7,8 +7,8 @@ from twisted.logger import Logger, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
-from twlog.consumer import registry
-from twlog.consumer.registry import (
+from twlog.consumer import membership
+from twlog.consumer.membership import (
     Ownership,
     delete_session_owners,
     deregister_member,
@@ -46,7 +46,7 @@ class RegistryTests(SynchronousTestCase):
         """A bare topic name is one stream of it; any other unreadable value is skipped with a log line
         naming its path, and the other members still read."""
         logged = []
-        self.patch(registry, "_log", Logger(observer=logged.append))
+        self.patch(membership, "_log", Logger(observer=logged.append))
         for member, value in (("a", b'{"t":2}'), ("bare", b"t\n"), ("wild", b"white_list:1:.*"), ("bin", b"\xff")):
             self.successResultOf(self.other.create(paths.consumer_ids_path("g", member), value, ephemeral=True,
                                                    makepath=True))

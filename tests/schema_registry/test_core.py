@@ -3,10 +3,10 @@
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.registry_service.support import FakeJournal, Topic
+from tests.schema_registry.support import FakeJournal, Topic
 from twlog.avro.schema import AvroSchema
-from twlog.registry.core import ATTEMPTS, SchemaRegistry
-from twlog.registry.errors import RestError
+from twlog.schema_registry.core import ATTEMPTS, SchemaRegistry
+from twlog.schema_registry.errors import RestError
 
 A = AvroSchema.parse('{"type":"enum","name":"A","symbols":["X"]}')
 B = AvroSchema.parse('{"type":"enum","name":"B","symbols":["X"]}')

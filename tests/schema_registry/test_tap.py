@@ -9,7 +9,7 @@ from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.cli.registry import main
-from twlog.registry.tap import Options
+from twlog.schema_registry.tap import Options
 
 
 class OptionsTests(SynchronousTestCase):

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.coord.test_registry,tests.integration.test_registry -*-
+# -*- test-case-name: tests.coord.test_registration,tests.integration.test_registration -*-
 """A broker's registration in ZooKeeper: its address and its topics, kept across session expiry.
 
 Kafka 0.7's broker registry (shared/DESIGN.md, "ZooKeeper layout"): the

@@ -18,7 +18,7 @@ class Topic:
 
 
 class FakeJournal:
-    """L{twlog.registry.core.IJournal} over a L{Topic}; with C{hold}, appends wait for L{release}."""
+    """L{twlog.schema_registry.core.IJournal} over a L{Topic}; with C{hold}, appends wait for L{release}."""
 
     def __init__(self, topic: Topic) -> None:
         self.topic = topic

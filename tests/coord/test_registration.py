@@ -10,7 +10,7 @@ from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
-from twlog.coord.registry import BrokerIdInUse, BrokerRegistration, RegistrationState, broker_address, broker_value
+from twlog.coord.registration import BrokerIdInUse, BrokerRegistration, RegistrationState, broker_address, broker_value
 from twlog.coord.zk import ConnectionLoss
 
 S = RegistrationState
