@@ -9,33 +9,43 @@ from twlog.partition import TopicPartition, describe_partitions, resolve_partiti
 
 class TopicPartitionTests(SynchronousTestCase):
     def test_text_form_round_trips(self) -> None:
-        tp = TopicPartition("page.views-v2", 3, 11)
+        tp = TopicPartition("page.views-v2", "3-11")
         self.assertEqual(str(tp), "page.views-v2:3-11")
         self.assertEqual(TopicPartition.parse(str(tp)), tp)
 
     def test_zookeeper_name(self) -> None:
-        tp = TopicPartition("clicks", 0, 1)
+        tp = TopicPartition("clicks", "0-1")
         self.assertEqual(tp.name, "0-1")
         self.assertEqual(TopicPartition.from_name("clicks", "0-1"), tp)
 
     def test_sorts_by_topic_then_broker_then_partition(self) -> None:
-        parts = [TopicPartition("b", 0, 0), TopicPartition("a", 1, 0),
-                 TopicPartition("a", 0, 10), TopicPartition("a", 0, 2)]
+        parts = [TopicPartition("b", "0-0"), TopicPartition("a", "1-0"),
+                 TopicPartition("a", "0-10"), TopicPartition("a", "0-2")]
         self.assertEqual([str(p) for p in sorted(parts)], ["a:0-2", "a:0-10", "a:1-0", "b:0-0"])
 
     def test_bad_forms_are_refused(self) -> None:
-        for text in ["clicks", "clicks:1", "clicks:a-1", ":0-1", "clicks:0-", "clicks:-1-2", "clicks:0-1-2"]:
+        for text in ["clicks", "clicks:a-1", ":0-1", "clicks:0-", "clicks:-1-2", "clicks:0-1-2", "clicks:", "clicks:+1",
+                     "clicks:\u0663"]:
             self.assertRaises(ValueError, TopicPartition.parse, text)
+
+    def test_replicated_names(self) -> None:
+        """A replicated topic's partition is named by its number alone: no fixed leader, the same number on the wire."""
+        tp = TopicPartition.parse("clicks:3")
+        self.assertEqual((tp.topic, tp.name, tp.number, tp.fixed_leader, str(tp)), ("clicks", "3", 3, None, "clicks:3"))
+        legacy = TopicPartition.on_broker("clicks", 2, 5)
+        self.assertEqual((legacy.name, legacy.number, legacy.fixed_leader), ("2-5", 5, 2))
+        self.assertEqual(sorted([TopicPartition("c", "10"), TopicPartition("c", "9")]),
+                         [TopicPartition("c", "9"), TopicPartition("c", "10")])
 
 
 class ResolvePartitionTests(SynchronousTestCase):
     #: A topic on brokers 0 and 2, given out of order.
-    PARTITIONS = [TopicPartition("clicks", 2, 0), TopicPartition("clicks", 0, 1), TopicPartition("clicks", 0, 0)]
+    PARTITIONS = [TopicPartition("clicks", "2-0"), TopicPartition("clicks", "0-1"), TopicPartition("clicks", "0-0")]
 
     def test_names(self) -> None:
         """A name <broker id>-<partition> (or the text form) resolves to that partition."""
-        self.assertEqual(resolve_partition("2-0", self.PARTITIONS), TopicPartition("clicks", 2, 0))
-        self.assertEqual(resolve_partition("clicks:0-1", self.PARTITIONS), TopicPartition("clicks", 0, 1))
+        self.assertEqual(resolve_partition("2-0", self.PARTITIONS), TopicPartition("clicks", "2-0"))
+        self.assertEqual(resolve_partition("clicks:0-1", self.PARTITIONS), TopicPartition("clicks", "0-1"))
 
     def test_cluster_wide_index(self) -> None:
         """A bare number is the index in the partitions sorted by (broker id, partition), as produce -p uses."""
@@ -54,7 +64,7 @@ class ResolvePartitionTests(SynchronousTestCase):
 
     def test_long_lists_are_shortened(self) -> None:
         """An error for a topic of many partitions lists the first ones and the last."""
-        many = [TopicPartition("t", 0, p) for p in range(100)]
+        many = [TopicPartition.on_broker("t", 0, p) for p in range(100)]
         with self.assertRaises(ValueError) as caught:
             resolve_partition("1-0", many)
         self.assertIn("0-30, ..., 0-99) or an index 0-99", str(caught.exception))

@@ -32,6 +32,7 @@ from typing_extensions import Self
 
 from twlog.consumer.group import GroupConsumer
 from twlog.consumer.simple import LATEST, FetchedMessages, MessageStream, SimpleConsumer
+from twlog.deprecation import renamed
 from twlog.errors import ClientClosed
 from twlog.partition import TopicPartition
 from twlog.producer import Producer
@@ -116,10 +117,11 @@ class BlockingProducer(_ClosingFacade):
 
     def send(
         self, topic: str, messages: bytes | Sequence[bytes], key: bytes | str | None = None, *,
-        partition: int | None = None,
+        partition_index: int | None = None, partition: int | None = None,
     ) -> ProduceResult | None:
-        """Send a batch; see L{Producer.send}."""
-        return self._call(self._producer.send, topic, messages, key, partition=partition)
+        """Send a batch; see L{Producer.send} (C{partition=} is the deprecated name of C{partition_index=})."""
+        partition_index = renamed("partition", "partition_index", partition, partition_index)
+        return self._call(self._producer.send, topic, messages, key, partition_index=partition_index)
 
     def partitions(self, topic: str) -> list[TopicPartition]:
         """The partitions of C{topic}, ordered by (broker id, partition)."""
@@ -174,24 +176,24 @@ class BlockingConsumer(_ClosingFacade):
             lambda: SimpleConsumer(host, port, reactor=self._reactor, **options)
         )
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None, **options: Any
+    def fetch(self, topic: str, partition: str | int, offset: int, max_bytes: int | None = None, **options: Any
               ) -> FetchedMessages:
         """Messages from C{offset} and the offset to fetch next; see L{SimpleConsumer.fetch}."""
         return self._call(self._consumer.fetch, topic, partition, offset, max_bytes, **options)
 
-    def fetch_batch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None) -> MessageBatch:
+    def fetch_batch(self, topic: str, partition: str | int, offset: int, max_bytes: int | None = None) -> MessageBatch:
         """L{fetch} as a L{MessageBatch}: no object per message until iterated; see L{SimpleConsumer.fetch_batch}."""
         return self._call(self._consumer.fetch_batch, topic, partition, offset, max_bytes)
 
-    def batches(self, topic: str, partition: int, offset: int, **options: Any) -> BlockingStream:
+    def batches(self, topic: str, partition: str | int, offset: int, **options: Any) -> BlockingStream:
         """An iterator of L{MessageBatch}es, pipelined; see L{SimpleConsumer.batches}."""
         return BlockingStream(self._reactor, self._call(self._consumer.batches, topic, partition, offset, **options))
 
-    def offsets(self, topic: str, partition: int, time: int = LATEST, max_offsets: int = 1) -> list[int]:
+    def offsets(self, topic: str, partition: str | int, time: int = LATEST, max_offsets: int = 1) -> list[int]:
         """Offsets before C{time} (-1 latest, -2 earliest, or ms), newest first."""
         return self._call(self._consumer.offsets, topic, partition, time, max_offsets)
 
-    def stream(self, topic: str, partition: int, offset: int, **options: Any) -> BlockingStream:
+    def stream(self, topic: str, partition: str | int, offset: int, **options: Any) -> BlockingStream:
         """An iterator over C{topic}-C{partition} from C{offset}; see L{SimpleConsumer.stream}."""
         return BlockingStream(self._reactor, self._call(self._consumer.stream, topic, partition, offset, **options))
 

@@ -160,6 +160,21 @@ class TopicExists(BrokerError):
     """The topic already exists on this broker with a different partition count (CREATE_TOPIC)."""
 
 
+@_wire(16)
+class NotLeader(BrokerError):
+    """The broker does not lead the partition (any more): refresh the cluster layout and ask its leader."""
+
+    retriable = True
+
+
+@_wire(17)
+class LeaderNotAvailable(BrokerError):
+    """The partition has no live leader right now (its broker left, or an election is under way): retry after
+    refreshing the cluster layout."""
+
+    retriable = True
+
+
 class MalformedRequest(TwlogError):
     """The peer sent bytes that do not parse as a request or response (a protocol error, not a user error)."""
 
@@ -240,6 +255,9 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     TooManyOpenFiles: BrokerError,
     # Only CREATE_TOPIC (type 9, twlog's) answers it; listed so that every twlog code has its 0.7 code.
     TopicExists: BrokerError,
+    # 0.7's code for "this broker does not hold that partition".
+    NotLeader: WrongPartition,
+    LeaderNotAvailable: BrokerError,
 }
 
 

@@ -1,21 +1,33 @@
 # -*- test-case-name: tests.test_partition -*-
 """One partition's identity, with one text form, for every layer above storage.
 
-Kafka 0.7 numbers partitions per broker: a topic's partitions are the union
-over brokers of C{<broker id>-<partition>} (shared/DESIGN.md, "ZooKeeper
-layout").  So a partition of the cluster is C{(topic, broker id, partition)}.
-Its ZooKeeper name is C{<broker id>-<partition>} (L{TopicPartition.name}), and
-its text form, used by the C{twlog} command, C{twlog groups} output, logs and
-the Spark source, is C{<topic>:<broker id>-<partition>}: topic names cannot
-contain C{:} (L{twlog.storage.manager.validate_topic}), so the form parses back
-without ambiguity.
+A partition is C{(topic, name)} with a current leader (shared/DESIGN.md,
+"Replication").  Two kinds of names exist:
+
+  - a Kafka 0.7 topic's partitions are per broker: the union over brokers of
+    C{<broker id>-<n>} (shared/DESIGN.md, "ZooKeeper layout").  Their leader is
+    that broker, always (L{TopicPartition.fixed_leader});
+  - a replicated topic's partitions are named C{0} to C{P-1}; their leader
+    moves, and only the cluster layout (L{twlog.coord.layout}) knows it.
+
+Either way a request to the leader names the partition by its number
+(L{TopicPartition.number}): C{n} of C{<broker id>-<n>}, or the name itself.
+Nothing here knows where a partition is: the layout maps an identity to its
+leader's address.
+
+The text form, used by the C{twlog} command, C{twlog groups} output, logs and
+the Spark source, is C{<topic>:<name>}: topic names cannot contain C{:}
+(L{twlog.storage.manager.validate_topic}), so it parses back without
+ambiguity.  Identities sort by topic, then by the numbers in the name (C{0-2}
+before C{0-10} before C{1-0}).
 
 Where a user names one partition of a known topic (CLI arguments, the Spark
-source's offsets JSON), L{resolve_partition} accepts the name C{<broker
-id>-<partition>}, the text form, or a cluster-wide index C{N}: the position in
-the topic's partitions sorted by (broker id, partition), the order
-C{twlog produce --partition} and the producer's partitioner use.  A bare
-number never has a C{-}, a name always does, so the two never collide.
+source's offsets JSON), L{resolve_partition} accepts the name, the text form,
+or a cluster-wide index C{N}: the position in the topic's partitions sorted by
+name, the order C{twlog produce --partition} and the producer's partitioner
+use.  For a 0.7 topic a bare number never has a C{-}, a name always does, so
+the two never collide; for a replicated topic the name and the index are the
+same number.
 """
 
 from __future__ import annotations
@@ -24,47 +36,76 @@ from collections.abc import Sequence
 
 import attrs
 
+__all__ = ["TopicPartition", "address_text", "describe_partitions", "resolve_partition"]
+
 #: How many partition names an error message lists before "...".
 _LISTED = 32
 
 
+def _name_key(name: str) -> tuple[int, ...]:
+    """The sort key of a valid partition name: its numbers (C{"1-10"} -> C{(1, 10)})."""
+    return tuple(int(part) for part in name.split("-"))
+
+
+def _check_name(instance: object, attribute: object, name: str) -> None:
+    """A name is C{<broker id>-<n>} (0.7) or C{<n>} (replicated): non-negative decimal integers."""
+    parts = name.split("-") if isinstance(name, str) else ()
+    if not 1 <= len(parts) <= 2 or not all(part.isdigit() and part.isascii() for part in parts):
+        raise ValueError(f"{name!r} is not a partition name: <broker id>-<n> (a 0.7 topic) or <n> (replicated)")
+
+
 @attrs.frozen(order=True)
 class TopicPartition:
-    """Partition C{partition} of C{topic} on broker C{broker_id}; sorts by topic, broker id, partition."""
+    """Partition C{name} of C{topic}; sorts by topic, then by the numbers of the name.
+
+    @raise ValueError: C{name} is neither C{<broker id>-<n>} nor C{<n>}.
+    """
 
     topic: str
-    broker_id: int
-    partition: int
+    name: str = attrs.field(validator=_check_name, order=_name_key)
 
-    @property
-    def name(self) -> str:
-        """The cluster-wide name within the topic, as in ZooKeeper: C{<broker id>-<partition>}."""
-        return f"{self.broker_id}-{self.partition}"
-
-    def __str__(self) -> str:
-        return f"{self.topic}:{self.broker_id}-{self.partition}"
+    @classmethod
+    def on_broker(cls, topic: str, broker_id: int, number: int) -> TopicPartition:
+        """Partition C{number} of C{topic} on broker C{broker_id}, for a Kafka 0.7 topic: C{<broker id>-<n>}."""
+        return cls(topic, f"{int(broker_id)}-{int(number)}")
 
     @classmethod
     def from_name(cls, topic: str, name: str) -> TopicPartition:
-        """The partition of C{topic} named C{<broker id>-<partition>} (a ZooKeeper child name).
+        """The partition of C{topic} named C{name} (a ZooKeeper child name, or what a user typed).
 
-        @raise ValueError: C{name} is not two non-negative integers joined by C{-}.
+        @raise ValueError: C{name} is not a partition name.
         """
-        broker, sep, partition = name.partition("-")
-        if not sep or not broker.isdigit() or not partition.isdigit():
-            raise ValueError(f"{name!r} is not a partition name of the form <broker id>-<partition>")
-        return cls(topic, int(broker), int(partition))
+        return cls(topic, name)
 
     @classmethod
     def parse(cls, text: str) -> TopicPartition:
-        """The partition written as C{<topic>:<broker id>-<partition>} (the form L{str} gives).
+        """The partition written as C{<topic>:<name>} (the form L{str} gives).
 
         @raise ValueError: C{text} is not of that form.
         """
         topic, sep, name = text.rpartition(":")
         if not sep or not topic:
-            raise ValueError(f"{text!r} is not a partition of the form <topic>:<broker id>-<partition>")
-        return cls.from_name(topic, name)
+            raise ValueError(f"{text!r} is not a partition of the form <topic>:<name> (clicks:1-0, clicks:3)")
+        return cls(topic, name)
+
+    @property
+    def number(self) -> int:
+        """The number its leader knows it by in requests: C{n} of C{<broker id>-<n>}, or the name's number."""
+        return int(self.name.rpartition("-")[2])
+
+    @property
+    def fixed_leader(self) -> int | None:
+        """The broker that leads a 0.7 partition (C{<broker id>-<n>}) forever; None for a replicated one."""
+        broker, sep, _ = self.name.partition("-")
+        return int(broker) if sep else None
+
+    def __str__(self) -> str:
+        return f"{self.topic}:{self.name}"
+
+
+def address_text(host: str, port: int) -> str:
+    """C{host:port}, an IPv6 host in brackets: the one way an address is written (messages, registrations)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def describe_partitions(partitions: Sequence[TopicPartition]) -> str:
@@ -78,9 +119,8 @@ def describe_partitions(partitions: Sequence[TopicPartition]) -> str:
 def resolve_partition(text: str, partitions: Sequence[TopicPartition]) -> TopicPartition:
     """The partition of one topic that C{text} names, among that topic's C{partitions} (in any order).
 
-    C{text} is a name C{<broker id>-<partition>} (C{1-0}), the text form C{<topic>:<broker id>-<partition>},
-    or a cluster-wide index C{N} (C{0} to C{len(partitions) - 1}) into the partitions sorted by
-    (broker id, partition).
+    C{text} is a name (C{1-0}, or C{3} of a replicated topic), the text form C{<topic>:<name>}, or a
+    cluster-wide index C{N} (C{0} to C{len(partitions) - 1}) into the partitions sorted by name.
 
     @raise ValueError: C{text} names none of C{partitions}; the message lists the valid names and indexes.
     """
@@ -88,23 +128,20 @@ def resolve_partition(text: str, partitions: Sequence[TopicPartition]) -> TopicP
     topics = {tp.topic for tp in ordered}
     topic = ordered[0].topic if len(topics) == 1 else None
     value = text.strip()
-    if value.isdigit() and value.isascii():
+    if value.isdigit() and value.isascii() and not any(tp.fixed_leader is None for tp in ordered):
         if int(value) < len(ordered):
             return ordered[int(value)]
     else:
         head, sep, name = value.rpartition(":")
-        try:
-            tp = TopicPartition.from_name(topic or "", name)
-        except ValueError:
-            tp = None
-        if tp is not None and (not sep or head == topic):
+        if not sep or head == topic:
             for candidate in ordered:
-                if (candidate.broker_id, candidate.partition) == (tp.broker_id, tp.partition):
+                if candidate.name == name:
                     return candidate
     if not ordered:
         raise ValueError(f"no partition {text!r}: the topic has no partitions")
     which = f"topic {topic!r}" if topic is not None else "the topics"
+    form = "a name <broker id>-<partition>" if all(tp.fixed_leader is not None for tp in ordered) else "a name"
     raise ValueError(
-        f"{which} has no partition {text!r}: give a name <broker id>-<partition> "
+        f"{which} has no partition {text!r}: give {form} "
         f"({describe_partitions(ordered)}) or an index 0-{len(ordered) - 1}"
     )

@@ -107,7 +107,7 @@ class OptionTests(SynchronousTestCase):
 
 
 def locations(*names: str) -> list[PartitionLocation]:
-    return [PartitionLocation(TopicPartition.from_name("clicks", n), "h", 1) for n in names]
+    return [PartitionLocation(TopicPartition.from_name("clicks", n), int(n.split("-")[0]), "h", 1) for n in names]
 
 
 class ResolvePartitionTests(SynchronousTestCase):

@@ -24,7 +24,7 @@ class ProduceTests(SynchronousTestCase):
 
     def test_partition_index(self) -> None:
         """-p takes BROKER-PARTITION or an index; anything else lists the valid partitions."""
-        partitions = [TopicPartition("t", b, p) for b in (0, 1) for p in (0, 1)]
+        partitions = [TopicPartition.on_broker("t", b, p) for b in (0, 1) for p in (0, 1)]
         self.assertEqual(partition_index(partitions, "1-0"), 2)
         self.assertEqual(partition_index(partitions, "3"), 3)
         e = self.assertRaises(UsageError, partition_index, partitions, "2-0")

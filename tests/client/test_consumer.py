@@ -59,6 +59,20 @@ class FetchTests(SynchronousTestCase):
         self.assertEqual(fetched.next_offset, 133)
         self.assertEqual(connection.requests, [WaitFetchRequest(0, 0, (FetchRequest("t", 0, 100, 50),))])
 
+    def test_partition_by_name(self) -> None:
+        """A partition is named as everywhere (C{<broker id>-<n>}, or C{<n>} of a replicated topic): the request
+        carries its number; a bare int still works with a DeprecationWarning; a bad name is a ValueError."""
+        consumer, (connection,), _ = make_consumer()
+        connection.responses.extend([wait_frame(SET), wait_frame(SET), wait_frame(SET)])
+        self.successResultOf(consumer.fetch("t", "7-2", 100, 50))
+        self.successResultOf(consumer.fetch("t", "5", 100, 50))
+        self.successResultOf(consumer.fetch("t", 3, 100, 50))
+        (warning,) = self.flushWarnings([self.test_partition_by_name])
+        self.assertEqual(warning["category"], DeprecationWarning)
+        self.assertIn("name t's partition", warning["message"])
+        self.assertEqual([r.fetches[0].partition for r in connection.requests], [2, 5, 3])
+        self.assertRaises(ValueError, consumer.fetch, "t", "seven", 100, 50)
+
     def test_partial_trailing_message_dropped(self) -> None:
         """A fetch cut inside the last entry drops it, and next_offset points at its start."""
         consumer, (connection,), _ = make_consumer()

@@ -63,9 +63,9 @@ class ParseBrokersTests(SynchronousTestCase):
 class LocationTests(SynchronousTestCase):
     def test_location_is_a_partition_and_an_address(self) -> None:
         """A location exposes its partition's identity and sorts as its TopicPartition, whatever the address."""
-        a = PartitionLocation(TopicPartition("t", 10, 0), "a", 1)
-        b = PartitionLocation(TopicPartition("t", 2, 1), "z", 9)
-        self.assertEqual((a.topic, a.broker_id, a.partition, a.name), ("t", 10, 0, "10-0"))
+        a = PartitionLocation(TopicPartition("t", "10-0"), 10, "a", 1)
+        b = PartitionLocation(TopicPartition("t", "2-1"), 2, "z", 9)
+        self.assertEqual((a.topic, a.leader, a.number, a.name), ("t", 10, 0, "10-0"))
         self.assertEqual(sorted([a, b]), [b, a])
         self.assertEqual(str(a), "t:10-0 at a:1")
 
@@ -75,7 +75,7 @@ class MetadataPartitionsTests(SynchronousTestCase):
         """The broker's partitions of each topic asked, numbered per broker; other topics are ignored."""
         metadata = MetadataResponse(3, "h", 1, (TopicMetadata("t", 0, 2), TopicMetadata("other", 0, 5)))
         self.assertEqual(metadata_partitions(metadata, ["t", "absent"], "h:1"),
-                         [TopicPartition("t", 3, 0), TopicPartition("t", 3, 1)])
+                         [TopicPartition("t", "3-0"), TopicPartition("t", "3-1")])
 
     def test_refused_topic_raises(self) -> None:
         """A topic the broker refuses raises its typed error, naming the broker."""
@@ -93,7 +93,7 @@ class RegisteredPartitionsTests(SynchronousTestCase):
         })
         self.assertEqual(
             registered_partitions(zk, ["clicks"]),
-            [PartitionLocation(TopicPartition("clicks", 0, p), "10.0.0.1", 9092) for p in (0, 1)],
+            [PartitionLocation(TopicPartition.on_broker("clicks", 0, p), 0, "10.0.0.1", 9092) for p in (0, 1)],
         )
 
     def test_twlog_registration_and_departed_brokers(self) -> None:
@@ -104,7 +104,7 @@ class RegisteredPartitionsTests(SynchronousTestCase):
             paths.broker_topic_path("t", 7): b"4",  # broker 7 left: its /brokers/ids node is gone
         })
         self.assertEqual(registered_partitions(zk, ["t", "none"]),
-                         [PartitionLocation(TopicPartition("t", 1, 0), "b1.example", 9093)])
+                         [PartitionLocation(TopicPartition("t", "1-0"), 1, "b1.example", 9093)])
 
     def test_discover_needs_one_source(self) -> None:
         """discover takes exactly one of brokers and zookeeper."""

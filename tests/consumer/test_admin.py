@@ -26,7 +26,7 @@ class AdminTests(SynchronousTestCase):
         self.assertEqual(group.members, [GroupMember("c", {"t": 1})])
         self.assertEqual(group.partitions, [PartitionStatus("t", "0-0", None, 12, None),
                                             PartitionStatus("t", "0-1", "c-0", None, None)])
-        self.assertEqual(group.partitions[1].topic_partition, TopicPartition("t", 0, 1))
+        self.assertEqual(group.partitions[1].topic_partition, TopicPartition("t", "0-1"))
         self.assertIsNone(group.lag)
 
     def test_no_groups(self) -> None:

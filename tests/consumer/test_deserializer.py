@@ -4,15 +4,17 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.consumer.stream import GroupMessage, GroupStream, OwnedPartition
+from twlog.partition import TopicPartition
 from twlog.storage.message import MessageAndOffset
 
 
 class GroupStreamDeserializerTests(SynchronousTestCase):
     def test_values(self) -> None:
         stream = GroupStream("t", "s-0", 10, deserializer=lambda topic, payload: (topic, payload.upper()))
-        owned = OwnedPartition("t", "0-0", 0, 0, stream, 0)
+        owned = OwnedPartition(TopicPartition("t", "0-0"), 0, stream, 0)
         stream.deliver(owned, (MessageAndOffset(0, 5, b"a"), MessageAndOffset(5, 10, b"b")))
-        self.assertEqual(self.successResultOf(stream.__anext__()), GroupMessage("t", "0-0", 0, 5, ("t", b"A")))
+        self.assertEqual(self.successResultOf(stream.__anext__()),
+                         GroupMessage("t", TopicPartition("t", "0-0"), 0, 5, ("t", b"A")))
         self.assertEqual(self.successResultOf(stream.__anext__()).payload, ("t", b"B"))
         self.assertEqual(owned.consumed, 10)
 
@@ -26,7 +28,7 @@ class GroupStreamDeserializerTests(SynchronousTestCase):
             return later
 
         stream = GroupStream("t", "s-0", 10, deserializer=deserialize)
-        owned = OwnedPartition("t", "0-0", 0, 0, stream, 0)
+        owned = OwnedPartition(TopicPartition("t", "0-0"), 0, stream, 0)
         stream.deliver(owned, (MessageAndOffset(0, 5, b"x"), MessageAndOffset(5, 8, b"bad")))
         first = stream.__anext__()
         self.assertNoResult(first)

@@ -210,7 +210,7 @@ class RebalanceTests(GroupTestCase):
         owned = self.fetchers[0].partitions[0]
         stream.deliver(owned, (MessageAndOffset(0, 10, b"x"), MessageAndOffset(10, 20, b"y")))
         message = self.successResultOf(stream.__anext__())
-        self.assertEqual((message.partition, message.next_offset), ("0-0", 10))
+        self.assertEqual((message.partition.name, message.next_offset), ("0-0", 10))
         self.add_member("b", {"t": 1})
         self.assertEqual(stream.queued, 0)
         self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"10")

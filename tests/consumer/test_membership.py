@@ -22,7 +22,7 @@ from twlog.coord import paths
 from twlog.errors import RebalanceFailed
 from twlog.partition import TopicPartition
 
-P0, P1 = TopicPartition("t", 0, 0), TopicPartition("t", 0, 1)
+P0, P1 = TopicPartition("t", "0-0"), TopicPartition("t", "0-1")
 
 
 class RegistryTests(SynchronousTestCase):
@@ -71,8 +71,8 @@ class RegistryTests(SynchronousTestCase):
         """Offsets round-trip; missing or garbage ones read as None."""
         self.assertEqual(self.successResultOf(write_offsets(self.zk, "g", [(P0, 7)])), [True])
         self.successResultOf(self.zk.set_or_create(paths.offset_path("g", "t", P1.name), b"junk"))
-        self.assertEqual(self.successResultOf(read_offsets(self.zk, "g", [P0, P1, TopicPartition("t", 9, 9)])),
-                         {P0: 7, P1: None, TopicPartition("t", 9, 9): None})
+        self.assertEqual(self.successResultOf(read_offsets(self.zk, "g", [P0, P1, TopicPartition("t", "9-9")])),
+                         {P0: 7, P1: None, TopicPartition("t", "9-9"): None})
 
     def test_offset_values_read_leniently(self) -> None:
         """Whitespace, newlines and NULs around the number are ignored; anything else is no offset."""
@@ -97,7 +97,7 @@ class RegistryTests(SynchronousTestCase):
 
     def test_delete_session_owners(self) -> None:
         """Owner nodes of this session not in keep are deleted; others' and kept ones stay."""
-        for tp, zk in ((P0, self.zk), (P1, self.zk), (TopicPartition("t", 1, 0), self.other)):
+        for tp, zk in ((P0, self.zk), (P1, self.zk), (TopicPartition("t", "1-0"), self.other)):
             self.successResultOf(zk.create(paths.owner_path("g", "t", tp.name), b"s", ephemeral=True, makepath=True))
         self.successResultOf(delete_session_owners(self.zk, "g", ["t", "u"], {P1}))
         self.assertEqual(self.successResultOf(self.zk.children(paths.owner_path("g", "t"))), ["0-1", "1-0"])

@@ -17,6 +17,7 @@ from twlog.errors import (
     RebalanceFailed,
     WrongPartition,
 )
+from twlog.partition import TopicPartition
 from twlog.protocol import codec
 from twlog.protocol.codec import FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import CODEC_GZIP, MessageAndOffset, encode_message, encode_message_set, iter_messages
@@ -35,14 +36,14 @@ def fetch_frame(*parts: tuple[int, bytes]) -> bytes:
 class GroupStreamTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.stream = GroupStream("t", "c-0", max_queued=3)
-        self.owned = OwnedPartition("t", "1-2", 1, 2, self.stream, 0)
+        self.owned = OwnedPartition(TopicPartition("t", "1-2"), 1, self.stream, 0)
 
     def test_hands_out_in_order_and_moves_consumed(self) -> None:
         """Messages come out in order with their topic and partition; the consumed offset moves as they do."""
         batch = messages([b"a", b"b"])
         self.stream.deliver(self.owned, batch)
         first = self.successResultOf(self.stream.__anext__())
-        self.assertEqual(first, GroupMessage("t", "1-2", 0, batch[0].next_offset, b"a"))
+        self.assertEqual(first, GroupMessage("t", TopicPartition("t", "1-2"), 0, batch[0].next_offset, b"a"))
         self.assertEqual(self.owned.consumed, batch[0].next_offset)
         waiting = self.stream.__anext__()
         self.assertEqual(self.successResultOf(waiting).payload, b"b")
@@ -103,8 +104,8 @@ class FetcherTests(SynchronousTestCase):
         self.clock = Clock()
         self.connection = FakeConnection()
         self.stream = GroupStream("t", "c-0", max_queued=2)
-        self.p0 = OwnedPartition("t", "4-0", 4, 0, self.stream, None)
-        self.p1 = OwnedPartition("t", "4-1", 4, 1, self.stream, 0)
+        self.p0 = OwnedPartition(TopicPartition("t", "4-0"), 4, self.stream, None)
+        self.p1 = OwnedPartition(TopicPartition("t", "4-1"), 4, self.stream, 0)
         self.fetcher = BrokerFetcher(4, [self.p0, self.p1], self.connection, clock=self.clock,
                                      fetch_max_bytes=1000, max_wait_ms=500, reset="smallest",
                                      retry_policy=lambda attempt: 1.0)
@@ -222,7 +223,7 @@ class CorruptMessageTests(SynchronousTestCase):
     def fetcher(self, on_corrupt: str):
         connection = FakeConnection()
         stream = GroupStream("t", "c-0", max_queued=10)
-        owned = OwnedPartition("t", "4-0", 4, 0, stream, 0)
+        owned = OwnedPartition(TopicPartition("t", "4-0"), 4, stream, 0)
         fetcher = BrokerFetcher(4, [owned], connection, clock=Clock(), fetch_max_bytes=1000, max_wait_ms=500,
                                 reset="smallest", retry_policy=lambda attempt: 1.0, on_corrupt=on_corrupt)
         fetcher.start()

@@ -51,7 +51,7 @@ class ClusterViewTests(SynchronousTestCase):
         self.successResultOf(self.broker.create(paths.broker_topic_path("clicks", 2), b"3", ephemeral=True,
                                                 makepath=True))
         self.assertEqual(view.partitions("clicks"), [(2, 0), (2, 1), (2, 2)])
-        self.assertEqual(view.topic_partitions("clicks"), [TopicPartition("clicks", 2, p) for p in range(3)])
+        self.assertEqual(view.topic_partitions("clicks"), [TopicPartition.on_broker("clicks", 2, p) for p in range(3)])
         self.assertEqual(self.changes, 2)
         self.successResultOf(self.broker.stop())  # the broker dies: its ephemeral nodes go
         self.assertEqual((view.brokers, view.partitions("clicks")), ({}, []))

@@ -119,11 +119,11 @@ class DiscoveryTests(ClusterTestCase):
         two = await start_broker(self, broker_id=2, num_partitions=1)
         for service in (one, two):
             producer = Producer(f"127.0.0.1:{service.broker.port}", ack="flushed")
-            await producer.send(TOPIC, [b"m"], partition=0)
+            await producer.send(TOPIC, [b"m"], partition_index=0)
             await producer.close()
         both = f"127.0.0.1:{one.broker.port},127.0.0.1:{two.broker.port}"
         found = await deferToThread(discover, [TOPIC], brokers=both, timeout_s=5)
-        self.assertEqual([p.tp for p in found], [TopicPartition(TOPIC, 1, 0), TopicPartition(TOPIC, 2, 0)])
+        self.assertEqual([p.tp for p in found], [TopicPartition(TOPIC, "1-0"), TopicPartition(TOPIC, "2-0")])
         await two.stopService()
         error = await self.assertFailure(deferToThread(discover, [TOPIC], brokers=both, timeout_s=5),
                                          ConnectionFailed)
@@ -137,7 +137,7 @@ class DiscoveryTests(ClusterTestCase):
         partitions = await producer.partitions(TOPIC)
         self.assertEqual([p.name for p in partitions], ["0-0", "0-1", "1-0", "1-1"])
         before = await brokers[1].offsets(TOPIC, 1)
-        await producer.send(TOPIC, [b"to broker 1"], partition=3)
+        await producer.send(TOPIC, [b"to broker 1"], partition_index=3)
         self.assertGreater(await brokers[1].offsets(TOPIC, 1), before)
 
 

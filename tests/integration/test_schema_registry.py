@@ -198,9 +198,9 @@ class SchemaRegistryTests(TestCase):
         registry = RegistryClient(self.url, reactor=reactor)
         producer = Producer(zookeeper=self.cluster.zookeeper, reactor=reactor, ack="flushed")
         producer.serializer = AvroSerializer(registry, USER_V1)
-        await producer.send("users", [{"name": "ann"}, {"name": "bob"}], partition=0)
+        await producer.send("users", [{"name": "ann"}, {"name": "bob"}], partition_index=0)
         producer.serializer = AvroSerializer(registry, USER_V2)
-        await producer.send("users", {"name": "cy", "age": 7}, partition=0)
+        await producer.send("users", {"name": "cy", "age": 7}, partition_index=0)
         await producer.close()
 
         (location, *_) = await deferToThread(discover, ["users"], zookeeper=self.cluster.zookeeper)

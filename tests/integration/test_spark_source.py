@@ -25,7 +25,7 @@ async def produce(testcase, brokers: str, topic: str, messages: list[bytes], par
     """Write C{messages} flushed (so visible at once) to the C{partition}-th partition of C{topic}."""
     producer = Producer(brokers, ack="flushed")
     try:
-        return await producer.send(topic, messages, partition=partition)
+        return await producer.send(topic, messages, partition_index=partition)
     finally:
         await producer.close()
 

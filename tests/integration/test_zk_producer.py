@@ -152,7 +152,7 @@ class ZooKeeperProducerTests(TestCase):
             service.logs.get_or_create_log("events", 0)
         producer = self.producer(hosts, rng=random.Random(7))
         partitions = await partitions_until(producer, "events", lambda ps: len(ps) == 6)
-        self.assertEqual(partitions, [TopicPartition("events", b, p) for b in range(3) for p in range(2)])
+        self.assertEqual(partitions, [TopicPartition.on_broker("events", b, p) for b in range(3) for p in range(2)])
         self.assertEqual(sorted(producer.cluster.brokers), [0, 1, 2])
 
         before = ends(brokers, "events")
@@ -174,15 +174,15 @@ class ZooKeeperProducerTests(TestCase):
         """An unregistered topic starts at partition 0 of each live broker; registrations then add the rest."""
         hosts, brokers = await self.cluster(2, num_partitions=3)
         producer = self.producer(hosts)
-        self.assertEqual(await producer.partitions("new"), [TopicPartition("new", b, 0) for b in (0, 1)])
+        self.assertEqual(await producer.partitions("new"), [TopicPartition.on_broker("new", b, 0) for b in (0, 1)])
 
-        await producer.send("new", b"first", partition=0)  # broker 0 creates "new" with 3 partitions
+        await producer.send("new", b"first", partition_index=0)  # broker 0 creates "new" with 3 partitions
         partitions = await partitions_until(producer, "new", lambda ps: len(ps) == 4)
-        self.assertEqual(partitions, [TopicPartition("new", b, p) for b, p in [(0, 0), (0, 1), (0, 2), (1, 0)]])
+        self.assertEqual([tp.name for tp in partitions], ["0-0", "0-1", "0-2", "1-0"])
 
-        await producer.send("new", b"second", partition=3)  # partition 0 of broker 1, still bootstrapped
+        await producer.send("new", b"second", partition_index=3)  # partition 0 of broker 1, still bootstrapped
         partitions = await partitions_until(producer, "new", lambda ps: len(ps) == 6)
-        self.assertEqual(partitions, [TopicPartition("new", b, p) for b in (0, 1) for p in range(3)])
+        self.assertEqual(partitions, [TopicPartition.on_broker("new", b, p) for b in (0, 1) for p in range(3)])
         self.assertEqual(ends(brokers, "new"), {(0, 0): 14, (1, 0): 15})
 
     async def test_routes_around_a_stopped_broker_and_picks_it_up_again(self) -> None:
@@ -190,13 +190,13 @@ class ZooKeeperProducerTests(TestCase):
         hosts, brokers = await self.cluster(3)
         producer = self.producer(hosts, rng=random.Random(1))
         for index in range(3):  # bootstrap: partition 0 of each broker
-            await producer.send("t", b"hello", partition=index)
+            await producer.send("t", b"hello", partition_index=index)
         await partitions_until(producer, "t", lambda ps: len(producer.cluster.partitions("t")) == 3)
 
         log_dir = brokers[1].config.log.log_dir
         await brokers.pop(1).stopService()
         partitions = await partitions_until(producer, "t", lambda ps: 1 not in {p.broker_id for p in ps})
-        self.assertEqual(partitions, [TopicPartition("t", 0, 0), TopicPartition("t", 2, 0)])
+        self.assertEqual(partitions, [TopicPartition("t", "0-0"), TopicPartition("t", "2-0")])
         for i in range(20):
             result = await producer.send("t", b"m%d" % i)
             self.assertEqual(result.partition, 0)
@@ -204,8 +204,8 @@ class ZooKeeperProducerTests(TestCase):
 
         brokers[1] = await start_broker(self, log_dir, zookeeper=hosts, broker_id=1)  # a new port
         partitions = await partitions_until(producer, "t", lambda ps: len(ps) == 3)
-        self.assertEqual(partitions, [TopicPartition("t", b, 0) for b in range(3)])
-        result = await producer.send("t", b"back", partition=1)
+        self.assertEqual(partitions, [TopicPartition.on_broker("t", b, 0) for b in range(3)])
+        result = await producer.send("t", b"back", partition_index=1)
         self.assertEqual(brokers[1].logs.get_log("t", 0).end_offset, result.next_offset)
         self.assertEqual(result.offset, 14)  # after the "hello" it kept
         self.assertEqual(sum(v for k, v in ends(brokers, "t").items() if k[0] != 1), before)
@@ -215,7 +215,7 @@ class ZooKeeperProducerTests(TestCase):
         hosts, brokers = await self.cluster(2)
         producer = self.producer(hosts, connect_attempts=20)
         for index in range(2):
-            await producer.send("t", b"hello", partition=index)
+            await producer.send("t", b"hello", partition_index=index)
         await partitions_until(producer, "t", lambda ps: len(producer.cluster.partitions("t")) == 2)
         key = next(k for k in (b"k%d" % i for i in range(100)) if hash_partitioner(k, 2) == 1)  # broker 1's
 

@@ -10,15 +10,16 @@ from twlog.consumer.stream import GroupMessage
 from twlog.errors import ConnectionFailed, MessageSizeTooLarge
 from twlog.mirror.copier import Copier
 from twlog.mirror.tracker import OffsetTracker
+from twlog.partition import TopicPartition
 
 
 class FakeFeed:
     def __init__(self) -> None:
         self.tracker = OffsetTracker()
-        self.acknowledged: list[tuple[str, str, int]] = []
+        self.acknowledged: list[tuple[str, str, int]] = []  # (topic, partition name, next offset)
 
-    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
-        self.acknowledged.append((topic, partition, next_offset))
+    def acknowledge(self, partition: TopicPartition, next_offset: int) -> None:
+        self.acknowledged.append((partition.topic, partition.name, next_offset))
 
 
 class FakeTarget:
@@ -44,7 +45,7 @@ def copy(copier: Copier, m: GroupMessage, feed: FakeFeed) -> Deferred:
 
 
 def message(n: int, partition: str = "0-0", topic: str = "t") -> GroupMessage:
-    return GroupMessage(topic, partition, n * 10, n * 10 + 10, b"m%d" % n)
+    return GroupMessage(topic, TopicPartition(topic, partition), n * 10, n * 10 + 10, b"m%d" % n)
 
 
 class CopierTests(SynchronousTestCase):

@@ -53,13 +53,13 @@ class SelectionTests(SynchronousTestCase):
 
 
 class _Consumer:
+    """A group consumer's acknowledgement, recorded as (topic, partition name, next offset)."""
+
     def __init__(self) -> None:
-        self.rebalancer = self
-        self.consumption = self
         self.acknowledged: list[tuple[str, str, int]] = []
 
-    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
-        self.acknowledged.append((topic, partition, next_offset))
+    def acknowledge_offset(self, partition: TopicPartition, next_offset: int) -> None:
+        self.acknowledged.append((partition.topic, partition.name, next_offset))
 
 
 class FeedTests(SynchronousTestCase):
@@ -68,14 +68,15 @@ class FeedTests(SynchronousTestCase):
         their offset is committed as soon as their first copy is acknowledged."""
         consumer = _Consumer()
         feed = TopicFeed(None, "t", consumer)
-        self.assertFalse(feed.already_sent("0-0", 10))
-        feed.sent["0-0"] = 30
-        self.assertTrue(feed.already_sent("0-0", 20))  # in flight: its acknowledgement will commit it
+        p00 = TopicPartition("t", "0-0")
+        self.assertFalse(feed.already_sent(p00, 10))
+        feed.sent[p00] = 30
+        self.assertTrue(feed.already_sent(p00, 20))  # in flight: its acknowledgement will commit it
         self.assertEqual(consumer.acknowledged, [])
-        feed.acknowledge("t", "0-0", 30)
-        self.assertTrue(feed.already_sent("0-0", 30))
+        feed.acknowledge(p00, 30)
+        self.assertTrue(feed.already_sent(p00, 30))
         self.assertEqual(consumer.acknowledged, [("t", "0-0", 30), ("t", "0-0", 30)])
-        self.assertFalse(feed.already_sent("0-0", 40))
+        self.assertFalse(feed.already_sent(p00, 40))
 
 
 class ConsumerOptionTests(SynchronousTestCase):
@@ -83,24 +84,24 @@ class ConsumerOptionTests(SynchronousTestCase):
         """With manual_offsets a message handed out is not consumed; acknowledge moves the offset, forward only."""
         stream = GroupStream("t", "c-0", 10, manual_offsets=True)
         consumption = Consumption(None, "g", {"t": [stream]}, None)
-        owned = OwnedPartition("t", "0-0", 0, 0, stream, 0)
-        consumption.owned[TopicPartition("t", 0, 0)] = owned
+        owned = OwnedPartition(TopicPartition("t", "0-0"), 0, stream, 0)
+        consumption.owned[TopicPartition("t", "0-0")] = owned
         stream.deliver(owned, (MessageAndOffset(0, 12, b"a"), MessageAndOffset(12, 24, b"b")))
         self.successResultOf(stream.__anext__())
         self.successResultOf(stream.__anext__())
         self.assertEqual(owned.consumed, 0)
-        consumption.acknowledge("t", "0-0", 12)
+        consumption.acknowledge(TopicPartition("t", "0-0"), 12)
         self.assertEqual(owned.consumed, 12)
-        consumption.acknowledge("t", "0-0", 6)
-        consumption.acknowledge("t", "0-1", 99)
+        consumption.acknowledge(TopicPartition("t", "0-0"), 6)
+        consumption.acknowledge(TopicPartition("t", "0-1"), 99)
         self.assertEqual(owned.consumed, 12)
         owned.active = False  # a later generation owns it now
-        consumption.acknowledge("t", "0-0", 24)
+        consumption.acknowledge(TopicPartition("t", "0-0"), 24)
         self.assertEqual(owned.consumed, 12)
 
     def test_envelope_stripped(self) -> None:
         stream = GroupStream("t", "c-0", 10, envelope=True)
-        owned = OwnedPartition("t", "0-0", 0, 0, stream, 0)
+        owned = OwnedPartition(TopicPartition("t", "0-0"), 0, stream, 0)
         stream.deliver(owned, (MessageAndOffset(0, 40, wrap(b"original", "o", 1, 2, 3)),
                                MessageAndOffset(40, 50, b"plain")))
         self.assertEqual(self.successResultOf(stream.__anext__()).payload, b"original")

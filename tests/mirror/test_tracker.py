@@ -5,12 +5,13 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.mirror.tracker import OffsetTracker
+from twlog.partition import TopicPartition
 
 
 class TrackerTests(SynchronousTestCase):
     def test_in_order(self) -> None:
         tracker = OffsetTracker()
-        first, second = tracker.add("t", "0-0", 100), tracker.add("t", "0-0", 250)
+        first, second = tracker.add(TopicPartition("t", "0-0"), 100), tracker.add(TopicPartition("t", "0-0"), 250)
         self.assertEqual(tracker.done(first), 100)
         self.assertEqual(tracker.done(second), 250)
         self.assertEqual(tracker.pending, 0)
@@ -18,7 +19,7 @@ class TrackerTests(SynchronousTestCase):
     def test_out_of_order_waits_for_the_prefix(self) -> None:
         """A later batch acknowledged first does not move the watermark past an earlier one still in flight."""
         tracker = OffsetTracker()
-        marks = [tracker.add("t", "0-0", n) for n in (10, 20, 30)]
+        marks = [tracker.add(TopicPartition("t", "0-0"), n) for n in (10, 20, 30)]
         self.assertIsNone(tracker.done(marks[2]))
         self.assertIsNone(tracker.done(marks[1]))
         self.assertEqual(tracker.pending, 3)
@@ -27,8 +28,8 @@ class TrackerTests(SynchronousTestCase):
 
     def test_partitions_are_independent(self) -> None:
         tracker = OffsetTracker()
-        a, b = tracker.add("t", "0-0", 10), tracker.add("t", "0-1", 5)
-        other_topic = tracker.add("u", "0-0", 7)
+        a, b = tracker.add(TopicPartition("t", "0-0"), 10), tracker.add(TopicPartition("t", "0-1"), 5)
+        other_topic = tracker.add(TopicPartition("u", "0-0"), 7)
         self.assertEqual(tracker.done(b), 5)
         self.assertEqual(tracker.done(other_topic), 7)
         self.assertEqual(tracker.pending, 1)

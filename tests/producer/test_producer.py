@@ -55,7 +55,7 @@ class DiscoveryTests(SynchronousTestCase):
         partitions = self.successResultOf(producer.partitions("t"))
         self.assertEqual(
             partitions,
-            [TopicPartition("t", b, p) for b, p in [(3, 0), (3, 1), (3, 2), (7, 0), (7, 1)]],
+            [TopicPartition.on_broker("t", b, p) for b, p in [(3, 0), (3, 1), (3, 2), (7, 0), (7, 1)]],
         )
 
     def test_one_metadata_request_per_broker(self) -> None:
@@ -71,7 +71,8 @@ class DiscoveryTests(SynchronousTestCase):
         """A broker (without ZooKeeper) that does not answer contributes no partitions; the others are used."""
         producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})])
         connections["b0"].down = True
-        self.assertEqual(self.successResultOf(producer.partitions("t")), [TopicPartition("t", 1, p) for p in (0, 1)])
+        self.assertEqual(self.successResultOf(producer.partitions("t")),
+                         [TopicPartition("t", "1-0"), TopicPartition("t", "1-1")])
 
     def test_no_broker_reachable(self) -> None:
         """When no broker answers, send fails with ConnectionFailed naming every broker's problem."""
@@ -128,7 +129,7 @@ class PartitioningTests(SynchronousTestCase):
             expected = partitions[zlib.crc32(raw) % 5]
             for _ in range(3):
                 self.assertEqual(
-                    self.targets(producer, connections, key=key), (expected.broker_id, expected.partition)
+                    self.targets(producer, connections, key=key), (expected.fixed_leader, expected.number)
                 )
 
     def test_pluggable_partitioner(self) -> None:
@@ -150,10 +151,20 @@ class PartitioningTests(SynchronousTestCase):
         self.assertEqual(seen, {(0, 0), (0, 1), (1, 0), (1, 1)})
 
     def test_explicit_partition(self) -> None:
-        """partition= picks an index in the ordered partition list; an index outside it is a ValueError."""
+        """partition_index= picks an index in the ordered partition list; an index outside it is a ValueError."""
         producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})])
-        self.assertEqual(self.targets(producer, connections, partition=2), (1, 0))
-        self.failureResultOf(producer.send("t", b"m", partition=4), ValueError)
+        self.assertEqual(self.targets(producer, connections, partition_index=2), (1, 0))
+        self.failureResultOf(producer.send("t", b"m", partition_index=4), ValueError)
+
+    def test_partition_keyword_is_deprecated(self) -> None:
+        """The old keyword partition= still picks the index, with a DeprecationWarning naming partition_index=;
+        giving both is a TypeError."""
+        producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})])
+        self.assertEqual(self.targets(producer, connections, partition=3), (1, 1))
+        (warning,) = self.flushWarnings([self.targets])
+        self.assertEqual((warning["category"], warning["message"]),
+                         (DeprecationWarning, "partition= is deprecated: use partition_index="))
+        self.assertRaises(TypeError, producer.send, "t", b"m", partition=1, partition_index=1)
 
     def test_hash_partitioner(self) -> None:
         """The default partitioner is CRC-32 modulo n, in range."""
@@ -187,7 +198,7 @@ class SendTests(SynchronousTestCase):
         rejected = ProduceResult("t", 0, MessageSizeTooLarge.code, -1, -1)
         connections["b0"].responses.append(codec.encode_ack_produce_response(0, [rejected]))
         failure = self.failureResultOf(producer.send("t", b"x"), MessageSizeTooLarge)
-        self.assertIn("t-0", str(failure.value))
+        self.assertIn("t:0-0", str(failure.value))
 
     def test_compression_per_batch(self) -> None:
         """With gzip, a batch is one compressed wrapper holding the messages."""
@@ -267,8 +278,8 @@ class BatchingTests(SynchronousTestCase):
     def test_flush_sends_everything(self) -> None:
         """flush() sends every queue at once and fires when delivered."""
         producer, connections, clock = make_producer([(0, {"t": 2})], batch_size=100, linger_ms=10_000)
-        producer.send("t", b"a", partition=0)
-        producer.send("t", b"b", partition=1)
+        producer.send("t", b"a", partition_index=0)
+        producer.send("t", b"b", partition_index=1)
         self.successResultOf(producer.flush())
         self.assertEqual(len(connections["b0"].sent), 2)
         self.assertEqual(clock.getDelayedCalls(), [])
@@ -350,7 +361,7 @@ class BootstrapTests(SynchronousTestCase):
         producer, connections, _ = self.make(self.cluster({0: 1, 1: 2, 2: 1}))
         partitions = self.successResultOf(producer.partitions("t"))
         self.assertEqual([p.name for p in partitions], ["0-0", "1-0", "1-1", "2-0"])
-        self.successResultOf(producer.send("t", b"m", partition=2))
+        self.successResultOf(producer.send("t", b"m", partition_index=2))
         self.assertEqual(connections["b1"].produced_payloads(), [[b"m"]])
 
     def test_broker_without_the_topic_gets_partition_0_for_a_while(self) -> None:

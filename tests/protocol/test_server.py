@@ -471,7 +471,8 @@ class Kafka07CodeTests(SynchronousTestCase):
         self.assertEqual({cls.__name__: kafka07_code(cls.code) for cls in TWLOG_ONLY}, {
             "InvalidTopic": -1, "MessageSizeTooLarge": 2, "FetchSizeTooSmall": 4, "OffsetNotOnBoundary": 1,
             "RequestTimedOut": -1, "RequestTooLarge": -1, "InvalidRequest": -1, "BrokerShuttingDown": -1,
-            "StorageFailed": -1, "TooManyOpenFiles": -1, "TopicExists": -1,
+            "StorageFailed": -1, "TooManyOpenFiles": -1, "TopicExists": -1, "NotLeader": 3,
+            "LeaderNotAvailable": -1,
         })
         self.assertEqual(kafka07_code(99), UNKNOWN)
 

@@ -10,7 +10,8 @@ from twlog.spark import options as spark_options
 from twlog.spark.options import OPTIONS, SourceOptions, check_options
 
 #: clicks on brokers 0 (two partitions) and 1 (one).
-FOUND = [PartitionLocation(TopicPartition("clicks", b, p), "h", 9092 + b) for b, p in [(0, 0), (0, 1), (1, 0)]]
+FOUND = [PartitionLocation(TopicPartition.on_broker("clicks", b, p), b, "h", 9092 + b)
+         for b, p in [(0, 0), (0, 1), (1, 0)]]
 
 
 def source(stream: bool = False, **options) -> SourceOptions:

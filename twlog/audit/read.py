@@ -39,7 +39,7 @@ def read_topic(zookeeper: str, topic: str, on_payload: Callable[[bytes], object]
     read = 0
     for location in discover([topic], zookeeper=zookeeper, options=options):
         with SyncConnection(location.host, location.port, options) as connection:
-            partition = location.partition
+            partition = location.number
             end = connection.offset(topic, partition, LATEST)
             offset = connection.offset(topic, partition, EARLIEST)
             if since_ms is not None:

@@ -76,7 +76,8 @@ async def rebalance_benchmark(reactor, zookeeper: str, consumers: int = 10, part
             await registration.start()
             registrations.append(registration)
             service.logs.get_or_create_log("bench", 0)  # creates (and registers) the topic
-        expected = {TopicPartition("bench", b, p).name for b in range(brokers) for p in range(partitions // brokers)}
+        expected = {TopicPartition.on_broker("bench", b, p).name
+                    for b in range(brokers) for p in range(partitions // brokers)}
         group = [GroupConsumer(hosts, "bench", reactor=reactor, consumer_id=f"bench-{i:03d}",
                                rebalance_backoff_ms=rebalance_backoff_ms, rebalance_max_retries=20)
                  for i in range(consumers)]

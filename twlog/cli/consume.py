@@ -93,12 +93,12 @@ async def start_offset(consumer: SimpleConsumer, location: PartitionLocation, of
     @raise TwlogError: a byte offset outside the partition's log, naming its valid range.
     """
     if offset == "earliest":
-        (first,) = await consumer.offsets(location.topic, location.partition, EARLIEST, 1)
+        (first,) = await consumer.offsets(location.topic, location.name, EARLIEST, 1)
         return first
-    (latest,) = await consumer.offsets(location.topic, location.partition, LATEST, 1)
+    (latest,) = await consumer.offsets(location.topic, location.name, LATEST, 1)
     if offset == "latest":
         return latest
-    (earliest,) = await consumer.offsets(location.topic, location.partition, EARLIEST, 1)
+    (earliest,) = await consumer.offsets(location.topic, location.name, EARLIEST, 1)
     if not earliest <= int(offset) <= latest:
         raise TwlogError(
             f"offset {offset} is outside partition {location.name} of {location.topic!r}: valid offsets are "
@@ -109,7 +109,7 @@ async def start_offset(consumer: SimpleConsumer, location: PartitionLocation, of
 
 async def _read_to_end(locations, starts, consumer_of, output: _Output) -> None:
     """Fetch from each partition in turn until each reaches the end it had when the command started."""
-    ends = [(await consumer_of(loc).offsets(loc.topic, loc.partition, LATEST, 1))[0] for loc in locations]
+    ends = [(await consumer_of(loc).offsets(loc.topic, loc.name, LATEST, 1))[0] for loc in locations]
     positions = dict(enumerate(starts))
     while positions and not output.full:
         for index, offset in list(positions.items()):
@@ -117,7 +117,7 @@ async def _read_to_end(locations, starts, consumer_of, output: _Output) -> None:
             if offset >= ends[index]:
                 del positions[index]
                 continue
-            fetched = await consumer_of(location).fetch(location.topic, location.partition, offset)
+            fetched = await consumer_of(location).fetch(location.topic, location.name, offset)
             for message in fetched:
                 output.write(location, message.offset, message.payload)
                 if output.full:
@@ -146,7 +146,7 @@ async def _follow(reactor, locations, starts, consumer_of, output: _Output) -> N
                 return
 
     trigger = stop_on_shutdown(reactor, finish, closing)
-    streams = [consumer_of(loc).stream(loc.topic, loc.partition, start) for loc, start in zip(locations, starts)]
+    streams = [consumer_of(loc).stream(loc.topic, loc.name, start) for loc, start in zip(locations, starts)]
     try:
         for location, stream in zip(locations, streams):
             Deferred.fromCoroutine(drain(location, stream)).addErrback(finish)

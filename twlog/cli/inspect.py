@@ -45,7 +45,7 @@ async def offsets(reactor, args) -> None:
             key = (location.host, location.port)
             if key not in consumers:
                 consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
-            found = await consumers[key].offsets(location.topic, location.partition, args.time, args.max)
+            found = await consumers[key].offsets(location.topic, location.name, args.time, args.max)
             answers.append((location, found))
     finally:
         for consumer in consumers.values():
@@ -80,9 +80,9 @@ async def topics(reactor, args) -> None:
         return
     rows = []
     for topic, locs in by_topic.items():
-        brokers = sorted({(loc.broker_id, loc.address) for loc in locs})
+        brokers = sorted({(loc.leader, loc.address) for loc in locs})
         for broker_id, address in brokers:
-            names = [loc.name for loc in locs if loc.broker_id == broker_id]
+            names = [loc.name for loc in locs if loc.leader == broker_id]
             rows.append((topic, f"{broker_id} ({address})", len(names), _span(names)))
     print_table(["topic", "broker", "partitions", "names"], rows, right=["partitions"])
 

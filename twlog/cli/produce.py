@@ -99,7 +99,7 @@ async def produce(reactor, args) -> None:
 
     async def send(key: bytes | None, batch: list[bytes]) -> None:
         nonlocal sent
-        d = producer.send(args.topic, batch, key=key, partition=index)
+        d = producer.send(args.topic, batch, key=key, partition_index=index)
         d.addErrback(_explain, batch)
         in_flight.append(d)
         while len(in_flight) >= WINDOW:

@@ -39,9 +39,10 @@ from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
+from twlog.coord.layout import PartitionLocation
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed, UnknownTopic, raise_for
-from twlog.partition import TopicPartition, describe_partitions, resolve_partition
+from twlog.partition import TopicPartition, address_text, describe_partitions, resolve_partition
 from twlog.protocol.codec import MetadataResponse
 from twlog.protocol.responses import (
     VIEW_CURRENT,
@@ -92,43 +93,8 @@ def parse_brokers(brokers: str | Iterable[tuple[str, int]]) -> list[tuple[str, i
     return pairs
 
 
-def format_address(host: str, port: int) -> str:
-    """C{host:port}, with an IPv6 host in brackets: the address as messages show it."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-@attrs.frozen(order=True)
-class PartitionLocation:
-    """A partition and the address of the broker that holds it; sorts as its L{TopicPartition}."""
-
-    tp: TopicPartition
-    host: str = attrs.field(order=False)
-    port: int = attrs.field(order=False)
-
-    @property
-    def topic(self) -> str:
-        return self.tp.topic
-
-    @property
-    def broker_id(self) -> int:
-        return self.tp.broker_id
-
-    @property
-    def partition(self) -> int:
-        """The partition's number on its broker."""
-        return self.tp.partition
-
-    @property
-    def name(self) -> str:
-        """The cluster-wide name C{<broker id>-<partition>}."""
-        return self.tp.name
-
-    @property
-    def address(self) -> str:
-        return format_address(self.host, self.port)
-
-    def __str__(self) -> str:
-        return f"{self.tp} at {self.address}"
+#: C{host:port}, with an IPv6 host in brackets: the address as messages show it.
+format_address = address_text
 
 
 def metadata_partitions(metadata: MetadataResponse, topics: Iterable[str], asked: str) -> list[TopicPartition]:
@@ -142,7 +108,7 @@ def metadata_partitions(metadata: MetadataResponse, topics: Iterable[str], asked
     for info in metadata.topics:
         if info.topic in wanted:
             raise_for(info.error, f"broker {asked} refuses topic {info.topic!r}")
-            found.extend(TopicPartition(info.topic, metadata.broker_id, p) for p in range(info.partitions))
+            found.extend(TopicPartition.on_broker(info.topic, metadata.broker_id, p) for p in range(info.partitions))
     return found
 
 
@@ -317,7 +283,8 @@ def cluster_partitions(cluster: Bootstrap | ClusterMetadataResponse, topics: Ite
                 raise ConnectionFailed(f"topic {topic!r} has {count} partitions on broker {broker_id}, "
                                        "which is not live (no address registered)")
             host, port = addresses[broker_id]
-            found.extend(PartitionLocation(TopicPartition(topic, broker_id, p), host, port) for p in range(count))
+            found.extend(PartitionLocation(TopicPartition.on_broker(topic, broker_id, p), broker_id, host, port)
+                         for p in range(count))
     return sorted(found)
 
 
@@ -331,7 +298,7 @@ def reachable(locations: Iterable[PartitionLocation], options: ClientOptions | N
     options = ClientOptions.build(options)
     by_broker: dict[int, list[PartitionLocation]] = {}
     for location in locations:
-        by_broker.setdefault(location.broker_id, []).append(location)
+        by_broker.setdefault(location.leader, []).append(location)
     for broker_id, held in sorted(by_broker.items()):
         if broker_id in set(skip):
             continue
@@ -371,7 +338,7 @@ def registered_partitions(zk: BlockingZooKeeper, topics: Iterable[str]) -> list[
                 continue  # registered topic of a broker that has left
             host, port = addresses[broker_id]
             found.extend(
-                PartitionLocation(TopicPartition(topic, broker_id, p), host, port)
+                PartitionLocation(TopicPartition.on_broker(topic, broker_id, p), broker_id, host, port)
                 for p in range(int(count.decode() or 0))
             )
     return found

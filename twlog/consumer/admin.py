@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from twisted.internet.defer import Deferred, DeferredList
 
 from twlog.client.connection import BrokerConnection
-from twlog.consumer.rebalance import natural_key
 from twlog.consumer.membership import read_members, read_offsets, read_values, sorted_children
+from twlog.consumer.rebalance import natural_key
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import IZooKeeper
@@ -108,7 +108,7 @@ async def _describe(zk: IZooKeeper, group: str, addresses: dict[int, tuple[str, 
         counts = await read_values(zk, [paths.broker_topic_path(topic, int(b)) for b in registered if b.isdigit()])
         for broker, count in zip([b for b in registered if b.isdigit()], counts):
             if count is not None and int(broker) in addresses and count.strip().isdigit():
-                found |= {TopicPartition(topic, int(broker), p) for p in range(int(count))}
+                found |= {TopicPartition.on_broker(topic, int(broker), p) for p in range(int(count))}
         tps = sorted(found)
         owners = await read_values(zk, [paths.owner_path(group, topic, tp.name) for tp in tps])
         offsets = await read_offsets(zk, group, tps)
@@ -136,8 +136,8 @@ async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int
     wanted = sorted({p.topic_partition for d in descriptions for p in d.partitions})
     by_broker: dict[int, list[TopicPartition]] = {}
     for tp in wanted:
-        if tp.broker_id in addresses:
-            by_broker.setdefault(tp.broker_id, []).append(tp)
+        if tp.fixed_leader in addresses:
+            by_broker.setdefault(tp.fixed_leader, []).append(tp)
     latest: dict[TopicPartition, int | None] = {}
 
     async def ask(broker_id: int, items: list[TopicPartition]) -> None:
@@ -146,7 +146,7 @@ async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int
                                       connect_attempts=1)
         try:
             for tp in items:
-                offsets = (await connection.request(OffsetsRequest(tp.topic, tp.partition, -1, 1))).offsets
+                offsets = (await connection.request(OffsetsRequest(tp.topic, tp.number, -1, 1))).offsets
                 latest[tp] = offsets[0] if offsets else 0
         except Exception:
             pass  # unreachable or refusing: unknown
@@ -211,7 +211,7 @@ async def registered_partitions(zk: IZooKeeper, topic: str) -> dict[TopicPartiti
     for broker, count in zip(registered, counts):
         if count is not None and int(broker) in addresses and count.strip().isdigit():
             for p in range(int(count)):
-                found[TopicPartition(topic, int(broker), p)] = addresses[int(broker)]
+                found[TopicPartition.on_broker(topic, int(broker), p)] = addresses[int(broker)]
     return found
 
 
@@ -245,9 +245,9 @@ async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time:
                                       connect_attempts=1)
         try:
             for tp in tps:
-                found = (await connection.request(OffsetsRequest(tp.topic, tp.partition, time, 1))).offsets
+                found = (await connection.request(OffsetsRequest(tp.topic, tp.number, time, 1))).offsets
                 if not found and time >= 0:
-                    found = (await connection.request(OffsetsRequest(tp.topic, tp.partition, -2, 1))).offsets
+                    found = (await connection.request(OffsetsRequest(tp.topic, tp.number, -2, 1))).offsets
                 result[tp] = found[0] if found else 0
         finally:
             await connection.close()

@@ -32,14 +32,15 @@ from twisted.logger import Logger
 
 from twlog.client.options import ClientOptions
 from twlog.client.serde import Deserializer
+from twlog.consumer.membership import Ownership, deregister_member, describe_error, register_member
 from twlog.consumer.rebalance import encode_subscription, stream_ids, validate_subscription
 from twlog.consumer.rebalancer import Consumption, GroupState, Rebalancer
-from twlog.consumer.membership import Ownership, deregister_member, describe_error, register_member
 from twlog.consumer.simple import check_on_corrupt
-from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupStream
+from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupMessage, GroupStream
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, ZooKeeper
 from twlog.errors import ClientClosed, RebalanceFailed
+from twlog.partition import TopicPartition
 
 
 def default_consumer_id() -> str:
@@ -95,8 +96,8 @@ class GroupConsumer:
         replace its fields.
     @param fetcher_factory: C{(broker id, (host, port), [OwnedPartition])} -> a
         fetch loop (default: L{BrokerFetcher.connect} with the options above).
-    @param manual_offsets: a message handed out is not consumed until C{rebalancer.consumption.acknowledge}
-        says so (a mirror commits only what its target acknowledged).
+    @param manual_offsets: a message handed out is not consumed until L{acknowledge} says so (a mirror
+        commits only what its target acknowledged).
     @param envelope: hand out payloads without their audit envelope (L{twlog.envelope}).
     @param deserializer: C{(topic, payload) -> value} (or a Deferred of it), such as L{twlog.avro.AvroDeserializer}:
         the streams hand out messages whose C{payload} is the value.
@@ -208,6 +209,16 @@ class GroupConsumer:
         """Write the consumed offset of every partition owned now (where it moved since the last commit)."""
         consumption = self.rebalancer.consumption
         return Deferred.fromCoroutine(consumption.commit(consumption.active()))
+
+    def acknowledge(self, message: GroupMessage) -> None:
+        """With C{manual_offsets}: C{message}, and everything of its partition before it, is done; commits
+        may write the offset after it while this consumer owns the partition."""
+        self.acknowledge_offset(message.partition, message.next_offset)
+
+    def acknowledge_offset(self, partition: TopicPartition, next_offset: int) -> None:
+        """With C{manual_offsets}: everything of C{partition} before C{next_offset} is done (a lower offset
+        than one acknowledged before is ignored)."""
+        self.rebalancer.consumption.acknowledge(partition, next_offset)
 
     def close(self) -> Deferred[None]:
         """Commit, release the partitions, leave the group, and close the session and connections; streams end."""

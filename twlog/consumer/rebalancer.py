@@ -22,10 +22,11 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail,
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
-from twlog.consumer.rebalance import consumer_assignment
 from twlog.consumer.membership import Ownership, describe_error, read_members, read_offsets, write_offsets
+from twlog.consumer.rebalance import consumer_assignment
 from twlog.consumer.stream import GroupStream, OwnedPartition
 from twlog.coord.cluster import ClusterView
+from twlog.coord.layout import ClusterLayout
 from twlog.coord.zk import EventType, IZooKeeper, KazooException
 from twlog.errors import ClientClosed, RebalanceFailed
 from twlog.partition import TopicPartition
@@ -103,17 +104,17 @@ class Consumption:
                 stream.clear()
 
     def start(self, plan: dict[TopicPartition, str], offsets: dict[TopicPartition, int | None],
-              brokers: dict[int, tuple[str, int]]) -> None:
-        """Fetch each partition of C{plan} (partition -> stream id) from its committed offset, one loop per broker."""
+              layout: ClusterLayout) -> None:
+        """Fetch each partition of C{plan} (partition -> stream id) from its committed offset, one loop per
+        leader (as C{layout} says)."""
         by_id = {(s.topic, s.stream_id): s for streams in self._streams.values() for s in streams}
         by_broker: dict[int, list[OwnedPartition]] = {}
         for tp, stream_id in sorted(plan.items()):
-            p = OwnedPartition(tp.topic, tp.name, tp.broker_id, tp.partition, by_id[(tp.topic, stream_id)],
-                               offsets.get(tp))
+            p = OwnedPartition(tp, layout.locate(tp).leader, by_id[(tp.topic, stream_id)], offsets.get(tp))
             self.owned[tp] = p
-            by_broker.setdefault(tp.broker_id, []).append(p)
+            by_broker.setdefault(p.leader, []).append(p)
         for broker_id, partitions in sorted(by_broker.items()):
-            fetcher = self._fetcher_factory(broker_id, brokers[broker_id], partitions)
+            fetcher = self._fetcher_factory(broker_id, layout.brokers[broker_id], partitions)
             self.fetchers.append(fetcher)
             fetcher.start()
 
@@ -123,16 +124,16 @@ class Consumption:
             partitions = list(self.owned.values())
         due = [(p, p.consumed) for p in partitions if p.consumed is not None and p.consumed != p.committed]
         written = await write_offsets(self._zk, self.group,
-                                      [(TopicPartition(p.topic, p.broker_id, p.partition), v) for p, v in due])
+                                      [(p.tp, v) for p, v in due])
         for (p, value), ok in zip(due, written):
             if ok:
                 p.committed = value
 
-    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
-        """With C{manual_offsets}: everything of C{topic}'s C{partition} (a name) before C{next_offset} is done,
-        so commits may write C{next_offset} while this generation owns it (a lower one is ignored)."""
+    def acknowledge(self, partition: TopicPartition, next_offset: int) -> None:
+        """With C{manual_offsets}: everything of C{partition} before C{next_offset} is done, so commits may
+        write C{next_offset} while this generation owns it (a lower one is ignored)."""
         for p in self.active():
-            if p.topic == topic and p.name == partition and (p.consumed is None or next_offset > p.consumed):
+            if p.tp == partition and (p.consumed is None or next_offset > p.consumed):
                 p.consumed = next_offset
 
     def set_error(self, error: Exception | None) -> None:
@@ -335,8 +336,8 @@ class Rebalancer:
         subscriptions = await read_members(self._zk, self.group, watch=self.members_watch(generation))
         self.check(generation)
         subscriptions = self._members = {member: s for member, s in subscriptions.items() if s is not None}
-        brokers = dict(self.view.brokers)
-        partitions = {topic: self.view.topic_partitions(topic) for topic in self._subscription}
+        layout = self.view.layout()
+        partitions = {topic: layout.topic_partitions(topic) for topic in self._subscription}
         plan = {tp: stream for owners in consumer_assignment(self.consumer_id, subscriptions, partitions).values()
                 for tp, stream in owners.items()}
         conflicts = await self.ownership.claim_all(plan, lambda: self.check(generation))
@@ -345,7 +346,7 @@ class Rebalancer:
             return f"owned by another consumer: {', '.join(conflicts)}"
         offsets = await read_offsets(self._zk, self.group, sorted(plan))
         self.check(generation)
-        self.consumption.start(plan, offsets, brokers)
+        self.consumption.start(plan, offsets, layout)
         return None
 
     async def release(self, generation: int | None = None) -> None:

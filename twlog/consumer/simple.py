@@ -16,6 +16,7 @@ new fetch or stream at any offset.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,6 +39,7 @@ from twlog.errors import (
     ProtocolViolation,
     check,
 )
+from twlog.partition import TopicPartition
 from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.batch import MessageBatch
 from twlog.storage.message import (
@@ -56,6 +58,22 @@ __all__ = ["EARLIEST", "LATEST", "CorruptMessage", "FetchedMessages", "MessageSt
 ON_CORRUPT = ("fail", "skip")
 
 _log = Logger()
+
+
+def partition_number(topic: str, partition: str | int) -> int:
+    """The number a broker knows C{topic}'s C{partition} by: from its name (C{"1-0"}, C{"3"}).
+
+    An int is the number itself: the deprecated form, from when per-broker numbers were the API.
+
+    @raise ValueError: C{partition} is not a partition name.
+    """
+    if isinstance(partition, TopicPartition):
+        return partition.number
+    if isinstance(partition, int) and not isinstance(partition, bool):
+        warnings.warn(f"partition numbers are deprecated: name {topic}'s partition (such as '<broker id>-{partition}')",
+                      DeprecationWarning, stacklevel=3)
+        return partition
+    return TopicPartition(topic, partition).number
 
 
 def check_on_corrupt(on_corrupt: str) -> str:
@@ -179,6 +197,9 @@ async def message_size(connection: BrokerConnection, topic: str, partition: int,
 class SimpleConsumer:
     """Fetches from one broker, by topic, partition and offset.
 
+    A partition is named as everywhere (C{"1-0"}; C{"3"} of a replicated topic), and must be one this
+    broker leads.  A bare int (the number the broker knows it by) still works, with a DeprecationWarning.
+
     C{fetch} and C{offsets} share one connection; each L{stream} has its own,
     because a waiting fetch holds back every later answer on its connection.
     """
@@ -234,7 +255,7 @@ class SimpleConsumer:
     def fetch(
         self,
         topic: str,
-        partition: int,
+        partition: str | int,
         offset: int,
         max_bytes: int | None = None,
         *,
@@ -256,35 +277,39 @@ class SimpleConsumer:
         @raise CorruptMessage: the message at C{offset} is corrupt (an L{InvalidMessage} naming the
             partition, its offset and the offset after it).
         """
+        number = partition_number(topic, partition)
         return Deferred.fromCoroutine(
-            self._fetch(self._connection, topic, partition, offset, max_bytes or self.max_bytes, max_wait_ms, min_bytes)
+            self._fetch(self._connection, topic, number, offset, max_bytes or self.max_bytes, max_wait_ms, min_bytes)
         )
 
-    def fetch_batch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None
+    def fetch_batch(self, topic: str, partition: str | int, offset: int, max_bytes: int | None = None
                     ) -> Deferred[MessageBatch]:
         """L{fetch}, decoded as a L{MessageBatch} (L{twlog.storage.batch}): no object per message until iterated."""
-        return Deferred.fromCoroutine(self._fetch(self._connection, topic, partition, offset,
+        number = partition_number(topic, partition)
+        return Deferred.fromCoroutine(self._fetch(self._connection, topic, number, offset,
                                                   max_bytes or self.max_bytes, None, None, decode_fetched_batch))
 
-    def batches(self, topic: str, partition: int, offset: int, *, max_bytes: int | None = None,
+    def batches(self, topic: str, partition: str | int, offset: int, *, max_bytes: int | None = None,
                 end: int | None = None, pipeline: bool = True) -> BatchReader:
         """An async iterator of L{MessageBatch}es from C{offset} (to C{end}, or the log's end), on its own
         connection, asking for each next fetch before the current one is decoded (L{BatchReader})."""
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        reader = BatchReader(self, topic, partition, offset, max_bytes=max_bytes or self.max_bytes, end=end,
+        reader = BatchReader(self, topic, partition_number(topic, partition), offset,
+                             max_bytes=max_bytes or self.max_bytes, end=end,
                              pipeline=pipeline)
         self._streams.add(reader)
         return reader
 
-    def offsets(self, topic: str, partition: int, time: int = LATEST, max_offsets: int = 1) -> Deferred[list[int]]:
+    def offsets(self, topic: str, partition: str | int, time: int = LATEST, max_offsets: int = 1
+                ) -> Deferred[list[int]]:
         """Valid offsets before C{time} (L{LATEST} -1, L{EARLIEST} -2, or ms since the epoch), newest first."""
-        return Deferred.fromCoroutine(self._offsets(topic, partition, time, max_offsets))
+        return Deferred.fromCoroutine(self._offsets(topic, partition_number(topic, partition), time, max_offsets))
 
     def stream(
         self,
         topic: str,
-        partition: int,
+        partition: str | int,
         offset: int,
         *,
         max_bytes: int | None = None,
@@ -297,7 +322,8 @@ class SimpleConsumer:
         """
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        stream = MessageStream(self, topic, partition, offset, max_bytes or self.max_bytes, idle_timeout_s)
+        stream = MessageStream(self, topic, partition_number(topic, partition), offset, max_bytes or self.max_bytes,
+                               idle_timeout_s)
         self._streams.add(stream)
         return stream
 

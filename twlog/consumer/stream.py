@@ -38,6 +38,7 @@ from twlog.errors import (
     ProtocolViolation,
     error_for,
 )
+from twlog.partition import TopicPartition
 from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
 from twlog.storage.message import DEFAULT_MAX_DECOMPRESSED_BYTES, CorruptMessage, MessageAndOffset
 
@@ -49,8 +50,8 @@ class GroupMessage(NamedTuple):
     """A message from a group stream: the L{MessageAndOffset} fields plus where it came from."""
 
     topic: str
-    #: The partition's cluster-wide name, C{<broker id>-<partition>}.
-    partition: str
+    #: The partition it came from (its C{name} is C{<broker id>-<n>}, or C{<n>} of a replicated topic).
+    partition: TopicPartition
     offset: int
     next_offset: int
     payload: bytes
@@ -59,15 +60,17 @@ class GroupMessage(NamedTuple):
 class OwnedPartition:
     """A partition a consumer owns in one rebalance generation: where to fetch next and what was consumed."""
 
-    __slots__ = ("active", "boundary", "broker_id", "committed", "consumed", "failed", "fetch_offset", "name",
-                 "partition", "paused_until", "stream", "topic")
+    __slots__ = ("active", "boundary", "committed", "consumed", "failed", "fetch_offset", "leader", "name",
+                 "number", "paused_until", "stream", "topic", "tp")
 
-    def __init__(self, topic: str, name: str, broker_id: int, partition: int, stream: GroupStream,
-                 offset: int | None) -> None:
-        self.topic = topic
-        self.name = name
-        self.broker_id = broker_id
-        self.partition = partition
+    def __init__(self, tp: TopicPartition, leader: int, stream: GroupStream, offset: int | None) -> None:
+        self.tp = tp
+        self.topic = tp.topic
+        self.name = tp.name
+        #: The number the leader knows it by, in requests.
+        self.number = tp.number
+        #: The broker fetched from: the partition's leader when this generation started.
+        self.leader = leader
         self.stream = stream
         #: The next offset to fetch (None: not known yet, ask the broker per C{auto_offset_reset}).
         self.fetch_offset = offset
@@ -235,7 +238,7 @@ class GroupStream:
                 listener()
         payload = strip(message.payload) if self.envelope else message.payload
         return deserialize_one(self.deserializer, owned.topic,
-                               GroupMessage(owned.topic, owned.name, message.offset, message.next_offset, payload))
+                               GroupMessage(owned.topic, owned.tp, message.offset, message.next_offset, payload))
 
     def holds(self, owned: OwnedPartition) -> bool:
         """Whether messages of C{owned} are queued."""
@@ -362,7 +365,7 @@ class BrokerFetcher:
             return
         request = WaitFetchRequest(
             self.max_wait_ms, 1,
-            tuple(FetchRequest(p.topic, p.partition, p.fetch_offset, self.fetch_max_bytes) for p in ready),
+            tuple(FetchRequest(p.topic, p.number, p.fetch_offset, self.fetch_max_bytes) for p in ready),
         )
         self.requests += 1
         parts = (await self.connection.request(request)).parts
@@ -380,7 +383,7 @@ class BrokerFetcher:
         if error == NO_ERROR or error == OffsetNotOnBoundary.code:
             try:
                 if error == NO_ERROR:
-                    fetched = decode_fetched(data, p.topic, p.partition, offset, self.fetch_max_bytes,
+                    fetched = decode_fetched(data, p.topic, p.number, offset, self.fetch_max_bytes,
                                              on_corrupt=self.on_corrupt,
                                              max_decompressed_bytes=self.max_decompressed_bytes)
                 else:
@@ -398,8 +401,8 @@ class BrokerFetcher:
                            topic=p.topic, partition=p.name, offset=offset, reset=self.reset)
             await self._reset(p)
         elif error == FetchSizeTooSmall.code:
-            needed = await message_size(self.connection, p.topic, p.partition, offset)
-            self._give_up(p, too_small(p.topic, p.partition, offset, self.fetch_max_bytes, needed))
+            needed = await message_size(self.connection, p.topic, p.number, offset)
+            self._give_up(p, too_small(p.topic, p.number, offset, self.fetch_max_bytes, needed))
         else:
             failure = error_for(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
             if error == InvalidMessage.code:
@@ -412,7 +415,7 @@ class BrokerFetcher:
         refusal = error_for(OffsetNotOnBoundary.code, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
         if p.boundary is None or p.boundary[1] != offset:
             raise CorruptMessage(f"the broker refuses to read from it: {refusal}", offset, None, p.topic, p.name)
-        return await read_past_refusal(self.connection, p.topic, p.partition, p.boundary[0], offset,
+        return await read_past_refusal(self.connection, p.topic, p.number, p.boundary[0], offset,
                                        self.fetch_max_bytes, refusal, on_corrupt=self.on_corrupt,
                                        max_decompressed_bytes=self.max_decompressed_bytes)
 
@@ -431,7 +434,7 @@ class BrokerFetcher:
     async def _reset(self, p: OwnedPartition) -> None:
         """Start C{p} at the broker's smallest or largest offset."""
         try:
-            response = await self.connection.request(OffsetsRequest(p.topic, p.partition, self.reset_time, 1))
+            response = await self.connection.request(OffsetsRequest(p.topic, p.number, self.reset_time, 1))
         except BrokerError as e:
             self._pause_partition(p, e)
             return

@@ -23,6 +23,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from twlog.coord import paths
+from twlog.coord.layout import ClusterLayout
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, NoNodeError
 from twlog.partition import TopicPartition
 
@@ -132,7 +133,11 @@ class ClusterView:
 
     def topic_partitions(self, topic: str) -> list[TopicPartition]:
         """C{topic}'s partitions on live brokers, sorted by (broker id, partition)."""
-        return [TopicPartition(topic, b, p) for b, p in self.partitions(topic)]
+        return self.layout().topic_partitions(topic)
+
+    def layout(self) -> ClusterLayout:
+        """The cluster as the view knows it now: live brokers, followed topics' partitions and their leaders."""
+        return ClusterLayout.from_counts(self.brokers, self._registrations, self._topics)
 
     def topics(self) -> list[str]:
         """The topics being followed."""

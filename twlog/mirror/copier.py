@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from twlog.consumer.stream import GroupMessage
 from twlog.errors import ClientClosed, MessageSizeTooLarge
 from twlog.mirror.tracker import Mark, OffsetTracker
+from twlog.partition import TopicPartition
 
 
 class Feed(Protocol):
@@ -31,7 +32,7 @@ class Feed(Protocol):
 
     tracker: OffsetTracker
 
-    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None: ...
+    def acknowledge(self, partition: TopicPartition, next_offset: int) -> None: ...
 
 
 class _Batch:
@@ -145,7 +146,7 @@ class Copier:
         if batch.timer is not None and batch.timer.active():
             batch.timer.cancel()
         # Marks are added in hand-out order: batches of a topic go out in the order they were filled.
-        marks = [(feed, feed.tracker.add(topic, partition, offset))
+        marks = [(feed, feed.tracker.add(partition, offset))
                  for (feed, partition), offset in batch.marks.items()]
         d = Deferred.fromCoroutine(self._deliver(topic, batch, marks))
         self._sending.add(d)
@@ -180,7 +181,7 @@ class Copier:
         for feed, mark in marks:
             watermark = feed.tracker.done(mark)
             if watermark is not None:
-                feed.acknowledge(mark.key[0], mark.key[1], watermark)
+                feed.acknowledge(mark.key, watermark)
         self.in_flight -= len(batch.payloads)
         if self.paused and self.in_flight <= self.max_in_flight // 2:
             self.paused = False

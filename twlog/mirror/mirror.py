@@ -38,6 +38,7 @@ from twlog.coord.zk import CONNECTED, ZooKeeper, split_chroot
 from twlog.errors import RebalanceFailed, TwlogError
 from twlog.mirror.copier import Copier
 from twlog.mirror.tracker import OffsetTracker
+from twlog.partition import TopicPartition
 from twlog.producer import Producer
 
 
@@ -116,16 +117,16 @@ class TopicFeed:
         self.tracker = OffsetTracker()
         self.running = True
         self._pumps: list[Deferred] = []
-        #: Per partition name: the end of what this process handed to the target, and of what it acknowledged.
-        self.sent: dict[str, int] = {}
-        self.acked: dict[str, int] = {}
+        #: Per partition: the end of what this process handed to the target, and of what it acknowledged.
+        self.sent: dict[TopicPartition, int] = {}
+        self.acked: dict[TopicPartition, int] = {}
 
-    def acknowledge(self, topic: str, partition: str, next_offset: int) -> None:
+    def acknowledge(self, partition: TopicPartition, next_offset: int) -> None:
         """The target acknowledged everything this process sent of C{partition} before C{next_offset}."""
         self.acked[partition] = max(next_offset, self.acked.get(partition, next_offset))
-        self.consumer.rebalancer.consumption.acknowledge(topic, partition, next_offset)
+        self.consumer.acknowledge_offset(partition, next_offset)
 
-    def already_sent(self, partition: str, next_offset: int) -> bool:
+    def already_sent(self, partition: TopicPartition, next_offset: int) -> bool:
         """Whether this process sent the message ending at C{next_offset} already (a rebalance handed out again
         what was in flight): then it is not sent twice, and its offset is committed once its first copy is
         acknowledged (at once if it was)."""
@@ -133,7 +134,7 @@ class TopicFeed:
             return False
         acked = self.acked.get(partition)
         if acked is not None and acked >= next_offset:
-            self.consumer.rebalancer.consumption.acknowledge(self.topic, partition, acked)
+            self.consumer.acknowledge_offset(partition, acked)
         return True
 
     async def start(self, copier: Copier, streams: int) -> None:

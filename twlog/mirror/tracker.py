@@ -13,27 +13,29 @@ from __future__ import annotations
 
 from collections import deque
 
+from twlog.partition import TopicPartition
+
 
 class Mark:
     """One batch's last message of one partition: its next offset, and whether the target acknowledged it."""
 
     __slots__ = ("done", "key", "next_offset")
 
-    def __init__(self, key: tuple[str, str], next_offset: int) -> None:
+    def __init__(self, key: TopicPartition, next_offset: int) -> None:
         self.key = key
         self.next_offset = next_offset
         self.done = False
 
 
 class OffsetTracker:
-    """Per (topic, partition name): the marks handed out and not yet under the watermark."""
+    """Per partition: the marks handed out and not yet under the watermark."""
 
     def __init__(self) -> None:
-        self._marks: dict[tuple[str, str], deque[Mark]] = {}
+        self._marks: dict[TopicPartition, deque[Mark]] = {}
 
-    def add(self, topic: str, partition: str, next_offset: int) -> Mark:
-        """A batch holding messages of C{topic}'s C{partition} up to C{next_offset} goes to the target."""
-        mark = Mark((topic, partition), next_offset)
+    def add(self, partition: TopicPartition, next_offset: int) -> Mark:
+        """A batch holding messages of C{partition} up to C{next_offset} goes to the target."""
+        mark = Mark(partition, next_offset)
         self._marks.setdefault(mark.key, deque()).append(mark)
         return mark
 

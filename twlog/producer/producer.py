@@ -28,6 +28,7 @@ from twlog.client.pool import ConnectionPool
 from twlog.client.serde import Serializer, serialize_batch
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import IZooKeeper
+from twlog.deprecation import renamed
 from twlog.envelope import AUDIT_TOPIC, AuditSettings, audit_trail
 from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, MessageSizeTooLarge, ProtocolViolation, check
 from twlog.partition import TopicPartition
@@ -176,13 +177,14 @@ class Producer:
 
     def send(
         self, topic: str, messages: bytes | Sequence[bytes], key: bytes | str | None = None, *,
-        partition: int | None = None,
+        partition_index: int | None = None, partition: int | None = None,
     ) -> Deferred[ProduceResult | None]:
         """Send C{messages} (one bytes, or a list: one request) to a partition of C{topic}.
 
-        The partition is C{partition} if given (an index into the topic's
-        partitions ordered by (broker id, partition)), else chosen by the
-        partitioner from C{key}, else at random.
+        The partition is the one at C{partition_index} if given (an index into
+        the topic's partitions sorted by name, as C{twlog produce --partition N}
+        counts), else chosen by the partitioner from C{key}, else at random.
+        C{partition=} is the deprecated name of C{partition_index=}.
 
         Without batching the Deferred fires once the request is written
         (C{ack="none"}: with None) or acknowledged (with the L{ProduceResult}:
@@ -194,9 +196,10 @@ class Producer:
         @raise ConnectionFailed: no broker could be reached.
         @raise BrokerError: the broker rejected the batch (acknowledged modes).
         """
+        partition = renamed("partition", "partition_index", partition, partition_index)
         if self.serializer is not None and topic != AUDIT_TOPIC and not isinstance(messages, _Serialized):
             return self._track(serialize_batch(self.serializer, topic, messages).addCallback(
-                lambda payloads: self.send(topic, _Serialized(payloads), key, partition=partition)))
+                lambda payloads: self.send(topic, _Serialized(payloads), key, partition_index=partition)))
         try:
             payloads = _payloads(messages)
         except (TypeError, ValueError) as e:
@@ -245,11 +248,11 @@ class Producer:
             target = self._router.choose(topic, partitions, key, index)
         except ValueError as e:
             return fail(e)
-        connection = self._pool.get(target.broker_id)
+        connection = self._pool.get(self._router.leader(target))
         protocol = connection.ready() if connection is not None else None
         if protocol is None:
             return None
-        return protocol.send(ProduceRequest(topic, target.partition, encode_message_set(payloads, self.codec)))
+        return protocol.send(ProduceRequest(topic, target.number, encode_message_set(payloads, self.codec)))
 
     async def _send_now(
         self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None
@@ -258,21 +261,21 @@ class Producer:
         try:
             return await self._deliver(target, payloads)
         except ConnectionFailed:
-            if index is not None or not self._router.broker_left(target.broker_id):
+            if index is not None or not self._router.broker_left(self._router.leader(target)):
                 raise
         # With ZooKeeper: the broker left the cluster meanwhile.  Choose again among the live ones.
         self._log.info("broker {broker} left; sending the batch for {topic} to another partition",
-                       broker=target.broker_id, topic=topic)
+                       broker=self._router.leader(target), topic=topic)
         target = self._router.choose(topic, await self._router.partitions(topic), key, None)
         return await self._deliver(target, payloads)
 
     async def _deliver(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
         topic = target.topic
-        connection = self._pool.get(target.broker_id)
+        connection = self._pool.get(self._router.leader(target))
         if connection is None:
             self._router.forget(topic)
-            raise ConnectionFailed(f"broker {target.broker_id} left the cluster: cannot write {target}")
-        produce = ProduceRequest(topic, target.partition, encode_message_set(payloads, self.codec))
+            raise ConnectionFailed(f"broker {self._router.leader(target)} left the cluster: cannot write {target}")
+        produce = ProduceRequest(topic, target.number, encode_message_set(payloads, self.codec))
         attempt = 0
         while True:
             try:
@@ -293,15 +296,16 @@ class Producer:
                 self._router.forget(topic)  # ask the brokers again next time: one may be gone, or back
                 raise
             except ClientClosed:
-                if not self._router.broker_left(target.broker_id):
+                if not self._router.broker_left(self._router.leader(target)):
                     raise
                 raise ConnectionFailed(
-                    f"broker {target.broker_id} left the cluster before the batch for {target} was sent or answered"
+                    f"broker {self._router.leader(target)} left the cluster before the batch for {target} was sent "
+                    "or answered"
                 ) from None
         results = response.results
         if len(results) != 1:
             raise ProtocolViolation(f"broker {connection.address} answered one produce with {len(results)} results")
-        context = f"broker {connection.address} did not take the batch for {topic}-{target.partition}"
+        context = f"broker {connection.address} did not take the batch for {target}"
         if results[0].error == MessageSizeTooLarge.code:  # it carries the size and the broker's limit
             raise results[0].size_error(context)
         return check(results[0], context)

@@ -40,7 +40,7 @@ from twisted.python.failure import Failure
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
-from twlog.errors import ClientClosed, ConnectionFailed, raise_for
+from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, raise_for
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import ClusterMetadataRequest
 from twlog.protocol.responses import (
@@ -140,6 +140,13 @@ class Router:
         if not 0 <= index < n:
             raise ValueError(f"partition index {index} is outside topic {topic!r}'s partitions [0, {n - 1}]")
         return partitions[index]
+
+    def leader(self, tp: TopicPartition) -> int:
+        """The broker that leads C{tp}, which L{choose} picked from the known partitions."""
+        leader = tp.fixed_leader
+        if leader is None:
+            raise LeaderNotAvailable(f"partition {tp} has no known leader")
+        return leader
 
     def broker_left(self, broker_id: int) -> bool:
         """Whether, with ZooKeeper, C{broker_id} is no longer live (its partitions are not chosen any more)."""
@@ -247,7 +254,7 @@ class Router:
             self._provisional[topic] = self._clock.seconds() + PROVISIONAL_S
         else:
             self._provisional.pop(topic, None)
-        return [TopicPartition(topic, b, p) for b, p in sorted(registered | pending)]
+        return [TopicPartition.on_broker(topic, b, p) for b, p in sorted(registered | pending)]
 
     # -- ZooKeeper -----------------------------------------------------------------------
 
@@ -314,7 +321,7 @@ class Router:
         if not registered:
             # Nobody live holds it: partition 0 of each live broker, which creates the log on the first write.
             self._bootstrap[topic] = set(live)
-            return [TopicPartition(topic, b, 0) for b in sorted(live)]
+            return [TopicPartition.on_broker(topic, b, 0) for b in sorted(live)]
         holders = {b for b, _ in registered}
         pending = {(b, 0) for b in self._bootstrap.get(topic, ()) if b in live and b not in holders}
-        return [TopicPartition(topic, b, p) for b, p in sorted(set(registered) | pending)]
+        return [TopicPartition.on_broker(topic, b, p) for b, p in sorted(set(registered) | pending)]

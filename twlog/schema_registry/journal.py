@@ -49,7 +49,7 @@ class Journal:
     async def append(self, record: dict) -> int:
         """Append C{record}; its offset, once the broker has flushed it."""
         payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
-        result = await self._producer.send(TOPIC, payload, partition=0)
+        result = await self._producer.send(TOPIC, payload, partition_index=0)
         written = (await self._producer.partitions(TOPIC))[0]
         if self._location is not None and self._location.tp != written:
             self._log.warn("the first partition of {topic} is now {tp}", topic=TOPIC, tp=str(written))
@@ -62,10 +62,10 @@ class Journal:
         if location is None:
             return []
         consumer = self._consumer
-        (end,) = await consumer.offsets(TOPIC, location.partition, LATEST, 1)
+        (end,) = await consumer.offsets(TOPIC, location.name, LATEST, 1)
         records = []
         while self.position < end:
-            fetched = await consumer.fetch(TOPIC, location.partition, self.position)
+            fetched = await consumer.fetch(TOPIC, location.name, self.position)
             if fetched.next_offset == self.position:
                 raise TwlogError(f"no progress reading {location} at offset {self.position}")
             for message in fetched:

@@ -158,12 +158,12 @@ class SourceOptions:
     def boundaries(self, tp: PartitionLocation, positions: list[int]) -> list[int]:
         """The first message at or after each of C{positions} of C{tp}, asked of its broker (BOUNDARIES)."""
         with self.connect(tp) as c:
-            return c.boundaries(tp.topic, tp.partition, positions)
+            return c.boundaries(tp.topic, tp.number, positions)
 
     def bounds(self, tp: PartitionLocation) -> tuple[int, int]:
         """The partition's earliest and latest (flushed end) offsets."""
         with self.connect(tp) as c:
-            return c.offset(tp.topic, tp.partition, EARLIEST), c.offset(tp.topic, tp.partition, LATEST)
+            return c.offset(tp.topic, tp.number, EARLIEST), c.offset(tp.topic, tp.number, LATEST)
 
     def start(self, tp: PartitionLocation, earliest: int, latest: int) -> int:
         """Where reading C{tp} starts, per startingOffsets and failOnDataLoss."""

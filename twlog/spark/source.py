@@ -183,7 +183,7 @@ def read_range(part: TwlogPartition) -> Iterator:
 
 def _to_batch(part: TwlogPartition, rows: Rows):
     """One fetch's rows as an Arrow record batch of the source's schema (the place for value decoding hooks)."""
-    return record_batch(rows, part.tp.topic, part.tp.name, part.tp.broker_id)
+    return record_batch(rows, part.tp.topic, part.tp.name, part.tp.leader)
 
 
 def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, previous: int | None) -> Rows:
@@ -193,14 +193,14 @@ def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, p
     where = f"{tp.topic} partition {tp.name} (broker {tp.host}:{tp.port})"
     start = offset
     try:
-        data = connection.fetch(tp.topic, tp.partition, offset, part.fetch_size)
+        data = connection.fetch(tp.topic, tp.number, offset, part.fetch_size)
     except OffsetNotOnBoundary as e:
         if offset == part.start:
             raise OffsetNotOnBoundary(
                 f"offset {offset} of {where} is not the start of a message (or the message there is corrupt)"
             ) from None
         try:  # a message ends at `offset`, so the one there is corrupt: read it from the one before
-            data = connection.read_past_refusal(tp.topic, tp.partition, previous, offset, part.fetch_size, e)
+            data = connection.read_past_refusal(tp.topic, tp.number, previous, offset, part.fetch_size, e)
         except CorruptMessage as corrupt:
             return rows_from_lists([], [], _corrupt(part, corrupt), None)
     except OffsetOutOfRange:
@@ -362,12 +362,12 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the last whole message within C{budget} bytes from C{offset} (at least one message)."""
         with self.options.connect(tp) as c:
             try:
-                data = c.fetch(tp.topic, tp.partition, offset, budget) if budget >= 4 else b""
+                data = c.fetch(tp.topic, tp.number, offset, budget) if budget >= 4 else b""
                 messages = list(iter_messages(data, offset, deep=False))
             except FetchSizeTooSmall:
                 messages = []
             if not messages:
-                data = c.fetch(tp.topic, tp.partition, offset, self.options.fetch_size)
+                data = c.fetch(tp.topic, tp.number, offset, self.options.fetch_size)
                 messages = list(iter_messages(data, offset, deep=False))[:1]
         return messages[-1].next_offset if messages else offset
 
