@@ -277,7 +277,7 @@ class ReadmeTests(DocsTestCase):
         group = self.start_python("group", cluster.rewrite(snippet) + RUN_GROUP)
         self.sh(f"printf 'group-a\\ngroup-b\\n' | twlog produce --zookeeper localhost:{cluster.ports[2181]} -t clicks")
         out = group.wait_for(lambda out: "b'group-a'" in out and "b'group-b'" in out, 30, "the new messages")
-        self.assertRegex(out, r"(?m)^[01]-[0-3] \d+ b'group-a'$")
+        self.assertRegex(out, r"(?m)^clicks:[01]-[0-3] \d+ b'group-a'$")
         group.stop()
 
         snippet = self.block(README, "from twlog import BlockingConsumer").text
