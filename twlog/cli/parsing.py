@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from twisted.python import usage
+
+T = TypeVar("T")
+
+
+def type_checked(parse: Callable[[str], T], text: str, *errors: type[Exception]) -> T:
+    """C{parse(text)} for an argparse C{type=} function: the C{errors} it raises (by default ValueError) become an
+    C{ArgumentTypeError} with their text, which argparse prints as one line before it exits 2."""
+    caught = errors or (ValueError,)
+    try:
+        return parse(text)
+    except caught as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def positive_int(text: str) -> int:
