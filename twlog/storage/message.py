@@ -393,6 +393,36 @@ def open_wrapper(codec: int, payload: bytes | memoryview, max_decompressed_bytes
 # -- decoding ---------------------------------------------------------------
 
 
+def framing_problem(
+    buf: bytes | bytearray | memoryview, pos: int, offset: int, whole_buffer: bool
+) -> CorruptMessage | None:
+    """Judge the entry at C{pos} of a buffer that starts at log C{offset}, whose length field does not fit in
+    C{buf}, is below L{MIN_MESSAGE_BYTES}, or announces more than C{buf} holds.
+
+    The one rule of where a message set stops, for L{scan_messages} and
+    L{twlog.storage.batch.decode_batch}: a L{CorruptMessage} with no
+    C{next_offset} (nothing after it can be trusted), or None for the partial
+    last entry of a fetch, which is dropped.
+
+    @raise FetchSizeTooSmall: the entry is the first of a fetched buffer (not C{whole_buffer}) and runs past it.
+    """
+    n = len(buf)
+    if n - pos < 4:
+        if whole_buffer:
+            return CorruptMessage(f"a partial length field of {n - pos} bytes", offset + pos, None)
+        if pos == 0:  # a fetch of 1-3 bytes: not even the size fits
+            raise FetchSizeTooSmall(f"the message at offset {offset} is larger than the fetch size {n}")
+        return None
+    size = _LENGTH.unpack_from(buf, pos)[0]
+    if size < MIN_MESSAGE_BYTES:
+        return CorruptMessage(f"its length field says {size} bytes, below the minimum", offset + pos, None)
+    if whole_buffer:
+        return CorruptMessage(f"{size} bytes announced, {n - pos - 4} present", offset + pos, None)
+    if pos == 0:
+        raise FetchSizeTooSmall(f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {n}")
+    return None
+
+
 def scan_messages(
     buf: bytes | bytearray | memoryview,
     offset: int,
@@ -424,24 +454,12 @@ def scan_messages(
     pos = 0
     unpack = _LENGTH.unpack_from
     while pos < n:
-        if n - pos < 4:
-            if pos == 0 and not whole_buffer:  # a fetch of 1-3 bytes: not even the size fits
-                raise FetchSizeTooSmall(f"the message at offset {offset} is larger than the fetch size {n}")
-            if whole_buffer:
-                yield CorruptMessage(f"a partial length field of {n - pos} bytes", offset + pos, None)
-            return
-        size = unpack(buf, pos)[0]
+        size = unpack(buf, pos)[0] if n - pos >= 4 else -1
         end = pos + 4 + size
-        if size < MIN_MESSAGE_BYTES:
-            yield CorruptMessage(f"its length field says {size} bytes, below the minimum", offset + pos, None)
-            return
-        if end > n:
-            if whole_buffer:
-                yield CorruptMessage(f"{size} bytes announced, {n - pos - 4} present", offset + pos, None)
-            elif pos == 0:
-                raise FetchSizeTooSmall(
-                    f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {n}"
-                )
+        if size < MIN_MESSAGE_BYTES or end > n:
+            problem = framing_problem(buf, pos, offset, whole_buffer)
+            if problem is not None:
+                yield problem
             return
         magic = buf[pos + 4]
         if magic == MAGIC_PLAIN:
