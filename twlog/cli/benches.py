@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import argparse
 
-from twlog.cli.parsing import Parser, flush_policies, int_list, peer_systems, positive_int, scenarios, subcommand
+from twlog.cli.parsing import (
+    Parser,
+    flush_policies,
+    int_list,
+    peer_systems,
+    positive_int,
+    positive_option,
+    scenarios,
+    subcommand,
+)
 
 #: The benchmarks that measure throughput, with the options they share (L{_throughput_options}):
 #: name, help, description, default --fetch-bytes, its help, what --dir holds.
@@ -50,7 +59,7 @@ def _dir_option(command: argparse.ArgumentParser, holder: str) -> None:
 
 
 def _size_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--size", type=positive_int, default=200, help="payload bytes (default: 200)")
+    positive_option(command, "--size", default=200, help="payload bytes")
 
 
 def _throughput_options(command: argparse.ArgumentParser, fetch_bytes: int, fetch_help: str, dir_help: str) -> None:
@@ -97,10 +106,10 @@ def add_bench_commands(commands) -> None:
         "--consumers group consumers over --partitions partitions: all joining at once, and one joining a "
         "stable group; print the times and the retries needed.",
     )
-    rebalance.add_argument("--consumers", type=positive_int, default=10, help="group members (default: 10)")
-    rebalance.add_argument("--partitions", type=positive_int, default=40, help="partitions in all (default: 40)")
-    rebalance.add_argument("--brokers", type=positive_int, default=4, help="brokers (default: 4)")
-    rebalance.add_argument("--runs", type=positive_int, default=3, help="runs per scenario (default: 3)")
+    positive_option(rebalance, "--consumers", default=10, help="group members")
+    positive_option(rebalance, "--partitions", default=40, help="partitions in all")
+    positive_option(rebalance, "--brokers", default=4, help="brokers")
+    positive_option(rebalance, "--runs", default=3, help="runs per scenario")
     rebalance.add_argument("--backoff-ms", type=positive_int, default=500,
                            help="rebalance back-off after a conflict (default: 500, the consumers' default)")
     rebalance.add_argument("--scenario", type=scenarios, default=["start", "join"],
@@ -116,9 +125,9 @@ def add_bench_commands(commands) -> None:
     _size_option(spark)
     spark.add_argument("--fetch-size", type=positive_int, default=8 * 1024 * 1024,
                        help="bytes per fetch of the data source (default: 8 MiB, the source's default)")
-    spark.add_argument("--rounds", type=positive_int, default=3, help="rounds of interleaved reads (default: 3)")
-    spark.add_argument("--min-partitions", type=positive_int, default=8,
-                       help="minPartitions of the one-partition topic's split read (default: 8)")
+    positive_option(spark, "--rounds", default=3, help="rounds of interleaved reads")
+    positive_option(spark, "--min-partitions", default=8,
+                       help="minPartitions of the one-partition topic's split read")
 
     frames = _benchmark(
         benches, "frames", "broker CPU per MB of one large request frame (1, 10 and 100 MB)",
@@ -127,8 +136,8 @@ def add_bench_commands(commands) -> None:
     )
     frames.add_argument("--sizes", type=int_list, default=[1, 10, 100],
                         help="comma-separated frame sizes in MB (default: 1,10,100)")
-    frames.add_argument("--total-mb", type=positive_int, default=200,
-                        help="MB sent at each size, in as many frames as that takes (default: 200)")
+    positive_option(frames, "--total-mb", default=200,
+                        help="MB sent at each size, in as many frames as that takes")
     frames.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
 
     hostile = _benchmark(
@@ -138,7 +147,7 @@ def add_bench_commands(commands) -> None:
         "--frame-mb MB acknowledged produce and never finish it; print the healthy client's produce and fetch "
         "latency (p50, p99, max) for both phases and the broker's peak RSS against the bound.",
     )
-    hostile.add_argument("--clients", type=positive_int, default=8, help="dribbling clients (default: 8)")
+    positive_option(hostile, "--clients", default=8, help="dribbling clients")
     hostile.add_argument("--frame-mb", type=positive_int, default=95,
                          help="MiB of the frame each dribbling client announces; it sends all but the last "
                          "64 KiB (default: 95)")
@@ -207,16 +216,16 @@ def _add_latency(benches) -> None:
                          help="bytes per twlog consumer fetch (default: 200 KiB, as in the paper)")
     compare.add_argument("--prefetch", type=positive_int, default=1000,
                          help="messages the peers' consumers prefetch (default: 1000, as in the paper)")
-    compare.add_argument("--rounds", type=positive_int, default=3, help="rounds of every test (default: 3)")
+    positive_option(compare, "--rounds", default=3, help="rounds of every test")
     compare.add_argument("--systems", type=peer_systems, default=None,
                          help="comma-separated among twlog, rabbitmq, activemq; twlog always runs (default: twlog "
                          "and each peer whose client is installed and that listens on 127.0.0.1)")
-    compare.add_argument("--rabbitmq-port", type=positive_int, default=5672,
-                         help="RabbitMQ's AMQP port on 127.0.0.1 (default: 5672)")
-    compare.add_argument("--activemq-port", type=positive_int, default=61613,
-                         help="ActiveMQ's STOMP port on 127.0.0.1 (default: 61613)")
-    compare.add_argument("--time-limit", type=positive_int, default=900,
-                         help="seconds each test may take before the run stops (default: 900)")
+    positive_option(compare, "--rabbitmq-port", default=5672,
+                         help="RabbitMQ's AMQP port on 127.0.0.1")
+    positive_option(compare, "--activemq-port", default=61613,
+                         help="ActiveMQ's STOMP port on 127.0.0.1")
+    positive_option(compare, "--time-limit", default=900,
+                         help="seconds each test may take before the run stops")
     compare.add_argument("--json-out", metavar="FILE", default=None,
                          help="write the settings, every result (with its throughput over time) and the summary "
                          "as JSON lines to FILE")
@@ -238,12 +247,12 @@ def _add_local(benches) -> None:
     )
     local.add_argument("--brokers", type=int_list, default=[1, 2],
                        help="comma-separated cluster sizes, run in this order (default: 1,2)")
-    local.add_argument("--producers", type=positive_int, default=2, help="producer processes (default: 2)")
+    positive_option(local, "--producers", default=2, help="producer processes")
     _messages_option(local, " per producer")
-    local.add_argument("--batch", type=positive_int, default=50, help="messages per set (default: 50)")
+    positive_option(local, "--batch", default=50, help="messages per set")
     _size_option(local)
-    local.add_argument("--runs", type=positive_int, default=1,
-                       help="repeat the sizes this many times, alternating them (default: 1)")
+    positive_option(local, "--runs", default=1,
+                       help="repeat the sizes this many times, alternating them")
     local.add_argument("--local-source", metavar="DIR", default=None,
                        help="also run twlog local from the twlog source tree DIR (e.g. a 'git worktree' of an older "
                        "commit), alternating with this one, to compare versions")

@@ -24,7 +24,7 @@ from twlog.cli.options import (
     topic_name,
     zookeeper_address,
 )
-from twlog.cli.parsing import Parser, positive_int, subcommand
+from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--key-separator", "-K", default=None, metavar="SEP",
                          help="each line is KEY SEP VALUE: send VALUE, partitioned by KEY (lines without SEP: --key)")
     partition_option_of(produce, "send every message to this partition")
-    produce.add_argument("--batch-size", type=positive_int, default=200, help="messages per request (default: 200)")
+    positive_option(produce, "--batch-size", default=200, help="messages per request")
     produce.add_argument("--ack", choices=["appended", "flushed"], default="flushed",
                          help="what each batch waits for: flushed (visible to consumers; default) or appended")
     produce.add_argument("--no-wait", action="store_true",
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--time", default=LATEST, type=time_option,
                          help="latest, earliest, milliseconds since the epoch or an ISO date/time such as "
                          "2024-05-01T12:00 (UTC) (default: latest)")
-    offsets.add_argument("--max", type=positive_int, default=1, help="how many offsets at most (default: 1)")
+    positive_option(offsets, "--max", default=1, help="how many offsets at most")
     json_option(offsets)
 
     add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of)
@@ -186,16 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
         "Start a real ZooKeeper server and --brokers brokers on 127.0.0.1, with all their data under "
         "--data, print how to produce and consume, and stop everything cleanly on Ctrl-C.", react=True,
     )
-    local.add_argument("--brokers", type=positive_int, default=1, help="how many brokers (default: 1)")
+    positive_option(local, "--brokers", default=1, help="how many brokers")
     local.add_argument("--data", default="twlog-local", help="directory for all data (default: ./twlog-local)")
-    local.add_argument("--port", type=positive_int, default=9092,
-                       help="the first broker's port; broker N listens on PORT+N (default: 9092)")
-    local.add_argument("--zookeeper-port", type=positive_int, default=2181,
-                       help="ZooKeeper's port (default: 2181)")
-    local.add_argument("--num-partitions", type=positive_int, default=4,
-                       help="partitions of a new topic on each broker (default: 4)")
-    local.add_argument("--flush-interval-ms", type=positive_int, default=200,
-                       help="the longest produced messages wait to become visible (default: 200)")
+    positive_option(local, "--port", default=9092,
+                       help="the first broker's port; broker N listens on PORT+N")
+    positive_option(local, "--zookeeper-port", default=2181,
+                       help="ZooKeeper's port")
+    positive_option(local, "--num-partitions", default=4,
+                       help="partitions of a new topic on each broker")
+    positive_option(local, "--flush-interval-ms", default=200,
+                       help="the longest produced messages wait to become visible")
     local.add_argument("--flush-policy", choices=["group", "timer"], default="group",
                        help="group: fsync as soon as the last fsync returns (visible in about one fsync); timer: "
                        "wait for --flush-interval-ms (default: group)")

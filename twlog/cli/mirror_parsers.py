@@ -11,7 +11,7 @@ import re
 import time
 
 from twlog.cli.options import parse_time, topic_name, zookeeper_address
-from twlog.cli.parsing import positive_int, subcommand
+from twlog.cli.parsing import positive_int, positive_option, subcommand
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -100,9 +100,9 @@ def add_mirror_commands(commands, debug_option) -> None:
                         help="copy every topic except those whose whole name matches REGEX")
     mirror.add_argument("--group", "-g", default=None,
                         help="the consumer group in the sources (default: twlog-mirror-<target>)")
-    mirror.add_argument("--streams", type=positive_int, default=1, help="streams per topic (default: 1)")
-    mirror.add_argument("--batch-size", type=positive_int, default=200,
-                        help="messages per produce request to the target (default: 200)")
+    positive_option(mirror, "--streams", default=1, help="streams per topic")
+    positive_option(mirror, "--batch-size", default=200,
+                        help="messages per produce request to the target")
     mirror.add_argument("--max-in-flight", type=positive_int, default=10_000, metavar="N",
                         help="messages waiting for the target's acknowledgement at most; fetching pauses at the bound "
                         "(default: 10,000)")

@@ -32,6 +32,12 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_option(command: argparse.ArgumentParser, *flags: str, default: int, help: str, **options) -> None:
+    """Add to C{command} an option taking a positive whole number, whose help ends with its default (so the two
+    cannot disagree)."""
+    command.add_argument(*flags, type=positive_int, default=default, help=f"{help} (default: {default})", **options)
+
+
 def int_list(text: str) -> list[int]:
     return [positive_int(part) for part in text.split(",") if part]
 
