@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - numpy comes with pyarrow, the Spark ex
     numpy = None
 
 from twlog.errors import InvalidMessage, MessageSizeTooLarge
-from twlog.storage.compression import CODEC_NONE, DEFAULT_MAX_DECOMPRESSED_BYTES, KNOWN_CODECS, codec_name, decompress
+from twlog.storage.compression import CODEC_NONE, DEFAULT_MAX_DECOMPRESSED_BYTES, codec_name, decompress
 from twlog.storage.crc import crc32
 from twlog.storage.message import (
     MAGIC_ATTRIBUTES,
@@ -40,7 +40,7 @@ from twlog.storage.message import (
     MIN_MESSAGE_BYTES,
     CorruptMessage,
     MessageAndOffset,
-    entry_problem,
+    entry_header,
     framing_problem,
     open_wrapper,
 )
@@ -373,13 +373,10 @@ def _odd_entry(view: memoryview, pos: int, offset: int, runs: list[_Run], deep: 
     end = pos + 4 + size
     if size < MIN_MESSAGE_BYTES or end > n:
         return framing_problem(view, pos, offset, whole_buffer)
-    magic = view[pos + 4]
-    if magic == MAGIC_PLAIN:
-        codec, start, crc = CODEC_NONE, pos + 9, _UINT32.unpack_from(view, pos + 5)[0]
-    elif magic == MAGIC_ATTRIBUTES and size >= 6 and view[pos + 5] in KNOWN_CODECS:
-        codec, start, crc = view[pos + 5], pos + 10, _UINT32.unpack_from(view, pos + 6)[0]
-    else:
-        return CorruptMessage(entry_problem(view, pos, end) or "unreadable", offset + pos, offset + end)
+    header = entry_header(view, pos, end)
+    if isinstance(header, str):
+        return CorruptMessage(header, offset + pos, offset + end)
+    codec, start, crc = header
     payload = view[start:end]
     if crc32(payload) != crc:
         return CorruptMessage("CRC mismatch", offset + pos, offset + end)
