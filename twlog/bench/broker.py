@@ -28,10 +28,9 @@ from statistics import median
 from typing import TextIO
 
 import attrs
-from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from twlog.bench.common import MB, BenchProgress, payloads, react_status
+from twlog.bench.common import MB, BenchProgress, payloads, react_with_progress, stop_process
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.simple import SimpleConsumer
 from twlog.protocol.codec import ProduceRequest
@@ -94,13 +93,7 @@ class BrokerProcess:
 
     def stop(self) -> None:
         """SIGTERM, then wait for the clean shutdown (bounded)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, signal.SIGTERM, 60)
         self._output.close()
 
 
@@ -308,7 +301,7 @@ def _produce_per_policy(args, root: str, policies: Sequence[str]) -> int:
     --flush-messages and --flush-interval-ms), in the order given, so repeating them interleaves A/B."""
     result: list[BrokerRow] = []
 
-    async def each(reactor) -> None:
+    async def each(reactor, progress: BenchProgress) -> None:
         for i, policy in enumerate(policies):
             broker = BrokerProcess(os.path.join(root, f"{i}-{policy}"), "--flush-policy", policy,
                                    "--segment-bytes", str(512 * 1024 * 1024))
@@ -320,8 +313,7 @@ def _produce_per_policy(args, root: str, policies: Sequence[str]) -> int:
             result.extend(attrs.evolve(r, test=f"{policy}: {r.test}") for r in rows if r.test.startswith("produce"))
 
     try:
-        with BenchProgress() as progress:
-            status = react_status(lambda reactor: Deferred.fromCoroutine(each(reactor)))
+        status = react_with_progress(each)
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
@@ -342,7 +334,7 @@ def main_broker(args) -> int:
     result: list[BrokerRow] = []
     sweep: list[SweepCell] = []
     try:
-        async def both(reactor) -> None:
+        async def both(reactor, progress: BenchProgress) -> None:
             result.extend(await _broker_benchmark(reactor, broker, args.messages, args.size, args.batch,
                                                   args.fetch_bytes, progress, getattr(args, "codec", "none")))
             broker.stop()
@@ -351,8 +343,7 @@ def main_broker(args) -> int:
             sweep.extend(await _consume_sweep(reactor, root, f"bench-{args.batch[-1]}", _fetch_sizes(args),
                                               args.size, getattr(args, "rounds", 1), progress, source))
 
-        with BenchProgress() as progress:
-            status = react_status(lambda reactor: Deferred.fromCoroutine(both(reactor)))
+        status = react_with_progress(both)
         if status:
             return status
     finally:

@@ -1,15 +1,16 @@
-# -*- test-case-name: tests.bench.test_crc,tests.bench.test_progress -*-
-"""What the benchmarks share: payloads that do not compress, blocking reads, running under C{task.react}, and
-their progress on a terminal (L{BenchProgress})."""
+# -*- test-case-name: tests.bench.test_crc,tests.bench.test_progress,tests.bench.test_common -*-
+"""What the benchmarks share: payloads that do not compress, blocking reads, running under C{task.react}, stopping
+the processes they start, and their progress on a terminal (L{BenchProgress})."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Coroutine
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import (
@@ -43,6 +44,24 @@ def react_status(main: Callable[..., Deferred]) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     return 0
+
+
+def react_with_progress(run: Callable[[Any, BenchProgress], Coroutine[Any, Any, None]]) -> int:
+    """Run the coroutine C{run(reactor, progress)} under C{task.react}, with a L{BenchProgress} on stderr for it to
+    report to; its exit status (0 on success)."""
+    with BenchProgress() as progress:
+        return react_status(lambda reactor: Deferred.fromCoroutine(run(reactor, progress)))
+
+
+def stop_process(process: subprocess.Popen, sig: int, timeout_s: float) -> None:
+    """Stop C{process} (if it still runs) as a user would, with C{sig}; killed if not ended after C{timeout_s}."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def read_exactly(sock: socket.socket, n: int, who: str = "the broker") -> bytes:

@@ -47,10 +47,9 @@ import attrs
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
-from twisted.internet.defer import Deferred
 
 from twlog.bench.broker import BrokerProcess
-from twlog.bench.common import BenchProgress, react_status
+from twlog.bench.common import BenchProgress, react_with_progress
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.batches import decode_fetched_batch
 from twlog.errors import check
@@ -310,13 +309,12 @@ def main_latency(args) -> int:
             print(f"starting a broker with --flush-policy {policy} under {root}", file=sys.stderr)
             brokers.append(PolicyBroker(root, policy, extra))
 
-        with BenchProgress() as progress:
-            async def run(reactor) -> None:
-                for rate in args.rates:
-                    for broker in brokers:
-                        rows.append(await measure(reactor, broker, rate, args.seconds, args.size, progress))
+        async def run(reactor, progress: BenchProgress) -> None:
+            for rate in args.rates:
+                for broker in brokers:
+                    rows.append(await measure(reactor, broker, rate, args.seconds, args.size, progress))
 
-            status = react_status(lambda reactor: Deferred.fromCoroutine(run(reactor)))
+        status = react_with_progress(run)
         if status:
             return status
     finally:

@@ -34,7 +34,7 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
-from twlog.bench.common import BenchProgress, payloads
+from twlog.bench.common import BenchProgress, payloads, stop_process
 from twlog.client.sync import SyncConnection
 from twlog.coord.zkserver import free_port, free_ports
 from twlog.protocol import codec
@@ -159,13 +159,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Ctrl-C (SIGINT), as a user stops it; bounded, then killed."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, signal.SIGINT, 90)
         if self.process.stdout:
             self.process.stdout.close()
         self._log.close()

@@ -16,10 +16,10 @@ import tempfile
 import uuid
 from statistics import median
 
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import DeferredList
 from twisted.internet.task import deferLater
 
-from twlog.bench.common import BenchProgress, react_status
+from twlog.bench.common import BenchProgress, react_with_progress
 from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer.group import GroupConsumer, GroupState
@@ -125,7 +125,7 @@ def main_rebalance(args) -> int:
     zookeeper = ZooKeeperServer(os.path.join(root, "zookeeper")).start()
     rows: list[tuple[str, float, int]] = []
     try:
-        async def run_all(reactor) -> None:
+        async def run_all(reactor, progress: BenchProgress) -> None:
             for scenario in args.scenario:
                 for run in range(args.runs):
                     progress.step(f"{scenario}: run {run + 1} of {args.runs}")
@@ -137,8 +137,7 @@ def main_rebalance(args) -> int:
                     progress.log(f"  {scenario} run {run + 1}: {seconds:.2f} s, {retries} retries")
                     rows.append((scenario, seconds, retries))
 
-        with BenchProgress() as progress:
-            status = react_status(lambda reactor: Deferred.fromCoroutine(run_all(reactor)))
+        status = react_with_progress(run_all)
         if status:
             return status
     finally:

@@ -31,6 +31,7 @@ from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import TwlogError
 from twlog.protocol.connection import BrokerFactory
 from twlog.protocol.server import Broker
+from twlog.protocol.twisted_internals import forget_exit_signal
 from twlog.storage.manager import LogManager, thread_pool_runner
 
 
@@ -268,8 +269,7 @@ class BrokerService(Service):
         otherwise exits 0; it has no exit status of its own to set.  So: no
         signal, and an exit handler that ends the process with C{code}.
         """
-        if getattr(self._reactor, "_exitSignal", None) is not None:
-            self._reactor._exitSignal = None
+        forget_exit_signal(self._reactor)
         atexit.register(_exit_now, code)
 
 

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import argparse
 
-from twlog.cli.parsing import Parser, int_list, positive_int, scenarios
+from twlog.cli.parsing import (
+    Parser,
+    flush_policies,
+    int_list,
+    peer_systems,
+    positive_int,
+    positive_option,
+    scenarios,
+    subcommand,
+)
 
 #: The benchmarks that measure throughput, with the options they share (L{_throughput_options}):
-#: name, help, description, default --fetch-bytes, its help, what --dir holds, what runs.
+#: name, help, description, default --fetch-bytes, its help, what --dir holds.
 _THROUGHPUT_BENCHMARKS = [
     (
         "storage",
@@ -20,7 +29,6 @@ _THROUGHPUT_BENCHMARKS = [
         "included, fsync on a thread pool as in the broker), read them back with 1 MB reads and "
         "decode every message; print msg/s, MB/s and bytes on disk per message.",
         1024 * 1024, "bytes per read when reading back (default: 1 MiB)", "where to write the logs",
-        "twlog.bench.storage:main_storage",
     ),
     (
         "broker",
@@ -31,26 +39,38 @@ _THROUGHPUT_BENCHMARKS = [
         200 * 1024, "comma-separated bytes per consumer fetch, e.g. 65536,262144,1048576,4194304; each is read "
         "through sendfile and through copying, side by side (default: 200 KiB, as in the paper)",
         "where the broker keeps its data",
-        "twlog.bench.broker:main_broker",
     ),
 ]
 
 
+def _benchmark(benches, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+    """C{twlog bench NAME}, which runs C{main_NAME(args)} of L{twlog.bench}C{.NAME}."""
+    return subcommand(benches, name, f"twlog.bench.{name}:main_{name}", help_text, description)
+
+
+def _messages_option(command: argparse.ArgumentParser, per: str) -> None:
+    command.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
+                         help=f"messages{per} (default: 1,000,000)")
+
+
+def _dir_option(command: argparse.ArgumentParser, holder: str) -> None:
+    command.add_argument("--dir", default=None,
+                         help=f"{holder} (default: a temporary directory, deleted afterwards)")
+
+
 def _size_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--size", type=positive_int, default=200, help="payload bytes (default: 200)")
+    positive_option(command, "--size", default=200, help="payload bytes")
 
 
 def _throughput_options(command: argparse.ArgumentParser, fetch_bytes: int, fetch_help: str, dir_help: str) -> None:
     """The options the storage and broker benchmarks share: how much, in which batches, read how, where."""
-    command.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
-                         help="messages per batch size (default: 1,000,000)")
+    _messages_option(command, " per batch size")
     _size_option(command)
     command.add_argument("--batch", type=int_list, default=[1, 50],
                          help="comma-separated batch sizes (default: 1,50)")
     command.add_argument("--fetch-bytes", type=int_list if "comma-separated" in fetch_help else positive_int,
                          default=[fetch_bytes] if "comma-separated" in fetch_help else fetch_bytes, help=fetch_help)
-    command.add_argument("--dir", default=None,
-                         help=dir_help + " (default: a temporary directory, deleted afterwards)")
+    _dir_option(command, dir_help)
 
 
 def add_bench_commands(commands) -> None:
@@ -60,10 +80,9 @@ def add_bench_commands(commands) -> None:
     benches = bench.add_subparsers(dest="bench", metavar="BENCHMARK", parser_class=Parser)
     benches.required = True
 
-    for name, help_text, description, fetch_bytes, fetch_help, dir_help, run in _THROUGHPUT_BENCHMARKS:
-        command = benches.add_parser(name, help=help_text, description=description)
+    for name, help_text, description, fetch_bytes, fetch_help, dir_help in _THROUGHPUT_BENCHMARKS:
+        command = _benchmark(benches, name, help_text, description)
         _throughput_options(command, fetch_bytes, fetch_help, dir_help)
-        command.set_defaults(run=run)
         command.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
                              help="compress each batch into one wrapper, which the log validates on append "
                              "by decompressing it (default: none)")
@@ -76,63 +95,59 @@ def add_bench_commands(commands) -> None:
             command.add_argument("--broker-source", metavar="DIR", default=None,
                                  help="run the broker from the twlog source tree DIR (put first on its "
                                  "PYTHONPATH), e.g. a 'git worktree' of an older commit, to compare versions")
-            command.add_argument("--flush-policy", type=_flush_policies, default=None, metavar="P[,P...]",
+            command.add_argument("--flush-policy", type=flush_policies, default=None, metavar="P[,P...]",
                                  help="produce only, against a broker per flush policy (group, timer; the broker's "
                                  "default flush settings), in this order: group,timer,group,timer interleaves them")
 
-    rebalance = benches.add_parser(
-        "rebalance",
-        help="how long a consumer group takes to rebalance (local ZooKeeper, in-process brokers)",
-        description="Start a local ZooKeeper and in-process brokers, then time the paper's rebalance for "
+    rebalance = _benchmark(
+        benches, "rebalance",
+        "how long a consumer group takes to rebalance (local ZooKeeper, in-process brokers)",
+        "Start a local ZooKeeper and in-process brokers, then time the paper's rebalance for "
         "--consumers group consumers over --partitions partitions: all joining at once, and one joining a "
         "stable group; print the times and the retries needed.",
     )
-    rebalance.add_argument("--consumers", type=positive_int, default=10, help="group members (default: 10)")
-    rebalance.add_argument("--partitions", type=positive_int, default=40, help="partitions in all (default: 40)")
-    rebalance.add_argument("--brokers", type=positive_int, default=4, help="brokers (default: 4)")
-    rebalance.add_argument("--runs", type=positive_int, default=3, help="runs per scenario (default: 3)")
+    positive_option(rebalance, "--consumers", default=10, help="group members")
+    positive_option(rebalance, "--partitions", default=40, help="partitions in all")
+    positive_option(rebalance, "--brokers", default=4, help="brokers")
+    positive_option(rebalance, "--runs", default=3, help="runs per scenario")
     rebalance.add_argument("--backoff-ms", type=positive_int, default=500,
                            help="rebalance back-off after a conflict (default: 500, the consumers' default)")
     rebalance.add_argument("--scenario", type=scenarios, default=["start", "join"],
                            help="comma-separated: start (all join at once), join (default: start,join)")
-    rebalance.set_defaults(run="twlog.bench.rebalance:main_rebalance")
 
-    spark = benches.add_parser(
-        "spark", help="Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
-        description="Write N messages to a broker process and as JSON lines, then time a local[2] Spark session "
+    spark = _benchmark(
+        benches, "spark", "Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
+        "Write N messages to a broker process and as JSON lines, then time a local[2] Spark session "
         "reading each into count() and into Parquet, and a one-partition topic with and without minPartitions, "
         "in interleaved rounds; print rows/s and rows per CPU-second.",
     )
-    spark.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
-                       help="messages (default: 1,000,000)")
+    _messages_option(spark, "")
     _size_option(spark)
     spark.add_argument("--fetch-size", type=positive_int, default=8 * 1024 * 1024,
                        help="bytes per fetch of the data source (default: 8 MiB, the source's default)")
-    spark.add_argument("--rounds", type=positive_int, default=3, help="rounds of interleaved reads (default: 3)")
-    spark.add_argument("--min-partitions", type=positive_int, default=8,
-                       help="minPartitions of the one-partition topic's split read (default: 8)")
-    spark.set_defaults(run="twlog.bench.spark:main_spark")
+    positive_option(spark, "--rounds", default=3, help="rounds of interleaved reads")
+    positive_option(spark, "--min-partitions", default=8,
+                       help="minPartitions of the one-partition topic's split read")
 
-    frames = benches.add_parser(
-        "frames", help="broker CPU per MB of one large request frame (1, 10 and 100 MB)",
-        description="Send one acknowledged produce frame of each size to a broker process over loopback TCP; "
+    frames = _benchmark(
+        benches, "frames", "broker CPU per MB of one large request frame (1, 10 and 100 MB)",
+        "Send one acknowledged produce frame of each size to a broker process over loopback TCP; "
         "print the broker's CPU time for each and per MB (flat when framing is linear).",
     )
     frames.add_argument("--sizes", type=int_list, default=[1, 10, 100],
                         help="comma-separated frame sizes in MB (default: 1,10,100)")
-    frames.add_argument("--total-mb", type=positive_int, default=200,
-                        help="MB sent at each size, in as many frames as that takes (default: 200)")
+    positive_option(frames, "--total-mb", default=200,
+                        help="MB sent at each size, in as many frames as that takes")
     frames.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
-    frames.set_defaults(run="twlog.bench.frames:main_frames")
 
-    hostile = benches.add_parser(
-        "hostile", help="a healthy client's latency while other clients dribble huge frames they never finish",
-        description="Start a broker process with the default --max-buffered-request-bytes; one healthy client "
+    hostile = _benchmark(
+        benches, "hostile", "a healthy client's latency while other clients dribble huge frames they never finish",
+        "Start a broker process with the default --max-buffered-request-bytes; one healthy client "
         "produces and fetches in a loop, alone and then while --clients clients each send most of a "
         "--frame-mb MB acknowledged produce and never finish it; print the healthy client's produce and fetch "
         "latency (p50, p99, max) for both phases and the broker's peak RSS against the bound.",
     )
-    hostile.add_argument("--clients", type=positive_int, default=8, help="dribbling clients (default: 8)")
+    positive_option(hostile, "--clients", default=8, help="dribbling clients")
     hostile.add_argument("--frame-mb", type=positive_int, default=95,
                          help="MiB of the frame each dribbling client announces; it sends all but the last "
                          "64 KiB (default: 95)")
@@ -141,23 +156,14 @@ def add_bench_commands(commands) -> None:
     hostile.add_argument("--max-buffered-mb", type=positive_int, default=None,
                          help="the broker's --max-buffered-request-bytes in MiB (default: the broker's default)")
     hostile.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
-    hostile.set_defaults(run="twlog.bench.hostile:main_hostile")
 
     _add_latency(benches)
     _add_local(benches)
 
-    crc = benches.add_parser("crc", help="compare zlib's and crcmod's CRC-32 on message payloads",
-                             description="Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
+    crc = _benchmark(benches, "crc", "compare zlib's and crcmod's CRC-32 on message payloads",
+                     "Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
     _size_option(crc)
     crc.add_argument("--count", type=positive_int, default=10_000, help="payloads per round (default: 10,000)")
-    crc.set_defaults(run="twlog.bench.crc:main_crc")
-
-
-def _flush_policies(text: str) -> list[str]:
-    names = [part for part in text.split(",") if part]
-    if not names or any(name not in ("group", "timer") for name in names):
-        raise argparse.ArgumentTypeError(f"flush policies are group and timer, not {text!r}")
-    return names
 
 
 def _add_latency(benches) -> None:
@@ -171,9 +177,9 @@ def _add_latency(benches) -> None:
             raise argparse.ArgumentTypeError(f"--seconds {text} must be above 0 and at most 3600")
         return value
 
-    latency = benches.add_parser(
-        "latency", help="produce-to-consume latency (p50/p99/p99.9/max) at fixed offered rates, per flush policy",
-        description="Start a broker process per flush policy; for each offered rate, a producer process sends "
+    latency = _benchmark(
+        benches, "latency", "produce-to-consume latency (p50/p99/p99.9/max) at fixed offered rates, per flush policy",
+        "Start a broker process per flush policy; for each offered rate, a producer process sends "
         "time-stamped messages on a fixed schedule for --seconds while a consumer reads them with waiting fetches "
         "(WAIT_FETCH); print the latency from each message's scheduled send to its hand-off to the consumer, the "
         "broker's fsyncs per second and fsync times, and a direct fsync probe of the disk.",
@@ -181,7 +187,7 @@ def _add_latency(benches) -> None:
     latency.add_argument("--rates", type=int_list, default=[1_000, 20_000, 200_000],
                          help="comma-separated offered rates in msg/s (default: 1000,20000,200000)")
     latency.add_argument("--seconds", type=seconds, default=10.0, help="how long each rate runs (default: 10)")
-    latency.add_argument("--flush-policy", type=_flush_policies, default=["group", "timer"],
+    latency.add_argument("--flush-policy", type=flush_policies, default=["group", "timer"],
                          help="comma-separated broker flush policies, each run at every rate (default: group,timer)")
     latency.add_argument("--flush-interval-ms", type=positive_int, default=None,
                          help="the brokers' --flush-interval-ms (default: the broker's, 1000)")
@@ -192,27 +198,17 @@ def _add_latency(benches) -> None:
     _size_option(latency)
     latency.add_argument("--fsync-probes", type=int, default=200,
                          help="fsyncs of 20 KB writes timed on the data directory's disk first (0: none; default: 200)")
-    latency.add_argument("--dir", default=None, help="where the brokers keep their data (default: a temporary "
-                         "directory, deleted afterwards)")
-    latency.set_defaults(run="twlog.bench.latency:main_latency")
+    _dir_option(latency, "where the brokers keep their data")
 
-    def peer_systems(text: str) -> list[str]:
-        names = [part for part in text.split(",") if part]
-        unknown = [name for name in names if name not in ("twlog", "rabbitmq", "activemq")]
-        if unknown or not names:
-            raise argparse.ArgumentTypeError(f"systems are twlog, rabbitmq and activemq, not {text!r}")
-        return names
-
-    compare = benches.add_parser(
-        "compare", help="the paper's section 5 producer and consumer tests: twlog beside RabbitMQ and ActiveMQ",
-        description="Run the paper's figure 4 and 5 tests (one producer of --size-byte messages in batches of "
+    compare = _benchmark(
+        benches, "compare", "the paper's section 5 producer and consumer tests: twlog beside RabbitMQ and ActiveMQ",
+        "Run the paper's figure 4 and 5 tests (one producer of --size-byte messages in batches of "
         "--batch, one consumer with --fetch-bytes fetches; the peers send one persistent message per request to a "
         "durable queue and prefetch --prefetch messages) against a twlog broker process and each peer that "
         "listens on 127.0.0.1 (start them with scripts/peers/rabbitmq.sh and activemq.sh), interleaved round "
         "by round; print each test's median msg/s and twlog's ratio to each peer.",
     )
-    compare.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
-                         help="messages per test (default: 1,000,000)")
+    _messages_option(compare, " per test")
     _size_option(compare)
     compare.add_argument("--batch", type=int_list, default=[1, 50],
                          help="comma-separated batch sizes of twlog's producer (default: 1,50)")
@@ -220,49 +216,44 @@ def _add_latency(benches) -> None:
                          help="bytes per twlog consumer fetch (default: 200 KiB, as in the paper)")
     compare.add_argument("--prefetch", type=positive_int, default=1000,
                          help="messages the peers' consumers prefetch (default: 1000, as in the paper)")
-    compare.add_argument("--rounds", type=positive_int, default=3, help="rounds of every test (default: 3)")
+    positive_option(compare, "--rounds", default=3, help="rounds of every test")
     compare.add_argument("--systems", type=peer_systems, default=None,
                          help="comma-separated among twlog, rabbitmq, activemq; twlog always runs (default: twlog "
                          "and each peer whose client is installed and that listens on 127.0.0.1)")
-    compare.add_argument("--rabbitmq-port", type=positive_int, default=5672,
-                         help="RabbitMQ's AMQP port on 127.0.0.1 (default: 5672)")
-    compare.add_argument("--activemq-port", type=positive_int, default=61613,
-                         help="ActiveMQ's STOMP port on 127.0.0.1 (default: 61613)")
-    compare.add_argument("--time-limit", type=positive_int, default=900,
-                         help="seconds each test may take before the run stops (default: 900)")
+    positive_option(compare, "--rabbitmq-port", default=5672,
+                         help="RabbitMQ's AMQP port on 127.0.0.1")
+    positive_option(compare, "--activemq-port", default=61613,
+                         help="ActiveMQ's STOMP port on 127.0.0.1")
+    positive_option(compare, "--time-limit", default=900,
+                         help="seconds each test may take before the run stops")
     compare.add_argument("--json-out", metavar="FILE", default=None,
                          help="write the settings, every result (with its throughput over time) and the summary "
                          "as JSON lines to FILE")
     compare.add_argument("--plot", metavar="DIR", default=None,
                          help="draw the paper's figures 4 and 5 (msg/s over MB moved) as PNGs in DIR (matplotlib)")
-    compare.add_argument("--dir", default=None, help="where the twlog broker keeps its data (default: a temporary "
-                         "directory, deleted afterwards)")
+    _dir_option(compare, "where the twlog broker keeps its data")
     compare.add_argument("--from-json", metavar="FILE", default=None,
                          help="run nothing: print the table (and with --plot, draw the figures) of a run saved "
                          "with --json-out")
-    compare.set_defaults(run="twlog.bench.compare:main_compare")
 
 
 def _add_local(benches) -> None:
     """C{twlog bench local} (issue 15): produce throughput against twlog local --brokers 1 and 2."""
-    local = benches.add_parser(
-        "local", help="aggregate produce throughput of producer processes against twlog local --brokers N",
-        description="For each --brokers count, start twlog local (ZooKeeper and a broker process each), have "
+    local = _benchmark(
+        benches, "local", "aggregate produce throughput of producer processes against twlog local --brokers N",
+        "For each --brokers count, start twlog local (ZooKeeper and a broker process each), have "
         "--producers producer processes send --messages batch-50 fire-and-forget messages each (producer k to broker "
         "k mod N), and time until every broker has flushed them all; print msg/s and the brokers' CPU.",
     )
     local.add_argument("--brokers", type=int_list, default=[1, 2],
                        help="comma-separated cluster sizes, run in this order (default: 1,2)")
-    local.add_argument("--producers", type=positive_int, default=2, help="producer processes (default: 2)")
-    local.add_argument("--messages", "-n", type=positive_int, default=1_000_000,
-                       help="messages per producer (default: 1,000,000)")
-    local.add_argument("--batch", type=positive_int, default=50, help="messages per set (default: 50)")
+    positive_option(local, "--producers", default=2, help="producer processes")
+    _messages_option(local, " per producer")
+    positive_option(local, "--batch", default=50, help="messages per set")
     _size_option(local)
-    local.add_argument("--runs", type=positive_int, default=1,
-                       help="repeat the sizes this many times, alternating them (default: 1)")
+    positive_option(local, "--runs", default=1,
+                       help="repeat the sizes this many times, alternating them")
     local.add_argument("--local-source", metavar="DIR", default=None,
                        help="also run twlog local from the twlog source tree DIR (e.g. a 'git worktree' of an older "
                        "commit), alternating with this one, to compare versions")
-    local.add_argument("--dir", default=None, help="where the clusters keep their data (default: a temporary "
-                       "directory, deleted afterwards)")
-    local.set_defaults(run="twlog.bench.local:main_local")
+    _dir_option(local, "where the clusters keep their data")

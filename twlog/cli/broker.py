@@ -13,18 +13,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from twisted.logger import (
-    FilteringLogObserver,
-    ILogObserver,
-    LogLevel,
-    LogLevelFilterPredicate,
-    globalLogBeginner,
-    textFileLogObserver,
-)
+from twisted.logger import ILogObserver, textFileLogObserver
 from zope.interface import implementer
 
 from twlog.broker.service import BrokerService
 from twlog.broker.tap import Options
+from twlog.cli.foreground import log_to, serve
 from twlog.cli.parsing import parse_usage
 
 #: How long the broker waits for ZooKeeper when it starts.
@@ -75,27 +69,14 @@ def main(argv: Sequence[str], reactor=None) -> int:
     if reactor is None:
         from twisted.internet import reactor
     held = _HeldUntilStarted(textFileLogObserver(sys.stderr))
-    globalLogBeginner.beginLoggingTo([FilteringLogObserver(held, [LogLevelFilterPredicate(LogLevel.info)])],
-                                     redirectStandardIO=False)
+    log_to(held)
     service = BrokerService(options.config, reactor, stop_reactor_on_error=False,
                             zookeeper_connect_timeout_s=ZOOKEEPER_CONNECT_TIMEOUT_S)
-    failures: list[str] = []
-
-    def cannot_start(failure) -> None:
-        failures.append(failure.getErrorMessage() or failure.type.__name__)
-        if reactor.running:
-            reactor.stop()
-
-    def stop():
-        return service.stopService() if service.running else None
-
-    service.listening.addCallbacks(held.started, cannot_start)
-    reactor.callWhenRunning(service.startService)
-    reactor.addSystemEventTrigger("before", "shutdown", stop)
-    reactor.run()
-    if failures:
+    service.listening.addCallback(held.started)
+    failure = serve(reactor, service)
+    if failure is not None:
         config = options.config
         print(f"twlog broker: cannot start broker {config.broker_id} (port {config.port}, --log-dir "
-              f"{config.log.log_dir}): {failures[0]}", file=sys.stderr)
+              f"{config.log.log_dir}): {failure}", file=sys.stderr)
         return 1
     return 1 if service.stopped_cleanly is False else 0

@@ -11,11 +11,12 @@ C{\\n} newline, C{\\t} tab.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 from collections.abc import Callable
 from typing import Any
+
+from twlog.cli.parsing import type_checked
 
 #: A message printer: (topic, partition name, offset, value) -> the bytes to write.
 Formatter = Callable[[str, str, int, bytes], bytes]
@@ -67,10 +68,7 @@ def compile_format(text: str) -> Formatter:
 
 def format_option(text: str) -> Formatter:
     """L{compile_format} as an argparse type."""
-    try:
-        return compile_format(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return type_checked(compile_format, text)
 
 
 def message_json(topic: str, partition: str, offset: int, value: bytes) -> dict[str, Any]:

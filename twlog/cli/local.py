@@ -87,11 +87,7 @@ def check_ports(zookeeper_port: int, first_broker_port: int, brokers: int,
     if error is not None:
         raise LocalError(f"cannot use port {zookeeper_port} for ZooKeeper ({error}); "
                          "pick another with --zookeeper-port")
-    for broker_id, port in enumerate(ports):
-        error = bind_error(port)
-        if error is not None:
-            raise LocalError(f"cannot use port {port} for broker {broker_id} ({error}); "
-                             "pick other ports with --port (broker N listens on --port + N)")
+    _refuse_taken(ports, "", "pick other ports with --port (broker N listens on --port + N)")
     if first_metrics_port is not None:
         _check_metrics_ports(zookeeper_port, ports, list(range(first_metrics_port, first_metrics_port + brokers)))
     return ports
@@ -107,11 +103,17 @@ def _check_metrics_ports(zookeeper_port: int, broker_ports: list[int], metrics_p
             other = "ZooKeeper's (--zookeeper-port)" if port == zookeeper_port else "a broker's (--port)"
             raise LocalError(f"port {port} is both {other} and a broker's metrics port (--metrics-port); "
                              "pick another --metrics-port")
-    for broker_id, port in enumerate(metrics_ports):
+    _refuse_taken(metrics_ports, "'s metrics", "pick other ports with --metrics-port (broker N serves metrics on "
+                  "--metrics-port + N), or --no-metrics")
+
+
+def _refuse_taken(ports: list[int], what: str, hint: str) -> None:
+    """Raise a L{LocalError} for the first of the brokers' C{ports} (broker N's at index N) that cannot be bound,
+    naming broker N's C{what} (C{""}: the broker itself) and the C{hint} to pick others."""
+    for broker_id, port in enumerate(ports):
         error = bind_error(port)
         if error is not None:
-            raise LocalError(f"cannot use port {port} for broker {broker_id}'s metrics ({error}); pick other ports "
-                             "with --metrics-port (broker N serves metrics on --metrics-port + N), or --no-metrics")
+            raise LocalError(f"cannot use port {port} for broker {broker_id}{what} ({error}); {hint}")
 
 
 def metrics_port_of(args) -> int | None:

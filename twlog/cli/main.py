@@ -24,7 +24,7 @@ from twlog.cli.options import (
     topic_name,
     zookeeper_address,
 )
-from twlog.cli.parsing import Parser, positive_int
+from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
@@ -45,12 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the traceback of an error, not just its one line")
 
-    def client_command(name: str, help_text: str, description: str, parent=commands, inherit: bool = False):
-        """A subcommand that finds the cluster through --broker (any of its brokers) or --zookeeper.
+    def client_command(name: str, run: str, help_text: str, description: str, parent=commands, inherit: bool = False):
+        """A subcommand, a coroutine C{run} under C{task.react}, that finds the cluster through --broker (any of its
+        brokers) or --zookeeper.
 
         With C{inherit} (an action of such a command) an option left out keeps the command's value.
         """
-        command = parent.add_parser(name, help=help_text, description=description)
+        command = subcommand(parent, name, run, help_text, description, react=True)
         command.add_argument(
             "--broker", "-b", default=argparse.SUPPRESS if inherit else "localhost:9092", type=broker_list,
             metavar="HOST:PORT[,...]", help="any broker(s) of the cluster (default: localhost:9092)",
@@ -74,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of a table")
 
     produce = client_command(
-        "produce", "send lines of stdin or files to a topic, one message per line",
+        "produce", "twlog.cli.produce:produce",
+        "send lines of stdin or files to a topic, one message per line",
         "Send each line of the input (stdin, or the files named) to TOPIC as one message, in batches of "
         "--batch-size messages per request, and return once the brokers have flushed them (visible to consumers).",
     )
@@ -84,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--key-separator", "-K", default=None, metavar="SEP",
                          help="each line is KEY SEP VALUE: send VALUE, partitioned by KEY (lines without SEP: --key)")
     partition_option_of(produce, "send every message to this partition")
-    produce.add_argument("--batch-size", type=positive_int, default=200, help="messages per request (default: 200)")
+    positive_option(produce, "--batch-size", default=200, help="messages per request")
     produce.add_argument("--ack", choices=["appended", "flushed"], default="flushed",
                          help="what each batch waits for: flushed (visible to consumers; default) or appended")
     produce.add_argument("--no-wait", action="store_true",
@@ -97,10 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--registry", default=None, metavar="URL",
                          help="the schema registry giving --avro-schema its id (subject <topic>-value)")
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
-    produce.set_defaults(run="twlog.cli.produce:produce", react=True)
 
     consume = client_command(
-        "consume", "print a topic's messages (every partition, or one), one per line",
+        "consume", "twlog.cli.consume:consume",
+        "print a topic's messages (every partition, or one), one per line",
         "Print the messages of every partition of TOPIC in the cluster (or of --partition), interleaved, from "
         "--offset up to the end (or forever with --follow). With --group (and --zookeeper), consume as a member of "
         "a consumer group instead: partitions shared with its other members, offsets kept in ZooKeeper.",
@@ -132,10 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=r"print each message as FORMAT: %%t topic, %%p partition, %%o offset, %%s value, "
                        r"%%S size, \n, \t (e.g. '%%p %%o %%s\n')")
     add_consume_audit_option(consume)
-    consume.set_defaults(run="twlog.cli.consume:consume", react=True)
 
     offsets = client_command(
-        "offsets", "print valid offsets of a topic's partitions (latest, earliest, or before a time)",
+        "offsets", "twlog.cli.inspect:offsets",
+        "print valid offsets of a topic's partitions (latest, earliest, or before a time)",
         "Print the offsets OFFSETS answers, newest first: the latest (flushed end), the earliest, or the first "
         "offsets of segments last modified before a time; for --partition one per line, else a table of every "
         "partition of the topic.",
@@ -145,19 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--time", default=LATEST, type=time_option,
                          help="latest, earliest, milliseconds since the epoch or an ISO date/time such as "
                          "2024-05-01T12:00 (UTC) (default: latest)")
-    offsets.add_argument("--max", type=positive_int, default=1, help="how many offsets at most (default: 1)")
+    positive_option(offsets, "--max", default=1, help="how many offsets at most")
     json_option(offsets)
-    offsets.set_defaults(run="twlog.cli.inspect:offsets", react=True)
 
     add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of)
 
-    topics = client_command("topics", "list the cluster's topics with their partitions and brokers, or create one",
+    topics = client_command("topics", "twlog.cli.inspect:topics",
+                            "list the cluster's topics with their partitions and brokers, or create one",
                             "With no action: list each topic of the cluster with its partitions and their brokers. "
                             "`twlog topics create --help` creates a topic.")
     json_option(topics)
-    topics.set_defaults(run="twlog.cli.inspect:topics", react=True)
     create = client_command(
-        "create", "create a topic with N partitions on each broker of the cluster",
+        "create", "twlog.cli.inspect:create_topic",
+        "create a topic with N partitions on each broker of the cluster",
         "Create TOPIC on every live broker of the cluster (found through --broker or --zookeeper), with N "
         "partitions on each: partitions are per broker, as in Kafka 0.7, so 2 brokers and --partitions 2 make 4 "
         "partitions in all. Each broker keeps the count across restarts and registers the topic in ZooKeeper. "
@@ -169,34 +171,31 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"partitions on each broker (1 to {MAX_PARTITIONS}); the topic gets N x brokers in all")
     create.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON (for scripts) instead of a sentence")
-    create.set_defaults(run="twlog.cli.inspect:create_topic", react=True)
 
-    broker = commands.add_parser(
-        "broker", add_help=False, help="run one broker in the foreground (the options of twistd twlog)",
-        description="Run a broker until Ctrl-C or SIGTERM; `twlog broker --help` lists its options.",
-    )
-    broker.set_defaults(run="twlog.cli.broker:main")
-    registry = commands.add_parser(
-        "registry", add_help=False, help="run the schema registry (Confluent's REST API for Avro) in the foreground",
-        description="Run the schema registry until Ctrl-C or SIGTERM; `twlog registry --help` lists its options.",
-    )
-    registry.set_defaults(run="twlog.cli.registry:main")
+    # Their options are twistd's, which main() hands them before argparse sees them: these are for `twlog --help`.
+    subcommand(commands, "broker", "twlog.cli.broker:main",
+               "run one broker in the foreground (the options of twistd twlog)",
+               "Run a broker until Ctrl-C or SIGTERM; `twlog broker --help` lists its options.", add_help=False)
+    subcommand(commands, "registry", "twlog.cli.registry:main",
+               "run the schema registry (Confluent's REST API for Avro) in the foreground",
+               "Run the schema registry until Ctrl-C or SIGTERM; `twlog registry --help` lists its options.",
+               add_help=False)
 
-    local = commands.add_parser(
-        "local", help="run ZooKeeper and N brokers on this machine until Ctrl-C",
-        description="Start a real ZooKeeper server and --brokers brokers on 127.0.0.1, with all their data under "
-        "--data, print how to produce and consume, and stop everything cleanly on Ctrl-C.",
+    local = subcommand(
+        commands, "local", "twlog.cli.local:run_local", "run ZooKeeper and N brokers on this machine until Ctrl-C",
+        "Start a real ZooKeeper server and --brokers brokers on 127.0.0.1, with all their data under "
+        "--data, print how to produce and consume, and stop everything cleanly on Ctrl-C.", react=True,
     )
-    local.add_argument("--brokers", type=positive_int, default=1, help="how many brokers (default: 1)")
+    positive_option(local, "--brokers", default=1, help="how many brokers")
     local.add_argument("--data", default="twlog-local", help="directory for all data (default: ./twlog-local)")
-    local.add_argument("--port", type=positive_int, default=9092,
-                       help="the first broker's port; broker N listens on PORT+N (default: 9092)")
-    local.add_argument("--zookeeper-port", type=positive_int, default=2181,
-                       help="ZooKeeper's port (default: 2181)")
-    local.add_argument("--num-partitions", type=positive_int, default=4,
-                       help="partitions of a new topic on each broker (default: 4)")
-    local.add_argument("--flush-interval-ms", type=positive_int, default=200,
-                       help="the longest produced messages wait to become visible (default: 200)")
+    positive_option(local, "--port", default=9092,
+                       help="the first broker's port; broker N listens on PORT+N")
+    positive_option(local, "--zookeeper-port", default=2181,
+                       help="ZooKeeper's port")
+    positive_option(local, "--num-partitions", default=4,
+                       help="partitions of a new topic on each broker")
+    positive_option(local, "--flush-interval-ms", default=200,
+                       help="the longest produced messages wait to become visible")
     local.add_argument("--flush-policy", choices=["group", "timer"], default="group",
                        help="group: fsync as soon as the last fsync returns (visible in about one fsync); timer: "
                        "wait for --flush-interval-ms (default: group)")
@@ -204,7 +203,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the first broker's Prometheus metrics port; broker N serves "
                        "http://127.0.0.1:PORT+N/metrics (default: --port + 100, so 9192)")
     local.add_argument("--no-metrics", action="store_true", help="serve no metrics")
-    local.set_defaults(run="twlog.cli.local:run_local", react=True)
 
     add_mirror_commands(commands, debug_option)
     add_bench_commands(commands)
@@ -213,10 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of) -> None:
     """C{twlog groups} (describe, the default) and C{twlog groups reset}."""
-    groups = commands.add_parser(
-        "groups", help="describe consumer groups (members, owners, offsets, lag) or reset their offsets",
-        description="With no action (or `describe`): for every consumer group (or --group), its members and, per "
-        "partition, the owning stream, the committed offset, the broker's latest offset and the lag.",
+    groups = subcommand(
+        commands, "groups", "twlog.cli.groups:describe",
+        "describe consumer groups (members, owners, offsets, lag) or reset their offsets",
+        "With no action (or `describe`): for every consumer group (or --group), its members and, per "
+        "partition, the owning stream, the committed offset, the broker's latest offset and the lag.", react=True,
     )
     actions = groups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
 
@@ -229,17 +228,15 @@ def add_group_commands(commands, debug_option, json_option, topic_option, partit
 
     zookeeper_options(groups, False)
     json_option(groups)
-    groups.set_defaults(run="twlog.cli.groups:describe", react=True)
-    describe = actions.add_parser("describe", help="members, owners, committed offsets and lag per partition",
-                                  description=groups.description)
+    describe = subcommand(actions, "describe", "twlog.cli.groups:describe",
+                          "members, owners, committed offsets and lag per partition", groups.description, react=True)
     zookeeper_options(describe, False)
     json_option(describe)
-    describe.set_defaults(run="twlog.cli.groups:describe", react=True)
-    reset = actions.add_parser(
-        "reset", help="set a stopped group's committed offsets of a topic",
-        description="Set the committed offset of each partition of TOPIC (or --partition) for GROUP: to the earliest "
+    reset = subcommand(
+        actions, "reset", "twlog.cli.groups:reset", "set a stopped group's committed offsets of a topic",
+        "Set the committed offset of each partition of TOPIC (or --partition) for GROUP: to the earliest "
         "or latest offset, to the first offset of the segments written before a time, or to a byte offset (with "
-        "--partition). Refused while the group has live members: stop them first.",
+        "--partition). Refused while the group has live members: stop them first.", react=True,
     )
     zookeeper_options(reset, True)
     topic_option(reset)
@@ -247,7 +244,6 @@ def add_group_commands(commands, debug_option, json_option, topic_option, partit
     reset.add_argument("--to", required=True, type=reset_target, metavar="earliest|latest|TIME|OFFSET",
                        help="earliest, latest, a time (ISO date/time such as 2024-05-01T12:00, UTC) or, with "
                        "--partition, a byte offset")
-    reset.set_defaults(run="twlog.cli.groups:reset", react=True)
 
 
 def reset_target(text: str) -> str | int | tuple[str, int]:

@@ -11,7 +11,7 @@ import re
 import time
 
 from twlog.cli.options import parse_time, topic_name, zookeeper_address
-from twlog.cli.parsing import positive_int
+from twlog.cli.parsing import positive_int, positive_option, subcommand
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -78,15 +78,16 @@ def add_consume_audit_option(consume) -> None:
 
 def add_mirror_commands(commands, debug_option) -> None:
     """C{twlog mirror} and C{twlog audit}."""
-    mirror = commands.add_parser(
-        "mirror", help="copy topics from source clusters into a target cluster, continuously",
-        description="Copy every topic of each --from cluster whose name matches --whitelist (default: all; or all "
+    mirror = subcommand(
+        commands, "mirror", "twlog.cli.mirror:mirror",
+        "copy topics from source clusters into a target cluster, continuously",
+        "Copy every topic of each --from cluster whose name matches --whitelist (default: all; or all "
         "but --blacklist) into the --to cluster, with embedded group consumers (one group per source: --group, "
         "default named after the target), picking up topics created meanwhile. A source offset is committed only "
         "after the target flushed every message before it, so a mirror killed and restarted loses nothing "
         "(at-least-once). When the target is slow or down the mirror stops fetching and says so once. Several "
         "mirrors with the same --group share the partitions. Runs until Ctrl-C or SIGTERM; prints a status line "
-        "every --status-interval seconds.",
+        "every --status-interval seconds.", react=True,
     )
     mirror.add_argument("--from", dest="sources", action="append", required=True, type=zookeeper_address,
                         metavar="ZK_SOURCE", help="a source cluster's ZooKeeper, HOST:PORT[/chroot] (repeatable)")
@@ -99,20 +100,20 @@ def add_mirror_commands(commands, debug_option) -> None:
                         help="copy every topic except those whose whole name matches REGEX")
     mirror.add_argument("--group", "-g", default=None,
                         help="the consumer group in the sources (default: twlog-mirror-<target>)")
-    mirror.add_argument("--streams", type=positive_int, default=1, help="streams per topic (default: 1)")
-    mirror.add_argument("--batch-size", type=positive_int, default=200,
-                        help="messages per produce request to the target (default: 200)")
+    positive_option(mirror, "--streams", default=1, help="streams per topic")
+    positive_option(mirror, "--batch-size", default=200,
+                        help="messages per produce request to the target")
     mirror.add_argument("--max-in-flight", type=positive_int, default=10_000, metavar="N",
                         help="messages waiting for the target's acknowledgement at most; fetching pauses at the bound "
                         "(default: 10,000)")
     mirror.add_argument("--status-interval", type=grace_option, default=10.0, metavar="S",
                         help="seconds between status lines (0: none; default: 10)")
     debug_option(mirror)
-    mirror.set_defaults(run="twlog.cli.mirror:mirror", react=True)
 
-    audit = commands.add_parser(
-        "audit", help="check a topic against the monitoring events of its instrumented producers",
-        description="Read TOPIC and twlog-audit on one cluster and print, per window and origin, the messages "
+    audit = subcommand(
+        commands, "audit", "twlog.cli.audit:audit",
+        "check a topic against the monitoring events of its instrumented producers",
+        "Read TOPIC and twlog-audit on one cluster and print, per window and origin, the messages "
         "expected (from the producers' monitoring events), received, missing and duplicated, and the delay from "
         "creation to now (p50/p90/p99). Windows that ended less than --grace-s ago are pending, not missing. Exit "
         "status 0 when no closed window misses messages, 1 when one does (or the topic is not instrumented), 2 on "
@@ -130,4 +131,3 @@ def add_mirror_commands(commands, debug_option) -> None:
                        help="a window is pending until S seconds after its end (default: 30)")
     audit.add_argument("--json", action="store_true", help="one JSON object per window, then none of the table")
     debug_option(audit)
-    audit.set_defaults(run="twlog.cli.audit:audit")

@@ -12,6 +12,7 @@ import argparse
 import re
 from datetime import datetime, timezone
 
+from twlog.cli.parsing import type_checked
 from twlog.errors import TwlogError
 from twlog.protocol.codec import EARLIEST, LATEST
 from twlog.storage.manager import MAX_PARTITIONS, validate_topic
@@ -49,10 +50,7 @@ def zookeeper_address(text: str) -> str:
 
 def topic_name(text: str) -> str:
     """A topic name, checked as the brokers check it (1 to 249 of letters, digits, '.', '_', '-')."""
-    try:
-        return validate_topic(text)
-    except TwlogError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return type_checked(validate_topic, text, TwlogError)
 
 
 def partition_count(text: str) -> int:
@@ -108,10 +106,7 @@ def parse_time(text: str) -> int:
 
 def time_option(text: str) -> int:
     """L{parse_time} as an argparse type."""
-    try:
-        return parse_time(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return type_checked(parse_time, text)
 
 
 def partition_option(text: str) -> str:

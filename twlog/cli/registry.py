@@ -11,14 +11,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from twisted.logger import (
-    FilteringLogObserver,
-    LogLevel,
-    LogLevelFilterPredicate,
-    globalLogBeginner,
-    textFileLogObserver,
-)
+from twisted.logger import textFileLogObserver
 
+from twlog.cli.foreground import log_to, serve
 from twlog.cli.parsing import parse_usage
 from twlog.schema_registry.tap import Options
 
@@ -41,24 +36,9 @@ def main(argv: Sequence[str], reactor=None) -> int:
         return options
     if reactor is None:
         from twisted.internet import reactor
-    globalLogBeginner.beginLoggingTo(
-        [FilteringLogObserver(textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(LogLevel.info)])],
-        redirectStandardIO=False,
-    )
-    service = options.service(reactor)
-    failures: list[str] = []
-
-    def cannot_start(failure) -> None:
-        failures.append(failure.getErrorMessage() or failure.type.__name__)
-        if reactor.running:
-            reactor.stop()
-
-    service.listening.addErrback(cannot_start)
-    reactor.callWhenRunning(service.startService)
-    reactor.addSystemEventTrigger("before", "shutdown", lambda: service.stopService() if service.running else None)
-    reactor.run()
-    if failures:
-        print(f"twlog registry: cannot listen on {options['interface']}:{options['port']}: {failures[0]}",
-              file=sys.stderr)
+    log_to(textFileLogObserver(sys.stderr))
+    failure = serve(reactor, options.service(reactor))
+    if failure is not None:
+        print(f"twlog registry: cannot listen on {options['interface']}:{options['port']}: {failure}", file=sys.stderr)
         return 1
     return 0

@@ -45,6 +45,7 @@ from twlog.protocol.primitives import (
 )
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _RESULT = struct.Struct(">ihqq")  # partition, error, offset, next offset
 _PART_HEAD = struct.Struct(">ih")  # size (2 + data), error
@@ -354,32 +355,44 @@ def decode_multifetch_response(frame: bytes) -> MultiFetchResponse:
     return MultiFetchResponse(error, tuple(parts))
 
 
+def _error_or_body(frame: bytes, response: Callable[..., R], read_body: Callable[[bytes, int], object]) -> R:
+    """C{response(error)} for a frame that is the error code alone, else C{response(error, body)} with the body
+    that C{read_body(frame, pos)} reads from after the error code to the end of the frame."""
+    error, pos = read_int16(frame, 0)
+    if pos == len(frame):
+        return response(error)
+    return response(error, read_body(frame, pos))
+
+
+def _offsets_after(read_count: Callable[[bytes, int], tuple[int, int]], what: str
+                   ) -> Callable[[bytes, int], tuple[int, ...]]:
+    """The body reader of a count (read with C{read_count}) and as many int64 offsets, nothing after them."""
+
+    def read_offsets(frame: bytes, pos: int) -> tuple[int, ...]:
+        count, pos = read_count(frame, pos)
+        check_count(count)
+        need(frame, pos, 8 * count, what)
+        offsets = struct.unpack_from(f">{count}q", frame, pos)
+        done(frame, pos + 8 * count, f"{what} response")
+        return offsets
+
+    return read_offsets
+
+
+_read_offsets = _offsets_after(read_int32, "offsets")
+_read_boundaries = _offsets_after(read_int16, "boundaries")
+
+
 @_peer_violation
 def decode_offsets_response(frame: bytes) -> OffsetsResponse:
     """OFFSETS' response: error and offsets, newest first."""
-    error, pos = read_int16(frame, 0)
-    if pos == len(frame):
-        return OffsetsResponse(error)
-    count, pos = read_int32(frame, pos)
-    check_count(count)
-    need(frame, pos, 8 * count, "offsets")
-    offsets = struct.unpack_from(f">{count}q", frame, pos)
-    done(frame, pos + 8 * count, "offsets response")
-    return OffsetsResponse(error, offsets)
+    return _error_or_body(frame, OffsetsResponse, _read_offsets)
 
 
 @_peer_violation
 def decode_boundaries_response(frame: bytes) -> BoundariesResponse:
     """BOUNDARIES' response: error and one offset per position asked about (none in an error-only frame)."""
-    error, pos = read_int16(frame, 0)
-    if pos == len(frame):
-        return BoundariesResponse(error)
-    count, pos = read_int16(frame, pos)
-    check_count(count)
-    need(frame, pos, 8 * count, "boundaries")
-    offsets = struct.unpack_from(f">{count}q", frame, pos)
-    done(frame, pos + 8 * count, "boundaries response")
-    return BoundariesResponse(error, offsets)
+    return _error_or_body(frame, BoundariesResponse, _read_boundaries)
 
 
 def _read_result(frame: bytes, pos: int) -> tuple[ProduceResult, int]:
@@ -389,16 +402,17 @@ def _read_result(frame: bytes, pos: int) -> tuple[ProduceResult, int]:
     return ProduceResult(topic, partition, error, offset, next_offset), pos + _RESULT.size
 
 
-@_peer_violation
-def decode_ack_produce_response(frame: bytes) -> AckProduceResponse:
-    """ACK_PRODUCE's response: error and one result per produced set."""
-    error, pos = read_int16(frame, 0)
-    if pos == len(frame):
-        return AckProduceResponse(error)
+def _read_results(frame: bytes, pos: int) -> tuple[ProduceResult, ...]:
     count, pos = read_int16(frame, pos)
     results, pos = read_many(frame, pos, count, _read_result)
     done(frame, pos, "produce response")
-    return AckProduceResponse(error, results)
+    return results
+
+
+@_peer_violation
+def decode_ack_produce_response(frame: bytes) -> AckProduceResponse:
+    """ACK_PRODUCE's response: error and one result per produced set."""
+    return _error_or_body(frame, AckProduceResponse, _read_results)
 
 
 def _read_topic(frame: bytes, pos: int) -> tuple[TopicMetadata, int]:

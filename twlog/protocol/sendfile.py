@@ -22,10 +22,12 @@ C{TCP_NODELAY}: with Nagle's algorithm on, the last, partial segment of each
 sendfile waited for the peer's (delayed) acknowledgement, which made one
 consumer 1.3-2x slower through sendfile than through copying (issue 12).
 
-This leans on Twisted internals (the buffer attributes and C{doWrite}'s
-producer call), so Twisted's version is pinned in setup.cfg and the TCP path
-is covered by real-socket tests.  Over TLS, or on a transport that is not a
-plain TCP connection, log bytes are read in chunks and written instead.
+This leans on Twisted internals: the transport's buffer and TLS flag, read
+only in L{twlog.protocol.twisted_internals} (which names them and is pinned
+by a real-socket test), and C{doWrite}'s producer call; so Twisted's version
+is pinned in setup.cfg and the TCP path is covered by real-socket tests.
+Over TLS, or on a transport that is not a plain TCP connection, log bytes are
+read in chunks and written instead.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ import socket
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from twisted.internet import tcp
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPullProducer
@@ -44,7 +45,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from twlog.protocol.twisted_internals import buffered_bytes, is_plain_tcp
 from twlog.storage.segment import FileRegion
+
+#: buffered_bytes is re-exported for the client (twlog.client.protocol imports it from here).
+__all__ = ["CHUNK_BYTES", "HIGH_WATER_BYTES", "ResponseSender", "buffered_bytes", "can_sendfile", "sendfile"]
 
 #: Bytes read per chunk on the fallback path.
 CHUNK_BYTES = 256 * 1024
@@ -60,17 +65,9 @@ _FALLBACK_ERRNOS = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 
-def buffered_bytes(transport) -> int:
-    """Bytes waiting in a Twisted transport's write buffer (0 if it does not say)."""
-    data = getattr(transport, "dataBuffer", None)
-    if data is None:
-        return 0
-    return len(data) - getattr(transport, "offset", 0) + getattr(transport, "_tempDataLen", 0)
-
-
 def can_sendfile(transport) -> bool:
     """Whether log bytes may go to C{transport} with sendfile: a plain, non-TLS TCP connection."""
-    return sendfile is not None and isinstance(transport, tcp.Connection) and not getattr(transport, "TLS", False)
+    return sendfile is not None and is_plain_tcp(transport)
 
 
 @implementer(IPullProducer)

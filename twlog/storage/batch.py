@@ -31,8 +31,8 @@ try:  # optional: whole-array arithmetic for L{MessageBatch.columns}
 except ImportError:  # pragma: no cover - numpy comes with pyarrow, the Spark extra
     numpy = None
 
-from twlog.errors import FetchSizeTooSmall, InvalidMessage, MessageSizeTooLarge
-from twlog.storage.compression import CODEC_NONE, DEFAULT_MAX_DECOMPRESSED_BYTES, KNOWN_CODECS, codec_name, decompress
+from twlog.errors import InvalidMessage, MessageSizeTooLarge
+from twlog.storage.compression import CODEC_NONE, DEFAULT_MAX_DECOMPRESSED_BYTES, codec_name, decompress
 from twlog.storage.crc import crc32
 from twlog.storage.message import (
     MAGIC_ATTRIBUTES,
@@ -40,7 +40,8 @@ from twlog.storage.message import (
     MIN_MESSAGE_BYTES,
     CorruptMessage,
     MessageAndOffset,
-    entry_problem,
+    entry_header,
+    framing_problem,
     open_wrapper,
 )
 
@@ -368,31 +369,14 @@ def _odd_entry(view: memoryview, pos: int, offset: int, runs: list[_Run], deep: 
     @raise FetchSizeTooSmall: the entry is the first and runs past the buffer.
     """
     n = len(view)
-    if n - pos < 4:
-        if pos == 0 and not whole_buffer:
-            raise FetchSizeTooSmall(f"the message at offset {offset} is larger than the fetch size {n}")
-        if whole_buffer:
-            return CorruptMessage(f"a partial length field of {n - pos} bytes", offset + pos, None)
-        return None
-    size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
+    size = int.from_bytes(view[pos : pos + 4], "big", signed=True) if n - pos >= 4 else -1
     end = pos + 4 + size
-    if size < MIN_MESSAGE_BYTES:
-        return CorruptMessage(f"its length field says {size} bytes, below the minimum", offset + pos, None)
-    if end > n:
-        if whole_buffer:
-            return CorruptMessage(f"{size} bytes announced, {n - pos - 4} present", offset + pos, None)
-        if pos == 0:
-            raise FetchSizeTooSmall(
-                f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {n}"
-            )
-        return None
-    magic = view[pos + 4]
-    if magic == MAGIC_PLAIN:
-        codec, start, crc = CODEC_NONE, pos + 9, _UINT32.unpack_from(view, pos + 5)[0]
-    elif magic == MAGIC_ATTRIBUTES and size >= 6 and view[pos + 5] in KNOWN_CODECS:
-        codec, start, crc = view[pos + 5], pos + 10, _UINT32.unpack_from(view, pos + 6)[0]
-    else:
-        return CorruptMessage(entry_problem(view, pos, end) or "unreadable", offset + pos, offset + end)
+    if size < MIN_MESSAGE_BYTES or end > n:
+        return framing_problem(view, pos, offset, whole_buffer)
+    header = entry_header(view, pos, end)
+    if isinstance(header, str):
+        return CorruptMessage(header, offset + pos, offset + end)
+    codec, start, crc = header
     payload = view[start:end]
     if crc32(payload) != crc:
         return CorruptMessage("CRC mismatch", offset + pos, offset + end)

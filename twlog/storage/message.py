@@ -220,34 +220,33 @@ def _diagnosis(buf: bytes | bytearray | memoryview, pos: int, count: int, max_me
         return ScanResult(
             pos, count, f"partial message at byte {pos}: {size} bytes announced, {n - pos - 4} present", size + 4
         )
-    problem = _entry_problem(buf, pos, pos + 4 + size)
+    problem = entry_problem(buf, pos, pos + 4 + size)
     if problem == "CRC mismatch":
         problem = "CRC mismatch in message"
     return ScanResult(pos, count, f"{problem} at byte {pos}")
 
 
-def _entry_problem(buf: bytes | bytearray | memoryview, pos: int, end: int) -> str | None:
-    """What is wrong with the whole entry C{buf[pos:end]} (magic, attributes, CRC), or None."""
+def entry_header(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int, int] | str:
+    """The codec, payload start and CRC of the entry C{buf[pos:end]} (its length sane), or what is wrong with it."""
     magic = buf[pos + 4]
     if magic == MAGIC_PLAIN:
-        start = pos + 9
-        crc = _LENGTH.unpack_from(buf, pos + 5)[0] & 0xFFFFFFFF
-    elif magic == MAGIC_ATTRIBUTES:
-        if end - pos < 10:
-            return "magic-1 message too short"
-        if buf[pos + 5] not in KNOWN_CODECS:
-            return f"unknown attributes {buf[pos + 5]:#x}"
-        start = pos + 10
-        crc = _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
-    else:
+        return CODEC_NONE, pos + 9, _LENGTH.unpack_from(buf, pos + 5)[0] & 0xFFFFFFFF
+    if magic != MAGIC_ATTRIBUTES:
         return f"unknown magic {magic}"
-    if crc32(buf[start:end]) != crc:
-        return "CRC mismatch"
-    return None
+    if end - pos < 10:
+        return "magic-1 message too short"
+    if buf[pos + 5] not in KNOWN_CODECS:
+        return f"unknown attributes {buf[pos + 5]:#x}"
+    return buf[pos + 5], pos + 10, _LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
 
 
-#: What is wrong with a whole entry (magic, attributes, CRC), or None: for the batch decoder's diagnoses.
-entry_problem = _entry_problem
+def entry_problem(buf: bytes | bytearray | memoryview, pos: int, end: int) -> str | None:
+    """What is wrong with the whole entry C{buf[pos:end]} (magic, attributes, CRC), or None."""
+    header = entry_header(buf, pos, end)
+    if isinstance(header, str):
+        return header
+    _, start, crc = header
+    return "CRC mismatch" if crc32(buf[start:end]) != crc else None
 
 
 def validate_message_set(
@@ -381,7 +380,7 @@ def open_wrapper(codec: int, payload: bytes | memoryview, max_decompressed_bytes
         elif magic == MAGIC_ATTRIBUTES and size >= 6 and inner[pos + 5] in KNOWN_CODECS:
             raise InvalidMessage(f"it holds a compressed message (at byte {pos} inside it): nesting is refused")
         else:
-            raise InvalidMessage(f"inside it, {_entry_problem(inner, pos, end)} at byte {pos}")
+            raise InvalidMessage(f"inside it, {entry_problem(inner, pos, end)} at byte {pos}")
         body = inner[start:end]
         if check(body) != crc:
             raise InvalidMessage(f"inside it, CRC mismatch in message at byte {pos}")
@@ -391,6 +390,28 @@ def open_wrapper(codec: int, payload: bytes | memoryview, max_decompressed_bytes
 
 
 # -- decoding ---------------------------------------------------------------
+
+
+def framing_problem(buf: bytes | bytearray | memoryview, pos: int, offset: int,
+                    whole_buffer: bool) -> CorruptMessage | None:
+    """Where a message set (from log C{offset}) stops, at an entry whose length field is cut, below the minimum or
+    runs past C{buf}: a L{CorruptMessage} with no next offset, or None for a fetch's partial last entry (dropped).
+    @raise FetchSizeTooSmall: the entry is the first of a fetched buffer (not C{whole_buffer}) and runs past it."""
+    n = len(buf)
+    if n - pos < 4:
+        if whole_buffer:
+            return CorruptMessage(f"a partial length field of {n - pos} bytes", offset + pos, None)
+        if pos == 0:  # a fetch of 1-3 bytes: not even the size fits
+            raise FetchSizeTooSmall(f"the message at offset {offset} is larger than the fetch size {n}")
+        return None
+    size = _LENGTH.unpack_from(buf, pos)[0]
+    if size < MIN_MESSAGE_BYTES:
+        return CorruptMessage(f"its length field says {size} bytes, below the minimum", offset + pos, None)
+    if whole_buffer:
+        return CorruptMessage(f"{size} bytes announced, {n - pos - 4} present", offset + pos, None)
+    if pos == 0:
+        raise FetchSizeTooSmall(f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {n}")
+    return None
 
 
 def scan_messages(
@@ -424,38 +445,20 @@ def scan_messages(
     pos = 0
     unpack = _LENGTH.unpack_from
     while pos < n:
-        if n - pos < 4:
-            if pos == 0 and not whole_buffer:  # a fetch of 1-3 bytes: not even the size fits
-                raise FetchSizeTooSmall(f"the message at offset {offset} is larger than the fetch size {n}")
-            if whole_buffer:
-                yield CorruptMessage(f"a partial length field of {n - pos} bytes", offset + pos, None)
-            return
-        size = unpack(buf, pos)[0]
+        size = unpack(buf, pos)[0] if n - pos >= 4 else -1
         end = pos + 4 + size
-        if size < MIN_MESSAGE_BYTES:
-            yield CorruptMessage(f"its length field says {size} bytes, below the minimum", offset + pos, None)
+        if size < MIN_MESSAGE_BYTES or end > n:
+            problem = framing_problem(buf, pos, offset, whole_buffer)
+            if problem is not None:
+                yield problem
             return
-        if end > n:
-            if whole_buffer:
-                yield CorruptMessage(f"{size} bytes announced, {n - pos - 4} present", offset + pos, None)
-            elif pos == 0:
-                raise FetchSizeTooSmall(
-                    f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {n}"
-                )
-            return
-        magic = buf[pos + 4]
-        if magic == MAGIC_PLAIN:
-            crc = unpack(buf, pos + 5)[0] & 0xFFFFFFFF
-            payload = buf[pos + 9 : end]
-            codec = CODEC_NONE
-        elif magic == MAGIC_ATTRIBUTES and size >= 6 and buf[pos + 5] in KNOWN_CODECS:
-            codec = buf[pos + 5]
-            crc = unpack(buf, pos + 6)[0] & 0xFFFFFFFF
-            payload = buf[pos + 10 : end]
-        else:
-            yield CorruptMessage(_entry_problem(buf, pos, end) or "unreadable", offset + pos, offset + end)
+        header = entry_header(buf, pos, end)
+        if header.__class__ is str:
+            yield CorruptMessage(header, offset + pos, offset + end)
             pos = end
             continue
+        codec, start, crc = header
+        payload = buf[start:end]
         if crc32(payload) != crc:
             yield CorruptMessage("CRC mismatch", offset + pos, offset + end)
         elif codec == CODEC_NONE or not deep:

@@ -1,0 +1,40 @@
+# -*- test-case-name: tests.cli.test_foreground,tests.integration.test_cli_broker -*-
+"""A Twisted service run in the foreground of a C{twlog} command (C{twlog broker}, C{twlog registry}).
+
+Its log goes to stderr (info and above); it starts once the reactor runs and
+stops before the reactor shuts down (Ctrl-C, SIGTERM); when it cannot start,
+the reactor stops and the command gets the one line saying why.
+"""
+
+from __future__ import annotations
+
+from twisted.application.service import IService
+from twisted.logger import FilteringLogObserver, ILogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner
+
+
+def log_to(observer: ILogObserver) -> None:
+    """Send the log's events of level info and above to C{observer} (stdout and stderr left as they are)."""
+    globalLogBeginner.beginLoggingTo([FilteringLogObserver(observer, [LogLevelFilterPredicate(LogLevel.info)])],
+                                     redirectStandardIO=False)
+
+
+def serve(reactor, service: IService) -> str | None:
+    """Run C{reactor} with C{service} started in it, until the reactor stops; why the service could not start, or None.
+
+    C{service.listening} is a Deferred that fails when the service cannot start (then the reactor is stopped).
+    """
+    failures: list[str] = []
+
+    def cannot_start(failure) -> None:
+        failures.append(failure.getErrorMessage() or failure.type.__name__)
+        if reactor.running:
+            reactor.stop()
+
+    def stop():
+        return service.stopService() if service.running else None
+
+    service.listening.addErrback(cannot_start)
+    reactor.callWhenRunning(service.startService)
+    reactor.addSystemEventTrigger("before", "shutdown", stop)
+    reactor.run()
+    return failures[0] if failures else None
