@@ -64,6 +64,16 @@ class StateMachineTests(SynchronousTestCase):
             self.assertRaises(IllegalTransition, machine.move, target)
             self.assertFalse(machine.allows(target))
 
+    def test_sources(self) -> None:
+        """A move the table allows still raises when it does not start where the caller says it must."""
+        machine = self.machine()
+        error = self.assertRaises(IllegalTransition, machine.move, Door.GONE, sources=[Door.SHUT])
+        self.assertEqual((error.source, error.target), (Door.OPEN, Door.GONE))
+        self.assertIs(machine.state, Door.OPEN)
+        machine.move(Door.SHUT)
+        machine.move(Door.GONE, sources=[Door.SHUT])
+        self.assertIs(machine.state, Door.GONE)
+
     def test_allows(self) -> None:
         """allows() answers from the table without moving."""
         machine = self.machine()

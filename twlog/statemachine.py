@@ -74,13 +74,16 @@ class StateMachine(Generic[S]):
         """Whether the table allows a move from the current state to C{target}."""
         return target in self._table.get(self._state, ())
 
-    def move(self, target: S) -> S:
+    def move(self, target: S, *, sources: Iterable[S] | None = None) -> S:
         """Move to C{target} and return the state moved from.
 
-        @raise IllegalTransition: the table has no such move (the state is unchanged).
+        @param sources: where the caller's move may start (a method named for one move, as
+            C{rejoined()} for SESSION_LOST -> REBALANCING), when fewer than the table allows.
+        @raise IllegalTransition: the table has no such move, or it does not start in
+            C{sources} (the state is unchanged).
         """
         source = self._state
-        if target not in self._table.get(source, ()):
+        if target not in self._table.get(source, ()) or (sources is not None and source not in sources):
             raise IllegalTransition(self.name, source, target)
         self._state = target
         if self._observer is not None:
