@@ -26,7 +26,9 @@ Ephemeral nodes belong to the session that created them and go with it.  So:
   - On stop, the nodes this session owns are deleted (the session may be
     shared; when it is closed they would go anyway).
 
-L{BrokerRegistration.state} says where it is (L{RegistrationState}).
+L{BrokerRegistration.state} says where it is (L{RegistrationState}), and decides
+what a session event or a finished attempt does; it moves only along
+L{REGISTRATION_MOVES} (L{twlog.statemachine}).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, KazooException, NodeExistsError, NoNodeError
 from twlog.errors import TwlogError
+from twlog.statemachine import StateMachine
 from twlog.storage.manager import LogManager
 
 _OURS = object()  # _create_or_adopt: the node is held by this session now
@@ -61,7 +64,10 @@ class RegistrationState(enum.Enum):
         RE_REGISTERING --done--------------------------------------------------> REGISTERED
         RE_REGISTERING --failed: retried after a back-off (stays)-------------> RE_REGISTERING
         RE_REGISTERING --the id is held by another live broker now------------> FAILED
+        FAILED         --connection lost, or session expired------------------> SUSPENDED, EXPIRED
         any            --stop()------------------------------------------------> STOPPED
+
+    The table is L{REGISTRATION_MOVES}.
     """
 
     STOPPED = "stopped"
@@ -71,6 +77,25 @@ class RegistrationState(enum.Enum):
     EXPIRED = "expired"
     RE_REGISTERING = "re-registering"
     FAILED = "failed"
+
+
+_S = RegistrationState
+
+#: Where each L{RegistrationState} may move; any other move raises L{twlog.statemachine.IllegalTransition}.
+REGISTRATION_MOVES: dict[RegistrationState, set[RegistrationState]] = {
+    _S.STOPPED: {_S.REGISTERING, _S.STOPPED},
+    _S.REGISTERING: {_S.REGISTERED, _S.SUSPENDED, _S.EXPIRED, _S.STOPPED},
+    _S.REGISTERED: {_S.SUSPENDED, _S.EXPIRED, _S.STOPPED},
+    _S.SUSPENDED: {_S.EXPIRED, _S.RE_REGISTERING, _S.STOPPED},
+    _S.EXPIRED: {_S.RE_REGISTERING, _S.STOPPED},
+    _S.RE_REGISTERING: {_S.REGISTERED, _S.SUSPENDED, _S.EXPIRED, _S.FAILED, _S.STOPPED},
+    _S.FAILED: {_S.SUSPENDED, _S.EXPIRED, _S.STOPPED},
+}
+
+#: Out of touch with ZooKeeper: check (or register) everything again once CONNECTED.
+_DISCONNECTED = (_S.SUSPENDED, _S.EXPIRED)
+#: The states in which the id may be held in the current session (then new topics are registered at once).
+_HOLDING = (_S.REGISTERING, _S.REGISTERED, _S.SUSPENDED, _S.RE_REGISTERING)
 
 
 class BrokerIdInUse(TwlogError):
@@ -129,17 +154,16 @@ class BrokerRegistration:
         #: What this broker writes to C{/brokers/ids/<id>} (0.7's form; the creator id dates from now).
         self.value = broker_value(config.advertised_host, port, int(clock.seconds() * 1000))
         self.stale_wait_s = stale_wait_s
-        self.state = RegistrationState.STOPPED
-        self._running = False
-        #: Whether the id is registered in the current session (topics may then be registered).
-        self._claimed = False
+        self._machine = StateMachine(f"broker {self.broker_id} registration", _S.STOPPED, REGISTRATION_MOVES,
+                                     self._moved)
+        #: The session that holds the id node (None: not claimed since the last start).
+        self._id_session: int | None = None
         #: Bumped when the session is lost or the registration stops: older work is stale.
         self._generation = 0
-        #: The connection was lost (SUSPENDED) or the session expired (LOST): check again once CONNECTED.
-        self._disconnected = False
-        self._expired = False
+        #: The last session in which the id was claimed (for L{registrations}).
         self._registered_session: int | None = None
-        self._registering = False
+        #: The re-registration running now, if any.
+        self._attempt: Deferred | None = None
         self._retry_policy = backoffPolicy(initialDelay=0.5, maxDelay=30.0)
         self._retry_attempt = 0
         self._retry_call = None
@@ -147,6 +171,18 @@ class BrokerRegistration:
         self._listening_to_logs = False
         #: In how many sessions the broker registered (1 after start; +1 per session expiry).
         self.registrations = 0
+
+    @property
+    def state(self) -> RegistrationState:
+        """Where the registration is (L{RegistrationState})."""
+        return self._machine.state
+
+    def _moved(self, machine: str, source: RegistrationState, target: RegistrationState) -> None:
+        self._log.debug("{machine}: {source} -> {target}", machine=machine, source=source.name, target=target.name)
+
+    def _holds_id(self) -> bool:
+        """Whether the id is claimed in the current session: topics created now are registered at once."""
+        return self.state in _HOLDING and self._id_session is not None and self._id_session == self._zk.session_id
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -167,30 +203,27 @@ class BrokerRegistration:
         )
 
     async def _start(self) -> None:
-        self._running = True
-        self.state = RegistrationState.REGISTERING
+        self._machine.move(_S.REGISTERING)
         if not self._listening_to_logs:
             self._listening_to_logs = True
             self._logs.add_topic_listener(self._topic_created)
         self._zk.add_state_listener(self._session_changed)
         try:
-            count = await self._register_all(self._generation)
+            count, _ = await self._register_all(self._generation)
         except BaseException:
-            self._running = False
-            self.state = RegistrationState.STOPPED
+            self._machine.move(_S.STOPPED)
             self._zk.remove_state_listener(self._session_changed)
             raise
-        if not self._disconnected:
-            self.state = RegistrationState.REGISTERED
+        if self.state is _S.REGISTERING:  # (else disconnected meanwhile, or re-registering after it)
+            self._machine.move(_S.REGISTERED)
         self._log.info(
             "broker {id} registered in ZooKeeper at {hosts} as {address} ({count} topics)",
             id=self.broker_id, hosts=self._zk.hosts, address=self.address, count=count,
         )
 
     async def _stop(self) -> None:
-        self._running = False
-        self.state = RegistrationState.STOPPED
-        self._claimed = False
+        self._machine.move(_S.STOPPED)
+        self._id_session = None
         self._generation += 1
         self._zk.remove_state_listener(self._session_changed)
         if self._retry_call is not None and self._retry_call.active():
@@ -216,21 +249,23 @@ class BrokerRegistration:
 
     # -- registering -------------------------------------------------------------------
 
-    async def _register_all(self, generation: int) -> int:
-        """Claim the id, then register every topic; return the number of topics."""
+    async def _register_all(self, generation: int) -> tuple[int, bool]:
+        """Claim the id, then register every topic; return the number of topics, and whether the id
+        was claimed in a session it had not been claimed in before."""
         await self._claim_id()
         if generation != self._generation:
             raise _Stale()
-        self._claimed = True
-        if self._zk.session_id != self._registered_session:
-            self._registered_session = self._zk.session_id
+        self._id_session = session = self._zk.session_id
+        new_session = session != self._registered_session
+        if new_session:
+            self._registered_session = session
             self.registrations += 1
         topics = self._logs.topics()  # topics created from now on come through _topic_created
         await DeferredList(
             [self._track(self._register_topic(topic, count, generation)) for topic, count in sorted(topics.items())],
             fireOnOneErrback=True, consumeErrors=True,
         ).addErrback(lambda f: f.value.subFailure)  # the first failure, not FirstError
-        return len(topics)
+        return len(topics), new_session
 
     async def _claim_id(self) -> None:
         path = paths.broker_id_path(self.broker_id)
@@ -318,7 +353,7 @@ class BrokerRegistration:
         raise KazooException(f"could not register {path}: it keeps changing")
 
     def _topic_created(self, topic: str, count: int) -> None:
-        if not (self._running and self._claimed):
+        if not self._holds_id():
             return  # registered with the others once the id is claimed
         d = self._track(self._register_topic(topic, count, self._generation))
         d.addCallback(lambda _: self._log.info("broker {id} registered topic {topic} ({count} partitions)",
@@ -333,7 +368,7 @@ class BrokerRegistration:
         return d
 
     def _failed(self, failure, what: str) -> None:
-        if failure.check(_Stale) or self._disconnected:
+        if failure.check(_Stale) or self.state in _DISCONNECTED:
             return  # the connection or session was lost meanwhile: registering again once connected covers it
         self._log.error("broker {id}: {what} in ZooKeeper failed: {error}", id=self.broker_id, what=what,
                         error=failure.getErrorMessage())
@@ -341,57 +376,51 @@ class BrokerRegistration:
     # -- sessions ------------------------------------------------------------------------
 
     def _session_changed(self, state: str) -> None:
-        if not self._running:
+        if self.state is _S.STOPPED:
             return
         if state == LOST:
-            self._disconnected = self._expired = True
-            self.state = RegistrationState.EXPIRED
-            self._claimed = False
             self._generation += 1
-            self._log.warn("broker {id}: the ZooKeeper session expired, and its registration with it; "
-                           "registering again once connected", id=self.broker_id)
+            if self.state is not _S.EXPIRED:
+                self._machine.move(_S.EXPIRED)
+                self._log.warn("broker {id}: the ZooKeeper session expired, and its registration with it; "
+                               "registering again once connected", id=self.broker_id)
         elif state == SUSPENDED:
-            self._disconnected = True  # the nodes stay while the session lives, but a write may have failed
-            if self.state is not RegistrationState.EXPIRED:
-                self.state = RegistrationState.SUSPENDED
-        elif state == CONNECTED and self._disconnected:
-            self._disconnected = False
+            if self.state not in _DISCONNECTED:  # the nodes stay while the session lives, but a write may fail
+                self._machine.move(_S.SUSPENDED)
+        elif state == CONNECTED and self.state in _DISCONNECTED:
+            self._machine.move(_S.RE_REGISTERING)
             self._register_again()
 
     def _register_again(self) -> None:
-        """Register everything in the current session (after an expiry), or check that it still is."""
+        """While RE_REGISTERING: register everything in the current session (after an expiry), or check
+        that it still is (after a lost connection); retried after a back-off until done."""
         self._retry_call = None
-        if not self._running or self._registering or self._disconnected:
-            return
-        self._registering = True
-        self.state = RegistrationState.RE_REGISTERING
-        expired = self._expired
-        d = self._track(self._register_all(self._generation))
+        if self.state is not _S.RE_REGISTERING or self._attempt is not None:
+            return  # (an attempt running now ends in REGISTERED, or retries)
+        d = self._attempt = self._track(self._register_all(self._generation))
 
-        def done(count: int) -> None:
-            self._registering = False
+        def done(result: tuple[int, bool]) -> None:
+            count, new_session = result
+            self._attempt = None
             self._retry_attempt = 0
-            if not self._disconnected:
-                self.state = RegistrationState.REGISTERED
-            if expired:
-                self._expired = False
+            if self.state is _S.RE_REGISTERING:
+                self._machine.move(_S.REGISTERED)
+            if new_session:
                 self._log.info("broker {id} registered again in ZooKeeper as {address} after the session expired "
                                "({count} topics)", id=self.broker_id, address=self.address, count=count)
 
         def failed(failure) -> None:
-            self._registering = False
-            if not self._running:
-                return
+            self._attempt = None
             if failure.check(_Stale):
                 self._register_again()  # a new session came while this attempt ran (no-op while disconnected)
                 return
+            if self.state is not _S.RE_REGISTERING:
+                return  # stopped, or disconnected meanwhile: registering again once connected
             if failure.check(BrokerIdInUse):
-                self.state = RegistrationState.FAILED
+                self._machine.move(_S.FAILED)
                 self._log.critical("broker {id} is no longer registered in ZooKeeper: {error}",
                                    id=self.broker_id, error=failure.getErrorMessage())
                 return
-            if self._disconnected:
-                return  # registering again once connected
             self._retry_attempt += 1
             delay_s = self._retry_policy(self._retry_attempt)
             self._log.warn("broker {id}: registering again in ZooKeeper failed ({error}); retrying in {delay:.1f} s",
