@@ -26,6 +26,7 @@ Ephemeral nodes belong to the session that created them and go with it.  So:
   - On stop, the nodes this session owns are deleted (the session may be
     shared; when it is closed they would go anyway).
 
+L{BrokerNodes} writes and deletes the nodes; L{BrokerRegistration} decides when.
 L{BrokerRegistration.state} says where it is (L{RegistrationState}), and decides
 what a session event or a finished attempt does; it moves only along
 L{REGISTRATION_MOVES} (L{twlog.statemachine}).
@@ -34,6 +35,8 @@ L{REGISTRATION_MOVES} (L{twlog.statemachine}).
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from twisted.application.internet import backoffPolicy
 from twisted.internet.defer import Deferred, DeferredList, TimeoutError
@@ -130,6 +133,130 @@ def _same_address(a: bytes, b: bytes) -> bool:
         return a == b
 
 
+class BrokerNodes:
+    """One broker's nodes in one ZooKeeper session: what to write and how (L{BrokerRegistration} says when).
+
+    It claims C{/brokers/ids/<id>} with L{value}, or adopts it if the session holds
+    it already, waiting out a registration of this broker's own address left by an
+    earlier run; registers its topics; deletes the nodes a session owns.
+    """
+
+    _log = Logger()
+
+    def __init__(self, zk: IZooKeeper, broker_id: int, value: str, clock) -> None:
+        self._zk = zk
+        self.broker_id = broker_id
+        self.value = value
+        self._clock = clock
+
+    async def claim_id(self, stale_wait_s: float) -> None:
+        """Create (or adopt) C{/brokers/ids/<id>}; wait up to C{stale_wait_s} for a registration of this
+        broker's own address, left by an earlier run, to expire.
+
+        @raise BrokerIdInUse: another live broker (or a persistent node) holds the id.
+        """
+        path = paths.broker_id_path(self.broker_id)
+        value = self.value.encode("utf-8")
+        deadline = self._clock.seconds() + stale_wait_s
+        while True:
+            held = await self._create_or_adopt(path, value)
+            if held is _OURS:
+                return
+            if held is _GONE:
+                continue  # deleted meanwhile: try again
+            current, stat = held
+            owner = stat.ephemeralOwner
+            holder = _describe(current)
+            if not owner:
+                raise BrokerIdInUse(
+                    f"broker id {self.broker_id} is already registered at {holder} by a persistent node, "
+                    f"not by a live broker; delete {path} if no broker uses this id"
+                )
+            remaining = deadline - self._clock.seconds()
+            same = _same_address(current, value)  # a previous run of this broker (its creator id differs)
+            if not same or remaining <= 0:
+                expired = " (its session did not expire in time)" if same else ""
+                raise BrokerIdInUse(
+                    f"broker id {self.broker_id} is already registered by a live broker at {holder}{expired}"
+                )
+            self._log.info(
+                "broker {id}: waiting up to {seconds:.0f} s for the registration of a previous run at {address} "
+                "(session {session:#x}) to expire", id=self.broker_id, seconds=remaining, address=holder,
+                session=owner,
+            )
+            await self._changed(path, remaining)
+
+    async def _create_or_adopt(self, path: str, value: bytes):
+        """Create C{path} (ephemeral, C{value}), or take it if this session already holds it.
+
+        @return: L{_OURS} when the node is now ours with C{value}; L{_GONE} when it
+            vanished between the attempts (try again); else the other holder's
+            (value, stat).
+        """
+        try:
+            await self._zk.create(path, value, ephemeral=True, makepath=True)
+            return _OURS
+        except NodeExistsError:
+            pass
+        try:
+            current, stat = await self._zk.get(path)
+        except NoNodeError:
+            return _GONE
+        if stat.ephemeralOwner and stat.ephemeralOwner == self._zk.session_id:
+            if current != value:
+                await self._zk.set(path, value, stat.version)
+            return _OURS
+        return current, stat
+
+    async def _changed(self, path: str, timeout_s: float) -> None:
+        """Wait until C{path} changes or goes, at most C{timeout_s}."""
+        event: Deferred = Deferred()
+        stat = await self._zk.exists(path, watch=lambda e: None if event.called else event.callback(e))
+        if stat is None:
+            return
+        event.addTimeout(timeout_s, self._clock)
+        try:
+            await event
+        except TimeoutError:
+            pass  # the caller checks the deadline
+
+    async def register_topic(self, topic: str, count: int, check: Callable[[], None]) -> None:
+        """Create (or take over) C{/brokers/topics/<topic>/<id>} with C{count}; C{check()} before each try
+        raises if the work has become stale."""
+        path = paths.broker_topic_path(topic, self.broker_id)
+        value = str(count).encode("ascii")
+        for _ in range(5):
+            check()
+            held = await self._create_or_adopt(path, value)
+            if held is _OURS:
+                return
+            if held is _GONE:
+                continue
+            _, stat = held
+            # Left by an earlier session of this broker id, which we now hold: replace it.
+            try:
+                await self._zk.delete(path, stat.version)
+            except NoNodeError:
+                pass
+        raise KazooException(f"could not register {path}: it keeps changing")
+
+    async def delete_owned(self, topics: list[str]) -> None:
+        """Delete the id node and the nodes of C{topics} where the current session owns them."""
+        session = self._zk.session_id
+        ours = [paths.broker_id_path(self.broker_id)]
+        ours += [paths.broker_topic_path(topic, self.broker_id) for topic in topics]
+        await DeferredList([Deferred.fromCoroutine(self._delete_if_owned(p, session)) for p in ours],
+                           consumeErrors=True)
+
+    async def _delete_if_owned(self, path: str, session: int | None) -> None:
+        stat = await self._zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == session:
+            try:
+                await self._zk.delete(path, stat.version)
+            except NoNodeError:
+                pass
+
+
 class BrokerRegistration:
     """Registers one broker (id, address, topics) in ZooKeeper, and again after each session expiry.
 
@@ -154,6 +281,7 @@ class BrokerRegistration:
         #: What this broker writes to C{/brokers/ids/<id>} (0.7's form; the creator id dates from now).
         self.value = broker_value(config.advertised_host, port, int(clock.seconds() * 1000))
         self.stale_wait_s = stale_wait_s
+        self._nodes = BrokerNodes(zk, self.broker_id, self.value, clock)
         self._machine = StateMachine(f"broker {self.broker_id} registration", _S.STOPPED, REGISTRATION_MOVES,
                                      self._moved)
         #: The session that holds the id node (None: not claimed since the last start).
@@ -232,29 +360,16 @@ class BrokerRegistration:
             await DeferredList(list(self._pending), consumeErrors=True)
         if not self._zk.connected:
             return  # the session closes (or has expired) without us: its nodes go with it
-        session = self._zk.session_id
-        ours = [paths.broker_id_path(self.broker_id)]
-        ours += [paths.broker_topic_path(topic, self.broker_id) for topic in sorted(self._logs.topics())]
-        await DeferredList([Deferred.fromCoroutine(self._delete_if_owned(p, session)) for p in ours],
-                           consumeErrors=True)
+        await self._nodes.delete_owned(sorted(self._logs.topics()))
         self._log.info("broker {id} deregistered from ZooKeeper", id=self.broker_id)
-
-    async def _delete_if_owned(self, path: str, session: int | None) -> None:
-        stat = await self._zk.exists(path)
-        if stat is not None and stat.ephemeralOwner == session:
-            try:
-                await self._zk.delete(path, stat.version)
-            except NoNodeError:
-                pass
 
     # -- registering -------------------------------------------------------------------
 
     async def _register_all(self, generation: int) -> tuple[int, bool]:
         """Claim the id, then register every topic; return the number of topics, and whether the id
         was claimed in a session it had not been claimed in before."""
-        await self._claim_id()
-        if generation != self._generation:
-            raise _Stale()
+        await self._nodes.claim_id(self.stale_wait_s)
+        self._check(generation)
         self._id_session = session = self._zk.session_id
         new_session = session != self._registered_session
         if new_session:
@@ -267,90 +382,13 @@ class BrokerRegistration:
         ).addErrback(lambda f: f.value.subFailure)  # the first failure, not FirstError
         return len(topics), new_session
 
-    async def _claim_id(self) -> None:
-        path = paths.broker_id_path(self.broker_id)
-        value = self.value.encode("utf-8")
-        deadline = self._clock.seconds() + self.stale_wait_s
-        while True:
-            held = await self._create_or_adopt(path, value)
-            if held is _OURS:
-                return
-            if held is _GONE:
-                continue  # deleted meanwhile: try again
-            current, stat = held
-            owner = stat.ephemeralOwner
-            holder = _describe(current)
-            if not owner:
-                raise BrokerIdInUse(
-                    f"broker id {self.broker_id} is already registered at {holder} by a persistent node, "
-                    f"not by a live broker; delete {path} if no broker uses this id"
-                )
-            remaining = deadline - self._clock.seconds()
-            same = _same_address(current, value)  # a previous run of this broker (its creator id differs)
-            if not same or remaining <= 0:
-                expired = " (its session did not expire in time)" if same else ""
-                raise BrokerIdInUse(
-                    f"broker id {self.broker_id} is already registered by a live broker at {holder}{expired}"
-                )
-            self._log.info(
-                "broker {id}: waiting up to {seconds:.0f} s for the registration of a previous run at {address} "
-                "(session {session:#x}) to expire", id=self.broker_id, seconds=remaining, address=holder,
-                session=owner,
-            )
-            await self._changed(path, remaining)
+    def _check(self, generation: int) -> None:
+        """@raise _Stale: C{generation} is over (the session was lost, or the registration stopped)."""
+        if generation != self._generation:
+            raise _Stale()
 
-    async def _create_or_adopt(self, path: str, value: bytes):
-        """Create C{path} (ephemeral, C{value}), or take it if this session already holds it.
-
-        @return: L{_OURS} when the node is now ours with C{value}; L{_GONE} when it
-            vanished between the attempts (try again); else the other holder's
-            (value, stat).
-        """
-        try:
-            await self._zk.create(path, value, ephemeral=True, makepath=True)
-            return _OURS
-        except NodeExistsError:
-            pass
-        try:
-            current, stat = await self._zk.get(path)
-        except NoNodeError:
-            return _GONE
-        if stat.ephemeralOwner and stat.ephemeralOwner == self._zk.session_id:
-            if current != value:
-                await self._zk.set(path, value, stat.version)
-            return _OURS
-        return current, stat
-
-    async def _changed(self, path: str, timeout_s: float) -> None:
-        """Wait until C{path} changes or goes, at most C{timeout_s}."""
-        event: Deferred = Deferred()
-        stat = await self._zk.exists(path, watch=lambda e: None if event.called else event.callback(e))
-        if stat is None:
-            return
-        event.addTimeout(timeout_s, self._clock)
-        try:
-            await event
-        except TimeoutError:
-            pass  # the caller checks the deadline
-
-    async def _register_topic(self, topic: str, count: int, generation: int) -> None:
-        path = paths.broker_topic_path(topic, self.broker_id)
-        value = str(count).encode("ascii")
-        for _ in range(5):
-            if generation != self._generation:
-                raise _Stale()
-            held = await self._create_or_adopt(path, value)
-            if held is _OURS:
-                return
-            if held is _GONE:
-                continue
-            _, stat = held
-            # Left by an earlier session of this broker id, which we now hold: replace it.
-            try:
-                await self._zk.delete(path, stat.version)
-            except NoNodeError:
-                pass
-        raise KazooException(f"could not register {path}: it keeps changing")
+    def _register_topic(self, topic: str, count: int, generation: int) -> Coroutine[Any, Any, None]:
+        return self._nodes.register_topic(topic, count, lambda: self._check(generation))
 
     def _topic_created(self, topic: str, count: int) -> None:
         if not self._holds_id():
@@ -437,4 +475,4 @@ class _Stale(TwlogError):
         super().__init__("the ZooKeeper session expired (or the registration stopped) while registering")
 
 
-__all__ = ["BrokerIdInUse", "BrokerRegistration", "RegistrationState", "broker_address", "broker_value"]
+__all__ = ["BrokerIdInUse", "BrokerNodes", "BrokerRegistration", "RegistrationState", "broker_address", "broker_value"]
