@@ -6,7 +6,7 @@ import enum
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.statemachine import IllegalTransition, StateMachine
+from twlog.statemachine import IllegalTransition, StateMachine, logged_by
 
 
 class Door(enum.Enum):
@@ -88,6 +88,19 @@ class StateMachineTests(SynchronousTestCase):
         machine.move(Door.SHUT)
         self.assertRaises(IllegalTransition, machine.move, Door.SHUT)
         self.assertEqual(seen, [("door", Door.OPEN, Door.SHUT, Door.SHUT)])
+
+    def test_logged_by(self) -> None:
+        """logged_by(log) tells log.debug of each move, naming machine, from and to."""
+        seen = []
+
+        class Log:
+            def debug(self, format: str, **fields) -> None:
+                seen.append((format, fields))
+
+        machine = StateMachine("door", Door.OPEN, TABLE, logged_by(Log()))
+        machine.move(Door.SHUT)
+        self.assertEqual(seen, [("{machine}: {source} -> {target}",
+                                 {"machine": "door", "source": "OPEN", "target": "SHUT"})])
 
     def test_transitions(self) -> None:
         """transitions() lists every move of the table once, in the enum's order."""

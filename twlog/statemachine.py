@@ -98,4 +98,14 @@ class StateMachine(Generic[S]):
                       key=lambda move: (order[move[0]], order[move[1]]))
 
 
-__all__ = ["IllegalTransition", "Observer", "StateMachine"]
+def logged_by(log) -> Observer:
+    """An observer telling C{log.debug} (a C{twisted.logger.Logger}, or anything with that method) of
+    each move, with the fields C{machine}, C{source} and C{target} (state names)."""
+
+    def moved(machine: str, source: enum.Enum, target: enum.Enum) -> None:
+        log.debug("{machine}: {source} -> {target}", machine=machine, source=source.name, target=target.name)
+
+    return moved
+
+
+__all__ = ["IllegalTransition", "Observer", "StateMachine", "logged_by"]

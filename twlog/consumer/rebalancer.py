@@ -29,7 +29,7 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import EventType, IZooKeeper, KazooException
 from twlog.errors import ClientClosed, RebalanceFailed
 from twlog.partition import TopicPartition
-from twlog.statemachine import StateMachine
+from twlog.statemachine import StateMachine, logged_by
 
 
 class GroupState(enum.Enum):
@@ -197,7 +197,7 @@ class Rebalancer:
         self.max_retries = max_retries
         self._backoff = backoff
         self._machine = StateMachine(f"group {group} member {consumer_id}", GroupState.NEW, GROUP_MOVES,
-                                     self._moved)
+                                     logged_by(self._log))
         self.generation = 0
         #: Completed rebalances, conflicts retried, and the last rebalance's duration (for stats and benchmarks).
         self.rebalances = 0
@@ -214,9 +214,6 @@ class Rebalancer:
     def state(self) -> GroupState:
         """Where the member is (L{GroupState})."""
         return self._machine.state
-
-    def _moved(self, machine: str, source: GroupState, target: GroupState) -> None:
-        self._log.debug("{machine}: {source} -> {target}", machine=machine, source=source.name, target=target.name)
 
     # -- the moves its owner asks for ------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, KazooException, NodeExistsError, NoNodeError
 from twlog.errors import TwlogError
-from twlog.statemachine import StateMachine
+from twlog.statemachine import StateMachine, logged_by
 from twlog.storage.manager import LogManager
 
 _OURS = object()  # _create_or_adopt: the node is held by this session now
@@ -283,7 +283,7 @@ class BrokerRegistration:
         self.stale_wait_s = stale_wait_s
         self._nodes = BrokerNodes(zk, self.broker_id, self.value, clock)
         self._machine = StateMachine(f"broker {self.broker_id} registration", _S.STOPPED, REGISTRATION_MOVES,
-                                     self._moved)
+                                     logged_by(self._log))
         #: The session that holds the id node (None: not claimed since the last start).
         self._id_session: int | None = None
         #: Bumped when the session is lost or the registration stops: older work is stale.
@@ -304,9 +304,6 @@ class BrokerRegistration:
     def state(self) -> RegistrationState:
         """Where the registration is (L{RegistrationState})."""
         return self._machine.state
-
-    def _moved(self, machine: str, source: RegistrationState, target: RegistrationState) -> None:
-        self._log.debug("{machine}: {source} -> {target}", machine=machine, source=source.name, target=target.name)
 
     def _holds_id(self) -> bool:
         """Whether the id is claimed in the current session: topics created now are registered at once."""
