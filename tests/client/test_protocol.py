@@ -14,7 +14,7 @@ from tests.client.support import FakeEndpoint, framed, written_requests
 from twlog.client import protocol as protocol_module
 from twlog.client.connection import BrokerConnection, client_endpoint
 from twlog.client.options import default_retry_policy
-from twlog.client.protocol import ClientProtocol
+from twlog.client.protocol import CLIENT_MOVES, ClientProtocol, ClientProtocolState
 from twlog.errors import (
     NO_ERROR,
     BrokerTimeout,
@@ -33,6 +33,7 @@ from twlog.protocol.codec import (
     ProduceRequest,
     WaitFetchRequest,
 )
+from twlog.statemachine import IllegalTransition, StateMachine
 
 FETCH = FetchRequest("t", 0, 0, 1024)
 OFFSETS = OffsetsRequest("t", 0, -1, 1)
@@ -220,6 +221,101 @@ class ClientProtocolTests(SynchronousTestCase):
         protocol.stopProducing()
         protocol.connectionLost(Failure(ConnectionDone()))
         self.failureResultOf(d, ConnectionFailed)
+
+
+C = ClientProtocolState
+
+
+class ClientTransitionTableTests(SynchronousTestCase):
+    """Every move of L{CLIENT_MOVES}, made by the transport, the clock, the broker's bytes and the owner."""
+
+    def setUp(self) -> None:
+        self.moves: set[tuple[ClientProtocolState, ClientProtocolState]] = set()
+
+    def step(self, protocol: ClientProtocol, action, *args) -> None:
+        """Do C{action}, recording the move it made."""
+        before = protocol.state
+        action(*args)
+        if protocol.state is not before:
+            self.moves.add((before, protocol.state))
+
+    def lose(self, protocol: ClientProtocol) -> None:
+        self.step(protocol, protocol.connectionLost, Failure(ConnectionDone()))
+        self.assertIs(protocol.state, C.LOST)
+        self.assertFalse(protocol.usable)
+
+    def test_every_transition(self) -> None:
+        """Each move of the table happens, and the flags follow the state."""
+        clock = Clock()
+        # CONNECTING -> CONNECTED -> PAUSED -> CONNECTED -> LOST
+        protocol = ClientProtocol(clock, timeout_s=1, peer="h:1")
+        self.assertIs(protocol.state, C.CONNECTING)
+        self.assertFalse(protocol.usable)
+        self.step(protocol, protocol.makeConnection, StringTransport())
+        self.assertTrue(protocol.usable)
+        self.step(protocol, protocol.pauseProducing)
+        self.assertTrue(protocol.paused and protocol.usable)
+        self.step(protocol, protocol.resumeProducing)
+        self.assertFalse(protocol.paused)
+        self.lose(protocol)
+        # CONNECTED -> BROKEN (a request timed out) -> LOST
+        protocol, transport, clock = connected(timeout_s=1)
+        d = protocol.request(OFFSETS)
+        self.step(protocol, clock.advance, 1)
+        self.failureResultOf(d, BrokerTimeout)
+        self.assertIs(protocol.state, C.BROKEN)
+        self.assertTrue(transport.disconnecting)
+        self.lose(protocol)
+        # PAUSED -> BROKEN (closing while the buffer is full) -> LOST
+        protocol, transport, _ = connected()
+        self.step(protocol, protocol.pauseProducing)
+        self.step(protocol, protocol.prepare_close, ClientClosed("closing"))
+        self.assertIs(protocol.state, C.BROKEN)
+        self.assertIsNone(transport.producer)
+        self.lose(protocol)
+        # PAUSED -> LOST (the transport stops its producer, then loses the connection)
+        protocol, _, _ = connected()
+        self.step(protocol, protocol.stopProducing)
+        self.assertIs(protocol.state, C.PAUSED)
+        self.lose(protocol)
+        self.assertEqual(self.moves, set(StateMachine("c", C.CONNECTING, CLIENT_MOVES).transitions()))
+
+    def test_other_ways_to_break(self) -> None:
+        """A response nobody asked for, an oversized one, a cancel and abort() each break the connection."""
+        for breaking in ("unasked", "oversized", "cancel", "abort"):
+            protocol, transport, _ = connected(max_response_bytes=100)
+            if breaking == "unasked":
+                protocol.dataReceived(framed(offsets_frame(1)))
+            elif breaking == "oversized":
+                protocol.request(OFFSETS).addErrback(lambda f: None)
+                protocol.dataReceived(framed(b"x" * 200))
+            elif breaking == "cancel":
+                d = protocol.request(OFFSETS)
+                d.cancel()
+                self.failureResultOf(d, CancelledError)
+            else:
+                protocol.abort(ClientClosed("closed"))
+            self.assertIs(protocol.state, C.BROKEN, breaking)
+            self.assertTrue(transport.disconnecting, breaking)
+
+    def test_illegal_moves_raise(self) -> None:
+        """Moves outside the table raise IllegalTransition: aborting before connecting, connecting twice,
+        anything after LOST; a later reason to break does not replace the first."""
+        protocol = ClientProtocol(Clock(), peer="h:1")
+        self.assertRaises(IllegalTransition, protocol.abort, ClientClosed("early"))
+        self.assertIs(protocol.state, C.CONNECTING)
+        protocol, transport, _ = connected()
+        self.assertRaises(IllegalTransition, protocol.makeConnection, StringTransport())
+        protocol.abort(ConnectionFailed("first"))
+        protocol.abort(ClientClosed("second"))  # BROKEN already: no move
+        self.failureResultOf(protocol.request(OFFSETS), ConnectionFailed)
+        protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertRaises(IllegalTransition, protocol.connectionLost, Failure(ConnectionDone()))
+        protocol.pauseProducing()
+        protocol.resumeProducing()
+        self.assertIs(protocol.state, C.LOST)
+        with self.assertRaises(AttributeError):
+            protocol.state = C.CONNECTED
 
 
 def broker_connection(disconnect_on_close: bool = True, **kwargs):

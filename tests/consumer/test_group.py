@@ -12,12 +12,15 @@ import random
 
 from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
+from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.consumer.group import GroupConsumer, GroupState
+from twlog.consumer.rebalancer import GROUP_MOVES
 from twlog.coord import paths
 from twlog.errors import ClientClosed, RebalanceFailed
+from twlog.statemachine import IllegalTransition, StateMachine
 from twlog.storage.message import MessageAndOffset
 
 S = GroupState
@@ -410,3 +413,105 @@ class CloseTests(GroupTestCase):
         self.assertIs(consumer.state, S.CLOSED)
         self.successResultOf(d)
         self.assertIsNone(self.value(paths.consumer_ids_path("g", "a")))
+
+
+class TransitionTableTests(GroupTestCase):
+    """Every move of L{GROUP_MOVES}, made the way it happens (ZooKeeper events, conflicts, the clock, close)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.moves: set[tuple[GroupState, GroupState]] = set()
+
+        def observe(event: dict) -> None:
+            if isinstance(event.get("source"), str) and str(event.get("machine", "")).startswith("group g member"):
+                self.moves.add((S[event["source"]], S[event["target"]]))
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+
+    def hold_partition(self, name: str) -> FakeZooKeeper:
+        return ConflictTests.hold_partition(self, name)
+
+    def failed(self, consumer_id: str) -> tuple[GroupConsumer, FakeZooKeeper]:
+        other = self.hold_partition("0-0")
+        consumer = self.consumer(consumer_id)
+        d = consumer.create_message_streams({"t": 1})
+        self.assertIs(consumer.state, S.REBALANCING)  # NEW -> REBALANCING
+        for _ in range(3):
+            self.clock.advance(10)
+        self.successResultOf(d)
+        self.assertIs(consumer.state, S.FAILED)  # REBALANCING -> FAILED
+        return consumer, other
+
+    def test_every_transition(self) -> None:
+        """Each move of the table happens, and no move outside it."""
+        # REBALANCING -> STABLE, STABLE -> REBALANCING, STABLE -> SESSION_LOST, SESSION_LOST -> REBALANCING,
+        # STABLE -> CLOSED
+        a, _ = self.joined("a")
+        self.add_member("b", {"t": 1})
+        self.zk.expire()
+        self.assertIs(a.state, S.SESSION_LOST)
+        self.zk.reconnect()
+        self.assertIs(a.state, S.STABLE)
+        self.successResultOf(a.close())
+        self.remove_member("b")
+        # NEW -> CLOSED
+        self.successResultOf(self.consumer("n").close())
+        # FAILED -> REBALANCING (a change) and FAILED -> CLOSED
+        c, other = self.failed("c")
+        self.successResultOf(other.stop())
+        self.add_member("b", {"t": 1})
+        self.assertIs(c.state, S.STABLE)
+        self.remove_member("b")
+        self.successResultOf(c.close())
+        d, other = self.failed("d")
+        self.successResultOf(d.close())
+        self.assertIs(d.state, S.CLOSED)
+        self.successResultOf(other.stop())
+        # FAILED -> SESSION_LOST; SESSION_LOST -> FAILED (rejoining fails: the id is taken); SESSION_LOST -> CLOSED
+        self.zk.expire()
+        self.zk.reconnect()
+        e, other2 = self.failed("e")
+        self.zk.expire()
+        self.assertIs(e.state, S.SESSION_LOST)
+        self.add_member("e", {"t": 1})
+        self.zk.reconnect()
+        for _ in range(4):
+            self.clock.advance(10)
+        self.assertIs(e.state, S.FAILED)
+        self.flushLoggedErrors(RebalanceFailed)
+        self.zk.expire()
+        self.assertIs(e.state, S.SESSION_LOST)
+        self.successResultOf(e.close())
+        # REBALANCING -> SESSION_LOST (the session expires while backing off), REBALANCING -> CLOSED
+        self.zk.reconnect()
+        self.remove_member("e")
+        f = self.consumer("f")
+        f.create_message_streams({"t": 1})
+        self.zk.expire()
+        self.assertIs(f.state, S.SESSION_LOST)
+        self.successResultOf(f.close())
+        self.zk.reconnect()
+        g = self.consumer("g")
+        g.create_message_streams({"t": 1})
+        self.assertIs(g.state, S.REBALANCING)
+        self.successResultOf(g.close())
+        expected = set(StateMachine("g", S.NEW, GROUP_MOVES).transitions())
+        self.assertEqual(self.moves, expected)
+
+    def test_illegal_moves_raise(self) -> None:
+        """Moves the table does not have raise IllegalTransition, and the state stays; no one assigns a state."""
+        consumer, _ = self.joined()
+        rebalancer = consumer.rebalancer
+        self.assertRaises(IllegalTransition, rebalancer.join)  # only from NEW
+        self.assertRaises(IllegalTransition, rebalancer.rejoined)  # only from SESSION_LOST
+        self.assertRaises(IllegalTransition, rebalancer.rejoin_failed, RebalanceFailed("x"))  # no STABLE -> FAILED
+        self.assertIs(consumer.state, S.STABLE)
+        with self.assertRaises(AttributeError):
+            consumer.state = S.CLOSED
+        with self.assertRaises(AttributeError):
+            rebalancer.state = S.CLOSED
+        self.successResultOf(consumer.close())
+        error = self.assertRaises(IllegalTransition, rebalancer.close)  # CLOSED is final
+        self.assertEqual((error.source, error.target), (S.CLOSED, S.CLOSED))
+        self.assertRaises(IllegalTransition, rebalancer.rejoined)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from twisted.internet.task import Clock
+from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeLogs
@@ -10,8 +11,16 @@ from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.config import BrokerConfig, LogConfig
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
-from twlog.coord.registration import BrokerIdInUse, BrokerRegistration, RegistrationState, broker_address, broker_value
+from twlog.coord.registration import (
+    REGISTRATION_MOVES,
+    BrokerIdInUse,
+    BrokerRegistration,
+    RegistrationState,
+    broker_address,
+    broker_value,
+)
 from twlog.coord.zk import ConnectionLoss
+from twlog.statemachine import IllegalTransition, StateMachine
 
 S = RegistrationState
 
@@ -24,7 +33,9 @@ def config(broker_id: int = 5, host: str = "127.0.0.1") -> BrokerConfig:
 VALUE = b"127.0.0.1-1300000000000:127.0.0.1:9092"
 
 
-class RegistrationStateTests(SynchronousTestCase):
+class RegistrationTestCase(SynchronousTestCase):
+    """A broker registration on a FakeZooKeeper and a task.Clock, with another session beside it."""
+
     def setUp(self) -> None:
         self.clock = Clock()
         self.clock.advance(1300000000)
@@ -57,6 +68,8 @@ class RegistrationStateTests(SynchronousTestCase):
         for topic, count in topics.items():
             self.assertEqual(self.node(paths.broker_topic_path(topic, 5)), (str(count).encode(), session))
 
+
+class RegistrationStateTests(RegistrationTestCase):
     def test_start(self) -> None:
         """STOPPED -> REGISTERING -> REGISTERED: the id and every topic, ephemeral to the session."""
         registration = self.registration()
@@ -247,6 +260,139 @@ class RegistrationStateTests(SynchronousTestCase):
         self.successResultOf(self.other.create(paths.broker_topic_path("clicks", 5), b"7", ephemeral=True))
         self.successResultOf(registration.stop())
         self.assertEqual(self.node(paths.broker_topic_path("clicks", 5)), (b"7", self.other.session_id))
+
+
+class TransitionTableTests(RegistrationTestCase):
+    """Every move of L{REGISTRATION_MOVES}, made by ZooKeeper's session events, start, stop and the clock."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.moves: set[tuple[RegistrationState, RegistrationState]] = set()
+
+        def observe(event: dict) -> None:
+            if event.get("machine") == "broker 5 registration":
+                self.moves.add((S[event["source"]], S[event["target"]]))
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+
+    def lose_session(self) -> None:
+        """LOST without SUSPENDED first (the session closed under us); connected again on a new session."""
+        self.zk.stop()
+
+    def stopped(self, registration: BrokerRegistration) -> None:
+        self.successResultOf(registration.stop())
+        self.assertIs(registration.state, S.STOPPED)
+        self.zk.start()
+
+    def test_every_transition(self) -> None:
+        """Each move of the table happens, and no move outside it."""
+        # STOPPED -> REGISTERING -> REGISTERED -> SUSPENDED -> RE_REGISTERING -> REGISTERED -> SUSPENDED -> EXPIRED
+        # -> RE_REGISTERING -> REGISTERED -> EXPIRED (LOST alone) -> RE_REGISTERING -> REGISTERED -> STOPPED -> STOPPED
+        registration = self.started()
+        self.zk.suspend()
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.REGISTERED)
+        self.zk.expire()
+        self.assertIs(registration.state, S.EXPIRED)
+        self.zk.reconnect()
+        self.lose_session()
+        self.assertIs(registration.state, S.EXPIRED)
+        self.zk.start()
+        self.assertIs(registration.state, S.REGISTERED)
+        self.stopped(registration)
+        self.successResultOf(registration.stop())
+        # REGISTERING -> SUSPENDED (a slow server), then reconnected
+        self.zk.hold()
+        d = registration.start()
+        self.zk.suspend()
+        self.assertIs(registration.state, S.SUSPENDED)
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.RE_REGISTERING)
+        self.zk.flush()
+        self.successResultOf(d)
+        self.assertIs(registration.state, S.REGISTERED)
+        self.stopped(registration)
+        # REGISTERING -> EXPIRED -> STOPPED (the start fails: its session is gone)
+        self.zk.hold()
+        d = registration.start()
+        self.lose_session()
+        self.assertIs(registration.state, S.EXPIRED)
+        self.zk.flush()
+        self.failureResultOf(d)
+        self.assertIs(registration.state, S.STOPPED)
+        self.zk.start()
+        # REGISTERING -> STOPPED
+        self.zk.hold()
+        d = registration.start()
+        stopping = registration.stop()
+        self.assertIs(registration.state, S.STOPPED)
+        self.zk.flush()
+        self.successResultOf(stopping)
+        self.failureResultOf(d)
+        # SUSPENDED -> STOPPED
+        self.successResultOf(registration.start())
+        self.zk.suspend()
+        self.stopped(registration)
+        # RE_REGISTERING -> SUSPENDED, RE_REGISTERING -> EXPIRED, RE_REGISTERING -> STOPPED
+        self.successResultOf(registration.start())
+        self.zk.expire()
+        self.zk.hold()
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.RE_REGISTERING)
+        self.zk.suspend()
+        self.assertIs(registration.state, S.SUSPENDED)
+        self.zk.flush()
+        self.zk.hold()
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.RE_REGISTERING)
+        self.lose_session()
+        self.assertIs(registration.state, S.EXPIRED)
+        self.zk.flush()
+        self.zk.hold()
+        self.zk.start()
+        self.assertIs(registration.state, S.RE_REGISTERING)
+        stopping = registration.stop()
+        self.assertIs(registration.state, S.STOPPED)
+        self.zk.flush()
+        self.successResultOf(stopping)
+        # RE_REGISTERING -> FAILED (the id was taken meanwhile); FAILED -> SUSPENDED, EXPIRED, STOPPED
+        self.successResultOf(registration.start())
+        self.zk.expire()
+        thief = self.successResultOf(self.other.create(paths.broker_id_path(5), b"10.0.0.9:9092", ephemeral=True))
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.FAILED)
+        self.zk.suspend()
+        self.assertIs(registration.state, S.SUSPENDED)
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.FAILED)
+        self.lose_session()
+        self.assertIs(registration.state, S.EXPIRED)
+        self.zk.start()
+        self.assertIs(registration.state, S.FAILED)
+        self.stopped(registration)
+        self.successResultOf(self.other.delete(thief))
+        self.assertEqual(self.moves, set(StateMachine("r", S.STOPPED, REGISTRATION_MOVES).transitions()))
+
+    def test_illegal_moves_raise(self) -> None:
+        """start() while registered is no move of the table: it fails with IllegalTransition, the state stays."""
+        registration = self.started()
+        error = self.failureResultOf(registration.start(), IllegalTransition).value
+        self.assertEqual((error.machine, error.source, error.target),
+                         ("broker 5 registration", S.REGISTERED, S.REGISTERING))
+        self.assertIs(registration.state, S.REGISTERED)
+        with self.assertRaises(AttributeError):
+            registration.state = S.STOPPED
+
+    def test_topic_created_only_while_the_id_is_held(self) -> None:
+        """A topic created while FAILED is not registered under an id another broker holds."""
+        registration = self.started()
+        self.zk.expire()
+        self.successResultOf(self.other.create(paths.broker_id_path(5), b"10.0.0.9:9092", ephemeral=True))
+        self.zk.reconnect()
+        self.assertIs(registration.state, S.FAILED)
+        self.logs.create("later", 2)
+        self.assertIsNone(self.node(paths.broker_topic_path("later", 5)))
 
 
 class AddressTests(SynchronousTestCase):

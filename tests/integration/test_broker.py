@@ -32,6 +32,7 @@ from twlog.protocol.codec import (
     ProduceRequest,
     WaitFetchRequest,
 )
+from twlog.protocol.connection import BrokerProtocolState
 from twlog.storage.manager import CLEAN_SHUTDOWN_MARKER
 from twlog.storage.message import encode_message_set, iter_messages
 from twlog.storage.segment import segment_name
@@ -202,7 +203,7 @@ class BadInputTests(TestCase):
         client.transport.pauseProducing()  # stop reading: the response backs up
         client.send(FetchRequest("t", 0, 0, 10 * 1024 * 1024))
         (protocol,) = _broker_protocols(big)
-        await wait_until(lambda: protocol._writing and sendfile.buffered_bytes(protocol.transport) == 0)
+        await wait_until(lambda: protocol.writing and sendfile.buffered_bytes(protocol.transport) == 0)
         client.transport.abortConnection()
         await client.closed
         other = await raw_connect(self, big)
@@ -222,7 +223,7 @@ class BadInputTests(TestCase):
         for _ in range(400):
             self.client.send(request)
         (protocol,) = _broker_protocols(self.service)
-        await wait_until(lambda: protocol._read_paused)
+        await wait_until(lambda: protocol.state is BrokerProtocolState.PAUSED)
         self.assertLessEqual(len(protocol._slots), self.service.config.max_pending_requests)
         self.assertLess(sendfile.buffered_bytes(protocol.transport), 4 * sendfile.HIGH_WATER_BYTES)
         await self.healthy()

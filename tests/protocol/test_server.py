@@ -41,8 +41,9 @@ from twlog.protocol.codec import (
     ProduceRequest,
     WaitFetchRequest,
 )
-from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.connection import BROKER_MOVES, BrokerFactory, BrokerProtocolState
 from twlog.protocol.server import Broker
+from twlog.statemachine import IllegalTransition, StateMachine
 from twlog.storage.manager import LogManager
 from twlog.storage.message import encode_message_set, iter_messages
 from twlog.storage.segment import FileRegion
@@ -65,6 +66,9 @@ def responses(data: bytes) -> list[bytes]:
         pos += 4 + size
     assert pos == len(data), "a partial response"
     return out
+
+
+B = BrokerProtocolState
 
 
 class BrokerTestMixin:
@@ -386,6 +390,47 @@ class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
         self.clock.advance(1.0)
         self.assertEqual(self.transport.producerState, "producing")
         self.assertEqual(len(responses(self.transport.value())), 5)
+
+    def test_every_transition(self) -> None:
+        """Each move of BROKER_MOVES happens (reading, paused by a backlog, closing after a bad frame, closed),
+        and no move outside it: a lost connection is final."""
+        moves = set()
+
+        def step(protocol, action, *args) -> None:
+            before = protocol.state
+            action(*args)
+            if protocol.state is not before:
+                moves.add((before, protocol.state))
+
+        wait = frame(WaitFetchRequest(1000, 1, (FetchRequest("t", 0, 0, 100),)))
+        protocol = self.protocol
+        self.assertIs(protocol.state, B.READING)
+        step(protocol, protocol.dataReceived, wait * 4)  # READING -> PAUSED
+        self.assertIs(protocol.state, B.PAUSED)
+        step(protocol, self.clock.advance, 1.0)  # PAUSED -> READING
+        self.assertIs(protocol.state, B.READING)
+        step(protocol, protocol.dataReceived, wait * 4)
+        step(protocol, protocol.connectionLost, None)  # PAUSED -> CLOSED
+        protocol, transport = self.connect()
+        step(protocol, protocol.dataReceived, wait + struct.pack(">ih", 2, 99))  # READING -> CLOSING
+        self.assertIs(protocol.state, B.CLOSING)
+        self.assertFalse(transport.disconnecting)  # the waiting fetch is answered first
+        self.clock.advance(1.0)
+        self.assertTrue(transport.disconnecting)
+        step(protocol, protocol.connectionLost, None)  # CLOSING -> CLOSED
+        protocol, _ = self.connect()
+        step(protocol, protocol.connectionLost, None)  # READING -> CLOSED
+        self.assertEqual(moves, set(StateMachine("b", B.READING, BROKER_MOVES).transitions()))
+        self.assertRaises(IllegalTransition, protocol.connectionLost, None)
+        self.assertIs(protocol.state, B.CLOSED)
+        with self.assertRaises(AttributeError):
+            protocol.state = B.READING
+
+    def test_writing(self) -> None:
+        """writing says whether a response is being written: not once the transport took it."""
+        self.protocol.dataReceived(frame(MetadataRequest()))
+        self.assertFalse(self.protocol.writing)
+        self.assertEqual(len(responses(self.transport.value())), 1)
 
     def test_connection_lost_cancels_waiting_fetches(self) -> None:
         """A client that goes away leaves no waiting fetch behind."""

@@ -13,6 +13,7 @@ L{ProtocolViolation}.  L{twlog.client.connection.BrokerConnection} reconnects it
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -29,9 +30,42 @@ from twlog.protocol import codec
 from twlog.protocol.codec import Request, describe_request
 from twlog.protocol.framing import PREFIX_BYTES, FrameReceiver
 from twlog.protocol.sendfile import buffered_bytes, can_sendfile
+from twlog.statemachine import StateMachine
 
 #: Frames up to this size may be written straight to the socket (L{ClientProtocol.sendString}).
 DIRECT_SEND_BYTES = 64 * 1024
+
+
+class ClientProtocolState(enum.Enum):
+    """Where a L{ClientProtocol}'s connection is.  Transitions::
+
+        CONNECTING        --connectionMade-------------------------------------> CONNECTED
+        CONNECTED         --the transport's buffer is full (pauseProducing)----> PAUSED
+        PAUSED            --it drained (resumeProducing)------------------------> CONNECTED
+        CONNECTED, PAUSED --a timeout, a cancel, a response nobody asked for,
+                            an oversized one, abort(), prepare_close()---------> BROKEN
+        CONNECTED, PAUSED, BROKEN --connectionLost------------------------------> LOST
+
+    Requests are taken in CONNECTED and PAUSED (L{ClientProtocol.usable}); the
+    table is L{CLIENT_MOVES}.
+    """
+
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    PAUSED = "paused"
+    BROKEN = "broken"
+    LOST = "lost"
+
+
+_C = ClientProtocolState
+
+#: Where each L{ClientProtocolState} may move; any other move raises L{twlog.statemachine.IllegalTransition}.
+CLIENT_MOVES: dict[ClientProtocolState, set[ClientProtocolState]] = {
+    _C.CONNECTING: {_C.CONNECTED},
+    _C.CONNECTED: {_C.PAUSED, _C.BROKEN, _C.LOST},
+    _C.PAUSED: {_C.CONNECTED, _C.BROKEN, _C.LOST},
+    _C.BROKEN: {_C.LOST},
+}
 
 
 class _Waiter:
@@ -76,24 +110,29 @@ class ClientProtocol(FrameReceiver):
         self._waiting: deque[_Waiter] = deque()
         #: Frames held while the transport is paused, with the Deferred of a fire-and-forget send.
         self._held: deque[tuple[bytes, Deferred[None] | None]] = deque()
-        self._paused = False
-        self._connected = False
+        self._machine = StateMachine(f"connection to broker {peer}", _C.CONNECTING, CLIENT_MOVES)
+        #: Whether small frames may go straight to the socket (a plain TCP transport; see sendString).
         self._direct = False
-        #: Why the connection cannot be used any more, once it cannot.
-        self._broken: TwlogError | None = None
+        #: Why the connection cannot be used any more (BROKEN or LOST).
+        self._error: TwlogError | None = None
         self._lost_waiters: list[Deferred[None]] = []
 
     # -- state ---------------------------------------------------------------
 
     @property
+    def state(self) -> ClientProtocolState:
+        """Where the connection is (L{ClientProtocolState})."""
+        return self._machine.state
+
+    @property
     def usable(self) -> bool:
         """Whether requests can be sent: connected, and neither aborted nor lost."""
-        return self._connected and self._broken is None
+        return self.state in (_C.CONNECTED, _C.PAUSED)
 
     @property
     def paused(self) -> bool:
         """Whether the transport asked us to stop writing (its buffer is full)."""
-        return self._paused
+        return self.state is _C.PAUSED
 
     def pending(self) -> int:
         """How many requests wait for a response."""
@@ -106,7 +145,7 @@ class ClientProtocol(FrameReceiver):
         reconnecting service, told of the loss after this protocol, has
         noticed it by then.
         """
-        if not self._connected and self.transport is not None:
+        if self.state is _C.LOST:
             return deferLater(self._clock, 0, lambda: None)
         d: Deferred[None] = Deferred()
         self._lost_waiters.append(d)
@@ -116,7 +155,7 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def connectionMade(self) -> None:
-        self._connected = True
+        self._machine.move(_C.CONNECTED)
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
         self._direct = can_sendfile(self.transport)  # a plain TCP connection: see sendString
@@ -124,7 +163,7 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def stringReceived(self, frame: bytes) -> None:
-        if self._broken is not None:
+        if not self.usable:
             return  # aborted: whatever still arrives belongs to requests already failed
         if not self._waiting:
             self._log.error(
@@ -169,11 +208,11 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def connectionLost(self, reason: Failure = None) -> None:
-        self._connected = False
-        if self._broken is None:
+        self._machine.move(_C.LOST)
+        if self._error is None:
             why = reason.getErrorMessage() if reason is not None else "closed"
-            self._broken = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
-        self._fail_all(self._broken)
+            self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
+        self._fail_all(self._error)
         waiters, self._lost_waiters = self._lost_waiters, []
         if waiters:
             # Next turn: ClientService hears of the loss after us, and must have by then.
@@ -181,12 +220,14 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def pauseProducing(self) -> None:
-        self._paused = True
+        if self.state is _C.CONNECTED:
+            self._machine.move(_C.PAUSED)
 
     @override
     def resumeProducing(self) -> None:
-        self._paused = False
-        while self._held and not self._paused and self._broken is None:
+        if self.state is _C.PAUSED:
+            self._machine.move(_C.CONNECTED)
+        while self._held and self.state is _C.CONNECTED:
             frame, d = self._held.popleft()
             self.sendString(frame)
             if d is not None:
@@ -194,7 +235,7 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def stopProducing(self) -> None:
-        self._paused = True  # the connection is going away; connectionLost fails what is held
+        self.pauseProducing()  # the connection is going away; connectionLost fails what is held
 
     # -- requests ------------------------------------------------------------
 
@@ -239,7 +280,7 @@ class ClientProtocol(FrameReceiver):
         if not self.usable:
             return fail(self._unusable())
         frame = codec.encode_request(request)
-        if not self._paused and not self._held:
+        if self.state is _C.CONNECTED and not self._held:
             self.sendString(frame)
             return succeed(None)
         d: Deferred[None] = Deferred(canceller=self._unhold)
@@ -259,10 +300,9 @@ class ClientProtocol(FrameReceiver):
             self.sendString(frame)
             if d is not None:
                 d.callback(None)
-        if self._broken is None:
-            self._broken = error
+        self._break(error)
         self._fail_all(error)
-        if self._connected and self.transport is not None and self.transport.producer is self:
+        if self.state is _C.BROKEN and self.transport.producer is self:
             self.transport.unregisterProducer()
 
     def abort(self, error: TwlogError) -> None:
@@ -272,12 +312,12 @@ class ClientProtocol(FrameReceiver):
     # -- internals -----------------------------------------------------------
 
     def _unusable(self) -> TwlogError:
-        if self._broken is not None:
-            return type(self._broken)(str(self._broken))
+        if self._error is not None:
+            return type(self._error)(str(self._error))
         return ConnectionFailed(f"not connected to broker {self.peer}")
 
     def _write(self, frame: bytes, d: Deferred[None] | None) -> None:
-        if self._paused or self._held:
+        if self.state is _C.PAUSED or self._held:
             self._held.append((frame, d))
         else:
             self.sendString(frame)
@@ -295,11 +335,19 @@ class ClientProtocol(FrameReceiver):
             )
         )
 
+    def _break(self, error: TwlogError) -> None:
+        """-> BROKEN because of C{error}, unless it is BROKEN or LOST already (for an earlier reason).
+
+        @raise IllegalTransition: not connected yet.
+        """
+        if self.state not in (_C.BROKEN, _C.LOST):
+            self._machine.move(_C.BROKEN)
+            self._error = error
+
     def _abort(self, error: TwlogError) -> None:
-        if self._broken is None:
-            self._broken = error
+        self._break(error)
         self._fail_all(error)
-        if self.transport is not None and self._connected:
+        if self.state is _C.BROKEN:
             self.transport.abortConnection()
 
     def _fail_all(self, error: TwlogError) -> None:

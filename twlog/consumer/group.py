@@ -260,8 +260,7 @@ class GroupConsumer:
             if self.zookeeper.connected:  # closed while registering: leave again
                 await self._bounded(Deferred.fromCoroutine(self._leave([])))
             raise ClientClosed("the group consumer was closed")
-        self.rebalancer.state = GroupState.REBALANCING
-        self.rebalancer.request()
+        self.rebalancer.join()
         try:
             await self.when_stable()
         except (RebalanceFailed, ClientClosed):
@@ -309,17 +308,10 @@ class GroupConsumer:
     def _lose_session(self, expired: bool) -> None:
         """Stop delivering: the session expired (C{expired}; its owner nodes are gone), or may have."""
         self._suspicion = None
-        if expired:
-            self.rebalancer.ownership.forget()
-        if self.state is GroupState.SESSION_LOST:
-            return
-        self._log.warn("consumer {consumer}: ZooKeeper session {what}; stopped consuming until it rejoins group "
-                       "{group}", consumer=self.consumer_id, group=self.group,
-                       what="expired" if expired else f"out of touch for {self.session_timeout_s:g} s")
-        self.rebalancer.consumption.stop()
-        self.rebalancer.consumption.owned = {}
-        self.rebalancer.state = GroupState.SESSION_LOST
-        self.rebalancer.supersede()
+        if self.rebalancer.lose_session(expired):
+            self._log.warn("consumer {consumer}: ZooKeeper session {what}; stopped consuming until it rejoins "
+                           "group {group}", consumer=self.consumer_id, group=self.group,
+                           what="expired" if expired else f"out of touch for {self.session_timeout_s:g} s")
 
     async def _rejoin(self) -> None:
         try:
@@ -327,13 +319,11 @@ class GroupConsumer:
             await self.rebalancer.ownership.delete_strays(list(self._subscription))
         except Exception as e:
             if self.state is GroupState.SESSION_LOST:
-                self.rebalancer.state = GroupState.FAILED
-                self.rebalancer.consumption.set_error(RebalanceFailed(
+                self.rebalancer.rejoin_failed(RebalanceFailed(
                     f"consumer {self.consumer_id} could not rejoin group {self.group} after its session expired: {e}"))
             raise
         if self.state is GroupState.SESSION_LOST:
-            self.rebalancer.state = GroupState.REBALANCING
-            self.rebalancer.request()
+            self.rebalancer.rejoined()
 
     def _autocommit_tick(self) -> Deferred[None] | None:
         if self.state is not GroupState.STABLE:
@@ -343,9 +333,7 @@ class GroupConsumer:
     # -- closing --------------------------------------------------------------------------
 
     async def _close(self) -> None:
-        previous = self.state
-        self.rebalancer.state = GroupState.CLOSED
-        self.rebalancer.supersede()
+        previous = self.rebalancer.close()
         if self._autocommit is not None and self._autocommit.running:
             self._autocommit.stop()
         if self._suspicion is not None and self._suspicion.active():

@@ -30,6 +30,7 @@ from twlog.coord.layout import ClusterLayout
 from twlog.coord.zk import EventType, IZooKeeper, KazooException
 from twlog.errors import ClientClosed, RebalanceFailed
 from twlog.partition import TopicPartition
+from twlog.statemachine import StateMachine, logged_by
 
 
 class GroupState(enum.Enum):
@@ -45,6 +46,8 @@ class GroupState(enum.Enum):
         SESSION_LOST --new session, registered again-------------------> REBALANCING
         SESSION_LOST --registering again failed------------------------> FAILED
         any          --close()----------------------------------------> CLOSED
+
+    The table is L{GROUP_MOVES}; the L{Rebalancer} makes every move.
     """
 
     NEW = "new"
@@ -53,6 +56,20 @@ class GroupState(enum.Enum):
     FAILED = "failed"
     SESSION_LOST = "session-lost"
     CLOSED = "closed"
+
+
+#: Where each L{GroupState} may move; L{Rebalancer} makes the moves, any other raises
+#: L{twlog.statemachine.IllegalTransition}.
+GROUP_MOVES: dict[GroupState, set[GroupState]] = {
+    GroupState.NEW: {GroupState.REBALANCING, GroupState.CLOSED},
+    GroupState.REBALANCING: {GroupState.STABLE, GroupState.FAILED, GroupState.SESSION_LOST, GroupState.CLOSED},
+    GroupState.STABLE: {GroupState.REBALANCING, GroupState.SESSION_LOST, GroupState.CLOSED},
+    GroupState.FAILED: {GroupState.REBALANCING, GroupState.SESSION_LOST, GroupState.CLOSED},
+    GroupState.SESSION_LOST: {GroupState.REBALANCING, GroupState.FAILED, GroupState.CLOSED},
+}
+
+#: The states in which the member waits for nothing: L{Rebalancer.when_stable} fires in them.
+_SETTLED = (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED)
 
 
 class Superseded(Exception):
@@ -155,7 +172,10 @@ class Consumption:
 
 
 class Rebalancer:
-    """Runs one member's rebalances and holds its L{GroupState}.
+    """Runs one member's rebalances and holds its L{GroupState}, which only it moves (L{GROUP_MOVES}).
+
+    Its owner asks for the moves that are not a rebalance's: L{join}, L{lose_session},
+    L{rejoined}, L{rejoin_failed} and L{close}.
 
     @param view: the cluster (brokers and the subscribed topics' partitions); set before the first L{request}.
     @param subscription: topic -> this member's number of streams.
@@ -177,7 +197,8 @@ class Rebalancer:
         self.consumption = consumption
         self.max_retries = max_retries
         self._backoff = backoff
-        self.state = GroupState.NEW
+        self._machine = StateMachine(f"group {group} member {consumer_id}", GroupState.NEW, GROUP_MOVES,
+                                     logged_by(self._log))
         self.generation = 0
         #: Completed rebalances, conflicts retried, and the last rebalance's duration (for stats and benchmarks).
         self.rebalances = 0
@@ -189,6 +210,52 @@ class Rebalancer:
         self._stable_waiters: list[Deferred[None]] = []
         #: The members' subscriptions the last attempt read.
         self._members: dict[str, dict[str, int]] = {}
+
+    @property
+    def state(self) -> GroupState:
+        """Where the member is (L{GroupState})."""
+        return self._machine.state
+
+    # -- the moves its owner asks for ------------------------------------------------------------
+
+    def join(self) -> None:
+        """NEW -> REBALANCING: the member is registered; run the first rebalance."""
+        self._machine.move(GroupState.REBALANCING, sources=[GroupState.NEW])
+        self.request()
+
+    def lose_session(self, expired: bool) -> bool:
+        """-> SESSION_LOST: stop delivering, since other members may own our partitions by now.
+
+        C{expired}: the session is gone, and its owner nodes with it.
+        @return: whether the member moved (False: it was SESSION_LOST already).
+        """
+        if expired:
+            self.ownership.forget()
+        if self.state is GroupState.SESSION_LOST:
+            return False
+        self._machine.move(GroupState.SESSION_LOST)
+        self.consumption.stop()
+        self.consumption.owned = {}
+        self.supersede()
+        return True
+
+    def rejoined(self) -> None:
+        """SESSION_LOST -> REBALANCING: registered again in a live session; rebalance."""
+        self._machine.move(GroupState.REBALANCING, sources=[GroupState.SESSION_LOST])
+        self.request()
+
+    def rejoin_failed(self, error: Exception) -> None:
+        """SESSION_LOST -> FAILED: registering again failed; the streams raise C{error}."""
+        self._machine.move(GroupState.FAILED, sources=[GroupState.SESSION_LOST])
+        self.consumption.set_error(error)
+
+    def close(self) -> GroupState:
+        """-> CLOSED, ending the generation; return the state it was in."""
+        previous = self._machine.move(GroupState.CLOSED)
+        self.supersede()
+        return previous
+
+    # -- rebalancing -----------------------------------------------------------------------------
 
     @property
     def running(self) -> bool:
@@ -213,7 +280,7 @@ class Rebalancer:
 
     def when_stable(self) -> Deferred[None]:
         """Fire once STABLE with no rebalance running or due (L{RebalanceFailed} if FAILED, L{ClientClosed})."""
-        if not self._running and self.state in (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED):
+        if not self._running and self.state in _SETTLED:
             return self._outcome()
         d: Deferred[None] = Deferred()
         self._stable_waiters.append(d)
@@ -221,7 +288,7 @@ class Rebalancer:
 
     def tell_stable_waiters(self) -> None:
         """Fire the L{when_stable} waiters if the state is final for now."""
-        if self.state in (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED):
+        if self.state in _SETTLED:
             waiters, self._stable_waiters = self._stable_waiters, []
             for d in waiters:
                 self._outcome().chainDeferred(d)
@@ -272,7 +339,8 @@ class Rebalancer:
 
     async def _rebalance(self) -> None:
         """Algorithm 1 with bounded retries; ends STABLE or FAILED (or returns early if superseded)."""
-        self.state = GroupState.REBALANCING
+        if self.state is not GroupState.REBALANCING:  # (a rejoin made the move already)
+            self._machine.move(GroupState.REBALANCING)
         started = self._clock.seconds()
         problem = "no attempt"
         for attempt in range(1, self.max_retries + 1):
@@ -287,7 +355,7 @@ class Rebalancer:
                     self._log.failure("consumer {consumer}: rebalance attempt broke", consumer=self.consumer_id)
                 problem = describe_error(e)
             if problem is None:
-                self.state = GroupState.STABLE
+                self._machine.move(GroupState.STABLE)
                 self.rebalances += 1
                 self.last_rebalance_s = self._clock.seconds() - started
                 self.consumption.set_error(None)
@@ -314,7 +382,7 @@ class Rebalancer:
                     self._sleep = None
                 if generation != self.generation:
                     return
-        self.state = GroupState.FAILED
+        self._machine.move(GroupState.FAILED)
         error = RebalanceFailed(
             f"consumer {self.consumer_id} of group {self.group} could not rebalance in "
             f"{self.max_retries} attempts: {problem}"

@@ -26,12 +26,17 @@ Ephemeral nodes belong to the session that created them and go with it.  So:
   - On stop, the nodes this session owns are deleted (the session may be
     shared; when it is closed they would go anyway).
 
-L{BrokerRegistration.state} says where it is (L{RegistrationState}).
+L{BrokerNodes} writes and deletes the nodes; L{BrokerRegistration} decides when.
+L{BrokerRegistration.state} says where it is (L{RegistrationState}), and decides
+what a session event or a finished attempt does; it moves only along
+L{REGISTRATION_MOVES} (L{twlog.statemachine}).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from twisted.application.internet import backoffPolicy
 from twisted.internet.defer import Deferred, DeferredList, TimeoutError
@@ -42,6 +47,7 @@ from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, KazooException, NodeExistsError, NoNodeError
 from twlog.errors import TwlogError
+from twlog.statemachine import StateMachine, logged_by
 from twlog.storage.manager import LogManager
 
 _OURS = object()  # _create_or_adopt: the node is held by this session now
@@ -61,7 +67,10 @@ class RegistrationState(enum.Enum):
         RE_REGISTERING --done--------------------------------------------------> REGISTERED
         RE_REGISTERING --failed: retried after a back-off (stays)-------------> RE_REGISTERING
         RE_REGISTERING --the id is held by another live broker now------------> FAILED
+        FAILED         --connection lost, or session expired------------------> SUSPENDED, EXPIRED
         any            --stop()------------------------------------------------> STOPPED
+
+    The table is L{REGISTRATION_MOVES}.
     """
 
     STOPPED = "stopped"
@@ -71,6 +80,25 @@ class RegistrationState(enum.Enum):
     EXPIRED = "expired"
     RE_REGISTERING = "re-registering"
     FAILED = "failed"
+
+
+_S = RegistrationState
+
+#: Where each L{RegistrationState} may move; any other move raises L{twlog.statemachine.IllegalTransition}.
+REGISTRATION_MOVES: dict[RegistrationState, set[RegistrationState]] = {
+    _S.STOPPED: {_S.REGISTERING, _S.STOPPED},
+    _S.REGISTERING: {_S.REGISTERED, _S.SUSPENDED, _S.EXPIRED, _S.STOPPED},
+    _S.REGISTERED: {_S.SUSPENDED, _S.EXPIRED, _S.STOPPED},
+    _S.SUSPENDED: {_S.EXPIRED, _S.RE_REGISTERING, _S.STOPPED},
+    _S.EXPIRED: {_S.RE_REGISTERING, _S.STOPPED},
+    _S.RE_REGISTERING: {_S.REGISTERED, _S.SUSPENDED, _S.EXPIRED, _S.FAILED, _S.STOPPED},
+    _S.FAILED: {_S.SUSPENDED, _S.EXPIRED, _S.STOPPED},
+}
+
+#: Out of touch with ZooKeeper: check (or register) everything again once CONNECTED.
+_DISCONNECTED = (_S.SUSPENDED, _S.EXPIRED)
+#: The states in which the id may be held in the current session (then new topics are registered at once).
+_HOLDING = (_S.REGISTERING, _S.REGISTERED, _S.SUSPENDED, _S.RE_REGISTERING)
 
 
 class BrokerIdInUse(TwlogError):
@@ -105,137 +133,31 @@ def _same_address(a: bytes, b: bytes) -> bool:
         return a == b
 
 
-class BrokerRegistration:
-    """Registers one broker (id, address, topics) in ZooKeeper, and again after each session expiry.
+class BrokerNodes:
+    """One broker's nodes in one ZooKeeper session: what to write and how (L{BrokerRegistration} says when).
 
-    @param zk: a started session; L{stop} leaves it open.
-    @param port: the port the broker actually listens on (the config's may be 0).
-    @param stale_wait_s: how long to wait for a registration of this broker's
-        own address, left by a session of a previous run, to expire.
+    It claims C{/brokers/ids/<id>} with L{value}, or adopts it if the session holds
+    it already, waiting out a registration of this broker's own address left by an
+    earlier run; registers its topics; deletes the nodes a session owns.
     """
 
     _log = Logger()
 
-    def __init__(self, zk: IZooKeeper, config: BrokerConfig, logs: LogManager, port: int, *, clock=None,
-                 stale_wait_s: float = 15.0) -> None:
-        if clock is None:
-            from twisted.internet import reactor as clock
+    def __init__(self, zk: IZooKeeper, broker_id: int, value: str, clock) -> None:
         self._zk = zk
-        self._logs = logs
+        self.broker_id = broker_id
+        self.value = value
         self._clock = clock
-        self.broker_id = config.broker_id
-        #: This broker's address, C{host:port}.
-        self.address = broker_address(config.advertised_host, port)
-        #: What this broker writes to C{/brokers/ids/<id>} (0.7's form; the creator id dates from now).
-        self.value = broker_value(config.advertised_host, port, int(clock.seconds() * 1000))
-        self.stale_wait_s = stale_wait_s
-        self.state = RegistrationState.STOPPED
-        self._running = False
-        #: Whether the id is registered in the current session (topics may then be registered).
-        self._claimed = False
-        #: Bumped when the session is lost or the registration stops: older work is stale.
-        self._generation = 0
-        #: The connection was lost (SUSPENDED) or the session expired (LOST): check again once CONNECTED.
-        self._disconnected = False
-        self._expired = False
-        self._registered_session: int | None = None
-        self._registering = False
-        self._retry_policy = backoffPolicy(initialDelay=0.5, maxDelay=30.0)
-        self._retry_attempt = 0
-        self._retry_call = None
-        self._pending: set[Deferred] = set()
-        self._listening_to_logs = False
-        #: In how many sessions the broker registered (1 after start; +1 per session expiry).
-        self.registrations = 0
 
-    # -- lifecycle -------------------------------------------------------------------
+    async def claim_id(self, stale_wait_s: float) -> None:
+        """Create (or adopt) C{/brokers/ids/<id>}; wait up to C{stale_wait_s} for a registration of this
+        broker's own address, left by an earlier run, to expire.
 
-    def start(self) -> Deferred[None]:
-        """Register the id and every topic the logs hold; then keep them registered.
-
-        @raise BrokerIdInUse: another live broker holds the id.
+        @raise BrokerIdInUse: another live broker (or a persistent node) holds the id.
         """
-        return Deferred.fromCoroutine(self._start())
-
-    def stop(self, timeout_s: float = 5.0) -> Deferred[None]:
-        """Stop re-registering, and delete the nodes this session owns (giving up after C{timeout_s})."""
-        d = Deferred.fromCoroutine(self._stop())
-        d.addTimeout(timeout_s, self._clock)
-        return d.addErrback(
-            lambda f: self._log.warn("broker {id}: could not deregister from ZooKeeper: {error}",
-                                     id=self.broker_id, error=f.getErrorMessage())
-        )
-
-    async def _start(self) -> None:
-        self._running = True
-        self.state = RegistrationState.REGISTERING
-        if not self._listening_to_logs:
-            self._listening_to_logs = True
-            self._logs.add_topic_listener(self._topic_created)
-        self._zk.add_state_listener(self._session_changed)
-        try:
-            count = await self._register_all(self._generation)
-        except BaseException:
-            self._running = False
-            self.state = RegistrationState.STOPPED
-            self._zk.remove_state_listener(self._session_changed)
-            raise
-        if not self._disconnected:
-            self.state = RegistrationState.REGISTERED
-        self._log.info(
-            "broker {id} registered in ZooKeeper at {hosts} as {address} ({count} topics)",
-            id=self.broker_id, hosts=self._zk.hosts, address=self.address, count=count,
-        )
-
-    async def _stop(self) -> None:
-        self._running = False
-        self.state = RegistrationState.STOPPED
-        self._claimed = False
-        self._generation += 1
-        self._zk.remove_state_listener(self._session_changed)
-        if self._retry_call is not None and self._retry_call.active():
-            self._retry_call.cancel()
-        if self._pending:
-            await DeferredList(list(self._pending), consumeErrors=True)
-        if not self._zk.connected:
-            return  # the session closes (or has expired) without us: its nodes go with it
-        session = self._zk.session_id
-        ours = [paths.broker_id_path(self.broker_id)]
-        ours += [paths.broker_topic_path(topic, self.broker_id) for topic in sorted(self._logs.topics())]
-        await DeferredList([Deferred.fromCoroutine(self._delete_if_owned(p, session)) for p in ours],
-                           consumeErrors=True)
-        self._log.info("broker {id} deregistered from ZooKeeper", id=self.broker_id)
-
-    async def _delete_if_owned(self, path: str, session: int | None) -> None:
-        stat = await self._zk.exists(path)
-        if stat is not None and stat.ephemeralOwner == session:
-            try:
-                await self._zk.delete(path, stat.version)
-            except NoNodeError:
-                pass
-
-    # -- registering -------------------------------------------------------------------
-
-    async def _register_all(self, generation: int) -> int:
-        """Claim the id, then register every topic; return the number of topics."""
-        await self._claim_id()
-        if generation != self._generation:
-            raise _Stale()
-        self._claimed = True
-        if self._zk.session_id != self._registered_session:
-            self._registered_session = self._zk.session_id
-            self.registrations += 1
-        topics = self._logs.topics()  # topics created from now on come through _topic_created
-        await DeferredList(
-            [self._track(self._register_topic(topic, count, generation)) for topic, count in sorted(topics.items())],
-            fireOnOneErrback=True, consumeErrors=True,
-        ).addErrback(lambda f: f.value.subFailure)  # the first failure, not FirstError
-        return len(topics)
-
-    async def _claim_id(self) -> None:
         path = paths.broker_id_path(self.broker_id)
         value = self.value.encode("utf-8")
-        deadline = self._clock.seconds() + self.stale_wait_s
+        deadline = self._clock.seconds() + stale_wait_s
         while True:
             held = await self._create_or_adopt(path, value)
             if held is _OURS:
@@ -298,12 +220,13 @@ class BrokerRegistration:
         except TimeoutError:
             pass  # the caller checks the deadline
 
-    async def _register_topic(self, topic: str, count: int, generation: int) -> None:
+    async def register_topic(self, topic: str, count: int, check: Callable[[], None]) -> None:
+        """Create (or take over) C{/brokers/topics/<topic>/<id>} with C{count}; C{check()} before each try
+        raises if the work has become stale."""
         path = paths.broker_topic_path(topic, self.broker_id)
         value = str(count).encode("ascii")
         for _ in range(5):
-            if generation != self._generation:
-                raise _Stale()
+            check()
             held = await self._create_or_adopt(path, value)
             if held is _OURS:
                 return
@@ -317,8 +240,155 @@ class BrokerRegistration:
                 pass
         raise KazooException(f"could not register {path}: it keeps changing")
 
+    async def delete_owned(self, topics: list[str]) -> None:
+        """Delete the id node and the nodes of C{topics} where the current session owns them."""
+        session = self._zk.session_id
+        ours = [paths.broker_id_path(self.broker_id)]
+        ours += [paths.broker_topic_path(topic, self.broker_id) for topic in topics]
+        await DeferredList([Deferred.fromCoroutine(self._delete_if_owned(p, session)) for p in ours],
+                           consumeErrors=True)
+
+    async def _delete_if_owned(self, path: str, session: int | None) -> None:
+        stat = await self._zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == session:
+            try:
+                await self._zk.delete(path, stat.version)
+            except NoNodeError:
+                pass
+
+
+class BrokerRegistration:
+    """Registers one broker (id, address, topics) in ZooKeeper, and again after each session expiry.
+
+    @param zk: a started session; L{stop} leaves it open.
+    @param port: the port the broker actually listens on (the config's may be 0).
+    @param stale_wait_s: how long to wait for a registration of this broker's
+        own address, left by a session of a previous run, to expire.
+    """
+
+    _log = Logger()
+
+    def __init__(self, zk: IZooKeeper, config: BrokerConfig, logs: LogManager, port: int, *, clock=None,
+                 stale_wait_s: float = 15.0) -> None:
+        if clock is None:
+            from twisted.internet import reactor as clock
+        self._zk = zk
+        self._logs = logs
+        self._clock = clock
+        self.broker_id = config.broker_id
+        #: This broker's address, C{host:port}.
+        self.address = broker_address(config.advertised_host, port)
+        #: What this broker writes to C{/brokers/ids/<id>} (0.7's form; the creator id dates from now).
+        self.value = broker_value(config.advertised_host, port, int(clock.seconds() * 1000))
+        self.stale_wait_s = stale_wait_s
+        self._nodes = BrokerNodes(zk, self.broker_id, self.value, clock)
+        self._machine = StateMachine(f"broker {self.broker_id} registration", _S.STOPPED, REGISTRATION_MOVES,
+                                     logged_by(self._log))
+        #: The session that holds the id node (None: not claimed since the last start).
+        self._id_session: int | None = None
+        #: Bumped when the session is lost or the registration stops: older work is stale.
+        self._generation = 0
+        #: The last session in which the id was claimed (for L{registrations}).
+        self._registered_session: int | None = None
+        #: The re-registration running now, if any.
+        self._attempt: Deferred | None = None
+        self._retry_policy = backoffPolicy(initialDelay=0.5, maxDelay=30.0)
+        self._retry_attempt = 0
+        self._retry_call = None
+        self._pending: set[Deferred] = set()
+        self._listening_to_logs = False
+        #: In how many sessions the broker registered (1 after start; +1 per session expiry).
+        self.registrations = 0
+
+    @property
+    def state(self) -> RegistrationState:
+        """Where the registration is (L{RegistrationState})."""
+        return self._machine.state
+
+    def _holds_id(self) -> bool:
+        """Whether the id is claimed in the current session: topics created now are registered at once."""
+        return self.state in _HOLDING and self._id_session is not None and self._id_session == self._zk.session_id
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> Deferred[None]:
+        """Register the id and every topic the logs hold; then keep them registered.
+
+        @raise BrokerIdInUse: another live broker holds the id.
+        """
+        return Deferred.fromCoroutine(self._start())
+
+    def stop(self, timeout_s: float = 5.0) -> Deferred[None]:
+        """Stop re-registering, and delete the nodes this session owns (giving up after C{timeout_s})."""
+        d = Deferred.fromCoroutine(self._stop())
+        d.addTimeout(timeout_s, self._clock)
+        return d.addErrback(
+            lambda f: self._log.warn("broker {id}: could not deregister from ZooKeeper: {error}",
+                                     id=self.broker_id, error=f.getErrorMessage())
+        )
+
+    async def _start(self) -> None:
+        self._machine.move(_S.REGISTERING)
+        if not self._listening_to_logs:
+            self._listening_to_logs = True
+            self._logs.add_topic_listener(self._topic_created)
+        self._zk.add_state_listener(self._session_changed)
+        try:
+            count, _ = await self._register_all(self._generation)
+        except BaseException:
+            self._machine.move(_S.STOPPED)
+            self._zk.remove_state_listener(self._session_changed)
+            raise
+        if self.state is _S.REGISTERING:  # (else disconnected meanwhile, or re-registering after it)
+            self._machine.move(_S.REGISTERED)
+        self._log.info(
+            "broker {id} registered in ZooKeeper at {hosts} as {address} ({count} topics)",
+            id=self.broker_id, hosts=self._zk.hosts, address=self.address, count=count,
+        )
+
+    async def _stop(self) -> None:
+        self._machine.move(_S.STOPPED)
+        self._id_session = None
+        self._generation += 1
+        self._zk.remove_state_listener(self._session_changed)
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        if self._pending:
+            await DeferredList(list(self._pending), consumeErrors=True)
+        if not self._zk.connected:
+            return  # the session closes (or has expired) without us: its nodes go with it
+        await self._nodes.delete_owned(sorted(self._logs.topics()))
+        self._log.info("broker {id} deregistered from ZooKeeper", id=self.broker_id)
+
+    # -- registering -------------------------------------------------------------------
+
+    async def _register_all(self, generation: int) -> tuple[int, bool]:
+        """Claim the id, then register every topic; return the number of topics, and whether the id
+        was claimed in a session it had not been claimed in before."""
+        await self._nodes.claim_id(self.stale_wait_s)
+        self._check(generation)
+        self._id_session = session = self._zk.session_id
+        new_session = session != self._registered_session
+        if new_session:
+            self._registered_session = session
+            self.registrations += 1
+        topics = self._logs.topics()  # topics created from now on come through _topic_created
+        await DeferredList(
+            [self._track(self._register_topic(topic, count, generation)) for topic, count in sorted(topics.items())],
+            fireOnOneErrback=True, consumeErrors=True,
+        ).addErrback(lambda f: f.value.subFailure)  # the first failure, not FirstError
+        return len(topics), new_session
+
+    def _check(self, generation: int) -> None:
+        """@raise _Stale: C{generation} is over (the session was lost, or the registration stopped)."""
+        if generation != self._generation:
+            raise _Stale()
+
+    def _register_topic(self, topic: str, count: int, generation: int) -> Coroutine[Any, Any, None]:
+        return self._nodes.register_topic(topic, count, lambda: self._check(generation))
+
     def _topic_created(self, topic: str, count: int) -> None:
-        if not (self._running and self._claimed):
+        if not self._holds_id():
             return  # registered with the others once the id is claimed
         d = self._track(self._register_topic(topic, count, self._generation))
         d.addCallback(lambda _: self._log.info("broker {id} registered topic {topic} ({count} partitions)",
@@ -333,7 +403,7 @@ class BrokerRegistration:
         return d
 
     def _failed(self, failure, what: str) -> None:
-        if failure.check(_Stale) or self._disconnected:
+        if failure.check(_Stale) or self.state in _DISCONNECTED:
             return  # the connection or session was lost meanwhile: registering again once connected covers it
         self._log.error("broker {id}: {what} in ZooKeeper failed: {error}", id=self.broker_id, what=what,
                         error=failure.getErrorMessage())
@@ -341,57 +411,51 @@ class BrokerRegistration:
     # -- sessions ------------------------------------------------------------------------
 
     def _session_changed(self, state: str) -> None:
-        if not self._running:
+        if self.state is _S.STOPPED:
             return
         if state == LOST:
-            self._disconnected = self._expired = True
-            self.state = RegistrationState.EXPIRED
-            self._claimed = False
             self._generation += 1
-            self._log.warn("broker {id}: the ZooKeeper session expired, and its registration with it; "
-                           "registering again once connected", id=self.broker_id)
+            if self.state is not _S.EXPIRED:
+                self._machine.move(_S.EXPIRED)
+                self._log.warn("broker {id}: the ZooKeeper session expired, and its registration with it; "
+                               "registering again once connected", id=self.broker_id)
         elif state == SUSPENDED:
-            self._disconnected = True  # the nodes stay while the session lives, but a write may have failed
-            if self.state is not RegistrationState.EXPIRED:
-                self.state = RegistrationState.SUSPENDED
-        elif state == CONNECTED and self._disconnected:
-            self._disconnected = False
+            if self.state not in _DISCONNECTED:  # the nodes stay while the session lives, but a write may fail
+                self._machine.move(_S.SUSPENDED)
+        elif state == CONNECTED and self.state in _DISCONNECTED:
+            self._machine.move(_S.RE_REGISTERING)
             self._register_again()
 
     def _register_again(self) -> None:
-        """Register everything in the current session (after an expiry), or check that it still is."""
+        """While RE_REGISTERING: register everything in the current session (after an expiry), or check
+        that it still is (after a lost connection); retried after a back-off until done."""
         self._retry_call = None
-        if not self._running or self._registering or self._disconnected:
-            return
-        self._registering = True
-        self.state = RegistrationState.RE_REGISTERING
-        expired = self._expired
-        d = self._track(self._register_all(self._generation))
+        if self.state is not _S.RE_REGISTERING or self._attempt is not None:
+            return  # (an attempt running now ends in REGISTERED, or retries)
+        d = self._attempt = self._track(self._register_all(self._generation))
 
-        def done(count: int) -> None:
-            self._registering = False
+        def done(result: tuple[int, bool]) -> None:
+            count, new_session = result
+            self._attempt = None
             self._retry_attempt = 0
-            if not self._disconnected:
-                self.state = RegistrationState.REGISTERED
-            if expired:
-                self._expired = False
+            if self.state is _S.RE_REGISTERING:
+                self._machine.move(_S.REGISTERED)
+            if new_session:
                 self._log.info("broker {id} registered again in ZooKeeper as {address} after the session expired "
                                "({count} topics)", id=self.broker_id, address=self.address, count=count)
 
         def failed(failure) -> None:
-            self._registering = False
-            if not self._running:
-                return
+            self._attempt = None
             if failure.check(_Stale):
                 self._register_again()  # a new session came while this attempt ran (no-op while disconnected)
                 return
+            if self.state is not _S.RE_REGISTERING:
+                return  # stopped, or disconnected meanwhile: registering again once connected
             if failure.check(BrokerIdInUse):
-                self.state = RegistrationState.FAILED
+                self._machine.move(_S.FAILED)
                 self._log.critical("broker {id} is no longer registered in ZooKeeper: {error}",
                                    id=self.broker_id, error=failure.getErrorMessage())
                 return
-            if self._disconnected:
-                return  # registering again once connected
             self._retry_attempt += 1
             delay_s = self._retry_policy(self._retry_attempt)
             self._log.warn("broker {id}: registering again in ZooKeeper failed ({error}); retrying in {delay:.1f} s",
@@ -408,4 +472,4 @@ class _Stale(TwlogError):
         super().__init__("the ZooKeeper session expired (or the registration stopped) while registering")
 
 
-__all__ = ["BrokerIdInUse", "BrokerRegistration", "RegistrationState", "broker_address", "broker_value"]
+__all__ = ["BrokerIdInUse", "BrokerNodes", "BrokerRegistration", "RegistrationState", "broker_address", "broker_value"]

@@ -11,6 +11,7 @@ connection cap (C{max_connections}).
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from twlog.protocol.budget import RequestBudget
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
+from twlog.statemachine import StateMachine
 
 _SIZE = struct.Struct(">i")
 
@@ -50,6 +52,35 @@ def frame_code(code: int, request_type: int | None) -> int:
 RequestObserver = Callable[[int, float], object]
 
 
+class BrokerProtocolState(enum.Enum):
+    """Where a L{BrokerProtocol}'s connection is.  Transitions::
+
+        READING         --max_pending_requests unanswered: stop reading-------------> PAUSED
+        PAUSED          --answered down to half of them: read again-----------------> READING
+        READING         --a malformed or oversized request: answer it after the
+                          earlier ones, read nothing more, close once all are sent---> CLOSING
+        any but CLOSED  --connectionLost-------------------------------------------> CLOSED
+
+    The table is L{BROKER_MOVES}.  (No frame is read while PAUSED, so no bad one
+    moves it to CLOSING.)
+    """
+
+    READING = "reading"
+    PAUSED = "paused"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+_B = BrokerProtocolState
+
+#: Where each L{BrokerProtocolState} may move; any other move raises L{twlog.statemachine.IllegalTransition}.
+BROKER_MOVES: dict[BrokerProtocolState, set[BrokerProtocolState]] = {
+    _B.READING: {_B.PAUSED, _B.CLOSING, _B.CLOSED},
+    _B.PAUSED: {_B.READING, _B.CLOSED},
+    _B.CLOSING: {_B.CLOSED},
+}
+
+
 class _Slot:
     """A response place in a connection's queue, filled when its handler finishes."""
 
@@ -68,7 +99,11 @@ class _Slot:
 
 
 class BrokerProtocol(FrameReceiver):
-    """One client connection: frame, decode, dispatch, and answer in request order."""
+    """One client connection: frame, decode, dispatch, and answer in request order.
+
+    Its L{state} (L{BrokerProtocolState}) says whether it reads requests; apart
+    from it, at most one response is being written at a time (L{writing}).
+    """
 
     _log = Logger()
     #: Large requests are assembled in place (L{FrameReceiver}): their message sets are views of that buffer.
@@ -79,10 +114,10 @@ class BrokerProtocol(FrameReceiver):
         self._broker = broker
         self.MAX_LENGTH = broker.config.max_request_bytes
         self._slots: deque[_Slot] = deque()
-        self._writing = False
-        self._pumping = False
-        self._closing = False
-        self._read_paused = False
+        self._machine = StateMachine("connection from ?", _B.READING, BROKER_MOVES)
+        #: The response being written, if any.
+        self._sender: ResponseSender | None = None
+        self._pumping = False  # _pump is running (a sender that finishes at once must not start another)
         self._resume_at = broker.config.max_pending_requests // 2
         self._use_sendfile = False
         self.peer = "?"
@@ -90,11 +125,22 @@ class BrokerProtocol(FrameReceiver):
         self.sendfile_bytes = 0
         self.copied_bytes = 0
 
+    @property
+    def state(self) -> BrokerProtocolState:
+        """Where the connection is (L{BrokerProtocolState})."""
+        return self._machine.state
+
+    @property
+    def writing(self) -> bool:
+        """Whether a response is being written now."""
+        return self._sender is not None
+
     @override
     def connectionMade(self) -> None:
         self.factory.connections.add(self)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self._machine.name = f"connection from {self.peer}"
         self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
         if hasattr(self.transport, "setTcpNoDelay"):  # responses are written whole: Nagle only delays their tails
             self.transport.setTcpNoDelay(True)
@@ -106,7 +152,7 @@ class BrokerProtocol(FrameReceiver):
 
     @override
     def stringReceived(self, frame: bytes) -> None:
-        if self._closing:
+        if self.state in (_B.CLOSING, _B.CLOSED):
             return
         try:
             request = codec.decode_request(frame)
@@ -135,8 +181,8 @@ class BrokerProtocol(FrameReceiver):
         d.addErrback(self._failed, request, kind)
         d.addCallback(slot.fill)
         d.addBoth(lambda _: self._pump())
-        if len(self._slots) >= self._broker.config.max_pending_requests and not self._read_paused:
-            self._read_paused = True
+        if len(self._slots) >= self._broker.config.max_pending_requests and self.state is _B.READING:
+            self._machine.move(_B.PAUSED)
             self.pauseProducing()
 
     def _failed(self, failure: Failure, request: object, kind: int) -> bytes:
@@ -165,11 +211,9 @@ class BrokerProtocol(FrameReceiver):
     def _close_with(self, code: int, kind: int | None) -> None:
         """Answer the offending request (of type C{kind}, if known) with C{code} after the earlier ones, then close."""
         self._broker.count_error(-1 if kind is None else kind, code)
-        self._closing = True
+        self._machine.move(_B.CLOSING)
         self.discard_buffer()  # nothing after it is read: its bytes need no room
-        if not self._read_paused:
-            self._read_paused = True
-            self.pauseProducing()
+        self.pauseProducing()
         slot = _Slot()
         slot.fill(codec.encode_error_response(code))
         self._slots.append(slot)
@@ -181,25 +225,24 @@ class BrokerProtocol(FrameReceiver):
             return
         self._pumping = True
         try:
-            while not self._writing and self._slots and self._slots[0].ready:
+            while self._sender is None and self._slots and self._slots[0].ready:
                 slot = self._slots.popleft()
                 value = slot.value
                 if isinstance(value, bytes):
                     parts, size = [_SIZE.pack(len(value)) + value], 4 + len(value)
                 else:  # the first part starts with the size prefix
                     parts, size = value, 4 + _SIZE.unpack_from(value[0])[0]
-                sender = ResponseSender(self.transport, parts, self._use_sendfile)
-                self._writing = True
+                sender = self._sender = ResponseSender(self.transport, parts, self._use_sendfile)
                 d = sender.start()
                 d.addCallbacks(self._sent, self._send_failed, callbackArgs=(sender, slot, size))
         finally:
             self._pumping = False
-        if self._writing:
+        if self._sender is not None:
             return
-        if self._closing and not self._slots:
+        if self.state is _B.CLOSING and not self._slots:
             self.transport.loseConnection()
-        elif self._read_paused and not self._closing and len(self._slots) <= self._resume_at:
-            self._read_paused = False
+        elif self.state is _B.PAUSED and len(self._slots) <= self._resume_at:
+            self._machine.move(_B.READING)
             self.resumeProducing()
 
     def _sent(self, _: None, sender: ResponseSender, slot: _Slot, size: int) -> None:
@@ -210,17 +253,18 @@ class BrokerProtocol(FrameReceiver):
         factory.sendfile_bytes += sender.sendfile_bytes
         if factory.request_observer is not None and slot.kind is not None:
             factory.request_observer(slot.kind, self._broker.clock.seconds() - slot.started)
-        self._writing = False
+        self._sender = None
         if not self._pumping:
             self._pump()
 
     def _send_failed(self, failure: Failure) -> None:
-        self._writing = False
+        self._sender = None
         self._log.info("stopped answering {peer}: {error}", peer=self.peer, error=failure.getErrorMessage())
         self.transport.abortConnection()
 
     @override
     def connectionLost(self, reason: Failure = None) -> None:
+        self._machine.move(_B.CLOSED)
         self.factory.connections.discard(self)
         self.factory.budget.forget(self)
         slots, self._slots = self._slots, deque()
