@@ -146,7 +146,7 @@ class Collector:
             async for message in stream:
                 if name in self._stopped:
                     return
-                if message.partition not in consumer.owned().get(message.topic, {}):
+                if message.partition.name not in consumer.owned().get(message.topic, {}):
                     self.unowned.append((name, message))
                 self.received.append((name, message))
                 self._check()
