@@ -30,9 +30,8 @@ class LimitTests(SynchronousTestCase):
     def test_raise_open_files_limit(self) -> None:
         """The soft limit goes up to the hard one."""
         calls = []
-        self.patch(limits.resource, "getrlimit", lambda which: (1024, 4096))
-        self.patch(limits.resource, "setrlimit", lambda which, value: calls.append((which, value)))
-        self.assertEqual(limits.raise_open_files_limit(), 4096)
+        self.assertEqual(limits.raise_open_files_limit(lambda which: (1024, 4096),
+                                                       lambda which, value: calls.append((which, value))), 4096)
         self.assertEqual(calls, [(resource.RLIMIT_NOFILE, (4096, 4096))])
 
     def test_raise_refused(self) -> None:
@@ -41,13 +40,11 @@ class LimitTests(SynchronousTestCase):
         def refuse(which, value):
             raise ValueError("not allowed")
 
-        self.patch(limits.resource, "getrlimit", lambda which: (1024, 4096))
-        self.patch(limits.resource, "setrlimit", refuse)
-        self.assertEqual(limits.raise_open_files_limit(), 1024)
+        self.assertEqual(limits.raise_open_files_limit(lambda which: (1024, 4096), refuse), 1024)
 
     def test_unlimited(self) -> None:
-        self.patch(limits.resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-        self.assertEqual(limits.raise_open_files_limit(), 1 << 20)
+        unlimited = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+        self.assertEqual(limits.raise_open_files_limit(lambda which: unlimited, self.fail), 1 << 20)
 
 
 class OptionTests(SynchronousTestCase):

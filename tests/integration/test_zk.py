@@ -91,9 +91,7 @@ class ServerTests(SynchronousTestCase):
 
     def test_missing_jars(self) -> None:
         """Without any ZooKeeper jars the error says how to get them."""
-        self.patch(__import__("importlib.util").util, "find_spec", lambda name: None)
-        self.patch(__import__("twlog.coord.zkserver").coord.zkserver, "_DEBIAN_LIBS", ())
-        e = self.assertRaises(ZooKeeperNotFound, find_classpath)
+        e = self.assertRaises(ZooKeeperNotFound, find_classpath, pyspark_locations=list, debian_libs=())
         self.assertIn("pip install 'twlog[spark]'", str(e))
 
 

@@ -105,9 +105,9 @@ class SenderTestCase(SynchronousTestCase):
     def region(self, position: int = 0, length: int = len(DATA)) -> FileRegion:
         return FileRegion(FakeSegment(self.fd), position, length, 1000 + position)
 
-    def sender(self, transport, parts, fake: FakeSendfile | None = None) -> tuple[ResponseSender, object]:
+    def sender(self, transport, parts, fake: FakeSendfile | None = None, **options) -> tuple[ResponseSender, object]:
         """A started sender (sendfile on when C{fake} is given) and its Deferred."""
-        sender = ResponseSender(transport, parts, use_sendfile=fake is not None, send_file=fake)
+        sender = ResponseSender(transport, parts, use_sendfile=fake is not None, send_file=fake, **options)
         return sender, sender.start()
 
 
@@ -254,20 +254,18 @@ class FallbackTests(SenderTestCase):
 class CopyPathTests(SenderTestCase):
     def test_copies_in_chunks(self) -> None:
         """Without sendfile the region is read in CHUNK_BYTES pieces and written in order."""
-        self.patch(sendfile_module, "CHUNK_BYTES", 100)
         writes = []
         transport = FakeTransport()
         transport.write = lambda data: (writes.append(data), StringTransport.write(transport, data))
-        sender, d = self.sender(transport, [b"head", self.region(10, 350)])
+        sender, d = self.sender(transport, [b"head", self.region(10, 350)], chunk_bytes=100)
         self.successResultOf(d)
         self.assertEqual(writes, [b"head", DATA[10:110], DATA[110:210], DATA[210:310], DATA[310:360]])
         self.assertEqual((sender.sendfile_bytes, sender.copied_bytes), (0, 350))
 
     def test_waits_while_the_buffer_is_full(self) -> None:
         """With more than HIGH_WATER_BYTES buffered the sender stops, and finishes once resumed after a drain."""
-        self.patch(sendfile_module, "CHUNK_BYTES", 600)
         transport = FakeTransport(buffering=True)
-        sender, d = self.sender(transport, [b"x" * HIGH_WATER_BYTES, self.region()])
+        sender, d = self.sender(transport, [b"x" * HIGH_WATER_BYTES, self.region()], chunk_bytes=600)
         self.assertNoResult(d)
         self.assertEqual(sender.copied_bytes, 600)  # one chunk past the high-water mark, then a pause
         transport.drain()

@@ -13,6 +13,7 @@ give producers the retriable L{twlog.errors.TooManyOpenFiles}.
 from __future__ import annotations
 
 import resource
+from collections.abc import Callable
 
 from twisted.logger import Logger
 
@@ -25,12 +26,17 @@ BASE_RESERVE = 64
 SEGMENT_SHARE = 4
 
 
-def raise_open_files_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit (where allowed); return the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+def raise_open_files_limit(getrlimit: Callable[[int], tuple[int, int]] = resource.getrlimit,
+                           setrlimit: Callable[[int, tuple[int, int]], None] = resource.setrlimit) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (where allowed); return the soft limit now in force.
+
+    @param getrlimit: L{resource.getrlimit}, or a stand-in (tests).
+    @param setrlimit: L{resource.setrlimit}, or a stand-in.
+    """
+    soft, hard = getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
         except (ValueError, OSError) as e:
             _log.warn("could not raise the open-files limit from {soft} to {hard}: {error}",

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 
 from twlog.errors import TwlogError
 
@@ -34,18 +35,27 @@ class PortInUse(TwlogError):
     """A server cannot listen on its port: another process listens there."""
 
 
-def find_classpath() -> str:
-    """The Java classpath of a ZooKeeper server, or L{ZooKeeperNotFound} saying how to get one."""
+def _pyspark_locations() -> list[str]:
+    """Where the installed pyspark package lives (none if it is not installed)."""
+    spec = importlib.util.find_spec("pyspark")
+    return list(spec.submodule_search_locations or ()) if spec is not None else []
+
+
+def find_classpath(pyspark_locations: Callable[[], list[str]] = _pyspark_locations,
+                   debian_libs: Sequence[str] = _DEBIAN_LIBS) -> str:
+    """The Java classpath of a ZooKeeper server, or L{ZooKeeperNotFound} saying how to get one.
+
+    @param pyspark_locations: where to look for pyspark's jars (the installed package's directories).
+    @param debian_libs: Debian's jar directories.
+    """
     configured = os.environ.get("TWLOG_ZOOKEEPER_CLASSPATH")
     if configured:
         return configured
-    spec = importlib.util.find_spec("pyspark")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            jars = os.path.join(location, "jars")
-            if glob.glob(os.path.join(jars, "zookeeper-3*.jar")):
-                return os.path.join(jars, "*")
-    for directory in _DEBIAN_LIBS:
+    for location in pyspark_locations():
+        jars = os.path.join(location, "jars")
+        if glob.glob(os.path.join(jars, "zookeeper-3*.jar")):
+            return os.path.join(jars, "*")
+    for directory in debian_libs:
         if glob.glob(os.path.join(directory, "zookeeper*.jar")):
             return os.path.join(directory, "*")
     raise ZooKeeperNotFound(

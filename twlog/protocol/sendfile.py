@@ -91,8 +91,11 @@ class ResponseSender:
         parts: Iterable[bytes | FileRegion],
         use_sendfile: bool | None = None,
         send_file: Callable[[int, int, int, int], int] | None = None,
+        chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self._transport = transport
+        #: How much one read of the copy path (no sendfile) reads and writes.
+        self._chunk_bytes = chunk_bytes
         self._sendfile = send_file if send_file is not None else sendfile
         self._parts: deque[bytes | FileRegion] = deque(
             p for p in parts if (p.length if isinstance(p, FileRegion) else len(p))
@@ -198,7 +201,7 @@ class ResponseSender:
                 return False
             self._next_region()
             return True
-        data = os.pread(region.fileno(), min(remaining, CHUNK_BYTES), position)
+        data = os.pread(region.fileno(), min(remaining, self._chunk_bytes), position)
         if not data:
             raise OSError(errno.EIO, f"log segment ended early at position {position}")
         self._transport.write(data)
