@@ -336,16 +336,18 @@ class Comparison:
         return trace.finish(read)
 
 
-def choose_systems(requested: Sequence[str] | None, ports: dict[str, int]) -> tuple[list[str], list[str]]:
+def choose_systems(requested: Sequence[str] | None, ports: dict[str, int],
+                   unavailable: Callable[[str, int], str | None] = peers.unavailable) -> tuple[list[str], list[str]]:
     """The systems to run (twlog first) and why each peer left out is; a named peer that cannot run is an error.
 
     @param requested: the names given to --systems, or None: twlog and every peer that can run here.
+    @param unavailable: C{(peer, port)} -> why it cannot run here, or None (L{peers.unavailable}).
     """
     systems, skipped = ["twlog"], []
     for peer in PEERS:
         if requested is not None and peer not in requested:
             continue
-        reason = peers.unavailable(peer, ports[peer])
+        reason = unavailable(peer, ports[peer])
         if reason is None:
             systems.append(peer)
         elif requested is not None:
