@@ -344,23 +344,39 @@ def reachable(locations: Iterable[PartitionLocation], options: ClientOptions | N
     @raise ConnectionFailed: naming the broker, its address and the partitions it holds.
     """
     options = ClientOptions.build(options)
-    by_broker: dict[int, list[PartitionLocation]] = {}
-    for location in locations:
-        by_broker.setdefault(location.leader, []).append(location)
-    for broker_id, held in sorted(by_broker.items()):
-        if broker_id in set(skip):
-            continue
+    for broker_id, held in holders_to_check(locations, skip):
         first = held[0]
-        names = ", ".join(str(tp.tp) for tp in sorted(held))
         try:
             with connect(first.host, first.port, options) as connection:
                 answer = connection.metadata(())
         except (ConnectionFailed, BrokerTimeout) as e:
-            raise ConnectionFailed(f"broker {broker_id} at {first.address} holds {names} but cannot be reached: "
-                                   f"{e}") from None
-        if answer.broker_id != broker_id:
-            raise ConnectionFailed(f"broker {broker_id} holds {names}, but {first.address} answers as broker "
-                                   f"{answer.broker_id} (a stale registration?)")
+            raise unreachable(broker_id, held, e) from None
+        check_answered_as(broker_id, held, answer.broker_id)
+
+
+def holders_to_check(locations: Iterable[PartitionLocation], skip: Iterable[int] = ()
+                     ) -> list[tuple[int, list[PartitionLocation]]]:
+    """The brokers holding C{locations} (but those in C{skip}), each with what it holds, by broker id."""
+    skipped = set(skip)
+    by_broker: dict[int, list[PartitionLocation]] = {}
+    for location in locations:
+        if location.leader not in skipped:
+            by_broker.setdefault(location.leader, []).append(location)
+    return [(broker_id, sorted(held)) for broker_id, held in sorted(by_broker.items())]
+
+
+def unreachable(broker_id: int, held: Sequence[PartitionLocation], error: BaseException) -> ConnectionFailed:
+    """The error for broker C{broker_id}, holding C{held}, that cannot be reached."""
+    names = ", ".join(str(location.tp) for location in held)
+    return ConnectionFailed(f"broker {broker_id} at {held[0].address} holds {names} but cannot be reached: {error}")
+
+
+def check_answered_as(broker_id: int, held: Sequence[PartitionLocation], answered: int) -> None:
+    """@raise ConnectionFailed: the address of broker C{broker_id} answered as broker C{answered}."""
+    if answered != broker_id:
+        names = ", ".join(str(location.tp) for location in held)
+        raise ConnectionFailed(f"broker {broker_id} holds {names}, but {held[0].address} answers as broker "
+                               f"{answered} (a stale registration?)")
 
 
 def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float) -> list[PartitionLocation]:
