@@ -27,7 +27,6 @@ from twlog.client.discovery import (
     check_answered_as,
     choose_answer,
     cluster_partitions,
-    format_address,
     holders_to_check,
     located,
     parse_brokers,
@@ -39,6 +38,7 @@ from twlog.coord import paths
 from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading
 from twlog.coord.zk import IZooKeeper, KazooException, NoNodeError, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed
+from twlog.partition import address_text
 from twlog.protocol.codec import ClusterMetadataRequest, MetadataRequest
 from twlog.protocol.responses import VIEW_CURRENT, ClusterMetadataResponse
 from twlog.storage.manager import validate_topic
@@ -182,7 +182,7 @@ async def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...],
     answers: list[tuple[str, ClusterMetadataResponse]] = []
     problems: list[str] = []
     for host, port in asked:
-        address = format_address(host, port)
+        address = address_text(host, port)
         try:
             answer = await _ask(connect(host, port, reactor=reactor, options=options), ClusterMetadataRequest(topics))
         except (ConnectionFailed, BrokerTimeout) as e:

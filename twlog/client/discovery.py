@@ -237,7 +237,7 @@ def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], optio
     answers: list[tuple[str, ClusterMetadataResponse]] = []
     problems: list[str] = []
     for host, port in asked:
-        address = format_address(host, port)
+        address = address_text(host, port)
         try:
             with connect(host, port, options) as connection:
                 answer = connection.cluster_metadata(topics)
@@ -286,7 +286,7 @@ _VIEW_PROBLEMS = {
 
 
 def _address(pair: tuple[str, int]) -> str:
-    return format_address(*pair)
+    return address_text(*pair)
 
 
 def _merge(answers: Iterable[ClusterMetadataResponse]) -> ClusterMetadataResponse:
