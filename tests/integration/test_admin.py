@@ -39,7 +39,7 @@ class DescribeTests(TestCase):
         self.assertEqual(group.group, "g")
         self.assertEqual(group.members, [GroupMember("c", {"t": 1})])
         rows = [(p.topic, p.partition, p.owner, p.offset, p.latest, p.lag) for p in group.partitions]
-        consumed0 = max(m.next_offset for m in got if m.partition == "0-0")
+        consumed0 = max(m.next_offset for m in got if m.partition.name == "0-0")
         self.assertEqual(rows, [("t", "0-0", "c-0", consumed0, end0, end0 - consumed0),
                                 ("t", "0-1", "c-0", end1, end1, 0)])
         self.assertEqual(group.lag, end0 - consumed0)

@@ -88,7 +88,7 @@ class DiscoveryTests(ClusterTestCase):
         for broker in brokers:
             found = await deferToThread(discover, [TOPIC], brokers=f"127.0.0.1:{broker.port}", timeout_s=5)
             self.assertEqual([str(p.tp) for p in found], ["clicks:0-0", "clicks:0-1", "clicks:1-0", "clicks:1-1"])
-            self.assertEqual({p.broker_id: p.port for p in found}, {b.broker_id: b.port for b in brokers})
+            self.assertEqual({p.leader: p.port for p in found}, {b.broker_id: b.port for b in brokers})
 
     async def test_first_address_down(self):
         """An address that does not answer is skipped when another given one describes the cluster."""

@@ -160,8 +160,8 @@ class ZooKeeperProducerTests(TestCase):
         for key in keys:
             result = await producer.send("events", [key + b"-1", key + b"-2"], key=key)
             target = partitions[hash_partitioner(key, 6)]
-            self.assertEqual(result.partition, target.partition)
-            self.assertEqual(ends(brokers, "events")[(target.broker_id, target.partition)], result.next_offset)
+            self.assertEqual(result.partition, target.number)
+            self.assertEqual(ends(brokers, "events")[(target.fixed_leader, target.number)], result.next_offset)
         for i in range(30):
             await producer.send("events", [b"r%d" % i] * 3)
         after = ends(brokers, "events")
@@ -195,7 +195,7 @@ class ZooKeeperProducerTests(TestCase):
 
         log_dir = brokers[1].config.log.log_dir
         await brokers.pop(1).stopService()
-        partitions = await partitions_until(producer, "t", lambda ps: 1 not in {p.broker_id for p in ps})
+        partitions = await partitions_until(producer, "t", lambda ps: 1 not in {p.fixed_leader for p in ps})
         self.assertEqual(partitions, [TopicPartition("t", "0-0"), TopicPartition("t", "2-0")])
         for i in range(20):
             result = await producer.send("t", b"m%d" % i)
