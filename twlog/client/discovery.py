@@ -1,9 +1,9 @@
 # -*- test-case-name: tests.client.test_discovery -*-
-"""Where a topic's partitions are: the one broker-address parser, and static and ZooKeeper discovery.
+"""Where a topic's partitions are, blocking: static and ZooKeeper discovery, drivers of the cluster layout.
 
-A partition is a L{TopicPartition} (topic, broker id, partition); where
-addresses are needed it travels as a L{PartitionLocation}: the partition plus
-the host and port of the broker that holds it.
+A partition is a L{TopicPartition} (topic, name); where addresses are needed
+it travels as a L{PartitionLocation} (from L{twlog.coord.layout}, re-exported
+here): the partition plus its leader and the leader's host and port.
 
 Two sources:
 
