@@ -168,6 +168,7 @@ class MalformedRegistrationTests(TestCase):
         self.assertEqual(status, 0, err)
         self.assertEqual(len(out.splitlines()), len(GOOD))
         self.assertOnce(problems_in(err.decode().splitlines()))
+        self.assertTrue(all(line.startswith("twlog: warning: ignoring ") for line in err.decode().splitlines()), err)
         status, out, err = await twlog("topics", "-z", self.hosts, "--json")
         self.assertEqual(status, 0, err)
         listed = {t["topic"]: [p["partition"] for p in t["partitions"]] for t in json.loads(out)}

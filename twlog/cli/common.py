@@ -13,6 +13,7 @@ The option parsers are in L{twlog.cli.options}.
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 
@@ -84,12 +85,35 @@ async def bounded(reactor, d: Deferred, timeout_s: float) -> bool:
 
 
 def run(main, args) -> int:
-    """Run C{main(reactor, args)} (a coroutine function) under react; return the exit status."""
+    """Run C{main(reactor, args)} (a coroutine function) under react; return the exit status.
+
+    Warnings of twlog's blocking-style loggers (a bad registration skipped by the cluster layout) go to stderr
+    as C{twlog: warning: ...} lines.
+    """
+    _warnings_to_stderr()
     try:
         react(lambda reactor: Deferred.fromCoroutine(reporting_errors(main, reactor, args)))
     except SystemExit as e:
         return int(e.code or 0)
     return 0
+
+
+class _LineFormatter(logging.Formatter):
+    """C{twlog: warning: <message>}."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"twlog: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _warnings_to_stderr() -> None:
+    """Send the C{twlog} loggers' warnings to stderr, one line each (once per process)."""
+    logger = logging.getLogger("twlog")
+    if not any(getattr(handler, "twlog_cli", False) for handler in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(_LineFormatter())
+        handler.twlog_cli = True
+        logger.addHandler(handler)
 
 
 def single_broker(text: str) -> tuple[str, int]:
