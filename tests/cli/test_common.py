@@ -11,8 +11,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.cli.common import UsageError, reporting_errors, resolve_partition, single_broker
 from twlog.cli.options import parse_time
-from twlog.client.discovery import PartitionLocation
 from twlog.consumer.simple import EARLIEST, LATEST
+from twlog.coord.layout import PartitionLocation
 from twlog.errors import OffsetOutOfRange, TwlogError
 from twlog.partition import TopicPartition
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
@@ -110,6 +111,34 @@ class ClusterViewTests(SynchronousTestCase):
         self.register(1, b"garbage")
         self.register(2, b"h:2")
         self.assertEqual(self.view().brokers, {2: ("h", 2)})
+
+    def test_malformed_values_warned_once(self) -> None:
+        """Every kind of bad value is skipped with one warning, not again when a watch reads it again."""
+        warnings: list[str] = []
+        self.register(2, b"h:2")
+        bad = [(f"{paths.BROKER_IDS}/x", b"h:1"), (paths.broker_topic_path("clicks", 2), b"n"),
+               (paths.broker_topic_path("clicks", 9), b"1"), (f"{paths.broker_topic_path('clicks')}/b", b"1"),
+               (paths.broker_topic_path("a b", 2), b"1")]
+        for path, value in bad:
+            self.successResultOf(self.broker.create(path, value, makepath=True))
+        view = ClusterView(self.zk, ["clicks", "a b"])
+        def observer(event) -> None:
+            if event.get("log_source") is view:
+                warnings.append(event["problem"])
+
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        self.successResultOf(view.start())
+        self.addCleanup(view.stop)
+        self.register(3, b"h:3", {"clicks": 1})  # watches read brokers and the topic again
+        self.assertEqual(view.topic_partitions("clicks"), [TopicPartition("clicks", "3-0")])
+        self.assertEqual(sorted(warnings), [
+            "/brokers/ids/x: 'x' is not a broker id",
+            "/brokers/topics/a b: the topic name 'a b' may only contain letters, digits, '.', '_' and '-'",
+            "/brokers/topics/clicks/2: partition count b'n' is not a non-negative integer",
+            "/brokers/topics/clicks/9: broker 9 is not live (no usable /brokers/ids/9)",
+            "/brokers/topics/clicks/b: 'b' is not a broker id",
+        ])
 
     def test_topic_registered_later(self) -> None:
         """A topic nobody registered yet is watched for its creation."""

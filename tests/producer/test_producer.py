@@ -6,6 +6,7 @@ import random
 import zlib
 
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeConnection
@@ -363,6 +364,23 @@ class BootstrapTests(SynchronousTestCase):
         self.assertEqual([p.name for p in partitions], ["0-0", "1-0", "1-1", "2-0"])
         self.successResultOf(producer.send("t", b"m", partition_index=2))
         self.assertEqual(connections["b1"].produced_payloads(), [[b"m"]])
+
+    def test_holder_that_is_not_live_is_skipped_with_one_warning(self) -> None:
+        """An answer's holder it gives no address for is skipped (the layout's rule), warned once, not raised."""
+        warnings: list[str] = []
+
+        def observer(event) -> None:
+            if event.get("log_level") is LogLevel.warn and "problem" in event:
+                warnings.append(event["problem"])
+
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        producer, _, clock = self.make(self.cluster({0: 1, 7: 2}))
+        self.assertEqual([p.name for p in self.successResultOf(producer.partitions("t"))], ["0-0", "1-0", "2-0"])
+        producer._router.forget("t")
+        self.successResultOf(producer.partitions("t"))
+        self.assertEqual(warnings, ["topic 't': 2 partitions on broker 7, which is not live (broker 0 gives no "
+                                    "address for it)"])
 
     def test_broker_without_the_topic_gets_partition_0_for_a_while(self) -> None:
         """A live broker not holding the topic yet is a target (its partition 0); the cluster is asked again

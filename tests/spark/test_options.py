@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.client.discovery import PartitionLocation
+from twlog.coord.layout import PartitionLocation
 from twlog.partition import TopicPartition
 from twlog.spark import options as spark_options
 from twlog.spark.options import OPTIONS, SourceOptions, check_options

@@ -13,16 +13,19 @@ The option parsers are in L{twlog.cli.options}.
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
-from twisted.internet.threads import deferToThread
 
-from twlog.client.discovery import PartitionLocation, discover, format_address, parse_brokers
+from twlog.client.async_discovery import discover_async
+from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
+from twlog.coord.layout import PartitionLocation
 from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
+from twlog.partition import address_text
 from twlog.partition import resolve_partition as partition_named
 
 #: The connection settings of the commands: an unreachable broker is said within a few seconds.
@@ -82,12 +85,35 @@ async def bounded(reactor, d: Deferred, timeout_s: float) -> bool:
 
 
 def run(main, args) -> int:
-    """Run C{main(reactor, args)} (a coroutine function) under react; return the exit status."""
+    """Run C{main(reactor, args)} (a coroutine function) under react; return the exit status.
+
+    Warnings of twlog's blocking-style loggers (a bad registration skipped by the cluster layout) go to stderr
+    as C{twlog: warning: ...} lines.
+    """
+    _warnings_to_stderr()
     try:
         react(lambda reactor: Deferred.fromCoroutine(reporting_errors(main, reactor, args)))
     except SystemExit as e:
         return int(e.code or 0)
     return 0
+
+
+class _LineFormatter(logging.Formatter):
+    """C{twlog: warning: <message>}."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"twlog: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _warnings_to_stderr() -> None:
+    """Send the C{twlog} loggers' warnings to stderr, one line each (once per process)."""
+    logger = logging.getLogger("twlog")
+    if not any(getattr(handler, "twlog_cli", False) for handler in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(_LineFormatter())
+        handler.twlog_cli = True
+        logger.addHandler(handler)
 
 
 def single_broker(text: str) -> tuple[str, int]:
@@ -105,18 +131,20 @@ def where(args) -> str:
     """The cluster the command asks, as messages name it."""
     if getattr(args, "zookeeper", None):
         return f"the brokers registered in ZooKeeper at {args.zookeeper}"
-    return ", ".join(format_address(h, p) for h, p in parse_brokers(args.broker))
+    return ", ".join(address_text(h, p) for h, p in parse_brokers(args.broker))
 
 
-async def find_partitions(args, topic: str) -> list[PartitionLocation]:
+async def find_partitions(args, topic: str, reactor=None) -> list[PartitionLocation]:
     """Every partition of C{topic} in the cluster that C{--zookeeper} or C{--broker} names, sorted.
+
+    Asked on the reactor (L{discover_async}): no thread.  Bad registrations are skipped, with a warning each.
 
     @raise TwlogError: the topic does not exist there, or the brokers (ZooKeeper) cannot be reached.
     """
     source = {"zookeeper": args.zookeeper} if getattr(args, "zookeeper", None) else {"brokers": args.broker}
     options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
     try:
-        return await deferToThread(discover, [topic], options=options, **source)
+        return await discover_async([topic], options=options, reactor=reactor, **source)
     except UnknownTopic:
         raise TwlogError(f"topic {topic!r} does not exist on {where(args)}") from None
     except ConnectionFailed as e:

@@ -21,8 +21,8 @@ from twlog.cli import avro
 from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, resolve_partition, stop_on_shutdown
 from twlog.cli.consume_group import consume_group
 from twlog.cli.formats import Formatter, message_formatter
-from twlog.client.discovery import PartitionLocation
 from twlog.consumer.simple import EARLIEST, LATEST, SimpleConsumer
+from twlog.coord.layout import PartitionLocation
 from twlog.envelope import strip
 from twlog.errors import TwlogError
 from twlog.storage.message import CorruptMessage
@@ -56,7 +56,7 @@ async def consume(reactor, args) -> None:
         if not args.zookeeper:
             raise UsageError("--group needs --zookeeper: groups are coordinated through ZooKeeper")
         return await consume_group(reactor, args, _formatter(args), _on_corrupt(args))
-    locations = await find_partitions(args, args.topic)
+    locations = await find_partitions(args, args.topic, reactor)
     if args.partition is not None:
         locations = [resolve_partition(locations, args.partition)]
     if isinstance(args.offset, int) and len(locations) > 1:

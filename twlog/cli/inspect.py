@@ -17,25 +17,19 @@ from twisted.internet.threads import deferToThread
 
 from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, find_partitions, resolve_partition
 from twlog.cli.output import print_json, print_table
-from twlog.client.discovery import (
-    PartitionLocation,
-    bootstrap,
-    cluster_partitions,
-    format_address,
-    registered_partitions,
-)
+from twlog.client.async_discovery import all_partitions_async
 from twlog.client.options import ClientOptions
 from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated
 from twlog.client.topics import create_topic as create_on_brokers
 from twlog.consumer.simple import SimpleConsumer
-from twlog.coord import paths
-from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
+from twlog.coord.layout import PartitionLocation
 from twlog.errors import ConnectionFailed, TwlogError
+from twlog.partition import address_text
 
 
 async def offsets(reactor, args) -> None:
     """Print the offsets OFFSETS answers, newest first: one partition's one per line, or a table of all."""
-    locations = await find_partitions(args, args.topic)
+    locations = await find_partitions(args, args.topic, reactor)
     if args.partition is not None:
         locations = [resolve_partition(locations, args.partition)]
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
@@ -64,10 +58,12 @@ async def offsets(reactor, args) -> None:
 
 async def topics(reactor, args) -> None:
     """Print each topic of the cluster with its partitions (C{<broker id>-<partition>}) and their brokers."""
-    if args.zookeeper:
-        locations = await deferToThread(_registered, args.zookeeper)
-    else:
-        locations = await deferToThread(_held, args.broker)
+    source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
+    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    try:
+        locations = await all_partitions_async(reactor=reactor, options=options, **source)
+    except ConnectionFailed as e:
+        raise TwlogError(str(e)) from None
     by_topic: dict[str, list[PartitionLocation]] = {}
     for location in sorted(locations):
         by_topic.setdefault(location.topic, []).append(location)
@@ -92,24 +88,6 @@ def _span(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
 
 
-def _registered(zookeeper: str) -> list[PartitionLocation]:
-    """Every partition registered in ZooKeeper by a live broker (blocking: run in a thread)."""
-    try:
-        with BlockingZooKeeper(zookeeper, DISCOVERY_TIMEOUT_S) as zk:
-            return registered_partitions(zk, zk.children(paths.BROKER_TOPICS))
-    except ZooKeeperUnavailable as e:
-        raise TwlogError(str(e)) from None
-
-
-def _held(brokers: str) -> list[PartitionLocation]:
-    """Every partition of the cluster that the brokers named describe (any one is enough; blocking)."""
-    try:
-        cluster = bootstrap(brokers, (), ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S))
-    except ConnectionFailed as e:
-        raise TwlogError(str(e)) from None
-    return cluster_partitions(cluster, [layout.topic for layout in cluster.response.topics])
-
-
 async def create_topic(reactor, args) -> None:
     """Create C{--topic} with C{--partitions} on each broker of the cluster; say so in one sentence (or JSON)."""
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
@@ -117,7 +95,7 @@ async def create_topic(reactor, args) -> None:
     created = await deferToThread(create_on_brokers, args.topic, args.partitions, options=options, **source)
     if getattr(args, "json", False):
         print_json({"topic": created.topic, "partitions_per_broker": created.partitions, "partitions": created.total,
-                    "brokers": [{"broker": b, "address": format_address(*a), "created": b not in created.existed}
+                    "brokers": [{"broker": b, "address": address_text(*a), "created": b not in created.existed}
                                 for b, a in sorted(created.brokers.items())],
                     "registered": created.registered})
     else:

@@ -1,9 +1,9 @@
 # -*- test-case-name: tests.client.test_discovery -*-
-"""Where a topic's partitions are: the one broker-address parser, and static and ZooKeeper discovery.
+"""Where a topic's partitions are, blocking: static and ZooKeeper discovery, drivers of the cluster layout.
 
-A partition is a L{TopicPartition} (topic, broker id, partition); where
-addresses are needed it travels as a L{PartitionLocation}: the partition plus
-the host and port of the broker that holds it.
+A partition is a L{TopicPartition} (topic, name); where addresses are needed
+it travels as a L{PartitionLocation} (from L{twlog.coord.layout}, re-exported
+here): the partition plus its leader and the leader's host and port.
 
 Two sources:
 
@@ -13,24 +13,32 @@ Two sources:
     cluster (L{cluster_partitions}); brokers without ZooKeeper each describe
     themselves, so then every address given is asked and the answers merged;
   - ZooKeeper: the brokers' registrations (C{/brokers/ids/<id>}, whose value
-    L{twlog.coord.cluster.parse_broker_address} reads, 0.7's
+    L{twlog.coord.layout.parse_broker_address} reads, 0.7's
     C{creator:host:port} included) and each topic's per-broker partition counts.
+
+Both are read by one pure reading, L{twlog.coord.layout.ClusterLayout}
+(C{from_metadata}, C{from_registrations}): this module only fetches the
+answers and the values, and logs each problem the reading reports (a bad
+value skipped) once, as a warning.
 
 Either way, L{discover} returns every partition or fails naming what it could
 not reach (L{reachable}): never a silent subset.  L{resolve_partition} (from
 L{twlog.partition}) turns what a user typed (C{1-0}, or an index C{3}) into one
 of a topic's partitions.
 
-L{discover} is the blocking form, for the Spark driver, scripts and the CLI (no
-reactor; ZooKeeper through L{BlockingZooKeeper}); the Twisted producer follows
-the same layout live with L{twlog.coord.cluster.ClusterView}.
+L{discover} is the blocking form, for the Spark driver and scripts (no
+reactor; ZooKeeper through L{BlockingZooKeeper}); its I/O and time come in as
+C{connect=} (default L{SyncConnection}) and C{sleep=} (default C{time.sleep}).
+L{twlog.client.async_discovery.discover_async} is the Twisted form, for the CLI;
+the Twisted producer follows the same layout live with
+L{twlog.coord.cluster.ClusterView}.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -38,8 +46,7 @@ import attrs
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
-from twlog.coord.cluster import parse_broker_address
-from twlog.coord.layout import PartitionLocation
+from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed, UnknownTopic, raise_for
 from twlog.partition import TopicPartition, address_text, describe_partitions, resolve_partition
@@ -53,12 +60,15 @@ from twlog.protocol.responses import (
     ClusterMetadataResponse,
     TopicLayout,
 )
+from twlog.storage.manager import validate_topic
 
 _logger = logging.getLogger(__name__)
 
 __all__ = [
     "Bootstrap",
     "PartitionLocation",
+    "choose_answer",
+    "located",
     "TopicPartition",
     "bootstrap",
     "cluster_partitions",
@@ -119,6 +129,8 @@ def discover(
     zookeeper: str | None = None,
     options: ClientOptions | None = None,
     check_reachable: bool = True,
+    sleep: Callable[[float], object] = time.sleep,
+    connect: Callable[..., SyncConnection] = SyncConnection,
     **overrides: Any,
 ) -> list[PartitionLocation]:
     """Every partition of C{topics} in the cluster, with its broker's address, sorted (blocking).
@@ -128,31 +140,40 @@ def discover(
     every one given is asked.  With C{zookeeper}, the brokers' registrations are read.  With
     C{check_reachable}, every broker holding a partition found is asked METADATA once, so a
     partition on a broker that cannot be reached is an error naming it, never a silent subset.
+    A bad value (L{twlog.coord.layout}'s rule) is skipped and logged as a warning.
 
+    @param sleep: how to wait before asking a starting broker again (C{time.sleep}).
+    @param connect: C{connect(host, port, options)} gives a L{SyncConnection} (or one like it).
+    @raise InvalidTopic: a topic name that cannot be (L{validate_topic}), before asking anyone.
     @raise UnknownTopic: a topic no broker holds, naming the brokers asked.
     @raise ConnectionFailed: no broker given answers, ZooKeeper cannot be reached (or has no
         such chroot), or a broker holding partitions cannot be reached: naming it and them.
     """
     options = ClientOptions.build(options, **overrides)
-    topics = list(dict.fromkeys(topics))
+    topics = [validate_topic(topic) for topic in dict.fromkeys(topics)]
     if (brokers is None) == (zookeeper is None):
         raise ValueError("give either the brokers option (host:port,...) or the zookeeper option, not both or none")
     answered: set[int] = set()
     if brokers is not None:
-        cluster = bootstrap(brokers, topics, options)
+        cluster = bootstrap(brokers, topics, options, sleep=sleep, connect=connect)
         found = cluster_partitions(cluster, topics)
         answered = cluster.answered
-        live = ", ".join(str(b.broker_id) for b in cluster.response.brokers)
-        where = f"the brokers of the cluster (live: {live}; asked {cluster.asked})"
+        where = cluster.where
     else:
         found = _zookeeper_partitions(topics, zookeeper, options.timeout_s)
         where = f"the brokers registered in ZooKeeper at {zookeeper}"
-    for topic in topics:
-        if not any(location.topic == topic for location in found):
-            raise UnknownTopic(f"topic {topic!r} is on none of {where}")
+    require_topics(found, topics, where)
     if check_reachable:
-        reachable(found, options, skip=answered)
+        reachable(found, options, skip=answered, connect=connect)
     return sorted(found)
+
+
+def require_topics(found: Iterable[PartitionLocation], topics: Iterable[str], where: str) -> None:
+    """@raise UnknownTopic: one of C{topics} has none of C{found}, naming C{where} was asked."""
+    held = {location.topic for location in found}
+    for topic in topics:
+        if topic not in held:
+            raise UnknownTopic(f"topic {topic!r} is on none of {where}")
 
 
 @attrs.frozen
@@ -166,9 +187,16 @@ class Bootstrap:
     #: The ids of the brokers that answered (known to be reachable).
     answered: set[int]
 
+    @property
+    def where(self) -> str:
+        """The cluster, as an UnknownTopic message names it."""
+        live = ", ".join(str(b.broker_id) for b in self.response.brokers)
+        return f"the brokers of the cluster (live: {live}; asked {self.asked})"
+
 
 def bootstrap(
-    brokers: str | Sequence[tuple[str, int]], topics: Iterable[str] = (), options: ClientOptions | None = None
+    brokers: str | Sequence[tuple[str, int]], topics: Iterable[str] = (), options: ClientOptions | None = None, *,
+    sleep: Callable[[float], object] = time.sleep, connect: Callable[..., SyncConnection] = SyncConnection,
 ) -> Bootstrap:
     """The cluster as the brokers at C{brokers} describe it (blocking): any one address is enough.
 
@@ -185,32 +213,33 @@ def bootstrap(
     options = ClientOptions.build(options)
     topics = tuple(dict.fromkeys(topics))
     asked = parse_brokers(brokers)
-    for attempt in range(_STARTING_RETRIES + 1):
+    for attempt in range(STARTING_RETRIES + 1):
         try:
-            return _bootstrap_once(asked, topics, options)
-        except _Starting as e:
-            if attempt == _STARTING_RETRIES:
+            return _bootstrap_once(asked, topics, options, connect)
+        except Starting as e:
+            if attempt == STARTING_RETRIES:
                 raise ConnectionFailed(str(e)) from None
-            time.sleep(_STARTING_WAIT_S)  # a broker reads ZooKeeper right after it starts: ask again
+            sleep(STARTING_WAIT_S)  # a broker reads ZooKeeper right after it starts: ask again
     raise AssertionError("unreachable")
 
 
 #: How often, and after how long, L{bootstrap} asks again when every broker is still reading ZooKeeper.
-_STARTING_RETRIES = 8
-_STARTING_WAIT_S = 0.25
+STARTING_RETRIES = 8
+STARTING_WAIT_S = 0.25
 
 
-class _Starting(ConnectionFailed):
+class Starting(ConnectionFailed):
     """Every broker that answered has not read ZooKeeper yet."""
 
 
-def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], options: ClientOptions) -> Bootstrap:
+def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], options: ClientOptions,
+                    connect: Callable[..., SyncConnection]) -> Bootstrap:
     answers: list[tuple[str, ClusterMetadataResponse]] = []
     problems: list[str] = []
     for host, port in asked:
-        address = format_address(host, port)
+        address = address_text(host, port)
         try:
-            with SyncConnection(host, port, options) as connection:
+            with connect(host, port, options) as connection:
                 answer = connection.cluster_metadata(topics)
         except (ConnectionFailed, BrokerTimeout) as e:
             problems.append(str(e))
@@ -218,6 +247,20 @@ def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], optio
         if answer.view == VIEW_CURRENT:
             return Bootstrap(answer, address, {answer.broker_id})
         answers.append((address, answer))
+    return choose_answer(asked, answers, problems)
+
+
+def choose_answer(asked: Sequence[tuple[str, int]], answers: Sequence[tuple[str, ClusterMetadataResponse]],
+                  problems: list[str]) -> Bootstrap:
+    """The cluster from the CLUSTER_METADATA C{answers} (address, answer) of C{asked}, none of them current
+    (pure: the blocking and the Twisted bootstrap share it); C{problems} are the addresses that failed, and why.
+
+    @raise Starting: every answer is from a broker that has not read ZooKeeper yet (ask again).
+    @raise ConnectionFailed: no usable answer, naming the addresses and why.
+    """
+    for address, answer in answers:
+        if answer.view == VIEW_CURRENT:
+            return Bootstrap(answer, address, {answer.broker_id})
     standalone = [(a, r) for a, r in answers if r.view == VIEW_STANDALONE]
     if standalone and not problems and len(standalone) == len(answers):
         merged = _merge(r for _, r in standalone)
@@ -230,7 +273,7 @@ def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], optio
     for address, answer in answers:
         problems.append(f"broker {address} {_VIEW_PROBLEMS.get(answer.view, f'sent an unknown view {answer.view}')}")
     if answers and all(answer.view == VIEW_STARTING for _, answer in answers):
-        raise _Starting("cannot learn the cluster from " + ", ".join(map(_address, asked)) + ": "
+        raise Starting("cannot learn the cluster from " + ", ".join(map(_address, asked)) + ": "
                         + "; ".join(problems))
     raise ConnectionFailed("cannot learn the cluster from " + ", ".join(map(_address, asked)) + ": "
                            + "; ".join(problems))
@@ -243,7 +286,7 @@ _VIEW_PROBLEMS = {
 
 
 def _address(pair: tuple[str, int]) -> str:
-    return format_address(*pair)
+    return address_text(*pair)
 
 
 def _merge(answers: Iterable[ClusterMetadataResponse]) -> ClusterMetadataResponse:
@@ -267,52 +310,73 @@ def _merge(answers: Iterable[ClusterMetadataResponse]) -> ClusterMetadataRespons
 def cluster_partitions(cluster: Bootstrap | ClusterMetadataResponse, topics: Iterable[str]) -> list[PartitionLocation]:
     """The partitions of C{topics} in a CLUSTER_METADATA answer, with their brokers' addresses, sorted.
 
+    The answer is read by L{ClusterLayout.from_metadata}: a holder the answer gives no address for is skipped,
+    with a warning in the log.
+
     @raise InvalidTopic: the answer refuses one of C{topics}.
-    @raise ConnectionFailed: a partition is held by a broker the answer gives no address for.
     """
     answer = cluster.response if isinstance(cluster, Bootstrap) else cluster
-    addresses = answer.addresses
-    found = []
-    for topic in dict.fromkeys(topics):
+    topics = list(dict.fromkeys(topics))
+    for topic in topics:
         layout = answer.layout(topic)
-        if layout is None:
-            continue
-        raise_for(layout.error, f"broker {answer.broker_id} refuses topic {topic!r}")
-        for broker_id, count in layout.holders:
-            if broker_id not in addresses:
-                raise ConnectionFailed(f"topic {topic!r} has {count} partitions on broker {broker_id}, "
-                                       "which is not live (no address registered)")
-            host, port = addresses[broker_id]
-            found.extend(PartitionLocation(TopicPartition.on_broker(topic, broker_id, p), broker_id, host, port)
-                         for p in range(count))
-    return sorted(found)
+        if layout is not None:
+            raise_for(layout.error, f"broker {answer.broker_id} refuses topic {topic!r}")
+    return located(ClusterLayout.from_metadata(answer), topics)
+
+
+def located(reading: Reading, topics: Iterable[str], logger: logging.Logger = _logger) -> list[PartitionLocation]:
+    """The partitions of C{topics} in C{reading}'s layout, located and sorted; its problems logged as warnings."""
+    log_problems(reading.problems, logger)
+    return sorted(location for topic in dict.fromkeys(topics) for location in reading.layout.locations(topic))
+
+
+def log_problems(problems: Iterable[str], logger: logging.Logger = _logger) -> None:
+    """Log each distinct problem of a reading once, as a warning."""
+    for problem in dict.fromkeys(problems):
+        logger.warning("ignoring a bad value: %s", problem)
 
 
 def reachable(locations: Iterable[PartitionLocation], options: ClientOptions | None = None,
-              skip: Iterable[int] = ()) -> None:
+              skip: Iterable[int] = (), *, connect: Callable[..., SyncConnection] = SyncConnection) -> None:
     """Check that every broker holding one of C{locations} answers at its address, as itself (blocking).
 
     @param skip: broker ids known to answer (not asked again).
     @raise ConnectionFailed: naming the broker, its address and the partitions it holds.
     """
     options = ClientOptions.build(options)
-    by_broker: dict[int, list[PartitionLocation]] = {}
-    for location in locations:
-        by_broker.setdefault(location.leader, []).append(location)
-    for broker_id, held in sorted(by_broker.items()):
-        if broker_id in set(skip):
-            continue
+    for broker_id, held in holders_to_check(locations, skip):
         first = held[0]
-        names = ", ".join(str(tp.tp) for tp in sorted(held))
         try:
-            with SyncConnection(first.host, first.port, options) as connection:
+            with connect(first.host, first.port, options) as connection:
                 answer = connection.metadata(())
         except (ConnectionFailed, BrokerTimeout) as e:
-            raise ConnectionFailed(f"broker {broker_id} at {first.address} holds {names} but cannot be reached: "
-                                   f"{e}") from None
-        if answer.broker_id != broker_id:
-            raise ConnectionFailed(f"broker {broker_id} holds {names}, but {first.address} answers as broker "
-                                   f"{answer.broker_id} (a stale registration?)")
+            raise unreachable(broker_id, held, e) from None
+        check_answered_as(broker_id, held, answer.broker_id)
+
+
+def holders_to_check(locations: Iterable[PartitionLocation], skip: Iterable[int] = ()
+                     ) -> list[tuple[int, list[PartitionLocation]]]:
+    """The brokers holding C{locations} (but those in C{skip}), each with what it holds, by broker id."""
+    skipped = set(skip)
+    by_broker: dict[int, list[PartitionLocation]] = {}
+    for location in locations:
+        if location.leader not in skipped:
+            by_broker.setdefault(location.leader, []).append(location)
+    return [(broker_id, sorted(held)) for broker_id, held in sorted(by_broker.items())]
+
+
+def unreachable(broker_id: int, held: Sequence[PartitionLocation], error: BaseException) -> ConnectionFailed:
+    """The error for broker C{broker_id}, holding C{held}, that cannot be reached."""
+    names = ", ".join(str(location.tp) for location in held)
+    return ConnectionFailed(f"broker {broker_id} at {held[0].address} holds {names} but cannot be reached: {error}")
+
+
+def check_answered_as(broker_id: int, held: Sequence[PartitionLocation], answered: int) -> None:
+    """@raise ConnectionFailed: the address of broker C{broker_id} answered as broker C{answered}."""
+    if answered != broker_id:
+        names = ", ".join(str(location.tp) for location in held)
+        raise ConnectionFailed(f"broker {broker_id} holds {names}, but {held[0].address} answers as broker "
+                               f"{answered} (a stale registration?)")
 
 
 def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float) -> list[PartitionLocation]:
@@ -324,31 +388,27 @@ def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float) -
 
 
 def registered_partitions(zk: BlockingZooKeeper, topics: Iterable[str]) -> list[PartitionLocation]:
-    """The partitions of C{topics} on the live brokers registered in C{zk} (Kafka 0.7's layout).
+    """The partitions of C{topics} on the live brokers registered in C{zk} (Kafka 0.7's layout), sorted.
 
-    C{zk} needs only C{children(path)} and C{get(path)} (None for a missing node).
+    C{zk} needs only C{children(path)} and C{get(path)} (None for a missing node).  Bad values are skipped
+    and logged (L{ClusterLayout.from_registrations}).
     """
-    addresses = registered_brokers(zk)
-    found = []
-    for topic in topics:
-        for child in zk.children(paths.broker_topic_path(topic)):
-            broker_id = int(child)
-            count = zk.get(paths.broker_topic_path(topic, broker_id))
-            if broker_id not in addresses or count is None:
-                continue  # registered topic of a broker that has left
-            host, port = addresses[broker_id]
-            found.extend(
-                PartitionLocation(TopicPartition.on_broker(topic, broker_id, p), broker_id, host, port)
-                for p in range(int(count.decode() or 0))
-            )
-    return found
+    topics = list(dict.fromkeys(topics))
+    return located(read_registrations(zk, topics), topics)
 
 
 def registered_brokers(zk: BlockingZooKeeper) -> dict[int, tuple[str, int]]:
-    """The live brokers registered in C{zk} (C{/brokers/ids/<id>}): id -> (host, port)."""
-    addresses: dict[int, tuple[str, int]] = {}
-    for child in zk.children(paths.BROKER_IDS):
-        value = zk.get(paths.broker_id_path(int(child)))
-        if value is not None:
-            addresses[int(child)] = parse_broker_address(value)
-    return addresses
+    """The live brokers registered in C{zk} (C{/brokers/ids/<id>}): id -> (host, port); bad values logged."""
+    reading = read_registrations(zk, ())
+    log_problems(reading.problems)
+    return dict(reading.layout.brokers)
+
+
+def read_registrations(zk: BlockingZooKeeper, topics: Iterable[str]) -> Reading:
+    """Read the brokers' and C{topics}' registrations from C{zk} (blocking), interpreted by the layout."""
+    brokers = _values(zk, paths.BROKER_IDS)
+    return ClusterLayout.from_registrations(brokers, {t: _values(zk, paths.broker_topic_path(t)) for t in topics})
+
+
+def _values(zk: BlockingZooKeeper, parent: str) -> Mapping[str, bytes | None]:
+    return {name: zk.get(f"{parent}/{name}") for name in zk.children(parent)}

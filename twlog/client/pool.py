@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from twlog.client.connection import IBrokerConnection
+from twlog.partition import address_text
 
 #: Opens a connection to C{(host, port)}.
 ConnectionFactory = Callable[[str, int], IBrokerConnection]
@@ -50,7 +51,7 @@ class ConnectionPool:
         for broker_id, (host, port) in sorted(brokers.items()):
             if broker_id not in self._by_id:
                 self._by_id[broker_id] = self._factory(host, port)
-                self._log.info("broker {id} at {host}:{port} joined", id=broker_id, host=host, port=port)
+                self._log.info("broker {id} at {address} joined", id=broker_id, address=address_text(host, port))
 
     def follow(self, live: Mapping[int, tuple[str, int]]) -> None:
         """Match the live brokers (id -> address): open connections to new ones, retire those gone or moved."""

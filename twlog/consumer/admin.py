@@ -13,16 +13,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from twisted.internet.defer import Deferred, DeferredList
+from twisted.logger import Logger
 
+from twlog.client.async_discovery import read_registrations_async
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.membership import read_members, read_offsets, read_values, sorted_children
 from twlog.consumer.rebalance import natural_key
 from twlog.coord import paths
-from twlog.coord.cluster import parse_broker_address
+from twlog.coord.layout import ClusterLayout
 from twlog.coord.zk import IZooKeeper
 from twlog.errors import TwlogError
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import OffsetsRequest
+
+_log = Logger()
 
 
 @dataclass(frozen=True)
@@ -85,31 +89,27 @@ async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=N
     C{lag}) as None.
     """
     groups = [group] if group is not None else await sorted_children(zk, paths.CONSUMERS)
-    addresses = await _broker_addresses(zk)
+    reported: set[str] = set()
+    addresses = dict((await _layout(zk, (), reported)).brokers)
     descriptions = []
     for name in groups:
-        descriptions.append(await _describe(zk, name, addresses))
+        descriptions.append(await _describe(zk, name, reported))
     await _fill_latest(descriptions, addresses, reactor, timeout_s)
     return descriptions
 
 
-async def _describe(zk: IZooKeeper, group: str, addresses: dict[int, tuple[str, int]]) -> GroupDescription:
+async def _describe(zk: IZooKeeper, group: str, reported: set[str]) -> GroupDescription:
     registered_members = await read_members(zk, group)
     members = [GroupMember(i, registered_members[i]) for i in sorted(registered_members, key=natural_key)]
     topics = {t for m in members for t in (m.subscription or {})}
     topics |= set(await sorted_children(zk, f"{paths.group_path(group)}/owners"))
     topics |= set(await sorted_children(zk, f"{paths.group_path(group)}/offsets"))
     partitions = []
+    layout = await _layout(zk, topics, reported)
     for topic in sorted(topics, key=natural_key):
         names = await sorted_children(zk, paths.owner_path(group, topic))
         names += await sorted_children(zk, paths.offset_path(group, topic))
-        found = set(_partitions(topic, names))
-        registered = await sorted_children(zk, paths.broker_topic_path(topic))
-        counts = await read_values(zk, [paths.broker_topic_path(topic, int(b)) for b in registered if b.isdigit()])
-        for broker, count in zip([b for b in registered if b.isdigit()], counts):
-            if count is not None and int(broker) in addresses and count.strip().isdigit():
-                found |= {TopicPartition.on_broker(topic, int(broker), p) for p in range(int(count))}
-        tps = sorted(found)
+        tps = sorted(set(_partitions(topic, names)) | set(layout.topic_partitions(topic)))
         owners = await read_values(zk, [paths.owner_path(group, topic, tp.name) for tp in tps])
         offsets = await read_offsets(zk, group, tps)
         for tp, owner in zip(tps, owners):
@@ -203,28 +203,23 @@ async def live_members(zk: IZooKeeper, group: str) -> list[str]:
 
 
 async def registered_partitions(zk: IZooKeeper, topic: str) -> dict[TopicPartition, tuple[str, int]]:
-    """Every partition of C{topic} registered by a live broker, with that broker's address."""
-    addresses = await _broker_addresses(zk)
-    registered = [b for b in await sorted_children(zk, paths.broker_topic_path(topic)) if b.isdigit()]
-    counts = await read_values(zk, [paths.broker_topic_path(topic, int(b)) for b in registered])
-    found = {}
-    for broker, count in zip(registered, counts):
-        if count is not None and int(broker) in addresses and count.strip().isdigit():
-            for p in range(int(count)):
-                found[TopicPartition.on_broker(topic, int(broker), p)] = addresses[int(broker)]
-    return found
+    """Every partition of C{topic} registered by a live broker, with that broker's address.
+
+    The registrations are read by the one reading of the layout (L{ClusterLayout.from_registrations}): bad
+    values are skipped, each logged once as a warning.
+    """
+    layout = await _layout(zk, [topic], set())
+    return {location.tp: (location.host, location.port) for location in layout.locations(topic)}
 
 
-async def _broker_addresses(zk: IZooKeeper) -> dict[int, tuple[str, int]]:
-    broker_ids = [b for b in await sorted_children(zk, paths.BROKER_IDS) if b.isdigit()]
-    addresses = {}
-    for name, value in zip(broker_ids, await read_values(zk, [paths.broker_id_path(int(b)) for b in broker_ids])):
-        try:
-            if value is not None:
-                addresses[int(name)] = parse_broker_address(value)
-        except ValueError:
-            continue
-    return addresses
+async def _layout(zk: IZooKeeper, topics, reported: set[str]) -> ClusterLayout:
+    """The brokers and C{topics} as registered in C{zk}; each problem not in C{reported} yet is logged (and added)."""
+    layout, problems = await read_registrations_async(zk, list(topics))
+    for problem in problems:
+        if problem not in reported:
+            reported.add(problem)
+            _log.warn("ignoring a registration in ZooKeeper: {problem}", problem=problem)
+    return layout
 
 
 async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time: int, *, reactor=None,

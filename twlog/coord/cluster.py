@@ -10,12 +10,15 @@ by (broker id, partition).
 A broker follows every topic (C{all_topics=True}: a watch on C{/brokers/topics}
 too), to answer CLUSTER_METADATA for the whole cluster; producers and consumers
 follow the topics they use.
+
+The view only reads the nodes and keeps the watches: it stores the values it
+read, and L{ClusterLayout.from_registrations} interprets them (the one tolerance
+rule for bad values, L{twlog.coord.layout}).  Each distinct problem is logged
+once, as a warning.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,55 +26,11 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from twlog.coord import paths
-from twlog.coord.layout import ClusterLayout
+from twlog.coord.layout import ClusterLayout, parse_broker_address
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, NoNodeError
 from twlog.partition import TopicPartition
 
-#: Kafka 0.7's C{<creator id>:<address>}, the creator id being C{<host>-<ms since the epoch>}.
-_CREATOR = re.compile(r"^(?P<creator>.*-\d+):(?P<address>.+)$", re.DOTALL)
-
-
-def parse_broker_address(value: bytes) -> tuple[str, int]:
-    """A broker registration's value as C{(host, port)}: the one parser every reader of C{/brokers/ids/<id>} uses.
-
-    Both forms are read: Kafka 0.7's C{<creator id>:<host>:<port>} (creator id C{<host>-<ms>},
-    L{twlog.coord.registration.broker_value}, what twlog writes) and a plain C{<host>:<port>}.  An IPv6 host
-    may be in brackets (C{[::1]:9092}, C{[::1]-1300000000000:[::1]:9092}) or, in 0.7's form, bare.
-
-    @raise ValueError: neither form, or a port that is not a number in 0-65535.
-    """
-    try:
-        text = value.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise ValueError(f"broker registration {value!r} is not UTF-8") from None
-    head, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"broker registration {text!r} does not end in :<port>")
-    if head.endswith("]"):  # a bracketed IPv6 host, alone or after 0.7's "creator:"
-        start = head.rfind("[")
-        if start < 0 or (start > 0 and head[start - 1] != ":"):
-            raise ValueError(f"broker registration {text!r} has a bad [host]")
-        host = head[start + 1 : -1]
-    else:
-        creator = _CREATOR.match(head)
-        if creator is not None:
-            host = creator.group("address")
-        elif ":" in head and not _is_ipv6(head):
-            host = head.rpartition(":")[2]  # another creator id: 0.7 clients take the last two fields too
-        else:
-            host = head
-    if not host or "[" in host or "]" in host:
-        raise ValueError(f"broker registration {text!r} has no host")
-    return host, int(port)
-
-
-def _is_ipv6(text: str) -> bool:
-    try:
-        ipaddress.IPv6Address(text)
-    except ValueError:
-        return False
-    return True
-
+__all__ = ["ClusterView", "parse_broker_address"]
 
 class ClusterView:
     """Live brokers and watched topics' partitions, from ZooKeeper, updated by watches."""
@@ -85,8 +44,13 @@ class ClusterView:
         self.ready = False
         #: Live brokers: id -> (host, port).
         self.brokers: dict[int, tuple[str, int]] = {}
-        #: Registered partition counts: topic -> {broker id: count}.
-        self._registrations: dict[str, dict[int, int]] = {}
+        #: What was read: C{/brokers/ids}' children and each read topic's registrations, child name -> value.
+        self._broker_values: dict[str, bytes | None] = {}
+        self._topic_values: dict[str, dict[str, bytes | None]] = {}
+        self._layout = ClusterLayout()
+        self._read_state: tuple[ClusterLayout, frozenset[str]] = (self._layout, frozenset())
+        #: The problems already logged (each distinct one is logged once).
+        self._reported: set[str] = set()
         self._topics: set[str] = set(topics)
         self._listeners: list[Callable[[], Any]] = []
         self._generation = 0
@@ -121,15 +85,14 @@ class ClusterView:
 
     async def watch_topic(self, topic: str) -> None:
         """Start following C{topic}'s registrations (no-op if already followed)."""
-        if topic in self._topics and topic in self._registrations:
+        if topic in self._topics and topic in self._topic_values:
             return
         self._topics.add(topic)
         await self._read_topic(topic, self._generation)
 
     def partitions(self, topic: str) -> list[tuple[int, int]]:
         """C{topic}'s partitions on live brokers, as (broker id, partition), sorted."""
-        counts = self._registrations.get(topic, {})
-        return sorted((b, p) for b, n in counts.items() if b in self.brokers for p in range(n))
+        return [(tp.fixed_leader, tp.number) for tp in self._layout.topic_partitions(topic)]
 
     def topic_partitions(self, topic: str) -> list[TopicPartition]:
         """C{topic}'s partitions on live brokers, sorted by (broker id, partition)."""
@@ -137,7 +100,7 @@ class ClusterView:
 
     def layout(self) -> ClusterLayout:
         """The cluster as the view knows it now: live brokers, followed topics' partitions and their leaders."""
-        return ClusterLayout.from_counts(self.brokers, self._registrations, self._topics)
+        return self._layout
 
     def topics(self) -> list[str]:
         """The topics being followed."""
@@ -145,7 +108,7 @@ class ClusterView:
 
     def holders(self, topic: str) -> dict[int, int]:
         """C{topic}'s partition count on each live broker that registered it."""
-        return {b: n for b, n in self._registrations.get(topic, {}).items() if b in self.brokers}
+        return self._layout.holders(topic)
 
     # -- reading and watching --------------------------------------------------------
 
@@ -186,18 +149,10 @@ class ClusterView:
     async def _read_brokers(self, generation: int) -> None:
         await self._zk.ensure_path(paths.BROKER_IDS)
         ids = await self._zk.children(paths.BROKER_IDS, watch=self._watcher(self._read_brokers, generation))
-        brokers = {}
-        for name in ids:
-            try:
-                value, _ = await self._zk.get(paths.broker_id_path(int(name)))
-                brokers[int(name)] = parse_broker_address(value)
-            except NoNodeError:
-                continue  # gone meanwhile: the children watch fires again
-            except ValueError:
-                self._log.warn("ignoring broker registration {name}: not host:port", name=name)
-        if generation == self._generation and brokers != self.brokers:
-            self.brokers = brokers
-            self._changed()
+        values = await self._values(paths.BROKER_IDS, ids)  # (one gone meanwhile: the children watch fires again)
+        if generation == self._generation:
+            self._broker_values = values
+            self._update()
 
     async def _read_topic_names(self, generation: int) -> None:
         """Follow every topic under C{/brokers/topics} (and, by its watch, each one created later)."""
@@ -219,15 +174,35 @@ class ClusterView:
             if await self._zk.exists(path, watch=watch) is not None:
                 return await self._read_topic(topic, generation)
             ids = []
-        counts = {}
-        for name in ids:
+        values = await self._values(path, ids)
+        if generation == self._generation:
+            self._topic_values[topic] = values
+            self._update()
+
+    async def _values(self, parent: str, names: Iterable[str]) -> dict[str, bytes | None]:
+        """The values of C{parent}'s children C{names}; None for one gone meanwhile."""
+        values: dict[str, bytes | None] = {}
+        for name in names:
             try:
-                value, _ = await self._zk.get(paths.broker_topic_path(topic, int(name)))
-                counts[int(name)] = int(value.decode() or "0")
-            except (NoNodeError, ValueError):
-                continue
-        if generation == self._generation and counts != self._registrations.get(topic):
-            self._registrations[topic] = counts
+                values[name], _ = await self._zk.get(f"{parent}/{name}")
+            except NoNodeError:
+                values[name] = None
+        return values
+
+    def _update(self) -> None:
+        """Interpret what was read (L{ClusterLayout.from_registrations}); log new problems; tell the listeners
+        if the layout or the set of read topics changed."""
+        topics = {t: self._topic_values[t] for t in self._topics if t in self._topic_values}
+        layout, problems = ClusterLayout.from_registrations(self._broker_values, topics)
+        for problem in problems:
+            if problem not in self._reported:
+                self._reported.add(problem)
+                self._log.warn("ignoring a registration in ZooKeeper: {problem}", problem=problem)
+        self._layout = layout
+        self.brokers = dict(layout.brokers)
+        state = (layout, frozenset(topics))
+        if state != self._read_state:
+            self._read_state = state
             self._changed()
 
     def _watcher(self, read, generation: int):

@@ -8,18 +8,108 @@ answer, or ZooKeeper's registrations), and routes by L{ClusterLayout.locate}.
 
 For a Kafka 0.7 topic the leader of C{<broker id>-<n>} is that broker, always:
 the partition is in the layout while its broker is live.
+
+Two pure readings build it; the drivers only fetch what they read:
+
+  - L{ClusterLayout.from_metadata}: a CLUSTER_METADATA answer (one broker's, or
+    several merged), as the blocking discovery, the async discovery and the
+    producer's router get it;
+  - L{ClusterLayout.from_registrations}: ZooKeeper's values, C{/brokers/ids/<id>}
+    (C{{child name: value}}) and C{/brokers/topics/<topic>/<id>} (C{{topic: {child
+    name: value}}}), as L{twlog.coord.cluster.ClusterView}, both discoveries and
+    C{twlog groups} read them.
+
+One tolerance rule for bad values, the same on every path: a value that cannot
+be used is skipped, and the reading returns one problem (a line naming the node
+and what is wrong with it) for it, with the rest of the layout.  The bad values
+are: a broker id child name that is not a non-negative integer; a broker
+registration that L{parse_broker_address} refuses; a topic name that
+L{validate_topic} refuses; a topic registration under a child name that is not
+a broker id, or whose value is not a non-negative integer partition count; a
+topic registration (or, in a METADATA answer, a topic's holder) whose broker is
+not live.  A value of None is a node that went away between listing and reading
+it: it is gone, not bad, and skipped without a problem.  Readings never raise
+for a bad value; each driver logs each distinct problem once, with its own
+logger (L{twlog.coord.cluster.ClusterView} with C{twisted.logger}, the blocking
+paths with C{logging}).  What the caller asked for is refused with a typed error
+by the driver, the same everywhere: a topic on no live broker is
+L{twlog.errors.UnknownTopic}, a topic a broker refuses L{twlog.errors.InvalidTopic}.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 
 import attrs
 
-from twlog.errors import LeaderNotAvailable
+from twlog.coord import paths
+from twlog.errors import InvalidTopic, LeaderNotAvailable
 from twlog.partition import TopicPartition, address_text
+from twlog.protocol.responses import ClusterMetadataResponse
+from twlog.storage.manager import validate_topic
 
-__all__ = ["ClusterLayout", "PartitionLocation"]
+__all__ = ["ClusterLayout", "PartitionLocation", "Reading", "parse_broker_address"]
+
+#: Kafka 0.7's C{<creator id>:<address>}, the creator id being C{<host>-<ms since the epoch>}.
+_CREATOR = re.compile(r"^(?P<creator>.*-\d+):(?P<address>.+)$", re.DOTALL)
+
+
+def parse_broker_address(value: bytes) -> tuple[str, int]:
+    """A broker registration's value as C{(host, port)}: the one parser every reader of C{/brokers/ids/<id>} uses.
+
+    Both forms are read: Kafka 0.7's C{<creator id>:<host>:<port>} (creator id C{<host>-<ms>},
+    L{twlog.coord.registration.broker_value}, what twlog writes) and a plain C{<host>:<port>}.  An IPv6 host
+    may be in brackets (C{[::1]:9092}, C{[::1]-1300000000000:[::1]:9092}) or, in 0.7's form, bare.
+
+    @raise ValueError: neither form, or a port that is not a number in 0-65535.
+    """
+    try:
+        text = value.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"broker registration {value!r} is not UTF-8") from None
+    head, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not port.isascii() or int(port) > 65535:
+        raise ValueError(f"broker registration {text!r} does not end in :<port>")
+    if head.endswith("]"):  # a bracketed IPv6 host, alone or after 0.7's "creator:"
+        start = head.rfind("[")
+        if start < 0 or (start > 0 and head[start - 1] != ":"):
+            raise ValueError(f"broker registration {text!r} has a bad [host]")
+        host = head[start + 1 : -1]
+    else:
+        creator = _CREATOR.match(head)
+        if creator is not None:
+            host = creator.group("address")
+        elif ":" in head and not _is_ipv6(head):
+            host = head.rpartition(":")[2]  # another creator id: 0.7 clients take the last two fields too
+        else:
+            host = head
+    if not host or "[" in host or "]" in host:
+        raise ValueError(f"broker registration {text!r} has no host")
+    return host, int(port)
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _broker_id(name: str) -> int | None:
+    """A ZooKeeper child name as a broker id, or None if it is not a non-negative decimal integer."""
+    return int(name) if isinstance(name, str) and name.isdigit() and name.isascii() else None
+
+
+def _count(value: bytes) -> int | None:
+    """A topic registration's value as a partition count, or None if it is not a non-negative integer."""
+    try:
+        text = value.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 @attrs.frozen(order=True)
@@ -84,6 +174,60 @@ class ClusterLayout:
             )
         return cls(live, found)
 
+    @classmethod
+    def from_registrations(cls, brokers: Mapping[str, bytes | None],
+                           topics: Mapping[str, Mapping[str, bytes | None]]) -> Reading:
+        """The layout ZooKeeper's registrations describe, and the problems of the values skipped (module docstring).
+
+        @param brokers: C{/brokers/ids}' children: child name -> value (None: gone meanwhile).
+        @param topics: topic -> C{/brokers/topics/<topic>}'s children: child name -> value (None: gone).
+            A topic given with no children is known, with no partitions.
+        """
+        problems: list[str] = []
+        live: dict[int, tuple[str, int]] = {}
+        for name, value in sorted(brokers.items()):
+            broker_id = _broker_id(name)
+            if broker_id is None:
+                problems.append(f"{paths.BROKER_IDS}/{name}: {name!r} is not a broker id")
+            elif value is not None:
+                try:
+                    live[broker_id] = parse_broker_address(value)
+                except ValueError as e:
+                    problems.append(f"{paths.broker_id_path(broker_id)}: {e}")
+        counts: dict[str, dict[int, int]] = {}
+        for topic, registrations in sorted(topics.items()):
+            try:
+                validate_topic(topic)
+            except InvalidTopic as e:
+                problems.append(f"{paths.broker_topic_path(topic)}: {e}")
+                continue
+            counts[topic] = _topic_counts(topic, registrations, live, problems)
+        return Reading(cls.from_counts(live, counts), tuple(problems))
+
+    @classmethod
+    def from_metadata(cls, answer: ClusterMetadataResponse) -> Reading:
+        """The layout a CLUSTER_METADATA answer describes (one broker's, or several merged), and its problems.
+
+        A topic the answer refuses (an error code) is left out, with no problem: the driver that asked for it
+        raises the typed error (L{twlog.errors.raise_for}).  Holders that are not live are problems.
+        """
+        problems: list[str] = []
+        counts: dict[str, dict[int, int]] = {}
+        live = answer.addresses
+        for layout in answer.topics:
+            if layout.error:
+                continue
+            held = counts.setdefault(layout.topic, {})
+            for broker_id, count in layout.holders:
+                if broker_id not in live:
+                    problems.append(f"topic {layout.topic!r}: {count} partitions on broker {broker_id}, which is not "
+                                    f"live (broker {answer.broker_id} gives no address for it)")
+                elif count < 0:
+                    problems.append(f"topic {layout.topic!r}: broker {broker_id} holds {count} partitions")
+                else:
+                    held[broker_id] = count
+        return Reading(cls.from_counts(live, counts), tuple(problems))
+
     def topics(self) -> list[str]:
         """The topics the layout knows, sorted."""
         return sorted(self.partitions)
@@ -121,3 +265,37 @@ class ClusterLayout:
     def locations(self, topic: str) -> list[PartitionLocation]:
         """Every partition of C{topic} that has a live leader, located, sorted."""
         return [self.locate(tp) for tp in self.topic_partitions(topic)]
+
+
+def _topic_counts(topic: str, registrations: Mapping[str, bytes | None], live: Mapping[int, tuple[str, int]],
+                  problems: list[str]) -> dict[int, int]:
+    """C{topic}'s usable registrations (broker id -> partition count), appending a problem per bad one."""
+    counts: dict[int, int] = {}
+    for name, value in sorted(registrations.items()):
+        where = f"{paths.broker_topic_path(topic)}/{name}"
+        broker_id = _broker_id(name)
+        if broker_id is None:
+            problems.append(f"{where}: {name!r} is not a broker id")
+        elif value is None:
+            continue  # gone meanwhile
+        elif (count := _count(value)) is None:
+            problems.append(f"{where}: partition count {value!r} is not a non-negative integer")
+        elif broker_id not in live:
+            problems.append(f"{where}: broker {broker_id} is not live (no usable {paths.broker_id_path(broker_id)})")
+        else:
+            counts[broker_id] = count
+    return counts
+
+
+@attrs.frozen
+class Reading:
+    """What a reading of the cluster gives: the layout, and one line per bad value it skipped.
+
+    Unpacks as C{layout, problems = ClusterLayout.from_registrations(...)}.
+    """
+
+    layout: ClusterLayout
+    problems: tuple[str, ...] = ()
+
+    def __iter__(self):
+        return iter((self.layout, self.problems))

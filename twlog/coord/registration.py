@@ -47,6 +47,7 @@ from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, KazooException, NodeExistsError, NoNodeError
 from twlog.errors import TwlogError
+from twlog.partition import address_text
 from twlog.statemachine import StateMachine, logged_by
 from twlog.storage.manager import LogManager
 
@@ -107,7 +108,7 @@ class BrokerIdInUse(TwlogError):
 
 def broker_address(host: str, port: int) -> str:
     """C{host:port}, an IPv6 host in brackets: how log lines name a broker."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return address_text(host, port)
 
 
 def broker_value(host: str, port: int, created_ms: int) -> str:

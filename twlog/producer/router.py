@@ -17,6 +17,11 @@ one of two ways:
   - from ZooKeeper: a L{ClusterView} watches the live brokers and each topic's
     registrations, and the pool follows the live brokers.
 
+Either way, what it reads is interpreted by the one reading of the layout
+(L{ClusterLayout.from_metadata}, or the view's L{ClusterLayout.from_registrations}):
+bad values are skipped, each logged once as a warning, and the router asks the
+layout for a partition's leader.
+
 Either way, a topic no live broker holds starts at partition 0 of each live
 broker (the broker creates the log on the first write and registers it);
 registrations replace those bootstrap partitions as they come, and the
@@ -39,6 +44,7 @@ from twisted.python.failure import Failure
 
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
+from twlog.coord.layout import ClusterLayout
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
 from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, raise_for
 from twlog.partition import TopicPartition
@@ -106,6 +112,10 @@ class Router:
         # Static mode: topics whose partitions include bootstrap ones, and until when they are kept.
         self._provisional: dict[str, float] = {}
         self._discovering: dict[str, list[Deferred[list[TopicPartition]]]] = {}
+        #: Static mode: the live brokers the answers described (the view's layout, with ZooKeeper).
+        self._static_layout = ClusterLayout()
+        #: The problems of readings already logged (each distinct one is logged once).
+        self._reported: set[str] = set()
         self._closed = False
 
     @property
@@ -141,9 +151,16 @@ class Router:
             raise ValueError(f"partition index {index} is outside topic {topic!r}'s partitions [0, {n - 1}]")
         return partitions[index]
 
+    def layout(self) -> ClusterLayout:
+        """The cluster as the router knows it now: the view's, with ZooKeeper; else what the brokers described."""
+        return self._view.layout() if self._view is not None else self._static_layout
+
     def leader(self, tp: TopicPartition) -> int:
-        """The broker that leads C{tp}, which L{choose} picked from the known partitions."""
-        leader = tp.fixed_leader
+        """The broker that leads C{tp}, which L{choose} picked from the known partitions (asked of the layout; a
+        0.7 partition's own broker while the layout does not know it live yet)."""
+        leader = self.layout().leader(tp)
+        if leader is None:
+            leader = tp.fixed_leader
         if leader is None:
             raise LeaderNotAvailable(f"partition {tp} has no known leader")
         return leader
@@ -235,17 +252,19 @@ class Router:
             # One broker that follows ZooKeeper describes everything; each other one that answered is live and
             # says what it holds itself (a view may lag behind a broker that has just registered).
             whole = n == 0 or cluster[0].view not in (VIEW_CURRENT, VIEW_STALE)
-            for layout in answer.topics:
-                if layout.topic == topic:
-                    raise_for(layout.error, f"broker {answer.broker_id} refuses topic {topic!r}")
-                    registered.update((b, p) for b, count in layout.holders for p in range(count)
-                                      if whole or b == answer.broker_id)
-            for broker_id, address in answer.addresses.items():
+            refused = answer.layout(topic)
+            if refused is not None:
+                raise_for(refused.error, f"broker {answer.broker_id} refuses topic {topic!r}")
+            layout = self._read(ClusterLayout.from_metadata(answer))
+            registered.update((tp.fixed_leader, tp.number) for tp in layout.topic_partitions(topic)
+                              if whole or tp.fixed_leader == answer.broker_id)
+            for broker_id, address in layout.brokers.items():
                 if whole or broker_id == answer.broker_id:
                     live.setdefault(broker_id, address)
         if not live:
             raise ConnectionFailed(f"no broker gave partitions for topic {topic!r}: " + "; ".join(problems))
         self._pool.add(live)
+        self._static_layout = ClusterLayout(live)
         # Every live broker is a target: one that does not hold the topic yet gets partition 0 (it creates
         # the log on the first write), as Kafka 0.7's producer bootstraps a new topic.
         holders = {b for b, _ in registered}
@@ -304,20 +323,29 @@ class Router:
         """The view changed: the pool follows the live brokers, and known topics are recomputed."""
         if self._view is None or self._closed:
             return
-        self._pool.follow(self._view.brokers)
+        self._pool.follow(dict(self._view.layout().brokers))
         for topic in list(self._topics):
             try:
                 self._topics[topic] = self._zk_partitions(topic)
             except ConnectionFailed:
                 del self._topics[topic]  # no broker: the next send says so
 
+    def _read(self, reading) -> ClusterLayout:
+        """C{reading}'s layout, its problems not logged yet logged as warnings."""
+        for problem in reading.problems:
+            if problem not in self._reported:
+                self._reported.add(problem)
+                self._log.warn("ignoring a bad value in the cluster's answer: {problem}", problem=problem)
+        return reading.layout
+
     def _zk_partitions(self, topic: str) -> list[TopicPartition]:
         """C{topic}'s partitions on live brokers: the registered ones, plus partition 0 of each broker
         the topic was bootstrapped on that has not registered it yet."""
-        live = self._view.brokers
+        layout = self._view.layout()
+        live = layout.brokers
         if not live:
             raise ConnectionFailed(f"no broker is registered in ZooKeeper at {self._zk.hosts}: none is live")
-        registered = self._view.partitions(topic)
+        registered = [(tp.fixed_leader, tp.number) for tp in layout.topic_partitions(topic)]
         if not registered:
             # Nobody live holds it: partition 0 of each live broker, which creates the log on the first write.
             self._bootstrap[topic] = set(live)

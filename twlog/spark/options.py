@@ -14,9 +14,10 @@ from __future__ import annotations
 import difflib
 import json
 
-from twlog.client.discovery import PartitionLocation, discover, resolve_partition
+from twlog.client.discovery import discover, resolve_partition
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
+from twlog.coord.layout import PartitionLocation
 from twlog.errors import OffsetOutOfRange, UnknownTopic
 from twlog.protocol.codec import EARLIEST, LATEST
 

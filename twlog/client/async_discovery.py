@@ -1,0 +1,214 @@
+# -*- test-case-name: tests.client.test_async_discovery -*-
+"""Where a topic's partitions are, the Twisted way: L{discover_async}, for the CLI and other reactor code.
+
+The same discovery as L{twlog.client.discovery.discover} (same sources, same
+answers, same errors), driven by Deferreds: CLUSTER_METADATA and METADATA over
+L{BrokerConnection}, ZooKeeper over the L{IZooKeeper} adapter, and the wait
+before asking a starting broker again on the reactor's clock.  What it reads is
+interpreted by the one pure reading, L{twlog.coord.layout.ClusterLayout}, and
+what to do with the answers (L{choose_answer}, L{cluster_partitions}) is shared
+with the blocking form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
+
+from twlog.client.connection import BrokerConnection
+from twlog.client.discovery import (
+    STARTING_RETRIES,
+    STARTING_WAIT_S,
+    Bootstrap,
+    Starting,
+    check_answered_as,
+    choose_answer,
+    cluster_partitions,
+    holders_to_check,
+    located,
+    parse_brokers,
+    require_topics,
+    unreachable,
+)
+from twlog.client.options import ClientOptions
+from twlog.coord import paths
+from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading
+from twlog.coord.zk import IZooKeeper, KazooException, NoNodeError, ZooKeeper, ZooKeeperUnavailable
+from twlog.errors import BrokerTimeout, ConnectionFailed
+from twlog.partition import address_text
+from twlog.protocol.codec import ClusterMetadataRequest, MetadataRequest
+from twlog.protocol.responses import VIEW_CURRENT, ClusterMetadataResponse
+from twlog.storage.manager import validate_topic
+
+__all__ = ["all_partitions_async", "bootstrap_async", "discover_async", "read_registrations_async"]
+
+#: C{connect(host, port, *, reactor, options)}: a connection like L{BrokerConnection}.
+Connect = Callable[..., BrokerConnection]
+
+
+def discover_async(
+    topics: Iterable[str],
+    *,
+    brokers: str | Sequence[tuple[str, int]] | None = None,
+    zookeeper: str | IZooKeeper | None = None,
+    options: ClientOptions | None = None,
+    check_reachable: bool = True,
+    reactor=None,
+    connect: Connect = BrokerConnection,
+    **overrides: Any,
+) -> Deferred[list[PartitionLocation]]:
+    """Every partition of C{topics} in the cluster, with its leader's address, sorted: L{discover}'s answer.
+
+    @param zookeeper: a connect string (a session is opened and closed), or a started L{IZooKeeper}.
+    @raise InvalidTopic: a topic name that cannot be, before asking anyone.
+    @raise UnknownTopic: a topic no broker holds, naming the brokers asked.
+    @raise ConnectionFailed: as L{twlog.client.discovery.discover}.
+    """
+    if reactor is None:
+        from twisted.internet import reactor
+    options = ClientOptions.build(options, **overrides)
+    if (brokers is None) == (zookeeper is None):
+        raise ValueError("give either the brokers option (host:port,...) or the zookeeper option, not both or none")
+    return Deferred.fromCoroutine(_discover(topics, brokers, zookeeper, options, check_reachable, reactor, connect))
+
+
+async def _discover(topics: list[str], brokers, zookeeper, options: ClientOptions, check_reachable: bool, reactor,
+                    connect: Connect) -> list[PartitionLocation]:
+    topics = [validate_topic(topic) for topic in dict.fromkeys(topics)]
+    answered: set[int] = set()
+    if brokers is not None:
+        cluster = await bootstrap_async(brokers, topics, options, reactor=reactor, connect=connect)
+        found = cluster_partitions(cluster, topics)
+        answered, where = cluster.answered, cluster.where
+    else:
+        found = located(await _registered(zookeeper, topics, options, reactor), topics)
+        where = f"the brokers registered in ZooKeeper at {getattr(zookeeper, 'hosts', zookeeper)}"
+    require_topics(found, topics, where)
+    if check_reachable:
+        await _reachable(found, options, answered, reactor, connect)
+    return sorted(found)
+
+
+def all_partitions_async(*, brokers: str | Sequence[tuple[str, int]] | None = None,
+                         zookeeper: str | IZooKeeper | None = None, options: ClientOptions | None = None,
+                         reactor=None, connect: Connect = BrokerConnection) -> Deferred[list[PartitionLocation]]:
+    """Every partition of every topic of the cluster, located, sorted (what C{twlog topics} lists).
+
+    @raise ConnectionFailed: no broker given answers, or ZooKeeper cannot be reached.
+    """
+    if reactor is None:
+        from twisted.internet import reactor
+    options = ClientOptions.build(options)
+    if (brokers is None) == (zookeeper is None):
+        raise ValueError("give either the brokers option (host:port,...) or the zookeeper option, not both or none")
+
+    async def every() -> list[PartitionLocation]:
+        if zookeeper is not None:
+            reading = await _registered(zookeeper, None, options, reactor)
+            return located(reading, reading.layout.topics())
+        cluster = await bootstrap_async(brokers, (), options, reactor=reactor, connect=connect)
+        return cluster_partitions(cluster, [layout.topic for layout in cluster.response.topics])
+
+    return Deferred.fromCoroutine(every())
+
+
+async def _registered(zookeeper: str | IZooKeeper, topics: list[str] | None, options: ClientOptions,
+                      reactor) -> Reading:
+    if not isinstance(zookeeper, str):
+        return await read_registrations_async(zookeeper, topics)
+    zk = ZooKeeper(zookeeper, reactor=reactor, connect_timeout_s=options.timeout_s)
+    try:
+        await zk.start()
+    except ZooKeeperUnavailable as e:
+        raise ConnectionFailed(str(e)) from None
+    try:
+        return await read_registrations_async(zk, topics)
+    except KazooException as e:
+        raise ConnectionFailed(f"cannot read the brokers from ZooKeeper at {zookeeper}: {e!r}") from None
+    finally:
+        await zk.stop()
+
+
+async def read_registrations_async(zk: IZooKeeper, topics: Iterable[str] | None) -> Reading:
+    """Read the brokers' and C{topics}' (None: every registered topic's) registrations from C{zk}, interpreted by
+    the layout (no watches)."""
+    brokers = await _values(zk, paths.BROKER_IDS)
+    if topics is None:
+        try:
+            topics = sorted(await zk.children(paths.BROKER_TOPICS))
+        except NoNodeError:
+            topics = []
+    registrations = {topic: await _values(zk, paths.broker_topic_path(topic)) for topic in topics}
+    return ClusterLayout.from_registrations(brokers, registrations)
+
+
+async def _values(zk: IZooKeeper, parent: str) -> Mapping[str, bytes | None]:
+    """C{parent}'s children and their values (None: gone meanwhile); none when C{parent} is missing."""
+    try:
+        names = await zk.children(parent)
+    except NoNodeError:
+        return {}
+    values: dict[str, bytes | None] = {}
+    for name in names:
+        try:
+            values[name], _ = await zk.get(f"{parent}/{name}")
+        except NoNodeError:
+            values[name] = None
+    return values
+
+
+async def bootstrap_async(brokers: str | Sequence[tuple[str, int]], topics: Iterable[str] = (),
+                          options: ClientOptions | None = None, *, reactor, connect: Connect = BrokerConnection
+                          ) -> Bootstrap:
+    """The cluster as the brokers at C{brokers} describe it: L{twlog.client.discovery.bootstrap}, on the reactor."""
+    options = ClientOptions.build(options)
+    topics = tuple(dict.fromkeys(topics))
+    asked = parse_brokers(brokers)
+    for attempt in range(STARTING_RETRIES + 1):
+        try:
+            return await _bootstrap_once(asked, topics, options, reactor, connect)
+        except Starting as e:
+            if attempt == STARTING_RETRIES:
+                raise ConnectionFailed(str(e)) from None
+            await deferLater(reactor, STARTING_WAIT_S)  # a starting broker reads ZooKeeper: ask again
+    raise AssertionError("unreachable")
+
+
+async def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], options: ClientOptions, reactor,
+                          connect: Connect) -> Bootstrap:
+    answers: list[tuple[str, ClusterMetadataResponse]] = []
+    problems: list[str] = []
+    for host, port in asked:
+        address = address_text(host, port)
+        try:
+            answer = await _ask(connect(host, port, reactor=reactor, options=options), ClusterMetadataRequest(topics))
+        except (ConnectionFailed, BrokerTimeout) as e:
+            problems.append(str(e))
+            continue
+        if answer.view == VIEW_CURRENT:
+            return Bootstrap(answer, address, {answer.broker_id})
+        answers.append((address, answer))
+    return choose_answer(asked, answers, problems)
+
+
+async def _ask(connection: BrokerConnection, request):
+    """C{request}'s answer on C{connection}, closed afterwards."""
+    try:
+        return await connection.request(request)
+    finally:
+        await connection.close()
+
+
+async def _reachable(locations: Iterable[PartitionLocation], options: ClientOptions, skip: Iterable[int], reactor,
+                     connect: Connect) -> None:
+    """L{twlog.client.discovery.reachable}, on the reactor."""
+    for broker_id, held in holders_to_check(locations, skip):
+        first = held[0]
+        try:
+            answer = await _ask(connect(first.host, first.port, reactor=reactor, options=options), MetadataRequest(()))
+        except (ConnectionFailed, BrokerTimeout) as e:
+            raise unreachable(broker_id, held, e) from None
+        check_answered_as(broker_id, held, answer.broker_id)
