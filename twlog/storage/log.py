@@ -117,12 +117,18 @@ class Log:
 
     @property
     def start_offset(self) -> int:
-        """The offset of the first byte still on disk."""
+        """The offset of the first byte still on disk.
+
+        Retention moves it forward, a whole segment at a time.
+        """
         return self._segments.start_offset
 
     @property
     def end_offset(self) -> int:
-        """The offset the next append gets (flushed or not)."""
+        """The offset the next append gets (flushed or not).
+
+        Readers see only up to L{flushed_offset}.
+        """
         return self._segments.end_offset
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
+import attrs
 from twisted.internet.defer import Deferred, succeed
 
 from twlog.errors import FetchSizeTooSmall, InvalidFetchSize, OffsetNotOnBoundary, OffsetOutOfRange
@@ -31,23 +32,18 @@ LATEST_TIME = -1
 EARLIEST_TIME = -2
 
 
+@attrs.define(eq=False)
 class LogReader:
     """Reads one partition's segments up to its flushed offset: fetches, OFFSETS and BOUNDARIES.
 
-    C{flushed_offset} is asked on every read, since flushes move it.
+    C{flushed_offset} is asked on every read, since flushes move it; C{run_in_thread} indexes
+    segments found on disk (for BOUNDARIES) off the reactor thread.
     """
 
-    def __init__(
-        self,
-        segments: SegmentList,
-        flushed_offset: Callable[[], int],
-        segment_bytes: int,
-        run_in_thread: ThreadRunner,
-    ) -> None:
-        self._segments = segments
-        self._flushed_offset = flushed_offset
-        self._segment_bytes = segment_bytes
-        self._run_in_thread = run_in_thread
+    _segments: SegmentList
+    _flushed_offset: Callable[[], int]
+    _segment_bytes: int
+    _run_in_thread: ThreadRunner
 
     def read(self, offset: int, max_bytes: int, *, partial_ok: bool = False) -> FileRegion:
         """The flushed bytes from C{offset}, at most C{max_bytes}, within one segment (L{twlog.storage.log.Log.read}).

@@ -45,13 +45,14 @@ from twlog.storage.entry import (
 from twlog.storage.fetched import CorruptMessage, MessageAndOffset, framing_problem, iter_messages, scan_messages
 from twlog.storage.validation import ScanResult, check_wrapper, open_wrapper, scan, validate_message_set
 
-__all__ = [
+#: The writers defined here, and the names callers have always imported from here (re-exported).
+__all__ = (
     "CODEC_GZIP", "CODEC_MASK", "CODEC_NAMES", "CODEC_NONE", "CODEC_SNAPPY", "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "LENGTH_BYTES", "MAGIC_ATTRIBUTES", "MAGIC_PLAIN", "MIN_MESSAGE_BYTES", "OVERHEAD",
     "CorruptMessage", "DecompressedTooLarge", "MessageAndOffset", "ScanResult", "check_wrapper", "compress",
     "decompress", "encode_message", "encode_message_set", "entry_header", "entry_problem", "framing_problem",
     "iter_messages", "open_wrapper", "scan", "scan_messages", "validate_message_set",
-]
+)
 
 
 def encode_message(payload: bytes, codec: int | None = None) -> bytes:
