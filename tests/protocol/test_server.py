@@ -1,8 +1,10 @@
-"""Unit tests for twlog.protocol.server: request handling and the connection protocol, without a network."""
+"""Unit tests for twlog.protocol.server (the dispatch to the handler families) and the connection protocol,
+without a network; each family's own tests are in test_produce, test_fetch and test_metadata."""
 
 from __future__ import annotations
 
 import struct
+import typing
 import zlib
 
 import attrs
@@ -14,14 +16,9 @@ from twlog.config import BrokerConfig, LogConfig
 from twlog.errors import (
     ERRORS,
     UNKNOWN,
-    FetchSizeTooSmall,
-    InvalidFetchSize,
     InvalidMessage,
     InvalidRequest,
-    InvalidTopic,
-    OffsetNotOnBoundary,
     OffsetOutOfRange,
-    RequestTimedOut,
     RequestTooLarge,
     WrongPartition,
     kafka07_code,
@@ -29,12 +26,10 @@ from twlog.errors import (
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_APPENDED,
-    ACK_FLUSHED,
     ACK_NONE,
     AckProduceRequest,
     FetchRequest,
     MetadataRequest,
-    MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
     OffsetsResponse,
@@ -48,7 +43,7 @@ from twlog.storage.manager import LogManager
 from twlog.storage.message import encode_message_set, iter_messages
 from twlog.storage.segment import FileRegion
 
-from ..fakes import ManualRunner, run_now
+from ..fakes import run_now
 
 
 def frame(request) -> bytes:
@@ -110,196 +105,24 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
         self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a", b"b"])))
         self.assertEqual(self.fetched(self.broker.fetch(FetchRequest("t", 0, 0, 1000))), (0, [b"a", b"b"]))
 
-    def test_produce_with_bad_crc_is_logged_and_dropped(self) -> None:
-        """A fire-and-forget set with a CRC mismatch is logged and writes nothing."""
-        data = bytearray(encode_message_set([b"abc"]))
-        data[-1] ^= 1
-        self.broker.produce(ProduceRequest("t", 0, bytes(data)), "1.2.3.4:5")
-        self.assertEqual(self.logs.get_log("t", 0).end_offset, 0)
+    def test_every_request_type_has_a_handler(self) -> None:
+        """Every request type the codec decodes is dispatched to a handler of one of the families."""
+        self.assertEqual(set(self.broker.handlers), set(typing.get_args(codec.Request)))
+        self.assertIs(self.broker.handlers[FetchRequest].__self__, self.broker._fetching)
 
-    def test_ack_produce_reports_offsets(self) -> None:
-        """An appended-ack produce answers with each set's offsets, and per-set errors."""
-        request = AckProduceRequest(
-            ACK_APPENDED,
-            1000,
-            (
-                ProduceRequest("t", 0, encode_message_set([b"x" * 10])),
-                ProduceRequest("t", 0, encode_message_set([b"y"])),
-                ProduceRequest("t", 9, encode_message_set([b"z"])),
-                ProduceRequest("../t", 0, encode_message_set([b"z"])),
-            ),
-        )
-        response = codec.decode_ack_produce_response(self.broker.ack_produce(request))
-        error, results = response.error, response.results
-        self.assertEqual(error, 0)
-        self.assertEqual(
-            [(r.error, r.offset, r.next_offset) for r in results],
-            [(0, 0, 19), (0, 19, 29), (WrongPartition.code, -1, -1), (InvalidTopic.code, -1, -1)],
-        )
+    def test_families_share_the_error_counts(self) -> None:
+        """Errors counted by any family land in the one error_counts table the metrics read."""
+        self.broker.fetch(FetchRequest("t", 9, 0, 100))
+        self.broker.produce(ProduceRequest("t", 9, encode_message_set([b"a"])))
+        self.broker.count_error(codec.OFFSETS, 1)
+        self.assertEqual(self.broker.error_counts, {
+            (codec.FETCH, WrongPartition.code): 1, (codec.PRODUCE, WrongPartition.code): 1, (codec.OFFSETS, 1): 1})
 
-    #: Fetches of the log C{[a*100, b]} on partition 0, each with its precise error (WAIT_FETCH) and the
-    #: code a FETCH (Kafka 0.7's type) gets.
-    FETCH_ERRORS = {
-        FetchRequest("bad/topic", 0, 0, 100): (InvalidTopic.code, UNKNOWN),
-        FetchRequest("t", 2, 0, 100): (WrongPartition.code, WrongPartition.code),
-        FetchRequest("t", -1, 0, 100): (WrongPartition.code, WrongPartition.code),
-        FetchRequest("t", 0, 500, 100): (OffsetOutOfRange.code, OffsetOutOfRange.code),
-        FetchRequest("t", 0, -5, 100): (OffsetOutOfRange.code, OffsetOutOfRange.code),
-        FetchRequest("t", 0, 3, 100): (OffsetNotOnBoundary.code, OffsetOutOfRange.code),
-        FetchRequest("t", 0, 0, 50): (FetchSizeTooSmall.code, 0),  # FETCH: a partial message
-        FetchRequest("t", 0, 0, 0): (InvalidFetchSize.code, InvalidFetchSize.code),
-        FetchRequest("t", 1, 7, 100): (OffsetOutOfRange.code, OffsetOutOfRange.code),  # never written: empty at 0
-    }
-
-    def test_fetch_errors(self) -> None:
-        """FETCH (Kafka 0.7's type) answers each error with a code a 0.7 client knows."""
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a" * 100, b"b"])))
-        for request, (_, code) in self.FETCH_ERRORS.items():
-            response = self.broker.fetch(request)
-            data = b"".join(p if isinstance(p, bytes) else p.read() for p in response)
-            self.assertEqual(codec.decode_fetch_response(data[4:]).error, code, request)
-
-    def test_wait_fetch_errors(self) -> None:
-        """WAIT_FETCH (twlog's type) answers each error with its precise code: topic, partition, offset, size,
-        boundary."""
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a" * 100, b"b"])))
-        for request, (code, _) in self.FETCH_ERRORS.items():
-            parts = self.broker.wait_fetch(WaitFetchRequest(0, 0, (request,)))
-            data = b"".join(p if isinstance(p, bytes) else p.read() for p in parts)
-            (part,) = codec.decode_multifetch_response(data[4:]).parts
-            self.assertEqual((part.error, part.messages), (code, b""), request)
-
-    def test_fetch_of_unwritten_partition(self) -> None:
-        """A partition nobody wrote to reads as an empty log at offset 0."""
-        self.assertEqual(self.fetched(self.broker.fetch(FetchRequest("new", 1, 0, 100))), (0, []))
-
-    def test_multifetch_parts_in_order(self) -> None:
-        """MULTIFETCH answers each fetch in order, errors included."""
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"zero"])))
-        self.broker.produce(ProduceRequest("t", 1, encode_message_set([b"one"])))
-        parts = self.broker.multifetch(
-            MultiFetchRequest(
-                (FetchRequest("t", 1, 0, 100), FetchRequest("t", 5, 0, 100), FetchRequest("t", 0, 0, 100))
-            )
-        )
-        data = b"".join(p if isinstance(p, bytes) else p.read() for p in parts)
-        response = codec.decode_multifetch_response(data[4:])
-        error, results = response.error, response.parts
-        self.assertEqual(error, 0)
-        self.assertEqual([r.error for r in results], [0, WrongPartition.code, 0])
-        self.assertEqual([m.payload for m in iter_messages(results[2].messages, 0)], [b"zero"])
-
-    def test_offsets(self) -> None:
-        """OFFSETS answers latest and earliest, and [0] for an unwritten partition."""
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
-        latest = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 0, -1, 5)))
-        earliest = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 0, -2, 5)))
-        fresh = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 1, -1, 5)))
-        bad = codec.decode_offsets_response(self.broker.offsets(OffsetsRequest("t", 7, -1, 5)))
-        self.assertEqual((latest, earliest, fresh), (OffsetsResponse(0, (10, 0)), OffsetsResponse(0, (0,)),
-                                                     OffsetsResponse(0, (0,))))
-        self.assertEqual(bad, OffsetsResponse(WrongPartition.code, ()))
-
-    def test_metadata(self) -> None:
-        """METADATA names this broker and each topic's partition count (the count a new topic would get)."""
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
-        self.broker.port = 9999
-        everything = codec.decode_metadata_response(self.broker.metadata(MetadataRequest()))
-        self.assertEqual((everything.broker_id, everything.host, everything.port), (0, "127.0.0.1", 9999))
-        self.assertEqual([(t.topic, t.partitions) for t in everything.topics], [("t", 2)])
-        named = codec.decode_metadata_response(self.broker.metadata(MetadataRequest(("new", "a/b"))))
-        self.assertEqual(
-            [(t.topic, t.error, t.partitions) for t in named.topics], [("new", 0, 2), ("a/b", InvalidTopic.code, 0)]
-        )
-
-
-class WaitingFetchTests(BrokerTestMixin, SynchronousTestCase):
-    def setUp(self) -> None:
-        self.make_broker(flush_messages=1000, flush_interval_ms=100)
-
-    def wait(self, offset=0, min_bytes=1, max_wait_ms=5000):
-        return self.broker.wait_fetch(WaitFetchRequest(max_wait_ms, min_bytes, (FetchRequest("t", 0, offset, 1000),)))
-
-    def test_answers_at_once_when_data_is_there(self) -> None:
-        """A waiting fetch with enough readable bytes is answered immediately."""
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
-        self.clock.advance(0.1)
-        self.assertIsInstance(self.wait(), list)
-
-    def test_wakes_on_flush(self) -> None:
-        """A waiting fetch is answered when a flush makes data visible, not before."""
-        d = self.wait()
-        self.assertNoResult(d)
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
-        self.assertNoResult(d)  # appended but not flushed: still invisible
-        self.clock.advance(0.1)
-        parts = self.successResultOf(d)
-        self.assertEqual(len(parts), 3)  # outer header, part header, region
-        self.assertEqual(self.broker.waiting_fetches(), 0)
-
-    def test_min_bytes(self) -> None:
-        """The broker holds the fetch until min_bytes are readable."""
-        d = self.wait(min_bytes=25)
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"a"])))
-        self.clock.advance(0.1)
-        self.assertNoResult(d)
-        self.broker.produce(ProduceRequest("t", 0, encode_message_set([b"b" * 10])))
-        self.clock.advance(0.1)
-        self.successResultOf(d)
-
-    def test_times_out_empty(self) -> None:
-        """With no data, the fetch is answered empty after max_wait_ms."""
-        d = self.wait(max_wait_ms=300)
-        self.clock.advance(0.299)
-        self.assertNoResult(d)
-        self.clock.advance(0.001)
-        data = b"".join(p if isinstance(p, bytes) else p.read() for p in self.successResultOf(d))
-        self.assertEqual(codec.decode_multifetch_response(data[4:]).parts, (codec.FetchResult(0, b""),))
-
-    def test_wait_is_capped(self) -> None:
-        """A client cannot hold a fetch longer than max_fetch_wait_ms."""
-        self.make_broker(max_fetch_wait_ms=1000)
-        d = self.wait(max_wait_ms=2**31 - 1)
-        self.clock.advance(1.0)
-        self.successResultOf(d)
-
-    def test_error_answers_at_once(self) -> None:
-        """A waiting fetch with a bad offset is answered at once with the error."""
-        d = self.broker.wait_fetch(WaitFetchRequest(5000, 1, (FetchRequest("t", 0, 77, 1000),)))
-        self.assertIsInstance(d, list)
-
-    def test_cancel_forgets_the_waiter(self) -> None:
-        """Cancelling (the client went away) removes the waiter and its timer."""
-        d = self.wait()
-        d.cancel()
-        self.failureResultOf(d)
-        self.assertEqual(self.broker.waiting_fetches(), 0)
-        self.assertEqual([c for c in self.clock.getDelayedCalls() if c.func == self.broker._wake], [])
-
-
-class AckFlushedTests(BrokerTestMixin, SynchronousTestCase):
-    def test_answers_after_fsync(self) -> None:
-        """A flushed-ack produce is answered only when the fsync completes."""
-        runner = ManualRunner()
-        self.make_broker(runner, flush_messages=1000)
-        d = self.broker.ack_produce(
-            AckProduceRequest(ACK_FLUSHED, 5000, (ProduceRequest("t", 0, encode_message_set([b"a"])),))
-        )
-        self.assertNoResult(d)
-        runner.run_all()
-        self.assertEqual(codec.decode_ack_produce_response(self.successResultOf(d)).results[0].error, 0)
-
-    def test_times_out(self) -> None:
-        """A flushed-ack produce whose fsync does not finish in time reports RequestTimedOut for that set."""
-        runner = ManualRunner()
-        self.make_broker(runner, flush_messages=1000)
-        d = self.broker.ack_produce(
-            AckProduceRequest(ACK_FLUSHED, 200, (ProduceRequest("t", 0, encode_message_set([b"a"])),))
-        )
-        self.clock.advance(0.2)
-        (result,) = codec.decode_ack_produce_response(self.successResultOf(d)).results
-        self.assertEqual((result.error, result.offset), (RequestTimedOut.code, 0))
-
+    def test_port_and_cluster_reach_the_metadata_family(self) -> None:
+        """The port and cluster set on the broker are the ones METADATA and CLUSTER_METADATA describe."""
+        self.broker.port = 9094
+        self.assertEqual(codec.decode_metadata_response(self.broker.metadata(MetadataRequest())).port, 9094)
+        self.assertEqual((self.broker.port, self.broker.cluster), (9094, None))
 
 class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
     def setUp(self) -> None:

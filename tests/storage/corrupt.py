@@ -6,7 +6,8 @@ import os
 import zlib
 
 from twlog.storage.crc import crc32
-from twlog.storage.message import _HEADER0, CODEC_GZIP, compress, encode_message, encode_message_set
+from twlog.storage.entry import HEADER0
+from twlog.storage.message import CODEC_GZIP, compress, encode_message, encode_message_set
 
 #: A magic-1 gzip wrapper whose CRC is right but whose payload is not gzip (as an older version could store).
 NOT_GZIP = encode_message(b"this is not gzip data", CODEC_GZIP)
@@ -27,7 +28,7 @@ def gzip_bomb(inflated: int, chunk: int = 8 * 1024 * 1024) -> bytes:
     for start in range(0, inflated, chunk):
         crc = zlib.crc32(zeros[: min(chunk, inflated - start)], crc)
     compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
-    parts = [compressor.compress(_HEADER0.pack(inflated + 5, 0, crc))]
+    parts = [compressor.compress(HEADER0.pack(inflated + 5, 0, crc))]
     for start in range(0, inflated, chunk):
         parts.append(compressor.compress(zeros[: min(chunk, inflated - start)]))
     parts.append(compressor.flush())

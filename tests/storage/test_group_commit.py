@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from twlog.broker.tap import Options
 from twlog.config import LogConfig
 from twlog.errors import StorageFailed, TooManyOpenFiles
+from twlog.storage.flush import TimedRunner
 from twlog.storage.log import Log
 from twlog.storage.message import encode_message, encode_message_set
 
@@ -275,3 +276,27 @@ class GroupCommitTests(SynchronousTestCase):
             e = self.assertRaises(usage.UsageError, Options().parseOptions, ["--flush-min-gap-ms", bad])
             self.assertEqual(str(e), f"--flush-min-gap-ms must be a number of milliseconds from 0 to 1000, not {bad!r}")
         self.assertRaises(ValueError, LogConfig, "d", flush_min_gap_ms=-1)
+
+
+class TimedRunnerTests(SynchronousTestCase):
+    """TimedRunner: how long each fsync took, for the broker's metrics."""
+
+    def test_observer_told_duration_and_outcome(self) -> None:
+        """Each call's time from hand-off to end is reported with whether it worked; the result passes through."""
+        clock, runner = Clock(), ManualRunner()
+        timed = TimedRunner(runner, clock)
+        seen: list[tuple[float, bool]] = []
+        timed(lambda: None)  # no observer yet: nothing timed
+        runner.run_one()
+        timed.observer = lambda seconds, ok: seen.append((seconds, ok))
+        ok = timed(lambda: 7)
+        failed = timed(self.fail_now)
+        clock.advance(0.25)
+        runner.run_one()
+        runner.run_one()
+        self.assertEqual(self.successResultOf(ok), 7)
+        self.failureResultOf(failed, OSError)
+        self.assertEqual(seen, [(0.25, True), (0.25, False)])
+
+    def fail_now(self) -> None:
+        raise OSError("fsync failed")

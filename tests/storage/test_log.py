@@ -9,16 +9,12 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.config import LogConfig
 from twlog.errors import (
-    FetchSizeTooSmall,
-    InvalidFetchSize,
     InvalidMessage,
     MessageSizeTooLarge,
-    OffsetNotOnBoundary,
-    OffsetOutOfRange,
     StorageFailed,
 )
 from twlog.storage.log import Log
-from twlog.storage.message import encode_message, encode_message_set, iter_messages
+from twlog.storage.message import encode_message, encode_message_set
 from twlog.storage.segment import parse_segment_name, segment_name
 
 from ..fakes import ManualRunner, run_now
@@ -292,95 +288,3 @@ class FlushTests(LogTestMixin, SynchronousTestCase):
         log.append(encode_message(b"b"))
         log.flush()
         self.assertEqual(seen, [10])
-
-
-class ReadTests(LogTestMixin, SynchronousTestCase):
-    def setUp(self) -> None:
-        self.log = self.open_log()
-        for i in range(25):
-            self.log.append(encode_message(payloads(1, i)[0]))
-        self.successResultOf(self.log.flush())
-        self.offsets = [i * 109 for i in range(25)]
-
-    def test_read_back_byte_identical(self) -> None:
-        """Reading from 0 returns every message, across segment rolls."""
-        self.assertEqual(read_all(self.log), payloads(25))
-
-    def test_read_first_middle_and_segment_start(self) -> None:
-        """A read at any message offset starts with that message."""
-        for i in (0, 7, 10, 19, 24):
-            region = self.log.read(self.offsets[i], 109)
-            (m,) = iter_messages(region.read(), region.offset)
-            self.assertEqual((m.offset, m.payload), (self.offsets[i], payloads(1, i)[0]))
-
-    def test_read_never_crosses_a_segment(self) -> None:
-        """A read stops at the end of its segment even with room to spare."""
-        region = self.log.read(872, 100_000)
-        self.assertEqual((region.position, region.length), (872, 1090 - 872))
-
-    def test_read_at_exact_end_is_empty(self) -> None:
-        """A read at the flushed end is an empty region, not an error."""
-        region = self.log.read(self.log.end_offset, 1000)
-        self.assertEqual(region.length, 0)
-        self.assertEqual(region.read(), b"")
-
-    def test_read_past_end(self) -> None:
-        """A read past the end is OffsetOutOfRange naming the valid range."""
-        e = self.assertRaises(OffsetOutOfRange, self.log.read, self.log.end_offset + 1, 1000)
-        self.assertIn("[0, 2725]", str(e))
-
-    def test_read_before_start(self) -> None:
-        """A negative offset is OffsetOutOfRange."""
-        self.assertRaises(OffsetOutOfRange, self.log.read, -1, 1000)
-
-    def test_read_not_on_boundary(self) -> None:
-        """An offset inside a message is OffsetNotOnBoundary, at every position of a message."""
-        for offset in range(110, 218):
-            self.assertRaises(OffsetNotOnBoundary, self.log.read, offset, 1000)
-
-    def test_message_larger_than_max_bytes(self) -> None:
-        """A fetch smaller than the next message is FetchSizeTooSmall, never an empty result."""
-        e = self.assertRaises(FetchSizeTooSmall, self.log.read, 109, 50)
-        self.assertIn("109 bytes, larger than the fetch size 50", str(e))
-
-    def test_partial_first_message_as_kafka07(self) -> None:
-        """With partial_ok (Kafka 0.7's FETCH), a message larger than max_bytes gives its first max_bytes bytes,
-        as a file region (zero-copy); a larger max_bytes still stops at the flushed end and the segment end."""
-        whole = self.log.read(109, 109).read()
-        for max_bytes in (1, 4, 50, 108):
-            region = self.log.read(109, max_bytes, partial_ok=True)
-            self.assertEqual((region.offset, region.length, region.read()), (109, max_bytes, whole[:max_bytes]))
-        end = self.log.end_offset
-        self.log.append(encode_message_set(payloads(1)))  # not flushed: not visible
-        self.assertEqual(self.log.read(end - 109, 10_000, partial_ok=True).length, 109)
-        segment_end = self.log.segments[0].end_offset
-        self.assertLessEqual(self.log.read(0, 10**9, partial_ok=True).length, segment_end)
-
-    def test_partial_ok_still_checks_the_boundary(self) -> None:
-        """partial_ok does not lift the boundary check: an offset inside a message is OffsetNotOnBoundary."""
-        for offset in (110, 150, 217):
-            self.assertRaises(OffsetNotOnBoundary, self.log.read, offset, 50, partial_ok=True)
-        self.assertRaises(InvalidFetchSize, self.log.read, 0, 0, partial_ok=True)
-
-    def test_partial_last_message(self) -> None:
-        """A read may end inside a message; the reader drops the partial entry."""
-        region = self.log.read(0, 300)
-        self.assertEqual(region.length, 300)
-        self.assertEqual(len(list(iter_messages(region.read(), 0))), 2)
-
-    def test_invalid_fetch_size(self) -> None:
-        """A zero or negative fetch size is InvalidFetchSize."""
-        self.assertRaises(InvalidFetchSize, self.log.read, 0, 0)
-
-    def test_unflushed_tail_reads_empty(self) -> None:
-        """An offset in the written but unflushed tail reads as empty, not out of range."""
-        end = self.log.end_offset
-        self.log.append(encode_message_set(payloads(2)))
-        self.assertEqual(self.log.read(end, 1000).length, 0)
-        self.assertEqual(self.log.read(end + 109, 1000).length, 0)
-
-    def test_region_names_file_and_position(self) -> None:
-        """A region is a (file descriptor, position, length) view for sendfile."""
-        region = self.log.read(1090, 500)
-        self.assertEqual(os.pread(region.fileno(), region.length, region.position), region.read())
-        self.assertEqual(region.offset, 1090)

@@ -12,52 +12,11 @@ from twlog.errors import InvalidTopic, WrongPartition
 from twlog.storage.manager import (
     CLEAN_SHUTDOWN_MARKER,
     LogManager,
-    parse_partition_directory,
-    validate_topic,
 )
 from twlog.storage.message import encode_message_set, iter_messages
 
 from ..fakes import run_now
-
-HOSTILE_TOPICS = [
-    "",
-    ".",
-    "..",
-    "../etc",
-    "a/b",
-    "/abs",
-    "..\\x",
-    "a\x00b",
-    "tab\there",
-    "new\nline",
-    "x" * 250,
-    "spa ce",
-    "ünïcode",
-    "a$b",
-    "~root",
-]
-
-
-class TopicNameTests(SynchronousTestCase):
-    def test_valid_names(self) -> None:
-        """Letters, digits, '.', '_' and '-' up to 249 characters are accepted."""
-        for name in ["clicks", "page.views", "a_b-c", "x" * 249, "..a", "0"]:
-            self.assertEqual(validate_topic(name), name)
-
-    def test_hostile_names(self) -> None:
-        """Names that could escape the directory, or are not plain file names, are InvalidTopic."""
-        for name in HOSTILE_TOPICS:
-            self.assertRaises(InvalidTopic, validate_topic, name)
-
-    def test_non_string(self) -> None:
-        """A non-string topic is InvalidTopic, not a TypeError."""
-        self.assertRaises(InvalidTopic, validate_topic, None)
-
-    def test_parse_partition_directory(self) -> None:
-        """Directory names split at the last '-'; anything else is not a partition."""
-        self.assertEqual(parse_partition_directory("my-topic-12"), ("my-topic", 12))
-        for name in ["topic", "topic-", "topic-x", "topic-01", "-3", "a b-1"]:
-            self.assertIsNone(parse_partition_directory(name))
+from .test_directory import HOSTILE_TOPICS
 
 
 class LogManagerTests(SynchronousTestCase):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.errors import FetchSizeTooSmall, InvalidMessage, MessageSizeTooLarge
+from twlog.errors import InvalidMessage, MessageSizeTooLarge
 from twlog.storage import message
 from twlog.storage.crc import crc32, crcmod_crc32, crcmod_uses_extension, zlib_crc32
 from twlog.storage.message import (
@@ -111,6 +111,10 @@ class EncodingTests(SynchronousTestCase):
         """Compressing with an unknown codec is InvalidMessage."""
         self.assertRaises(InvalidMessage, encode_message_set, [b"a"], 3)
 
+    def test_no_codec_compressed_is_plain(self) -> None:
+        """encode_message_set with CODEC_NONE is the plain set."""
+        self.assertEqual(encode_message_set([b"q"], CODEC_NONE), encode_message(b"q"))
+
 
 class ValidationTests(SynchronousTestCase):
     def setUp(self) -> None:
@@ -174,38 +178,3 @@ class ValidationTests(SynchronousTestCase):
         """Validation works on any buffer, without copying it first."""
         self.assertEqual(validate_message_set(memoryview(self.data)), 3)
         self.assertEqual(validate_message_set(bytearray(self.data)), 3)
-
-
-class DecodingTests(SynchronousTestCase):
-    def test_partial_last_entry_is_dropped(self) -> None:
-        """A fetch cut in the middle of the last message yields the whole ones before it."""
-        data = encode_message_set([b"a" * 10, b"b" * 10])
-        decoded = list(iter_messages(data[:-3], 0))
-        self.assertEqual([m.payload for m in decoded], [b"a" * 10])
-
-    def test_single_message_larger_than_fetch(self) -> None:
-        """A buffer holding only part of its first message is FetchSizeTooSmall, not an empty result."""
-        data = encode_message(b"a" * 500)
-        e = self.assertRaises(FetchSizeTooSmall, list, iter_messages(data[:100], 42))
-        self.assertIn("offset 42 is 509 bytes", str(e))
-
-    def test_corrupt_message_raises(self) -> None:
-        """Decoding checks every CRC."""
-        data = bytearray(encode_message_set([b"a" * 10]))
-        data[-1] ^= 1
-        self.assertRaises(InvalidMessage, list, iter_messages(bytes(data), 0))
-
-    def test_corrupt_compressed_payload(self) -> None:
-        """A wrapper whose CRC matches but whose gzip data is garbage is InvalidMessage."""
-        data = encode_message(b"not gzip at all", CODEC_GZIP)
-        e = self.assertRaises(InvalidMessage, list, iter_messages(data, 0))
-        self.assertIn("cannot decompress", str(e))
-
-    def test_whole_buffer_partial_is_error(self) -> None:
-        """With whole_buffer, trailing garbage is an error rather than silently dropped."""
-        data = encode_message_set([b"a"]) + b"\x00\x00"
-        self.assertRaises(InvalidMessage, list, iter_messages(data, 0, whole_buffer=True))
-
-    def test_no_codec_compressed_is_plain(self) -> None:
-        """encode_message_set with CODEC_NONE is the plain set."""
-        self.assertEqual(encode_message_set([b"q"], CODEC_NONE), encode_message(b"q"))

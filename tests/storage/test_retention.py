@@ -1,4 +1,4 @@
-"""Tests for retention (by age and by size) and for OFFSETS: the offsets of a partition before a time."""
+"""Tests for retention (by age and by size): twlog.storage.retention, driven through Log and LogManager."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from twlog.errors import OffsetOutOfRange
 from twlog.storage.log import EARLIEST_TIME, LATEST_TIME, Log
 from twlog.storage.manager import LogManager
 from twlog.storage.message import encode_message_set, iter_messages
-from twlog.storage.segment import segment_name
+from twlog.storage.retention import Retention, segments_to_expire
+from twlog.storage.segment import Segment, segment_name
 
 from ..fakes import ManualRunner, run_now
 from .support import ENTRY, payloads, read_all
@@ -325,108 +326,82 @@ class SizeRetentionTests(RetentionMixin, SynchronousTestCase):
         self.assertEqual(self.successResultOf(self.manager.run_retention()), 0)
 
 
-class OffsetsBeforeTests(RetentionMixin, SynchronousTestCase):
-    def setUp(self) -> None:
-        self.manager = self.start_manager()
-        self.log = self.manager.get_or_create_log("t", 0)
+class _Aged:
+    """A segment as segments_to_expire sees it: a range, a size and a modification time."""
 
-    def aged_log(self) -> Log:
-        """Segments at 0, 1090, 2180, 3270 last modified 40, 30, 20 and 10 minutes ago, all flushed."""
-        self.fill(self.log, 35)
-        self.age(self.log, 40 * MINUTE_MS, 30 * MINUTE_MS, 20 * MINUTE_MS, 10 * MINUTE_MS)
-        return self.log
+    def __init__(self, base_offset: int, size: int, mtime_ms: int) -> None:
+        self.base_offset, self.size, self._mtime_ms = base_offset, size, mtime_ms
+        self.end_offset = base_offset + size
 
-    def test_empty_log(self) -> None:
-        """A new, empty log answers 0 for both the latest and the earliest offset."""
-        self.assertEqual(self.log.offsets_before(LATEST_TIME, 10, NOW_MS), [0])
-        self.assertEqual(self.log.offsets_before(EARLIEST_TIME, 10, NOW_MS), [0])
+    def mtime_ms(self) -> int:
+        return self._mtime_ms
 
-    def test_latest_is_the_flushed_end(self) -> None:
-        """LATEST_TIME answers the flushed end; unflushed appends do not move it until the flush."""
-        self.fill(self.log, 3)
-        flushed = self.log.end_offset
-        self.fill(self.log, 2, 3, flush=False)
-        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [flushed])
-        self.successResultOf(self.log.flush())
-        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [5 * ENTRY])
 
-    def test_latest_ignores_unflushed_rolled_segment(self) -> None:
-        """LATEST_TIME is the flushed end even when unflushed appends have rolled a new segment."""
-        self.fill(self.log, 5)
-        self.fill(self.log, 10, 5, flush=False)  # rolls to 1090 with nothing flushed past 545
-        self.assertEqual(self.bases(self.log), [0, 1090])
-        self.assertEqual(self.log.flushed_offset, 5 * ENTRY)
-        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [5 * ENTRY])
+class SegmentsToExpireTests(SynchronousTestCase):
+    """The rule alone, on segments in memory: a prefix, never the active one, never unflushed data."""
 
-    def test_no_offset_past_the_flushed_end(self) -> None:
-        """No OFFSETS answer names an offset past the flushed end, whatever the time asked."""
-        self.fill(self.log, 5)
-        self.fill(self.log, 10, 5, flush=False)  # rolls to 1090 with nothing flushed past 545
-        self.age(self.log, 10 * MINUTE_MS, 5 * MINUTE_MS)
-        beyond = [
-            (time_ms, offset)
-            for time_ms in (NOW_MS - 5 * MINUTE_MS, NOW_MS, NOW_MS + HOUR_MS, LATEST_TIME, EARLIEST_TIME)
-            for offset in self.log.offsets_before(time_ms, 10, NOW_MS)
-            if offset > self.log.flushed_offset
-        ]
-        self.assertEqual(beyond, [])
+    def segments(self, *mtimes_ms: int) -> list[_Aged]:
+        return [_Aged(i * 100, 100, mtime) for i, mtime in enumerate(mtimes_ms)]
 
-    def test_latest_after_a_timed_flush(self) -> None:
-        """Once the clock passes flush_interval_ms the appended data counts for LATEST_TIME."""
-        self.fill(self.log, 3, flush=False)
-        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [0])
-        self.clock.advance(self.manager.config.flush_interval_ms / 1000)
-        self.assertEqual(self.log.offsets_before(LATEST_TIME, 1, NOW_MS), [3 * ENTRY])
+    def test_by_age_a_prefix(self) -> None:
+        """Only the oldest run older than the cutoff goes, stopping at the first young segment."""
+        segments = self.segments(10, 50, 20, 10)
+        self.assertEqual(segments_to_expire(segments, 400, 30, -1), 1)
 
-    def test_earliest_is_the_first_offset(self) -> None:
-        """EARLIEST_TIME answers the first offset still on disk."""
-        self.aged_log()
-        self.assertEqual(self.log.offsets_before(EARLIEST_TIME, 10, NOW_MS), [0])
+    def test_never_the_active_one(self) -> None:
+        """The last segment stays however old."""
+        self.assertEqual(segments_to_expire(self.segments(1, 1, 1), 300, 100, -1), 2)
 
-    def test_earliest_after_retention(self) -> None:
-        """After retention EARLIEST_TIME answers the new start, and reading there works."""
-        self.aged_log()
-        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 20 * MINUTE_MS, 10 * MINUTE_MS)
-        self.successResultOf(self.manager.run_retention())
-        [earliest] = self.log.offsets_before(EARLIEST_TIME, 10, NOW_MS)
-        self.assertEqual(earliest, 2180)
-        self.assertEqual(read_all(self.log, earliest), payloads(15, 20))
-        self.assertRaises(OffsetOutOfRange, self.log.read, earliest - ENTRY, 4096)
+    def test_never_unflushed_data(self) -> None:
+        """A segment ending past the flushed offset stays, and so do the ones after it."""
+        self.assertEqual(segments_to_expire(self.segments(1, 1, 1, 1), 150, 100, -1), 1)
 
-    def test_time_between_segments(self) -> None:
-        """A time answers the base offsets of the segments last modified at or before it, newest first."""
-        self.aged_log()
-        self.assertEqual(self.log.offsets_before(NOW_MS - 25 * MINUTE_MS, 10, NOW_MS), [1090, 0])
-        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 10, NOW_MS), [2180, 1090, 0])
+    def test_by_size_after_age(self) -> None:
+        """Then the oldest go while the rest exceed retention_bytes."""
+        segments = self.segments(10, 50, 50, 50)
+        self.assertEqual(segments_to_expire(segments, 400, 30, 200), 2)
+        self.assertEqual(segments_to_expire(segments, 400, 0, 200), 2)
+        self.assertEqual(segments_to_expire(segments, 400, 0, 199), 3)
 
-    def test_time_equal_to_mtime_is_included(self) -> None:
-        """A segment last modified exactly at the time asked is included."""
-        self.aged_log()
-        self.assertEqual(self.log.offsets_before(NOW_MS - 30 * MINUTE_MS, 10, NOW_MS), [1090, 0])
-        self.assertEqual(self.log.offsets_before(NOW_MS - 30 * MINUTE_MS - 1, 10, NOW_MS), [0])
 
-    def test_max_offsets_bounds_the_answer(self) -> None:
-        """At most max_offsets offsets come back, the newest ones."""
-        self.aged_log()
-        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 2, NOW_MS), [2180, 1090])
-        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 1, NOW_MS), [2180])
-        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 0, NOW_MS), [])
+class _FakeLog:
+    def __init__(self, directory: str, expired: list[Segment] | Exception) -> None:
+        self.directory = directory
+        self.expired = expired
+        self.asked: list[int] = []
 
-    def test_time_before_every_segment(self) -> None:
-        """A time before every segment's modification answers nothing."""
-        self.aged_log()
-        self.assertEqual(self.log.offsets_before(NOW_MS - 41 * MINUTE_MS, 10, NOW_MS), [])
+    def expire_segments(self, now_ms: int) -> list[Segment]:
+        self.asked.append(now_ms)
+        if isinstance(self.expired, Exception):
+            raise self.expired
+        return self.expired
 
-    def test_now_includes_the_flushed_end(self) -> None:
-        """A time at or after now answers the flushed end first, then every segment's base offset."""
-        log = self.aged_log()
-        self.assertEqual(log.offsets_before(NOW_MS, 10, NOW_MS), [log.flushed_offset, 3270, 2180, 1090, 0])
-        self.assertEqual(log.offsets_before(NOW_MS, 2, NOW_MS), [log.flushed_offset, 3270])
 
-    def test_after_time_retention_times_still_map(self) -> None:
-        """After retention, a time before the remaining segments answers nothing and later times the survivors."""
-        self.aged_log()
-        self.age(self.log, 3 * HOUR_MS, 2 * HOUR_MS, 20 * MINUTE_MS, 10 * MINUTE_MS)
-        self.successResultOf(self.manager.run_retention())
-        self.assertEqual(self.log.offsets_before(NOW_MS - 2 * HOUR_MS, 10, NOW_MS), [])
-        self.assertEqual(self.log.offsets_before(NOW_MS - 15 * MINUTE_MS, 10, NOW_MS), [2180])
+class RetentionRunTests(SynchronousTestCase):
+    """The periodic run alone, over logs in memory."""
+
+    def test_runs_every_interval_and_deletes_on_the_pool(self) -> None:
+        """Each interval every log is asked with the clock's time in ms; what it gives up is unlinked on the pool."""
+        directory = self.mktemp()
+        os.makedirs(directory)
+        path = os.path.join(directory, segment_name(0))
+        with open(path, "w"):
+            pass
+        segment = Segment(path, 0, -1, 0)
+        logs = [_FakeLog("bad", RuntimeError("boom")), _FakeLog(directory, [segment])]
+        clock, runner = Clock(), ManualRunner()
+        retention = Retention(lambda: logs, clock, runner, 10)
+        retention.start()
+        self.addCleanup(retention.stop)
+        clock.advance(10)
+        self.assertEqual([log.asked for log in logs], [[10_000], [10_000]])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertTrue(os.path.exists(path))
+        runner.run_one()
+        self.assertFalse(os.path.exists(path))
+
+    def test_run_counts_what_went(self) -> None:
+        """run() fires with how many segments were deleted; 0 when none expired."""
+        retention = Retention(lambda: [_FakeLog("d", [])], Clock(), run_now, 10)
+        self.assertEqual(self.successResultOf(retention.run()), 0)
+        self.assertFalse(retention.running)

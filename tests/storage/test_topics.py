@@ -1,4 +1,4 @@
-"""Tests for LogManager.create_topic and the topics file (twlog.storage.topics): counts that survive a restart."""
+"""Tests for twlog.storage.topics: partition counts, LogManager.create_topic and the topics file that keeps them."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from twlog.errors import (
 )
 from twlog.storage.manager import LogManager
 from twlog.storage.message import encode_message_set
-from twlog.storage.topics import TOPICS_FILE, read_topics_file
+from twlog.storage.topics import TOPICS_FILE, PartitionCounts, TopicsFile, read_topics_file
 
 from ..fakes import ManualRunner, run_now
 
@@ -156,3 +156,42 @@ class CreateTopicTests(SynchronousTestCase):
     def test_missing_file_is_no_topics(self) -> None:
         """A directory without a topics file records no counts."""
         self.assertEqual(read_topics_file(self.mktemp()), {})
+
+
+class PartitionCountsTests(SynchronousTestCase):
+    """The counts alone, over a topics file on a manual thread pool."""
+
+    def setUp(self) -> None:
+        self.log_dir = self.mktemp()
+        os.makedirs(self.log_dir)
+        self.runner = ManualRunner()
+        config = LogConfig(self.log_dir, num_partitions=3, topic_partitions={"wide": 8})
+        self.counts = PartitionCounts(config, TopicsFile(self.log_dir, self.runner))
+        self.counts.load()
+        self.told: list[tuple[str, int]] = []
+        self.counts.add_listener(lambda topic, count: self.told.append((topic, count)))
+
+    def test_defaults_and_found_directories(self) -> None:
+        """A topic no one wrote to would get its default; directories found raise the count to cover them."""
+        self.assertEqual((self.counts.count("t"), self.counts.count("wide")), (3, 8))
+        self.counts.found("t", 4)
+        self.assertEqual(self.counts.topics(), {"t": 5})
+
+    def test_first_write_tells_listeners_once(self) -> None:
+        """A topic's first write records its count and tells the listeners; later writes do not."""
+        self.counts.first_written("t", 3)
+        self.counts.first_written("t", 3)
+        self.assertEqual(self.told, [("t", 3)])
+
+    def test_create_is_told_once_durable(self) -> None:
+        """CREATE_TOPIC's count is checked, recorded in the file, and told once the save ends."""
+        self.assertIsNone(self.counts.check_create("t", 2))
+        d = self.counts.created("t", 2, [], new=True)
+        self.assertEqual((self.counts.count("t"), self.told), (2, []))
+        self.runner.run_one()
+        self.assertIs(self.successResultOf(d), True)
+        self.assertEqual(self.told, [("t", 2)])
+        self.assertEqual(read_topics_file(self.log_dir), {"t": 2})
+        self.assertEqual(self.counts.check_create("t", 2), 2)
+        self.assertRaises(TopicExists, self.counts.check_create, "t", 3)
+        self.assertRaises(InvalidRequest, self.counts.check_create, "u", 0)

@@ -130,54 +130,6 @@ class DecompressTests(SynchronousTestCase):
         self.assertRaises(InvalidMessage, decompress, 3, b"x")
 
 
-class DecodingTests(SynchronousTestCase):
-    def setUp(self) -> None:
-        self.first = encode_message_set(GOOD[:5])
-        self.second = encode_message_set(GOOD[5:])
-        self.bad = len(self.first)
-        self.after = self.bad + len(NOT_GZIP)
-        self.data = self.first + NOT_GZIP + self.second
-
-    def test_good_ones_first(self) -> None:
-        """iter_messages yields the 5 good messages, then raises naming the bad offset and the offset after it."""
-        got = []
-        with self.assertRaises(CorruptMessage) as caught:
-            for message in iter_messages(self.data, 1000):
-                got.append(message.payload)
-        self.assertEqual(got, GOOD[:5])
-        error = caught.exception
-        self.assertIsInstance(error, InvalidMessage)
-        self.assertEqual((error.offset, error.next_offset), (1000 + self.bad, 1000 + self.after))
-        self.assertIn(f"the message at offset {1000 + self.bad} is corrupt", str(error))
-        self.assertIn(f"the next message starts at offset {1000 + self.after}", str(error))
-
-    def test_scan_messages_goes_on(self) -> None:
-        """scan_messages reports the bad one in line and goes on after it."""
-        items = list(scan_messages(self.data, 0))
-        self.assertEqual([type(i) for i in items], [MessageAndOffset] * 5 + [CorruptMessage] + [MessageAndOffset] * 5)
-        self.assertEqual([i.payload for i in items if type(i) is MessageAndOffset], GOOD)
-
-    def test_insane_length_stops(self) -> None:
-        """A bad length field: the next boundary is unknown, and the decoder says so and stops."""
-        data = self.first + b"\x00\x00\x00\x01" + self.second
-        items = list(scan_messages(data, 0))
-        self.assertEqual(len(items), 6)
-        self.assertIsNone(items[-1].next_offset)
-        self.assertIn("where the next message starts is unknown", str(items[-1]))
-
-    def test_nested_and_bomb_on_read(self) -> None:
-        """Read, a 2,000-deep nest is InvalidMessage (no RecursionError) and a bomb is InvalidMessage, bounded."""
-        for wrapper in (nested_gzip(2000), gzip_bomb(200 * 1000 * 1000)):
-            tracemalloc.start()
-            try:
-                items = list(scan_messages(self.first + wrapper, 0))
-                peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
-            self.assertEqual([type(i) for i in items], [MessageAndOffset] * 5 + [CorruptMessage])
-            self.assertLess(peak, 40_000_000)
-
-
 # -- properties ------------------------------------------------------------------------------
 
 _sets = st.tuples(

@@ -28,7 +28,8 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from twlog.storage.message import MIN_MESSAGE_BYTES, scan
+from twlog.storage.entry import MIN_MESSAGE_BYTES
+from twlog.storage.validation import scan
 
 #: About how far apart index entries are.
 INDEX_INTERVAL_BYTES = 4096

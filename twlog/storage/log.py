@@ -1,48 +1,38 @@
 # -*- test-case-name: tests.storage.test_log -*-
 """One partition's log: a directory of segments addressed by byte offsets.
 
-Appends go to the last (active) segment and roll to a new one at the
-configured size.  A flush fsyncs on a pool thread, never on the reactor, and
-only then moves the flushed mark that bounds what readers and OFFSETS see
-(L{twlog.storage.flush}).  Opening after an unclean shutdown recovers the
-last segment (L{twlog.storage.recovery}).
-The in-memory index is the sorted list of segment base offsets, searched by
-bisection, and each segment keeps a sparse position index of its message
-starts (L{twlog.storage.index}, for L{log_boundaries}); there is no message cache.
+L{Log} is what the broker holds per partition.  Its own job is appending:
+validate a set, write it to the active segment, roll to a new segment at the
+configured size.  The other jobs are units of their own that it puts
+together: the segments and their base offsets (L{SegmentList}), when appends
+become durable and visible (L{Flusher}: an fsync on a pool thread, never on
+the reactor, moving the flushed mark that bounds what readers see), reading
+(L{LogReader}: fetches, OFFSETS, BOUNDARIES), which segments retention takes
+(L{twlog.storage.retention}), and cutting a torn tail after an unclean
+shutdown (L{twlog.storage.recovery}).  There is no message cache.
 """
 
 from __future__ import annotations
 
 import os
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from twlog.config import LogConfig
-from twlog.errors import (
-    CorruptLog,
-    FetchSizeTooSmall,
-    InvalidFetchSize,
-    MessageSizeTooLarge,
-    OffsetNotOnBoundary,
-    OffsetOutOfRange,
-    StorageFailed,
-)
+from twlog.errors import MessageSizeTooLarge, StorageFailed
 from twlog.storage.flush import Flusher, ThreadRunner
-from twlog.storage.index import boundaries, index_segments, unindexed
-from twlog.storage.message import MIN_MESSAGE_BYTES, scan, validate_message_set
+from twlog.storage.log_reader import EARLIEST_TIME, LATEST_TIME, LogReader
 from twlog.storage.recovery import Truncation, recover_segment
-from twlog.storage.segment import FileRegion, Segment, descriptors_error, out_of_descriptors, parse_segment_name
+from twlog.storage.retention import segments_to_expire
+from twlog.storage.segment import FileRegion, Segment
+from twlog.storage.segment_list import SegmentList
+from twlog.storage.validation import validate_message_set
 
 __all__ = ["EARLIEST_TIME", "LATEST_TIME", "AppendResult", "Log", "ThreadRunner", "Truncation", "log_boundaries"]
-
-#: OFFSETS' special times, as in Kafka 0.7.
-LATEST_TIME = -1
-EARLIEST_TIME = -2
 
 
 class AppendResult(NamedTuple):
@@ -64,25 +54,21 @@ class Log:
 
     def __init__(
         self,
-        directory: str,
-        segments: list[Segment],
+        segments: SegmentList,
         config: LogConfig,
         clock: IReactorTime,
         run_in_thread: ThreadRunner,
     ) -> None:
-        assert segments, "a log always has an active segment"
-        self.directory = directory
+        self.directory = segments.directory
         self._segments = segments
-        self._bases = [s.base_offset for s in segments]
         self._config = config
         self._max_message_bytes = min(config.max_message_bytes, config.segment_bytes)
         self._flush_listeners: list[Callable[[Log], Any]] = []
-        self._run_in_thread = run_in_thread
-        self._flusher = Flusher(directory, config, clock, run_in_thread, lambda: self.end_offset,
+        self._flusher = Flusher(self.directory, config, clock, run_in_thread, lambda: self.end_offset,
                                 self._tell_flush_listeners)
+        self._reader = LogReader(segments, lambda: self._flusher.flushed_offset, config.segment_bytes,
+                                 run_in_thread)
         self.closed = False
-
-    # -- opening and recovery ----------------------------------------------
 
     @classmethod
     def open(
@@ -102,35 +88,27 @@ class Log:
         @raise TooManyOpenFiles: out of descriptors; nothing is left open (opening again later works).
         """
         parent_created = not os.path.isdir(directory)
-        segments, created = open_segments(directory)
+        segments, created = SegmentList.open(directory)
         try:
-            for before, after in zip(segments, segments[1:]):
-                if before.end_offset != after.base_offset:
-                    raise CorruptLog(
-                        f"{directory}: segment {os.path.basename(before.path)} ends at offset {before.end_offset}"
-                        f" but the next segment starts at {after.base_offset}; move the damaged segments"
-                        " away to open this partition"
-                    )
-            truncation = recover_segment(segments[-1], config.segment_bytes) if recover else None
-            log = cls(directory, segments, config, clock, run_in_thread)
-            if created:  # a new segment file (and maybe a new directory) to make durable
-                log._flusher.sync_directory(directory)
-                if parent_created:
-                    log._flusher.sync_directory(os.path.dirname(os.path.abspath(directory)))
-            if truncation is not None:
-                cls._log.warn(
-                    "recovery truncated {removed_bytes} bytes from {path} at offset {offset}: {reason}",
-                    removed_bytes=truncation.removed_bytes,
-                    path=truncation.path,
-                    offset=truncation.offset,
-                    reason=truncation.reason,
-                )
-            log.last_truncation = truncation
-            return log
+            truncation = recover_segment(segments.active, config.segment_bytes) if recover else None
+            log = cls(segments, config, clock, run_in_thread)
         except BaseException:
-            for segment in segments:
-                segment.close()
+            segments.close()
             raise
+        if created:  # a new segment file (and maybe a new directory) to make durable
+            log._flusher.sync_directory(directory)
+            if parent_created:
+                log._flusher.sync_directory(os.path.dirname(os.path.abspath(directory)))
+        if truncation is not None:
+            cls._log.warn(
+                "recovery truncated {removed_bytes} bytes from {path} at offset {offset}: {reason}",
+                removed_bytes=truncation.removed_bytes,
+                path=truncation.path,
+                offset=truncation.offset,
+                reason=truncation.reason,
+            )
+        log.last_truncation = truncation
+        return log
 
     #: What recovery cut from the last segment when the log was opened, if anything.
     last_truncation: Truncation | None = None
@@ -139,22 +117,28 @@ class Log:
 
     @property
     def start_offset(self) -> int:
-        """The offset of the first byte still on disk."""
-        return self._bases[0]
+        """The offset of the first byte still on disk.
+
+        Retention moves it forward, a whole segment at a time.
+        """
+        return self._segments.start_offset
 
     @property
     def end_offset(self) -> int:
-        """The offset the next append gets (flushed or not)."""
-        return self._segments[-1].end_offset
+        """The offset the next append gets (flushed or not).
+
+        Readers see only up to L{flushed_offset}.
+        """
+        return self._segments.end_offset
 
     @property
     def segments(self) -> list[Segment]:
         """The segments, oldest first (a copy)."""
-        return list(self._segments)
+        return self._segments.segments
 
     def size_bytes(self) -> int:
         """Bytes on disk over all segments."""
-        return sum(s.size for s in self._segments)
+        return self._segments.size_bytes()
 
     # -- appending ---------------------------------------------------------
 
@@ -182,7 +166,7 @@ class Log:
             count = validate_message_set(message_set, self._max_message_bytes, self._config.max_decompressed_bytes)
         if count == 0:
             return AppendResult(self.end_offset, self.end_offset, 0)
-        active = self._segments[-1]
+        active = self._segments.active
         if active.size and active.size + size > self._config.segment_bytes:
             active = self._roll()
         offset = active.end_offset
@@ -196,16 +180,8 @@ class Log:
 
     def _roll(self) -> Segment:
         """Start a new active segment at the current end (TooManyOpenFiles without a descriptor: nothing changed)."""
-        self._segments[-1].write_out()
-        try:
-            segment = Segment.open(self.directory, self.end_offset, create=True)
-        except OSError as e:
-            if out_of_descriptors(e):
-                raise descriptors_error(e, f"cannot roll {self.directory}") from None
-            raise
+        segment = self._segments.roll()
         self._flusher.sync_directory(self.directory)
-        self._segments.append(segment)
-        self._bases.append(segment.base_offset)
         self._log.info("rolled {path}", path=segment.path)
         return segment
 
@@ -257,7 +233,7 @@ class Log:
         """Stop calling C{listener}."""
         self._flush_listeners.remove(listener)
 
-    # -- reading -----------------------------------------------------------
+    # -- reading (the LogReader's job) ------------------------------------
 
     def read(self, offset: int, max_bytes: int, *, partial_ok: bool = False) -> FileRegion:
         """The flushed bytes from C{offset}, at most C{max_bytes}, within one segment.
@@ -275,25 +251,7 @@ class Log:
         @raise OffsetNotOnBoundary: C{offset} is inside the log but inside a message.
         @raise FetchSizeTooSmall: the message at C{offset} is larger than C{max_bytes} (unless C{partial_ok}).
         """
-        if max_bytes <= 0:
-            raise InvalidFetchSize(f"fetch size {max_bytes} must be positive")
-        if offset < self.start_offset or offset > self.end_offset:
-            raise OffsetOutOfRange(
-                f"offset {offset} is outside {os.path.basename(self.directory)}"
-                f" [{self.start_offset}, {self.end_offset}]"
-            )
-        visible = self.flushed_offset
-        index = bisect_right(self._bases, offset) - 1
-        segment = self._segments[index]
-        position = offset - segment.base_offset
-        if offset >= visible:
-            return FileRegion(segment, position, 0, offset)
-        available = min(segment.size, visible - segment.base_offset) - position
-        check_message_start(segment, position, available, None if partial_ok else max_bytes, offset,
-                            self._config.segment_bytes)
-        return FileRegion(segment, position, min(max_bytes, available), offset)
-
-    # -- offsets by time ---------------------------------------------------
+        return self._reader.read(offset, max_bytes, partial_ok=partial_ok)
 
     def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int) -> list[int]:
         """Kafka 0.7's OFFSETS: up to C{max_offsets} offsets, newest first.
@@ -303,46 +261,34 @@ class Log:
         modified at or before it.  Offsets past the flushed end are never
         answered, not even the base of a rolled but unflushed segment.
         """
-        visible = self.flushed_offset
-        entries = [(s.base_offset, s.mtime_ms()) for s in self._segments if s.base_offset <= visible]
-        if not entries or visible > entries[-1][0]:
-            entries.append((visible, now_ms))
-        return offsets_newest_first(entries, time_ms, max_offsets)
+        return self._reader.offsets_before(time_ms, max_offsets, now_ms)
+
+    def boundaries(self, positions: Sequence[int]) -> Deferred[list[int]]:
+        """For each logical position, the offset of the first whole, CRC-valid message at or after it
+        (L{twlog.storage.index.boundaries}: the flushed end when there is none); segments found on disk are
+        indexed first, on the thread pool.
+
+        @raise OffsetOutOfRange: a position before the first offset or past the written end.
+        """
+        return self._reader.boundaries(positions)
 
     # -- retention ---------------------------------------------------------
 
     def expire_segments(self, now_ms: int) -> list[Segment]:
-        """Take off the index the segments retention wants gone; the caller deletes their files.
+        """Take off the index the segments retention wants gone (L{segments_to_expire}); the caller deletes
+        their files.
 
-        Old segments go when last modified more than C{retention_ms} ago, then
-        the oldest while the log exceeds C{retention_bytes}.  Neither the
-        active segment nor one holding unflushed data is deleted: when it too has expired, and holds only
-        flushed data, a new empty segment is rolled at the end first, so
-        offsets never go back.
+        Neither the active segment nor one holding unflushed data is deleted:
+        when the active one too has expired, and holds only flushed data, a new
+        empty segment is rolled at the end first, so offsets never go back.
         """
-        config = self._config
-        cutoff = now_ms - config.retention_ms
-        active = self._segments[-1]
-        if active.size and self.flushed_offset == self.end_offset and active.mtime_ms() < cutoff:
+        cutoff_ms = now_ms - self._config.retention_ms
+        active = self._segments.active
+        if active.size and self.flushed_offset == self.end_offset and active.mtime_ms() < cutoff_ms:
             self._roll()
-        removed: list[Segment] = []
-        while self._deletable() and self._segments[0].mtime_ms() < cutoff:
-            removed.append(self._pop_oldest())
-        if config.retention_bytes >= 0:
-            total = self.size_bytes()
-            while self._deletable() and total > config.retention_bytes:
-                segment = self._pop_oldest()
-                total -= segment.size
-                removed.append(segment)
-        return removed
-
-    def _deletable(self) -> bool:
-        """Whether the oldest segment may go: not the active one, and holding only flushed data."""
-        return len(self._segments) > 1 and self._segments[0].end_offset <= self.flushed_offset
-
-    def _pop_oldest(self) -> Segment:
-        self._bases.pop(0)
-        return self._segments.pop(0)
+        count = segments_to_expire(self._segments.segments, self.flushed_offset, cutoff_ms,
+                                   self._config.retention_bytes)
+        return [self._segments.pop_oldest() for _ in range(count)]
 
     # -- shutdown ----------------------------------------------------------
 
@@ -350,8 +296,7 @@ class Log:
         """Stop timers and close every segment.  Flush first to keep unflushed data."""
         self.closed = True
         self._flusher.close()
-        for segment in self._segments:
-            segment.close()
+        self._segments.close()
 
 
 def set_too_large(size: int, segment_bytes: int) -> MessageSizeTooLarge:
@@ -361,89 +306,9 @@ def set_too_large(size: int, segment_bytes: int) -> MessageSizeTooLarge:
     return error
 
 
-def open_segments(directory: str) -> tuple[list[Segment], bool]:
-    """Open every segment of C{directory} (created if missing), or create its first; and whether it was created.
-
-    @raise TooManyOpenFiles: out of descriptors; the segments opened so far are closed again.
-    """
-    segments: list[Segment] = []
-    try:
-        os.makedirs(directory, exist_ok=True)
-        bases = sorted(base for base in map(parse_segment_name, os.listdir(directory)) if base is not None)
-        for base in bases:
-            segments.append(Segment.open(directory, base))
-        if not segments:
-            segments.append(Segment.open(directory, 0, create=True))
-    except OSError as e:
-        for segment in segments:
-            segment.close()
-        if out_of_descriptors(e):
-            raise descriptors_error(e, f"cannot open {directory}") from None
-        raise
-    return segments, not bases
-
-
-def check_message_start(
-    segment: Segment, position: int, available: int, max_bytes: int | None, offset: int, segment_bytes: int
-) -> None:
-    """Raise unless a whole, CRC-valid message (of at most C{max_bytes}, unless None) starts at C{position}."""
-    head = segment.pread(position, min(available, 4096))
-    size = int.from_bytes(head[:4], "big", signed=True) if len(head) >= 4 else -1
-    if size < MIN_MESSAGE_BYTES or size + 4 > available or size > segment_bytes:
-        raise OffsetNotOnBoundary(f"offset {offset} does not start a message")
-    if max_bytes is not None and size + 4 > max_bytes:
-        raise FetchSizeTooSmall(
-            f"the message at offset {offset} is {size + 4} bytes, larger than the fetch size {max_bytes}"
-        )
-    if size + 4 > len(head):
-        head = segment.pread(position, size + 4)
-    if scan(head[: size + 4], segment_bytes).count != 1:
-        raise OffsetNotOnBoundary(f"offset {offset} does not start a valid message")
-
-
-def offsets_newest_first(entries: list[tuple[int, int]], time_ms: int, max_offsets: int) -> list[int]:
-    """OFFSETS' answer from C{(start offset, last modified ms)} entries, oldest first (see L{Log.offsets_before})."""
-    if time_ms == LATEST_TIME:
-        start = len(entries) - 1
-    elif time_ms == EARLIEST_TIME:
-        start = 0
-    else:
-        start = -1
-        for i, (_, mtime) in enumerate(entries):
-            if mtime <= time_ms:
-                start = i
-    offsets: list[int] = []
-    for i in range(start, -1, -1):
-        if len(offsets) >= max_offsets:
-            break
-        if not offsets or offsets[-1] != entries[i][0]:
-            offsets.append(entries[i][0])
-    return offsets
-
-
 def log_boundaries(log: Log, positions: Sequence[int]) -> Deferred[list[int]]:
-    """For each logical position of C{log}, the offset of the first whole, CRC-valid message at or after it
-    (L{twlog.storage.index.boundaries}: the flushed end when there is none); segments found on disk are
-    indexed first, on the thread pool.  (A function beside L{Log}, which is at its size limit.)
+    """L{Log.boundaries} of C{log}: the broker's answer to BOUNDARIES (a function, as callers have used it).
 
     @raise OffsetOutOfRange: a position before the first offset or past the written end.
     """
-    _check_positions(log, positions)
-    pending = unindexed(log._segments, log._bases, positions, log.flushed_offset)
-    if not pending:
-        return succeed(_boundaries_now(log, positions))
-    d = log._run_in_thread(index_segments, pending, log._config.segment_bytes)
-    return d.addCallback(lambda found: [s.index.load(p) for s, p in zip(pending, found)]).addCallback(
-        lambda _: _boundaries_now(log, positions))
-
-
-def _check_positions(log: Log, positions: Sequence[int]) -> None:
-    for position in positions:
-        if position < log.start_offset or position > log.end_offset:
-            raise OffsetOutOfRange(f"position {position} is outside {os.path.basename(log.directory)}"
-                                   f" [{log.start_offset}, {log.end_offset}]")
-
-
-def _boundaries_now(log: Log, positions: Sequence[int]) -> list[int]:
-    _check_positions(log, positions)  # again: retention may have run while segments were indexed
-    return boundaries(log._segments, log._bases, positions, log.flushed_offset, log._config.segment_bytes)
+    return log.boundaries(positions)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from twlog.storage.index import index_positions
-from twlog.storage.message import scan
 from twlog.storage.segment import Segment
+from twlog.storage.validation import scan
 
 #: Bytes read at a time while scanning a segment.
 RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024

@@ -1,12 +1,14 @@
 # -*- test-case-name: tests.storage.test_topics -*-
-"""The partition counts of created topics, kept in one file of the log directory.
+"""How many partitions each topic has on a broker (L{PartitionCounts}); the created ones kept in one file.
 
 A topic made by a first write gets C{num_partitions} (or its C{topic_partitions}
 entry), and a restart recounts it from its directories.  A topic made by
 CREATE_TOPIC may have fewer partitions than that, so its count is recorded in
 C{<log-dir>/.twlog-topics} (JSON: C{{"version": 1, "partitions": {"clicks": 2}}}),
 which L{TopicsFile} replaces atomically (temporary file, fsync, rename, fsync of
-the directory) on the thread pool, one save at a time.
+the directory) on the thread pool, one save at a time.  L{PartitionCounts}
+keeps every topic's count and tells its listeners (the broker's registration
+in ZooKeeper) of each new topic.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import os
 from collections.abc import Callable, Iterable
 
 from twisted.internet.defer import Deferred, DeferredLock, succeed
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from twlog.errors import CorruptLog, StorageFailed
+from twlog.config import LogConfig
+from twlog.errors import CorruptLog, InvalidRequest, StorageFailed, TopicExists
 from twlog.storage.flush import ThreadRunner
 
 TOPICS_FILE = ".twlog-topics"
@@ -115,3 +119,97 @@ class TopicsFile:
             raise StorageFailed(f"cannot record the topics' partition counts in {self.log_dir}: {failure.value}")
 
         return d.addErrback(failed)
+
+
+#: Told C{(topic, partition_count)} when a topic is created on this broker.
+TopicListener = Callable[[str, int], object]
+
+
+class PartitionCounts:
+    """Every topic's partition count on one broker, and the listeners told of each new topic.
+
+    A topic's count is the one CREATE_TOPIC recorded (in the L{TopicsFile}),
+    else the configured default (C{LogConfig.partitions_for}), and at least
+    enough to cover every partition directory found at start.  A topic no one
+    wrote to yet would get the default (L{count}).
+    """
+
+    _log = Logger()
+
+    def __init__(self, config: LogConfig, topics_file: TopicsFile) -> None:
+        self._config = config
+        self._file = topics_file
+        self._counts: dict[str, int] = {}
+        self._recorded: dict[str, int] = {}
+        self._listeners: list[TopicListener] = []
+
+    def load(self, check_name: Callable[[str], object] = str) -> None:
+        """Read the recorded counts (blocking: at start).
+
+        @raise CorruptLog: the file cannot be read.
+        """
+        self._recorded = self._file.load(check_name)
+        self._counts.update(self._recorded)
+
+    def found(self, topic: str, partition: int) -> None:
+        """Count a partition directory found at start."""
+        self._counts[topic] = max(
+            self._counts.get(topic, 0), partition + 1, self._recorded.get(topic) or self._config.partitions_for(topic)
+        )
+
+    def topics(self) -> dict[str, int]:
+        """Every topic on this broker and its partition count."""
+        return dict(self._counts)
+
+    def count(self, topic: str) -> int:
+        """The partitions C{topic} has here, or would get on its first write."""
+        return self._counts.get(topic) or self._config.partitions_for(topic)
+
+    def first_written(self, topic: str, count: int) -> None:
+        """A write created one of C{topic}'s partitions: a new topic gets C{count} and its listeners are told."""
+        if topic in self._counts:
+            return
+        self._counts[topic] = count
+        self._log.info("created topic {topic} with {count} partitions", topic=topic, count=count)
+        for listener in list(self._listeners):
+            listener(topic, count)
+
+    def check_create(self, topic: str, partitions: int) -> int | None:
+        """Whether CREATE_TOPIC may give C{topic} C{partitions} partitions: the count it has now, if any.
+
+        @raise InvalidRequest: C{partitions} is outside 1 to L{MAX_PARTITIONS}.
+        @raise TopicExists: the topic already has another number of partitions here.
+        """
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidRequest(f"a topic has 1 to {MAX_PARTITIONS} partitions on a broker, not {partitions}")
+        existing = self._counts.get(topic)
+        if existing is not None and existing != partitions:
+            raise TopicExists(f"topic {topic!r} already has {existing} partitions on this broker, not {partitions}")
+        return existing
+
+    def created(self, topic: str, partitions: int, new_directories: list[str], new: bool) -> Deferred[bool]:
+        """Record a topic CREATE_TOPIC made (C{new}) or asked for again; fire with C{new} once the count is durable.
+
+        A new topic's listeners are told once the save ends, saved or not (its logs exist either way).
+        """
+        if new:
+            self._counts[topic] = partitions
+            self._log.info("created topic {topic} with {count} partitions", topic=topic, count=partitions)
+        if self._file.counts.get(topic) == partitions:  # recorded already (or being recorded)
+            return self._file.saved().addCallback(lambda _: False)
+        d = self._file.record(topic, partitions, new_directories)
+        if new:
+            d.addBoth(self._announce, list(self._listeners), topic, partitions)
+        return d.addCallback(lambda _: new)
+
+    def add_listener(self, listener: TopicListener) -> None:
+        """Call C{listener(topic, partition_count)} when a topic is created here (for registration)."""
+        self._listeners.append(listener)
+
+    def _announce(self, result: object, listeners: list[TopicListener], topic: str, count: int) -> object:
+        for listener in listeners:
+            try:
+                listener(topic, count)
+            except Exception:
+                self._log.failure("topic listener failed")
+        return result

@@ -1,0 +1,190 @@
+# -*- test-case-name: tests.protocol.test_metadata,tests.protocol.test_cluster_metadata,tests.protocol.test_create_topic,tests.protocol.test_boundaries -*-  # noqa: E501
+"""The broker's metadata and admin handlers: OFFSETS, METADATA, CLUSTER_METADATA, CREATE_TOPIC and
+BOUNDARIES (L{MetadataHandlers}).
+
+These answer questions about the logs rather than carry their messages:
+where a partition's offsets are (by time, or the message boundaries at
+positions), which topics and partitions this broker and its cluster hold,
+and the creation of a topic.  CLUSTER_METADATA reads the cluster from a
+L{ClusterSource} (the broker's L{twlog.coord.cluster.ClusterView}), or
+describes this broker alone without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from twlog.config import BrokerConfig
+from twlog.errors import NO_ERROR, BrokerError, InvalidRequest, OffsetOutOfRange, kafka07_code
+from twlog.protocol import codec
+from twlog.protocol.codec import (
+    MAX_BOUNDARY_POSITIONS,
+    BoundariesRequest,
+    ClusterMetadataRequest,
+    CreateTopicRequest,
+    MetadataRequest,
+    OffsetsRequest,
+    TopicMetadata,
+)
+from twlog.protocol.handling import ErrorCounts, Response, check_partition
+from twlog.protocol.responses import (
+    VIEW_CURRENT,
+    VIEW_STALE,
+    VIEW_STANDALONE,
+    VIEW_STARTING,
+    BrokerAddress,
+    ClusterMetadataResponse,
+    TopicLayout,
+)
+from twlog.storage.manager import LogManager, validate_topic
+
+__all__ = ["ClusterSource", "MetadataHandlers"]
+
+
+class ClusterSource(Protocol):
+    """What a broker knows of its cluster for CLUSTER_METADATA (L{twlog.coord.cluster.ClusterView} provides it)."""
+
+    #: Live brokers: id -> (host, port).
+    brokers: Mapping[int, tuple[str, int]]
+
+    @property
+    def ready(self) -> bool:
+        """Whether the registry has been read once (before that the broker answers for itself alone)."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected now (otherwise the layout is the last one read)."""
+
+    def topics(self) -> list[str]:
+        """Every topic registered in the cluster."""
+
+    def holders(self, topic: str) -> dict[int, int]:
+        """C{topic}'s partition count on each live broker that registered it."""
+
+
+def _held_by_none(topic: str) -> dict[int, int]:
+    return {}
+
+
+class MetadataHandlers:
+    """Answers questions about the logs of one L{LogManager}, this broker and its cluster; creates topics."""
+
+    _log = Logger()
+
+    def __init__(self, logs: LogManager, config: BrokerConfig, clock: IReactorTime, errors: ErrorCounts) -> None:
+        self._logs = logs
+        self._config = config
+        self._clock = clock
+        self._errors = errors
+        #: The port actually listened on (set once listening; config.port may be 0).
+        self.port = 0
+        #: The cluster described in CLUSTER_METADATA: None (no ZooKeeper) for this broker alone.
+        self.cluster: ClusterSource | None = None
+
+    def offsets(self, request: OffsetsRequest, peer: str = "?") -> Response:
+        """OFFSETS: offsets before a time, newest first (errors as Kafka 0.7 codes)."""
+        try:
+            check_partition(self._logs, request.topic, request.partition)
+        except BrokerError as e:
+            self._errors.count(codec.OFFSETS, kafka07_code(e.code))
+            return codec.encode_offsets_response(kafka07_code(e.code), ())
+        log = self._logs.get_log(request.topic, request.partition)
+        if log is None:
+            offsets = [0] if request.time < 0 and request.max_offsets > 0 else []
+        else:
+            now_ms = int(self._clock.seconds() * 1000)
+            offsets = log.offsets_before(request.time, max(request.max_offsets, 0), now_ms)
+        return codec.encode_offsets_response(NO_ERROR, offsets)
+
+    def metadata(self, request: MetadataRequest, peer: str = "?") -> Response:
+        """METADATA: this broker and the partition counts of the topics asked for (all when none)."""
+        if request.topics:
+            topics = []
+            for topic in request.topics:
+                try:
+                    validate_topic(topic)
+                    topics.append(TopicMetadata(topic, NO_ERROR, self._logs.partition_count(topic)))
+                except BrokerError as e:
+                    topics.append(TopicMetadata(topic, e.code, 0))
+        else:
+            topics = [TopicMetadata(t, NO_ERROR, n) for t, n in sorted(self._logs.topics().items())]
+        metadata = codec.MetadataResponse(
+            self._config.broker_id, self._config.advertised_host, self.port, tuple(topics)
+        )
+        return codec.encode_metadata_response(NO_ERROR, metadata)
+
+    def cluster_metadata(self, request: ClusterMetadataRequest, peer: str = "?") -> Response:
+        """CLUSTER_METADATA: every live broker and where the topics asked for (all when none) are held.
+
+        Without ZooKeeper, or before the registry is read, the broker describes itself alone and
+        says so (the view).  Only partitions that exist are reported: a topic no broker holds yet
+        has no holders.  This broker's own counts come from its logs, ahead of its registration.
+        """
+        me = BrokerAddress(self._config.broker_id, self._config.advertised_host, self.port)
+        local = self._logs.topics()
+        cluster = self.cluster
+        if cluster is None or not cluster.ready:
+            view = VIEW_STANDALONE if cluster is None else VIEW_STARTING
+            brokers: dict[int, tuple[str, int]] = {}
+            registered: Callable[[str], dict[int, int]] = _held_by_none
+            known = set(local)
+        else:
+            view = VIEW_CURRENT if cluster.connected else VIEW_STALE
+            brokers = dict(cluster.brokers)
+            registered = cluster.holders
+            known = set(local) | set(cluster.topics())
+        brokers[me.broker_id] = (me.host, me.port)  # it is answering, so it is live, at this address
+        layouts = []
+        for topic in request.topics or sorted(known):
+            try:
+                validate_topic(topic)
+            except BrokerError as e:
+                layouts.append(TopicLayout(topic, e.code))
+                continue
+            holders = {b: n for b, n in registered(topic).items() if n > 0 and b != me.broker_id}
+            if local.get(topic):
+                holders[me.broker_id] = local[topic]
+            if holders or request.topics:
+                layouts.append(TopicLayout(topic, NO_ERROR, tuple(sorted(holders.items()))))
+        answer = ClusterMetadataResponse(
+            me.broker_id, view, tuple(BrokerAddress(b, *a) for b, a in sorted(brokers.items())), tuple(layouts)
+        )
+        return codec.encode_cluster_metadata_response(NO_ERROR, answer)
+
+    def create_topic(self, request: CreateTopicRequest, peer: str = "?") -> Deferred[Response]:
+        """CREATE_TOPIC: create the topic's partitions here and record their count; answer once that is durable.
+
+        An error-only response: 0 (created, or already there with this count), InvalidTopic,
+        InvalidRequest (a count outside 1 to MAX_PARTITIONS) or TopicExists (another count).
+        """
+        d = self._logs.create_topic(request.topic, request.partitions)
+
+        def created(new: bool) -> bytes:
+            self._log.info("{peer} {what} topic {topic} with {count} partitions", peer=peer,
+                           what="created" if new else "asked again for", topic=request.topic,
+                           count=request.partitions)
+            return codec.encode_error_response(NO_ERROR)
+
+        return d.addCallback(created)
+
+    def boundaries(self, request: BoundariesRequest, peer: str = "?") -> Response | Deferred[Response]:
+        """BOUNDARIES: the first message at or after each position (where a reader may start: split points).
+
+        Errors raise (InvalidTopic, WrongPartition, InvalidRequest for more than
+        L{MAX_BOUNDARY_POSITIONS} positions, OffsetOutOfRange) and are sent as an error-only response.
+        """
+        check_partition(self._logs, request.topic, request.partition)
+        if len(request.positions) > MAX_BOUNDARY_POSITIONS:
+            raise InvalidRequest(f"{len(request.positions)} positions; at most {MAX_BOUNDARY_POSITIONS}")
+        log = self._logs.get_log(request.topic, request.partition)
+        if log is None:  # nothing written yet: an empty log at offset 0
+            if any(request.positions):
+                raise OffsetOutOfRange("positions past the end of the empty log [0, 0]")
+            return codec.encode_boundaries_response(NO_ERROR, request.positions)
+        found = log.boundaries(request.positions)
+        return found.addCallback(lambda offsets: codec.encode_boundaries_response(NO_ERROR, offsets))
