@@ -15,7 +15,6 @@ built on this module.
 from __future__ import annotations
 
 import socket
-import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,10 +48,12 @@ from twlog.protocol.codec import (
     describe_request,
     encode_request,
 )
+from twlog.protocol.frames import FrameBuffer, FrameTooLarge, frame
 from twlog.storage.batch import MessageBatch
 from twlog.storage.manager import validate_topic
 
-_SIZE = struct.Struct(">i")
+#: The most one read of a response asks the socket for.
+_MAX_READ = 4 * 1024 * 1024
 
 
 def check_topic(topic: str, context: str) -> None:
@@ -70,12 +71,17 @@ def check_topic(topic: str, context: str) -> None:
 class SyncConnection:
     """One blocking connection to a broker; requests are answered in order, one at a time."""
 
-    def __init__(self, host: str, port: int, options: ClientOptions | None = None, **overrides: Any) -> None:
-        """@param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...)."""
+    def __init__(self, host: str, port: int, options: ClientOptions | None = None, *,
+                 connect: Callable[..., socket.socket] = socket.create_connection, **overrides: Any) -> None:
+        """@param connect: C{(address, timeout=) -> socket}, as C{socket.create_connection} (the default): what
+            opens the connection (tests pass a fake socket's).
+        @param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...)."""
         self.host = host
         self.port = port
+        self._open = connect
         self.options = ClientOptions.build(options, **overrides)
         self._sock: socket.socket | None = None
+        self._frames = FrameBuffer(self.options.max_response_bytes)
 
     @property
     def address(self) -> str:
@@ -88,6 +94,7 @@ class SyncConnection:
         self.close()
 
     def close(self) -> None:
+        self._frames.clear()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -95,23 +102,22 @@ class SyncConnection:
     def _connect(self) -> socket.socket:
         if self._sock is None:
             try:
-                self._sock = socket.create_connection((self.host, self.port), timeout=self.options.connect_timeout_s)
+                self._sock = self._open((self.host, self.port), timeout=self.options.connect_timeout_s)
                 self._sock.settimeout(self.options.timeout_s)
             except OSError as e:
                 raise ConnectionFailed(f"cannot connect to broker {self.address}: {e}") from None
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self._sock
 
-    def _recv_exactly(self, sock: socket.socket, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = sock.recv_into(view[got:], n - got)
-            if k == 0:
+    def _receive_frame(self, sock: socket.socket) -> bytes:
+        """The next response frame, parsed by the one frame buffer (L{twlog.protocol.frames})."""
+        buffer = self._frames
+        while (got := buffer.next_frame()) is None:
+            data = sock.recv(min(max(buffer.needed_bytes, 65536), _MAX_READ))
+            if not data:
                 raise ConnectionFailed(f"broker {self.address} closed the connection before answering")
-            got += k
-        return buf
+            buffer.append(data)
+        return bytes(got)
 
     def call(self, request: Request) -> Response:
         """Send C{request} (a codec value) and return its decoded response, its error checked.
@@ -119,17 +125,16 @@ class SyncConnection:
         @raise BrokerError: the response's error code.
         @raise ProtocolViolation: the response is over C{max_response_bytes} or does not parse.
         """
-        frame = encode_request(request)
         sock = self._connect()
         try:
-            sock.sendall(_SIZE.pack(len(frame)) + frame)
-            (size,) = _SIZE.unpack(self._recv_exactly(sock, 4))
-            if not 0 <= size <= self.options.max_response_bytes:
-                raise ProtocolViolation(
-                    f"broker {self.address} sent a {size}-byte response, larger than max_response_bytes "
-                    f"{self.options.max_response_bytes}; connection dropped"
-                )
-            response = decode_response(request, bytes(self._recv_exactly(sock, size)))
+            sock.sendall(frame(encode_request(request)))
+            response = decode_response(request, self._receive_frame(sock))
+        except FrameTooLarge as e:
+            self.close()
+            raise ProtocolViolation(
+                f"broker {self.address} sent a {e.length}-byte response, larger than max_response_bytes "
+                f"{self.options.max_response_bytes}; connection dropped"
+            ) from None
         except TimeoutError:
             self.close()
             raise BrokerTimeout(f"no answer from broker {self.address} within {self.options.timeout_s:g} s") from None
