@@ -69,15 +69,6 @@ def partition_identity(topic: str, partition: str | int | TopicPartition) -> Top
     return TopicPartition(topic, partition)
 
 
-def partition_number(topic: str, partition: str | int) -> int:
-    """The number a broker knows C{topic}'s C{partition} by (see L{partition_identity})."""
-    if isinstance(partition, int) and not isinstance(partition, bool):
-        warnings.warn(f"partition numbers are deprecated: name {topic}'s partition (such as '<broker id>-{partition}')",
-                      DeprecationWarning, stacklevel=3)
-        return partition
-    return partition_identity(topic, partition).number
-
-
 class SimpleConsumer:
     """Fetches from one broker, by topic, partition and offset.
 
@@ -185,7 +176,8 @@ class SimpleConsumer:
     def offsets(self, topic: str, partition: str | int, time: int = LATEST, max_offsets: int = 1
                 ) -> Deferred[list[int]]:
         """Valid offsets before C{time} (L{LATEST} -1, L{EARLIEST} -2, or ms since the epoch), newest first."""
-        return Deferred.fromCoroutine(self._offsets(topic, partition_number(topic, partition), time, max_offsets))
+        number = partition_identity(topic, partition).number
+        return Deferred.fromCoroutine(self._offsets(topic, number, time, max_offsets))
 
     def stream(
         self,
