@@ -138,6 +138,7 @@ class SizeProbeTests(SynchronousTestCase):
             (big[:4], f"is {len(big)} bytes, larger than max_bytes=100; fetch it with max_bytes={len(big)}"),
             (b"", "is larger than max_bytes=100"),
             (ConnectionFailed("gone"), "is larger than max_bytes=100"),
+            (BrokerTimeout("slow"), "is larger than max_bytes=100"),
             (OffsetOutOfRange("out"), "is larger than max_bytes=100"),
         ]
         for probe_answer, text in table:

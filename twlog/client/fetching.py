@@ -16,7 +16,7 @@ from twisted.logger import Logger
 
 from twlog.client.connection import IBrokerConnection
 from twlog.client.reader import Fetch, Fetched, PartitionReader, Refresh, Request, SizeProbe
-from twlog.errors import BrokerError, ConnectionFailed, ProtocolViolation, check
+from twlog.errors import BrokerError, BrokerTimeout, ConnectionFailed, ProtocolViolation, check
 from twlog.protocol.codec import WaitFetchRequest
 from twlog.storage.message import CorruptMessage
 
@@ -48,7 +48,7 @@ async def answer(connection: IBrokerConnection, reader: PartitionReader, request
             )
         context = f"broker {connection.address} refused WAIT_FETCH {part.topic}-{part.partition}@{part.offset}"
         return check(parts[0], context).messages
-    except (BrokerError, ConnectionFailed) as e:
+    except (BrokerError, ConnectionFailed, BrokerTimeout) as e:
         return e
 
 
