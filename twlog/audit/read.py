@@ -15,11 +15,12 @@ from collections.abc import Callable
 from twlog.audit.count import AuditCount
 from twlog.client.discovery import discover
 from twlog.client.options import ClientOptions
+from twlog.client.reader import PartitionReader
 from twlog.client.sync import SyncConnection
+from twlog.client.sync import read as read_fetch
 from twlog.envelope import AUDIT_TOPIC, decode_event, open_envelope
 from twlog.errors import InvalidMessage, UnknownTopic
 from twlog.protocol.codec import EARLIEST, LATEST
-from twlog.storage.message import iter_messages
 
 FETCH_SIZE = 1024 * 1024
 
@@ -44,17 +45,17 @@ def read_topic(zookeeper: str, topic: str, on_payload: Callable[[bytes], object]
             offset = connection.offset(topic, partition, EARLIEST)
             if since_ms is not None:
                 offset = max(offset, connection.offset(topic, partition, since_ms))
-            while offset < end:
-                data = connection.fetch(topic, partition, offset, FETCH_SIZE)
-                start = offset
-                for message in iter_messages(data, offset, max_decompressed_bytes=options.max_decompressed_bytes):
+            reader = PartitionReader(location.tp, offset, max_bytes=FETCH_SIZE, end=end, label=location.name,
+                                     max_decompressed_bytes=options.max_decompressed_bytes)
+            while not reader.done:
+                start = reader.offset
+                for message in read_fetch(connection, reader):
                     if message.offset >= end:
                         break
                     on_payload(message.payload)
                     read += 1
-                    offset = message.next_offset
-                if offset == start:
-                    raise InvalidMessage(f"no whole message at offset {offset} of {topic} partition {location.name}")
+                if reader.offset == start:
+                    raise InvalidMessage(f"no whole message at offset {start} of {topic} partition {location.name}")
     return read
 
 

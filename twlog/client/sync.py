@@ -15,22 +15,24 @@ built on this module.
 from __future__ import annotations
 
 import socket
-import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
+
 from twlog.client.options import ClientOptions
+from twlog.client.reader import BATCH, Fetched, PartitionReader, Refresh, SizeProbe
+from twlog.client.reader import Request as ReaderRequest
 from twlog.errors import (
     BrokerError,
     BrokerTimeout,
     ConnectionFailed,
-    FetchSizeTooSmall,
     InvalidTopic,
-    OffsetNotOnBoundary,
     ProtocolViolation,
     check,
     error_message,
 )
+from twlog.partition import TopicPartition
 from twlog.protocol.codec import (
     BoundariesRequest,
     ClusterMetadataRequest,
@@ -46,11 +48,12 @@ from twlog.protocol.codec import (
     describe_request,
     encode_request,
 )
-from twlog.storage.batch import MessageBatch, decode_batch
+from twlog.protocol.frames import FrameBuffer, FrameTooLarge, frame
+from twlog.storage.batch import MessageBatch
 from twlog.storage.manager import validate_topic
-from twlog.storage.message import MIN_MESSAGE_BYTES, CorruptMessage
 
-_SIZE = struct.Struct(">i")
+#: The most one read of a response asks the socket for.
+_MAX_READ = 4 * 1024 * 1024
 
 
 def check_topic(topic: str, context: str) -> None:
@@ -68,12 +71,17 @@ def check_topic(topic: str, context: str) -> None:
 class SyncConnection:
     """One blocking connection to a broker; requests are answered in order, one at a time."""
 
-    def __init__(self, host: str, port: int, options: ClientOptions | None = None, **overrides: Any) -> None:
-        """@param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...)."""
+    def __init__(self, host: str, port: int, options: ClientOptions | None = None, *,
+                 connect: Callable[..., socket.socket] = socket.create_connection, **overrides: Any) -> None:
+        """@param connect: C{(address, timeout=) -> socket}, as C{socket.create_connection} (the default): what
+            opens the connection (tests pass a fake socket's).
+        @param overrides: fields of L{ClientOptions} replacing those of C{options} (C{timeout_s=5}...)."""
         self.host = host
         self.port = port
+        self._open = connect
         self.options = ClientOptions.build(options, **overrides)
         self._sock: socket.socket | None = None
+        self._frames = FrameBuffer(self.options.max_response_bytes)
 
     @property
     def address(self) -> str:
@@ -86,6 +94,7 @@ class SyncConnection:
         self.close()
 
     def close(self) -> None:
+        self._frames.clear()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -93,23 +102,22 @@ class SyncConnection:
     def _connect(self) -> socket.socket:
         if self._sock is None:
             try:
-                self._sock = socket.create_connection((self.host, self.port), timeout=self.options.connect_timeout_s)
+                self._sock = self._open((self.host, self.port), timeout=self.options.connect_timeout_s)
                 self._sock.settimeout(self.options.timeout_s)
             except OSError as e:
                 raise ConnectionFailed(f"cannot connect to broker {self.address}: {e}") from None
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self._sock
 
-    def _recv_exactly(self, sock: socket.socket, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = sock.recv_into(view[got:], n - got)
-            if k == 0:
+    def _receive_frame(self, sock: socket.socket) -> bytes:
+        """The next response frame, parsed by the one frame buffer (L{twlog.protocol.frames})."""
+        buffer = self._frames
+        while (got := buffer.next_frame()) is None:
+            data = sock.recv(min(max(buffer.needed_bytes, 65536), _MAX_READ))
+            if not data:
                 raise ConnectionFailed(f"broker {self.address} closed the connection before answering")
-            got += k
-        return buf
+            buffer.append(data)
+        return bytes(got)
 
     def call(self, request: Request) -> Response:
         """Send C{request} (a codec value) and return its decoded response, its error checked.
@@ -117,17 +125,16 @@ class SyncConnection:
         @raise BrokerError: the response's error code.
         @raise ProtocolViolation: the response is over C{max_response_bytes} or does not parse.
         """
-        frame = encode_request(request)
         sock = self._connect()
         try:
-            sock.sendall(_SIZE.pack(len(frame)) + frame)
-            (size,) = _SIZE.unpack(self._recv_exactly(sock, 4))
-            if not 0 <= size <= self.options.max_response_bytes:
-                raise ProtocolViolation(
-                    f"broker {self.address} sent a {size}-byte response, larger than max_response_bytes "
-                    f"{self.options.max_response_bytes}; connection dropped"
-                )
-            response = decode_response(request, bytes(self._recv_exactly(sock, size)))
+            sock.sendall(frame(encode_request(request)))
+            response = decode_response(request, self._receive_frame(sock))
+        except FrameTooLarge as e:
+            self.close()
+            raise ProtocolViolation(
+                f"broker {self.address} sent a {e.length}-byte response, larger than max_response_bytes "
+                f"{self.options.max_response_bytes}; connection dropped"
+            ) from None
         except TimeoutError:
             self.close()
             raise BrokerTimeout(f"no answer from broker {self.address} within {self.options.timeout_s:g} s") from None
@@ -143,22 +150,12 @@ class SyncConnection:
         """Up to C{max_bytes} of raw log from C{offset}; broker errors raise their typed exceptions.
 
         Sent as twlog's WAIT_FETCH waiting 0 ms, which names every error precisely (FetchSizeTooSmall,
-        OffsetNotOnBoundary...), where a FETCH is answered as a Kafka 0.7 broker would.
+        OffsetNotOnBoundary...), where a FETCH is answered as a Kafka 0.7 broker would.  A message larger than
+        C{max_bytes} raises L{FetchSizeTooSmall} naming its size (the reader's size probe).
         """
-        request = WaitFetchRequest(0, 0, (FetchRequest(topic, partition, offset, max_bytes),))
-        parts = self.call(request).parts
-        if len(parts) != 1:
-            self.close()
-            raise ProtocolViolation(f"broker {self.address} answered a one-part WAIT_FETCH with {len(parts)} parts")
-        try:
-            return check(parts[0], f"broker {self.address} refused {describe_request(request)}").messages
-        except FetchSizeTooSmall:
-            needed = self._message_size(topic, partition, offset)
-            size = f"is {needed} bytes, " if needed is not None else "is "
-            raise FetchSizeTooSmall(
-                f"the message at offset {offset} of {topic}-{partition} (broker {self.address}) {size}larger than "
-                f"max_bytes={max_bytes}"
-            ) from None
+        reader = PartitionReader(_identity(topic, partition), offset, max_bytes=max_bytes, decode=_raw,
+                                 label=f"{partition} (broker {self.address})", max_refreshes=0)
+        return read(self, reader).data
 
     def fetch_batch(self, topic: str, partition: int, offset: int, max_bytes: int, *, on_corrupt: str = "fail",
                     previous: int | None = None) -> MessageBatch:
@@ -166,45 +163,23 @@ class SyncConnection:
 
         A corrupt message ends the batch (the valid messages before it are in it, C{corrupt} names it) or, with
         C{on_corrupt="skip"}, is skipped; C{previous} (the offset of the message before C{offset}) lets a fetch
-        from a corrupt message's offset, which the broker refuses, read it (L{read_past_refusal}).
+        from a corrupt message's offset, which the broker refuses, read it from C{previous}
+        (L{twlog.client.reader}).
         """
-        try:
-            data = self.fetch(topic, partition, offset, max_bytes)
-        except OffsetNotOnBoundary as e:
-            if previous is None:
-                raise
-            data = self.read_past_refusal(topic, partition, previous, offset, max_bytes, e)
-        return decode_batch(data, offset, topic=topic, partition=partition, on_corrupt=on_corrupt,
-                            max_decompressed_bytes=self.options.max_decompressed_bytes)
+        reader = PartitionReader(_identity(topic, partition), offset, max_bytes=max_bytes, on_corrupt=on_corrupt,
+                                 max_decompressed_bytes=self.options.max_decompressed_bytes, decode=BATCH,
+                                 label=partition, boundary=(previous, offset) if previous is not None else None,
+                                 max_refreshes=0)
+        return read(self, reader)
 
-    def read_past_refusal(self, topic: str, partition: int, previous: int | None, offset: int, max_bytes: int,
-                          refusal: Exception) -> bytes:
-        """The bytes from C{offset}, which the broker refused to read from (C{refusal}, an L{OffsetNotOnBoundary})
-        although the message at C{previous} ends there: the message at C{offset} is corrupt.  They are read from
-        C{previous}, whose bytes run into it.
-
-        @raise CorruptMessage: the message at C{offset} is not whole in them (or C{previous} is None): naming
-            the offset after it when its length field is sane.
-        """
-        data = b""
-        if previous is not None:
-            data = self.fetch(topic, partition, previous, max_bytes + offset - previous)[offset - previous :]
-        size = int.from_bytes(data[:4], "big", signed=True) if len(data) >= 4 else -1
-        if size < MIN_MESSAGE_BYTES or 4 + size > len(data):
-            after = offset + 4 + size if size >= MIN_MESSAGE_BYTES else None
-            raise CorruptMessage(f"the broker refuses to read from it: {refusal}", offset, after, topic, partition)
-        return data
-
-    def _message_size(self, topic: str, partition: int, offset: int) -> int | None:
-        """The size (length field included) of the message at C{offset}, or None if it cannot be learnt.
-
-        A FETCH of 4 bytes: the broker answers it as Kafka 0.7 would, with the start of the message.
-        """
-        try:
-            data = self.call(FetchRequest(topic, partition, offset, 4)).messages
-        except (BrokerError, ConnectionFailed, BrokerTimeout):
-            return None
-        return int.from_bytes(data, "big", signed=True) + 4 if len(data) == 4 else None
+    def fetch_part(self, part: FetchRequest) -> bytes:
+        """The bytes of one fetch, sent as a one-part WAIT_FETCH waiting 0 ms; broker errors raise."""
+        request = WaitFetchRequest(0, 0, (part,))
+        parts = self.call(request).parts
+        if len(parts) != 1:
+            self.close()
+            raise ProtocolViolation(f"broker {self.address} answered a one-part WAIT_FETCH with {len(parts)} parts")
+        return check(parts[0], f"broker {self.address} refused {describe_request(request)}").messages
 
     def offset(self, topic: str, partition: int, time: int) -> int:
         """The single offset OFFSETS answers for C{time} (L{LATEST} or L{EARLIEST})."""
@@ -225,3 +200,53 @@ class SyncConnection:
     def cluster_metadata(self, topics: Sequence[str] = ()) -> ClusterMetadataResponse:
         """The cluster as this broker knows it: the live brokers, and where C{topics} (all when empty) are held."""
         return self.call(ClusterMetadataRequest(tuple(topics)))
+
+
+# -- the blocking driver of a partition reader -----------------------------------------------------
+
+
+@attrs.frozen
+class RawFetch:
+    """A fetch's bytes, undecoded (a reader's decode for L{SyncConnection.fetch})."""
+
+    data: bytes
+    next_offset: int
+    last_boundary: None = None
+
+
+def _raw(reader: PartitionReader, data: bytes, offset: int) -> RawFetch:
+    return RawFetch(data, offset)
+
+
+def _identity(topic: str, number: int) -> TopicPartition:
+    """The partition a broker knows as C{number} (what a request names it by)."""
+    return TopicPartition(topic, str(number))
+
+
+def answer(connection: SyncConnection, reader: PartitionReader, request: ReaderRequest) -> bytes | Exception:
+    """The broker's answer to the reader's C{request}: the bytes, or the broker or connection error it raised."""
+    try:
+        if isinstance(request, SizeProbe):
+            return connection.call(request.part(reader.tp)).messages
+        return connection.fetch_part(request.part(reader.tp))
+    except (BrokerError, ConnectionFailed, BrokerTimeout) as e:
+        return e
+
+
+def read(connection: SyncConnection, reader: PartitionReader,
+         refresh: Callable[[Refresh], SyncConnection | None] | None = None) -> Any:
+    """One fetch's worth of C{reader} over C{connection}: its probes and re-reads sent, and its refreshes handed to
+    C{refresh} (which returns the connection to the partition's leader now; without it, the same connection is
+    used again: it reconnects).
+
+    @return: the L{Fetched} value.
+    @raise BrokerError: what the reader raises (L{FetchSizeTooSmall}, L{CorruptMessage}...).
+    """
+    request = reader.next_request()
+    while True:
+        event = reader.receive(answer(connection, reader, request), request)
+        if isinstance(event, Fetched):
+            return event.value
+        if isinstance(event, Refresh) and refresh is not None:
+            connection = refresh(event) or connection
+        request = reader.next_request()

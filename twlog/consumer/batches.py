@@ -1,10 +1,10 @@
 # -*- test-case-name: tests.consumer.test_batches -*-
 """Batch reads for the Twisted consumer: a fetch decoded as a L{MessageBatch}, and a pipelined reader.
 
-L{decode_fetched_batch} is L{twlog.consumer.simple.decode_fetched} for the
-batch API (L{twlog.storage.batch}): the same valid messages, the same
-corrupt-message rules (the valid messages first; a skip logged with its byte
-range), but no object per message.
+The rules of reading (refused offsets, the size probe, corrupt messages,
+boundaries) are the partition reader's (L{twlog.client.reader}), in its
+L{twlog.client.reader.BATCH} mode: the same valid messages as a plain fetch,
+but no object per message.
 
 L{BatchReader} reads one partition in order, batch after batch, with the next
 fetch asked for as soon as the current one is decoded (its next offset is then
@@ -29,60 +29,17 @@ from collections import deque
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.logger import Logger
 
-from twlog.errors import FetchSizeTooSmall
-from twlog.storage.batch import MessageBatch, decode_batch
-from twlog.storage.message import DEFAULT_MAX_DECOMPRESSED_BYTES
+from twlog.client.reader import PartitionReader, decode_fetched_batch, too_small
+from twlog.storage.batch import MessageBatch
 
 __all__ = ["BatchReader", "decode_fetched_batch", "too_small"]
-
-_log = Logger()
-
-
-def decode_fetched_batch(
-    data: bytes, topic: str, partition: int, offset: int, max_bytes: int, *, on_corrupt: str = "fail",
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-) -> MessageBatch:
-    """The messages in the fetched bytes C{data} that start at C{offset}, as a L{MessageBatch}.
-
-    As L{twlog.consumer.simple.decode_fetched}: the valid messages before a
-    corrupt one, with C{corrupt} set and C{next_offset} at it; with
-    C{on_corrupt="skip"}, corrupt messages whose length is sane are logged and skipped.
-
-    @raise FetchSizeTooSmall: the first message does not fit in C{max_bytes}, naming the size needed.
-    @raise CorruptMessage: the first message is corrupt, and not skipped.
-    """
-    try:
-        batch = decode_batch(data, offset, topic=topic, partition=partition, on_corrupt=on_corrupt,
-                             max_decompressed_bytes=max_decompressed_bytes)
-    except FetchSizeTooSmall:
-        needed = int.from_bytes(data[:4], "big", signed=True) + 4 if len(data) >= 4 else None
-        raise too_small(topic, partition, offset, max_bytes, needed) from None
-    for error in batch.skipped:
-        _log.warn("skipping the corrupt message at bytes {range} of {topic}-{partition}: {reason}",
-                  range=error.byte_range, topic=error.topic, partition=error.partition, reason=error.reason)
-    return batch
-
-
-def too_small(topic: str, partition: int, offset: int, max_bytes: int, needed: int | None) -> FetchSizeTooSmall:
-    """The error for a message at C{offset} larger than C{max_bytes}, naming the size C{needed} when known."""
-    if needed is None:
-        return FetchSizeTooSmall(
-            f"the message at offset {offset} of {topic}-{partition} is larger than max_bytes={max_bytes}; "
-            f"fetch it with a larger max_bytes"
-        )
-    return FetchSizeTooSmall(
-        f"the message at offset {offset} of {topic}-{partition} is {needed} bytes, larger than "
-        f"max_bytes={max_bytes}; fetch it with max_bytes={needed} or more"
-    )
-
 
 
 class BatchReader:
     """Batches of one partition from an offset, in order, fetched one step ahead (see the module).
 
-    Made by L{twlog.consumer.simple.SimpleConsumer.batches} (C{consumer}), whose fetch it uses.
+    Made by L{twlog.consumer.simple.SimpleConsumer.batches} (C{consumer}), whose fetch drives C{reader}.
 
     An async iterator of L{MessageBatch}es on its own connection.  It ends at
     C{end} (an offset: reading stops once a batch reaches it; batches may
@@ -93,13 +50,13 @@ class BatchReader:
     #: Fetches in flight beyond the batch being decoded.
     AHEAD = 2
 
-    def __init__(self, consumer: Any, topic: str, partition: int, offset: int, *, max_bytes: int,
-                 end: int | None = None, pipeline: bool = True) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.next_offset = offset
-        self.max_bytes = max_bytes
-        self.end = end
+    def __init__(self, consumer: Any, reader: PartitionReader, *, pipeline: bool = True) -> None:
+        self.topic = reader.tp.topic
+        self.partition = reader.tp.number
+        self.next_offset = reader.offset
+        self.max_bytes = reader.max_bytes
+        self.end = reader.end
+        self._reader = reader
         self.pipeline = pipeline
         self._consumer = consumer
         self._connection = consumer._new_connection()
@@ -164,16 +121,12 @@ class BatchReader:
             self._queue.append((after, self._fetch(after)))
 
     def _fetch(self, offset: int) -> Deferred[MessageBatch]:
-        consumer = self._consumer
-        return Deferred.fromCoroutine(
-            consumer._fetch(self._connection, self.topic, self.partition, offset, self.max_bytes, None, None,
-                            decode=self._decode)
-        )
+        return Deferred.fromCoroutine(self._fetch_and_ask_ahead(offset))
 
-    def _decode(self, data: bytes, topic: str, partition: int, offset: int, max_bytes: int, **options
-                ) -> MessageBatch:
-        """Decode a response, then ask for what follows it (at most L{AHEAD} in flight) before it is handed out."""
-        batch = decode_fetched_batch(data, topic, partition, offset, max_bytes, **options)
+    async def _fetch_and_ask_ahead(self, offset: int) -> MessageBatch:
+        """Fetch from C{offset}, then ask for what follows it (at most L{AHEAD} in flight) before it is handed out."""
+        batch = await self._consumer._fetch(self._connection, self._reader, None, None,
+                                            request=self._reader.fetch_at(offset))
         if self.pipeline and not self._closed and len(self._queue) <= self.AHEAD and batch.corrupt is None:
             boundary = batch.next_offset
             last = self._queue[-1][0] if self._queue else None

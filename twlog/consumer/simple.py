@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -26,172 +26,47 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection, IBrokerConnection
+from twlog.client.fetching import log_skip, read
 from twlog.client.options import ClientOptions
+from twlog.client.reader import (
+    BATCH,
+    MESSAGES,
+    ON_CORRUPT,
+    FetchedMessages,
+    PartitionReader,
+    Refresh,
+    check_on_corrupt,
+    decode_fetched,
+)
 from twlog.client.serde import Deserializer, deserialize_all
 from twlog.client.sync import check_topic
-from twlog.consumer.batches import BatchReader, decode_fetched_batch, too_small
-from twlog.errors import (
-    ClientClosed,
-    ConnectionFailed,
-    ConnectionLost,
-    FetchSizeTooSmall,
-    OffsetNotOnBoundary,
-    ProtocolViolation,
-    check,
-)
+from twlog.consumer.batches import BatchReader
+from twlog.errors import ClientClosed, ConnectionFailed
 from twlog.partition import TopicPartition
-from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
+from twlog.protocol.codec import EARLIEST, LATEST, OffsetsRequest
 from twlog.storage.batch import MessageBatch
-from twlog.storage.message import (
-    DEFAULT_MAX_DECOMPRESSED_BYTES,
-    MIN_MESSAGE_BYTES,
-    CorruptMessage,
-    MessageAndOffset,
-    scan_messages,
-)
+from twlog.storage.message import CorruptMessage, MessageAndOffset
 
-__all__ = ["EARLIEST", "LATEST", "CorruptMessage", "FetchedMessages", "MessageStream", "SimpleConsumer",
-           "decode_fetched"]
-
-#: What a consumer does at a corrupt message: raise L{CorruptMessage} (after the valid messages
-#: before it), or log its byte range and go on after it.
-ON_CORRUPT = ("fail", "skip")
+__all__ = ["EARLIEST", "LATEST", "ON_CORRUPT", "CorruptMessage", "FetchedMessages", "MessageStream", "SimpleConsumer",
+           "check_on_corrupt", "decode_fetched"]
 
 _log = Logger()
 
 
-def partition_number(topic: str, partition: str | int) -> int:
-    """The number a broker knows C{topic}'s C{partition} by: from its name (C{"1-0"}, C{"3"}).
+def partition_identity(topic: str, partition: str | int | TopicPartition) -> TopicPartition:
+    """C{topic}'s C{partition}, from its name (C{"1-0"}, C{"3"}).
 
-    An int is the number itself: the deprecated form, from when per-broker numbers were the API.
+    An int is the number a broker knows it by: the deprecated form, from when per-broker numbers were the API.
 
     @raise ValueError: C{partition} is not a partition name.
     """
     if isinstance(partition, TopicPartition):
-        return partition.number
+        return partition
     if isinstance(partition, int) and not isinstance(partition, bool):
         warnings.warn(f"partition numbers are deprecated: name {topic}'s partition (such as '<broker id>-{partition}')",
                       DeprecationWarning, stacklevel=3)
-        return partition
-    return TopicPartition(topic, partition).number
-
-
-def check_on_corrupt(on_corrupt: str) -> str:
-    """C{on_corrupt} if it is one of L{ON_CORRUPT}."""
-    if on_corrupt not in ON_CORRUPT:
-        raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
-    return on_corrupt
-
-
-@attrs.frozen
-class FetchedMessages:
-    """The messages of one fetch, every CRC checked, and the offset to fetch next."""
-
-    messages: tuple[MessageAndOffset, ...]
-    #: Where the next fetch starts: after the last whole message, or the fetch's offset if there was none.
-    next_offset: int
-    #: The corrupt message at C{next_offset} that ended this fetch: the next fetch raises it.
-    corrupt: CorruptMessage | None = None
-    #: The corrupt messages skipped (with C{on_corrupt="skip"}), each logged with its byte range.
-    skipped: tuple[CorruptMessage, ...] = ()
-
-    def __iter__(self) -> Iterator[MessageAndOffset]:
-        return iter(self.messages)
-
-    def __len__(self) -> int:
-        return len(self.messages)
-
-    @property
-    def last_boundary(self) -> tuple[int, int] | None:
-        """The last message's offset and the offset after it, or None (as L{MessageBatch.last_boundary})."""
-        return (self.messages[-1].offset, self.messages[-1].next_offset) if self.messages else None
-
-
-def decode_fetched(
-    data: bytes, topic: str, partition: int, offset: int, max_bytes: int, *, on_corrupt: str = "fail",
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-) -> FetchedMessages:
-    """The messages in the fetched bytes C{data} that start at C{offset}.
-
-    The valid messages before a corrupt one are returned, with C{next_offset}
-    at the corrupt one (and C{corrupt} set): a fetch from there raises it.  With
-    C{on_corrupt="skip"}, a corrupt message whose length is sane is logged and
-    skipped instead.
-
-    @raise FetchSizeTooSmall: the first message does not fit in C{max_bytes}.
-    @raise CorruptMessage: (an L{InvalidMessage}) the first message is corrupt, and not skipped.
-    """
-    messages: list[MessageAndOffset] = []
-    skipped: list[CorruptMessage] = []
-    next_offset = offset
-    try:
-        for item in scan_messages(data, offset, max_decompressed_bytes=max_decompressed_bytes):
-            if type(item) is not CorruptMessage:
-                messages.append(item)
-                next_offset = item.next_offset
-                continue
-            error = item.named(topic, partition)
-            if on_corrupt == "skip" and error.next_offset is not None:
-                skipped.append(skip(error))
-                next_offset = error.next_offset
-            elif messages or skipped:
-                return FetchedMessages(tuple(messages), next_offset, error, tuple(skipped))
-            else:
-                raise error
-    except FetchSizeTooSmall:
-        if messages or skipped:  # pragma: no cover - scan_messages raises it for a first entry only
-            raise
-        needed = int.from_bytes(data[:4], "big", signed=True) + 4 if len(data) >= 4 else None
-        raise too_small(topic, partition, offset, max_bytes, needed) from None
-    return FetchedMessages(tuple(messages), next_offset, None, tuple(skipped))
-
-
-def skip(error: CorruptMessage) -> CorruptMessage:
-    """Log that the corrupt message C{error} is skipped, naming its byte range; return it."""
-    _log.warn("skipping the corrupt message at bytes {range} of {topic}-{partition}: {reason}",
-              range=error.byte_range, topic=error.topic, partition=error.partition, reason=error.reason)
-    return error
-
-
-async def read_past_refusal(
-    connection: IBrokerConnection, topic: str, partition: int, previous: int, offset: int, max_bytes: int,
-    refusal: Exception, *, on_corrupt: str = "fail", max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-    decode: Callable[..., Any] = decode_fetched,
-) -> FetchedMessages:
-    """What to make of the broker's refusal (L{OffsetNotOnBoundary}) to read from C{offset}, a message boundary
-    (the message at C{previous} ends there): the message at C{offset} is corrupt.  Read it from C{previous},
-    whose bytes run into it, and decode from C{offset} as L{decode_fetched} does.
-
-    @raise CorruptMessage: naming C{offset} and, if its length field is sane, the offset after it.
-    """
-    fetch = FetchRequest(topic, partition, previous, max_bytes + (offset - previous))
-    part = (await connection.request(WaitFetchRequest(0, 0, (fetch,)))).parts[0]
-    data = check(part, f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{previous}").messages
-    data = data[offset - previous :]
-    if not data:
-        raise refusal
-    try:
-        return decode(data, topic, partition, offset, max_bytes, on_corrupt=on_corrupt,
-                      max_decompressed_bytes=max_decompressed_bytes)
-    except FetchSizeTooSmall:
-        size = int.from_bytes(data[:4], "big", signed=True) if len(data) >= 4 else -1
-        after = offset + 4 + size if size >= MIN_MESSAGE_BYTES else None
-        error = CorruptMessage(f"the broker refuses to read from it: {refusal}", offset, after, topic, partition)
-    if on_corrupt == "skip" and error.next_offset is not None:
-        return FetchedMessages((), error.next_offset, None, (skip(error),))
-    raise error
-
-
-async def message_size(connection: BrokerConnection, topic: str, partition: int, offset: int) -> int | None:
-    """The size (length field included) of the message at C{offset}, from its first 4 bytes, or None.
-
-    A FETCH of 4 bytes: the broker answers it as Kafka 0.7 would, with the start of the message.
-    """
-    try:
-        data = (await connection.request(FetchRequest(topic, partition, offset, 4))).messages
-    except Exception:
-        return None
-    return int.from_bytes(data, "big", signed=True) + 4 if len(data) == 4 else None
+        return TopicPartition(topic, str(partition))
+    return TopicPartition(topic, partition)
 
 
 class SimpleConsumer:
@@ -277,17 +152,14 @@ class SimpleConsumer:
         @raise CorruptMessage: the message at C{offset} is corrupt (an L{InvalidMessage} naming the
             partition, its offset and the offset after it).
         """
-        number = partition_number(topic, partition)
-        return Deferred.fromCoroutine(
-            self._fetch(self._connection, topic, number, offset, max_bytes or self.max_bytes, max_wait_ms, min_bytes)
-        )
+        reader = self._reader(partition_identity(topic, partition), offset, max_bytes or self.max_bytes, MESSAGES)
+        return Deferred.fromCoroutine(self._fetch(self._connection, reader, max_wait_ms, min_bytes))
 
     def fetch_batch(self, topic: str, partition: str | int, offset: int, max_bytes: int | None = None
                     ) -> Deferred[MessageBatch]:
         """L{fetch}, decoded as a L{MessageBatch} (L{twlog.storage.batch}): no object per message until iterated."""
-        number = partition_number(topic, partition)
-        return Deferred.fromCoroutine(self._fetch(self._connection, topic, number, offset,
-                                                  max_bytes or self.max_bytes, None, None, decode_fetched_batch))
+        reader = self._reader(partition_identity(topic, partition), offset, max_bytes or self.max_bytes, BATCH)
+        return Deferred.fromCoroutine(self._fetch(self._connection, reader, None, None))
 
     def batches(self, topic: str, partition: str | int, offset: int, *, max_bytes: int | None = None,
                 end: int | None = None, pipeline: bool = True) -> BatchReader:
@@ -295,8 +167,8 @@ class SimpleConsumer:
         connection, asking for each next fetch before the current one is decoded (L{BatchReader})."""
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        reader = BatchReader(self, topic, partition_number(topic, partition), offset,
-                             max_bytes=max_bytes or self.max_bytes, end=end,
+        tp = partition_identity(topic, partition)
+        reader = BatchReader(self, self._reader(tp, offset, max_bytes or self.max_bytes, BATCH, end=end),
                              pipeline=pipeline)
         self._streams.add(reader)
         return reader
@@ -304,7 +176,8 @@ class SimpleConsumer:
     def offsets(self, topic: str, partition: str | int, time: int = LATEST, max_offsets: int = 1
                 ) -> Deferred[list[int]]:
         """Valid offsets before C{time} (L{LATEST} -1, L{EARLIEST} -2, or ms since the epoch), newest first."""
-        return Deferred.fromCoroutine(self._offsets(topic, partition_number(topic, partition), time, max_offsets))
+        number = partition_identity(topic, partition).number
+        return Deferred.fromCoroutine(self._offsets(topic, number, time, max_offsets))
 
     def stream(
         self,
@@ -322,8 +195,10 @@ class SimpleConsumer:
         """
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        stream = MessageStream(self, topic, partition_number(topic, partition), offset, max_bytes or self.max_bytes,
-                               idle_timeout_s)
+        # A lost connection is retried once (the retry reconnects with backoff), then surfaces.
+        reader = self._reader(partition_identity(topic, partition), offset, max_bytes or self.max_bytes, MESSAGES,
+                              max_refreshes=1)
+        stream = MessageStream(self, reader, idle_timeout_s)
         self._streams.add(stream)
         return stream
 
@@ -335,54 +210,31 @@ class SimpleConsumer:
 
     # -- internals -----------------------------------------------------------
 
-    async def _fetch(
-        self,
-        connection: BrokerConnection,
-        topic: str,
-        partition: int,
-        offset: int,
-        max_bytes: int,
-        max_wait_ms: int | None,
-        min_bytes: int | None,
-        decode: Callable[..., Any] = decode_fetched,
-    ) -> FetchedMessages:
+    def _reader(self, tp: TopicPartition, offset: int, max_bytes: int, decode: str, **options: Any
+                ) -> PartitionReader:
+        """A reader of C{tp} from C{offset} with the consumer's rules, knowing the boundary a fetch found there."""
+        options.setdefault("max_refreshes", 0)  # one broker, and a fetch is the caller's to retry
+        return PartitionReader(tp, offset, max_bytes=max_bytes, on_corrupt=self.on_corrupt, decode=decode,
+                               max_decompressed_bytes=self.options.max_decompressed_bytes, label=tp.number,
+                               boundary=self._boundaries.get((tp.topic, tp.number)), on_skip=log_skip, **options)
+
+    async def _fetch(self, connection: IBrokerConnection, reader: PartitionReader, max_wait_ms: int | None,
+                     min_bytes: int | None, on_refresh: Callable[[Refresh], object] | None = None,
+                     request: Any = None) -> Any:
+        """One fetch of C{reader}'s (always twlog's WAIT_FETCH: a plain fetch waits 0 ms), deserialized."""
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        fetch = FetchRequest(topic, partition, offset, max_bytes)
-        # Always twlog's WAIT_FETCH (a plain fetch waits 0 ms): on it the broker names every error precisely
-        # (FetchSizeTooSmall, OffsetNotOnBoundary...), where FETCH answers as a Kafka 0.7 broker would.
         if max_wait_ms is None:
-            request = WaitFetchRequest(0, 0, (fetch,))
-        else:
-            request = WaitFetchRequest(max_wait_ms, self.min_bytes if min_bytes is None else min_bytes, (fetch,))
-        try:
-            parts = (await connection.request(request)).parts
-            if len(parts) != 1:
-                raise ProtocolViolation(
-                    f"broker {connection.address} answered a one-part WAIT_FETCH with {len(parts)} parts"
-                )
-            data = check(
-                parts[0], f"broker {connection.address} refused WAIT_FETCH {topic}-{partition}@{offset}"
-            ).messages
-        except FetchSizeTooSmall:
-            needed = await message_size(connection, topic, partition, offset)
-            raise too_small(topic, partition, offset, max_bytes, needed) from None
-        except OffsetNotOnBoundary as e:
-            previous, end = self._boundaries.get((topic, partition), (None, None))
-            if end != offset:
-                raise
-            fetched = await read_past_refusal(
-                connection, topic, partition, previous, offset, max_bytes, e, on_corrupt=self.on_corrupt,
-                max_decompressed_bytes=self.options.max_decompressed_bytes, decode=decode,
-            )
-        else:
-            fetched = decode(data, topic, partition, offset, max_bytes, on_corrupt=self.on_corrupt,
-                             max_decompressed_bytes=self.options.max_decompressed_bytes)
-        last = fetched.last_boundary
-        if last is not None and last[1] == fetched.next_offset:
-            self._boundaries[topic, partition] = last
+            max_wait_ms, min_bytes = 0, 0
+        elif min_bytes is None:
+            min_bytes = self.min_bytes
+        fetched = await read(connection, reader, request, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                             on_refresh=on_refresh)
+        if reader.boundary is not None:
+            self._boundaries[reader.tp.topic, reader.tp.number] = reader.boundary
         if self.deserializer is not None and isinstance(fetched, FetchedMessages):
-            fetched = attrs.evolve(fetched, messages=await deserialize_all(self.deserializer, topic, fetched.messages))
+            fetched = attrs.evolve(fetched, messages=await deserialize_all(self.deserializer, reader.tp.topic,
+                                                                           fetched.messages))
         return fetched
 
     async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:
@@ -405,24 +257,17 @@ class MessageStream:
 
     _log = Logger()
 
-    def __init__(
-        self,
-        consumer: SimpleConsumer,
-        topic: str,
-        partition: int,
-        offset: int,
-        max_bytes: int,
-        idle_timeout_s: float | None = None,
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.next_offset = offset
-        self.max_bytes = max_bytes
+    def __init__(self, consumer: SimpleConsumer, reader: PartitionReader, idle_timeout_s: float | None = None
+                 ) -> None:
+        self.topic = reader.tp.topic
+        self.partition = reader.tp.number
+        self.next_offset = reader.offset
+        self.max_bytes = reader.max_bytes
         self.idle_timeout_s = idle_timeout_s
         self._consumer = consumer
+        self._reader = reader
         self._connection: BrokerConnection | None = None
         self._buffer: deque[MessageAndOffset] = deque()
-        self._fetch_offset = offset
         self._closed = False
 
     def __aiter__(self) -> MessageStream:
@@ -443,7 +288,6 @@ class MessageStream:
     async def _next(self) -> MessageAndOffset:
         clock = self._consumer.clock
         started = clock.seconds()
-        retried = False
         while not self._buffer:
             if self._closed:
                 raise StopAsyncIteration
@@ -456,24 +300,20 @@ class MessageStream:
             if self._connection is None:
                 self._connection = self._consumer._new_connection()
             try:
-                fetched = await self._consumer._fetch(
-                    self._connection, self.topic, self.partition, self._fetch_offset, self.max_bytes, wait_ms, None
-                )
-            except (ConnectionFailed, ClientClosed) as e:
+                fetched = await self._consumer._fetch(self._connection, self._reader, wait_ms, None, self._retrying)
+            except (ConnectionFailed, ClientClosed):
                 if self._closed:
                     raise StopAsyncIteration from None
-                if retried or not isinstance(e, ConnectionLost):
-                    raise
-                retried = True  # once: the retry reconnects with backoff, or fails for good
-                self._log.info("stream {topic}-{partition}: {error}; retrying", topic=self.topic,
-                               partition=self.partition, error=e)
-                continue
-            retried = False
+                raise
             self._buffer.extend(fetched.messages)
-            self._fetch_offset = fetched.next_offset
         message = self._buffer.popleft()
         self.next_offset = message.next_offset
         return message
+
+    def _retrying(self, refresh: Refresh) -> None:
+        """The reader asks to retry after a lost connection: the connection reconnects (with backoff) by itself."""
+        self._log.info("stream {topic}-{partition}: {error}; retrying", topic=self.topic, partition=self.partition,
+                       error=refresh.error)
 
 
 async def _nothing() -> None:

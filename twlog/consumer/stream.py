@@ -21,9 +21,10 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail
 from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection, IBrokerConnection
+from twlog.client.fetching import answer, log_skip
 from twlog.client.options import ClientOptions
+from twlog.client.reader import SEND_NEXT, Fetched, PartitionReader, check_on_corrupt
 from twlog.client.serde import Deserializer, deserialize_one
-from twlog.consumer.simple import check_on_corrupt, decode_fetched, message_size, read_past_refusal, too_small
 from twlog.envelope import strip
 from twlog.errors import (
     NO_ERROR,
@@ -33,14 +34,13 @@ from twlog.errors import (
     ConnectionFailed,
     FetchSizeTooSmall,
     InvalidMessage,
-    OffsetNotOnBoundary,
     OffsetOutOfRange,
     ProtocolViolation,
     error_for,
 )
 from twlog.partition import TopicPartition
-from twlog.protocol.codec import EARLIEST, LATEST, FetchRequest, OffsetsRequest, WaitFetchRequest
-from twlog.storage.message import DEFAULT_MAX_DECOMPRESSED_BYTES, CorruptMessage, MessageAndOffset
+from twlog.protocol.codec import EARLIEST, LATEST, OffsetsRequest, WaitFetchRequest
+from twlog.storage.message import DEFAULT_MAX_DECOMPRESSED_BYTES, MessageAndOffset
 
 #: C{auto_offset_reset} values and the OFFSETS time each asks for.
 RESET_TIMES = {"smallest": EARLIEST, "largest": LATEST}
@@ -363,61 +363,52 @@ class BrokerFetcher:
             paused = [p.paused_until for p in self.partitions if not p.failed and p.paused_until > now]
             await self._pause(min(paused) - now if paused else None)
             return
-        request = WaitFetchRequest(
-            self.max_wait_ms, 1,
-            tuple(FetchRequest(p.topic, p.number, p.fetch_offset, self.fetch_max_bytes) for p in ready),
-        )
+        readers = [self._reader(p) for p in ready]
+        request = WaitFetchRequest(self.max_wait_ms, 1, tuple(r.next_request().part(r.tp) for r in readers))
         self.requests += 1
         parts = (await self.connection.request(request)).parts
         if not self._running:
             return  # stopped meanwhile: the data belongs to nobody now
         if len(parts) != len(ready):
             raise ProtocolViolation(f"broker {self.broker_id} answered {len(ready)} fetches with {len(parts)} parts")
-        for p, part in zip(ready, parts):
+        for p, reader, part in zip(ready, readers, parts):
             if not self._running:
                 return
-            await self._take(p, part.error, part.messages)
+            got = part.messages if part.error == NO_ERROR else error_for(
+                part.error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{p.fetch_offset}")
+            await self._take(p, reader, got)
 
-    async def _take(self, p: OwnedPartition, error: int, data: bytes) -> None:
+    def _reader(self, p: OwnedPartition) -> PartitionReader:
+        """A reader of C{p} for one round: from its fetch offset (a committed offset: a message starts there)."""
+        return PartitionReader(p.tp, p.fetch_offset, max_bytes=self.fetch_max_bytes, on_corrupt=self.on_corrupt,
+                               max_decompressed_bytes=self.max_decompressed_bytes, label=p.name, boundary=p.boundary,
+                               trusted_start=True, max_refreshes=0, on_skip=log_skip)
+
+    async def _take(self, p: OwnedPartition, reader: PartitionReader, got: bytes | Exception) -> None:
+        """Hand C{p}'s part of the answer to its reader, send the probe or re-read it asks for, act on what it says."""
         offset = p.fetch_offset
-        if error == NO_ERROR or error == OffsetNotOnBoundary.code:
-            try:
-                if error == NO_ERROR:
-                    fetched = decode_fetched(data, p.topic, p.number, offset, self.fetch_max_bytes,
-                                             on_corrupt=self.on_corrupt,
-                                             max_decompressed_bytes=self.max_decompressed_bytes)
-                else:
-                    fetched = await self._read_past_refusal(p, offset)
-            except (FetchSizeTooSmall, InvalidMessage) as e:
-                self._give_up(p, e)
-                return
-            if fetched.next_offset != offset:
-                p.fetch_offset = fetched.next_offset
-                if fetched.messages and fetched.messages[-1].next_offset == fetched.next_offset:
-                    p.boundary = (fetched.messages[-1].offset, fetched.next_offset)
-                p.stream.deliver(p, fetched.messages)
-        elif error == OffsetOutOfRange.code:
+        try:
+            event = reader.receive(got)
+            while event is SEND_NEXT:
+                got = await answer(self.connection, reader, reader.next_request())
+                if isinstance(got, (ConnectionFailed, BrokerTimeout)):
+                    raise got  # the connection's trouble: the loop retries it
+                event = reader.receive(got)
+        except OffsetOutOfRange:
             self._log.warn("{topic}/{partition}: offset {offset} is out of range; resetting to the {reset}",
                            topic=p.topic, partition=p.name, offset=offset, reset=self.reset)
             await self._reset(p)
-        elif error == FetchSizeTooSmall.code:
-            needed = await message_size(self.connection, p.topic, p.number, offset)
-            self._give_up(p, too_small(p.topic, p.number, offset, self.fetch_max_bytes, needed))
-        else:
-            failure = error_for(error, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
-            if error == InvalidMessage.code:
-                self._give_up(p, failure)
-            else:
-                self._pause_partition(p, failure)
-
-    async def _read_past_refusal(self, p: OwnedPartition, offset: int):
-        """The broker will not read from C{offset}, where the group's offsets say a message starts: it is corrupt."""
-        refusal = error_for(OffsetNotOnBoundary.code, f"broker {self.broker_id} refused {p.topic}/{p.name}@{offset}")
-        if p.boundary is None or p.boundary[1] != offset:
-            raise CorruptMessage(f"the broker refuses to read from it: {refusal}", offset, None, p.topic, p.name)
-        return await read_past_refusal(self.connection, p.topic, p.number, p.boundary[0], offset,
-                                       self.fetch_max_bytes, refusal, on_corrupt=self.on_corrupt,
-                                       max_decompressed_bytes=self.max_decompressed_bytes)
+            return
+        except (FetchSizeTooSmall, InvalidMessage) as e:
+            self._give_up(p, e)
+            return
+        except BrokerError as e:  # NotLeader, LeaderNotAvailable...: the group rebalances when the layout changes
+            self._pause_partition(p, e)
+            return
+        if isinstance(event, Fetched) and event.next_offset != offset:
+            p.fetch_offset = event.next_offset
+            p.boundary = reader.boundary
+            p.stream.deliver(p, event.value.messages)
 
     def _pause_partition(self, p: OwnedPartition, error: Exception) -> None:
         """Leave C{p} out of the fetches for a while, after the broker refused it."""

@@ -62,6 +62,12 @@ class Rows(NamedTuple):
     #: The offset of the last message read when it ends at C{next_offset}, else None.
     last: int | None
 
+    @property
+    def last_boundary(self) -> tuple[int, int] | None:
+        """The last message's offset and the offset after it, when it ends where reading goes on (as
+        L{twlog.client.reader.FetchedMessages.last_boundary}, for the partition reader)."""
+        return None if self.last is None else (self.last, self.next_offset)
+
 
 class _Walk(NamedTuple):
     """What L{_walk} found: entry positions, whether all are magic 0 (9-byte headers), bytes consumed."""

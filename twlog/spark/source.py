@@ -85,14 +85,15 @@ from pyspark.sql.streaming.datasource import (
 
 from twlog.client.discovery import PartitionLocation
 from twlog.client.options import ClientOptions
-from twlog.client.sync import SyncConnection
+from twlog.client.reader import FetchedMessages, PartitionReader
+from twlog.client.sync import SyncConnection, read
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange, UnknownTopic
 from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
 from twlog.spark.avro import avro_batches, avro_schema, with_values
 from twlog.spark.envelope import envelope_schema, open_batches
 from twlog.spark.options import DEFAULT_FETCH_SIZE, OPTIONS, SourceOptions, check_options, resolve_offset
 from twlog.spark.split import split_ranges
-from twlog.storage.message import CorruptMessage, iter_messages, scan_messages
+from twlog.storage.message import CorruptMessage, iter_messages
 
 _logger = logging.getLogger(__name__)
 SCHEMA = "topic string, partition string, offset long, value binary, broker int"
@@ -162,19 +163,21 @@ def read_range(part: TwlogPartition) -> Iterator:
     """The messages of C{part} as Arrow record batches of at most L{BATCH_ROWS} rows; CRC checked; stops at
     C{part.end}.
 
-    Each batch is built straight from the fetched bytes (L{twlog.spark.arrow}); a fetch holding a corrupt
-    message is decoded message by message instead, and the corrupt message fails the task naming its
-    offsets, or, with C{failOnDataLoss} false, is logged (with its byte range) and skipped.
+    A thin driver of the partition reader (L{twlog.client.reader}), which holds the rules: each batch is built
+    straight from the fetched bytes (L{twlog.spark.arrow}); a fetch holding a corrupt message is decoded message
+    by message instead, and the corrupt message fails the task naming its offsets, or, with C{failOnDataLoss}
+    false, is logged (with its byte range) and skipped.
     """
     if not isinstance(part, TwlogPartition):
         return  # Spark's placeholder partition when the plan is empty
     tp = part.tp
-    offset = part.start
-    previous: int | None = None  # the offset of the message that ends at `offset`, when known
+    reader = PartitionReader(tp.tp, part.start, max_bytes=part.fetch_size, end=part.end, label=tp.name,
+                             on_corrupt="fail" if part.fail_on_data_loss else "skip", decode=_decoder(part),
+                             max_decompressed_bytes=part.options.max_decompressed_bytes,
+                             on_skip=lambda error: _log_skip(part, error))
     with SyncConnection(tp.host, tp.port, part.options) as connection:
-        while offset < part.end:
-            rows = _read_fetch(connection, part, offset, previous)
-            offset, previous = rows.next_offset, rows.last
+        while not reader.done:
+            rows = _read_fetch(connection, part, reader)
             if len(rows.offsets):
                 batch = _to_batch(part, rows)
                 for first in range(0, batch.num_rows, BATCH_ROWS):  # zero-copy slices
@@ -186,72 +189,79 @@ def _to_batch(part: TwlogPartition, rows: Rows):
     return record_batch(rows, part.tp.topic, part.tp.name, part.tp.leader)
 
 
-def _read_fetch(connection: SyncConnection, part: TwlogPartition, offset: int, previous: int | None) -> Rows:
-    """One fetch of C{part} from C{offset}: its rows before C{part.end}, the offset to go on from, and the
-    offset of the last message read (when it ends where reading goes on)."""
+class _LogEnded(Exception):
+    """A fetch before the range's end found no bytes."""
+
+
+def _decoder(part: TwlogPartition):
+    """The reader's decode for C{part}: Arrow columns straight from the bytes, or (a fetch holding a corrupt or
+    compressed message) the reader's messages, before C{part.end}."""
+
+    def decode(reader: PartitionReader, data: bytes, offset: int) -> Rows:
+        if not data:
+            raise _LogEnded()
+        rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes)
+        return rows if rows is not None else _rows(part, reader.decode_messages(data, offset))
+
+    return decode
+
+
+def _rows(part: TwlogPartition, fetched: FetchedMessages) -> Rows:
+    """The messages of C{fetched} before C{part.end} as rows; a corrupt message within the range fails."""
+    if fetched.corrupt is not None and fetched.corrupt.offset < part.end:
+        raise fetched.corrupt
+    offsets = [m.offset for m in fetched.messages if m.offset < part.end]
+    values = [m.payload for m in fetched.messages[: len(offsets)]]
+    if len(offsets) < len(fetched.messages):
+        return rows_from_lists(offsets, values, part.end, None)
+    last = fetched.last_boundary
+    return rows_from_lists(offsets, values, fetched.next_offset,
+                           last[0] if last is not None and last[1] == fetched.next_offset else None)
+
+
+def _read_fetch(connection: SyncConnection, part: TwlogPartition, reader: PartitionReader) -> Rows:
+    """One fetch of C{part} by C{reader}: its rows before C{part.end} and the offset to go on from; the reader's
+    errors said in the source's terms."""
     tp = part.tp
     where = f"{tp.topic} partition {tp.name} (broker {tp.host}:{tp.port})"
-    start = offset
+    offset = reader.offset
     try:
-        data = connection.fetch(tp.topic, tp.number, offset, part.fetch_size)
-    except OffsetNotOnBoundary as e:
-        if offset == part.start:
-            raise OffsetNotOnBoundary(
-                f"offset {offset} of {where} is not the start of a message (or the message there is corrupt)"
-            ) from None
-        try:  # a message ends at `offset`, so the one there is corrupt: read it from the one before
-            data = connection.read_past_refusal(tp.topic, tp.number, previous, offset, part.fetch_size, e)
-        except CorruptMessage as corrupt:
-            return rows_from_lists([], [], _corrupt(part, corrupt), None)
+        value = read(connection, reader)
+    except OffsetNotOnBoundary:  # the reader raises it only at the range's start
+        raise OffsetNotOnBoundary(
+            f"offset {offset} of {where} is not the start of a message (or the message there is corrupt)"
+        ) from None
     except OffsetOutOfRange:
         raise OffsetOutOfRange(
             f"offset {offset} of {where} is no longer in the log while reading [{part.start}, {part.end}) "
             "(deleted by retention?)"
         ) from None
+    except _LogEnded:
+        raise OffsetOutOfRange(f"{where} ends at offset {offset}, before the end {part.end} of the range being read"
+                               ) from None
     except FetchSizeTooSmall as e:
         raise FetchSizeTooSmall(
             f"the message at offset {offset} of {where} is larger than the fetchSize option "
             f"({part.fetch_size} bytes): raise fetchSize ({e})"
         ) from None
-    if not data:
-        raise OffsetOutOfRange(f"{where} ends at offset {offset}, before the end {part.end} of the range being read")
-    rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes)
-    if rows is not None:
-        return rows
-    offsets: list[int] = []
-    values: list[bytes] = []
-    last = None
-    try:
-        for item in scan_messages(data, offset, max_decompressed_bytes=part.options.max_decompressed_bytes):
-            if item.offset >= part.end:
-                return rows_from_lists(offsets, values, part.end, None)
-            if type(item) is CorruptMessage:
-                offset = _corrupt(part, item)
-                last = None
-                continue
-            offsets.append(item.offset)
-            values.append(item.payload)
-            offset = item.next_offset
-            last = item.offset
-    except FetchSizeTooSmall as e:
-        raise FetchSizeTooSmall(
-            f"the message at offset {start} of {where} is larger than the fetchSize option "
-            f"({part.fetch_size} bytes): raise fetchSize ({e})"
-        ) from None
-    if offset <= start:
-        raise InvalidMessage(f"no whole message at offset {start} of {where}")
-    return rows_from_lists(offsets, values, offset, last if last is not None and offset > last else None)
+    except CorruptMessage as e:
+        raise _corrupt_error(part, e) from None
+    rows = value if isinstance(value, Rows) else _rows(part, value)
+    if rows.next_offset <= offset:
+        raise InvalidMessage(f"no whole message at offset {offset} of {where}")
+    return rows
 
 
-def _corrupt(part: TwlogPartition, error: CorruptMessage) -> int:
-    """Fail on the corrupt message C{error} (failOnDataLoss), or log it and return where to go on."""
-    if part.fail_on_data_loss or error.next_offset is None:
-        bare = CorruptMessage(error.reason, error.offset, error.next_offset)
-        raise InvalidMessage(f"{part.tp.topic} partition {part.tp.name} (broker {part.tp.host}:{part.tp.port}): "
-                             f"{bare}; set failOnDataLoss=false to skip corrupt messages")
+def _corrupt_error(part: TwlogPartition, error: CorruptMessage) -> InvalidMessage:
+    """The task's error for the corrupt message C{error}, naming it and the option that skips it."""
+    bare = CorruptMessage(error.reason, error.offset, error.next_offset)
+    return InvalidMessage(f"{part.tp.topic} partition {part.tp.name} (broker {part.tp.host}:{part.tp.port}): "
+                         f"{bare}; set failOnDataLoss=false to skip corrupt messages")
+
+
+def _log_skip(part: TwlogPartition, error: CorruptMessage) -> None:
     _logger.warning("skipping the corrupt message at bytes %s of %s partition %s: %s", error.byte_range,
                     part.tp.topic, part.tp.name, error.reason)
-    return error.next_offset
 
 
 def _split(o: SourceOptions, ranges: list[tuple[PartitionLocation, int, int]]) -> list[TwlogPartition]:
