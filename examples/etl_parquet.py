@@ -103,7 +103,7 @@ def end_offsets(topic: str, brokers: str | None = None, zookeeper: str | None = 
     ends: dict = {topic: {}}
     for tp in discover([topic], brokers=brokers, zookeeper=zookeeper):
         with SyncConnection(tp.host, tp.port) as c:
-            ends[topic][tp.name] = c.offset(tp.topic, tp.partition, LATEST)
+            ends[topic][tp.name] = c.offset(tp.topic, tp.number, LATEST)
     return ends
 
 

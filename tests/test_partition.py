@@ -28,6 +28,16 @@ class TopicPartitionTests(SynchronousTestCase):
                      "clicks:\u0663"]:
             self.assertRaises(ValueError, TopicPartition.parse, text)
 
+    def test_old_attribute_names_warn(self) -> None:
+        """broker_id and partition, the old fields, still read (as fixed_leader and number), with a warning."""
+        tp = TopicPartition("clicks", "2-5")
+        self.assertEqual((tp.broker_id, tp.partition), (2, 5))
+        warnings = self.flushWarnings([self.test_old_attribute_names_warn])
+        self.assertEqual([(w["category"], w["message"]) for w in warnings], [
+            (DeprecationWarning, "TopicPartition.broker_id is deprecated: use .fixed_leader"),
+            (DeprecationWarning, "TopicPartition.partition is deprecated: use .number"),
+        ])
+
     def test_replicated_names(self) -> None:
         """A replicated topic's partition is named by its number alone: no fixed leader, the same number on the wire."""
         tp = TopicPartition.parse("clicks:3")

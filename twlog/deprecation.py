@@ -8,7 +8,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["renamed"]
+__all__ = ["renamed", "renamed_attribute"]
 
 
 def renamed(old: str, new: str, old_value: T | None, new_value: T | None, *, stacklevel: int = 3) -> T | None:
@@ -22,3 +22,13 @@ def renamed(old: str, new: str, old_value: T | None, new_value: T | None, *, sta
         raise TypeError(f"give {new}= only ({old}= is its old name)")
     warnings.warn(f"{old}= is deprecated: use {new}=", DeprecationWarning, stacklevel=stacklevel)
     return old_value
+
+
+def renamed_attribute(old: str, new: str) -> property:
+    """A read-only property C{old} that gives attribute C{new}, with a DeprecationWarning naming it."""
+
+    def get(self):
+        warnings.warn(f"{type(self).__name__}.{old} is deprecated: use .{new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    return property(get, doc=f"Deprecated: use L{{{new}}}.")

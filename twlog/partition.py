@@ -36,6 +36,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from twlog.deprecation import renamed_attribute
+
 __all__ = ["TopicPartition", "address_text", "describe_partitions", "resolve_partition"]
 
 #: How many partition names an error message lists before "...".
@@ -101,6 +103,10 @@ class TopicPartition:
 
     def __str__(self) -> str:
         return f"{self.topic}:{self.name}"
+
+    #: Deprecated names from when a partition was (topic, broker id, per-broker number).
+    broker_id = renamed_attribute("broker_id", "fixed_leader")
+    partition = renamed_attribute("partition", "number")
 
 
 def address_text(host: str, port: int) -> str:

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from twlog.coord import paths
+from twlog.deprecation import renamed_attribute
 from twlog.errors import InvalidTopic, LeaderNotAvailable
 from twlog.partition import TopicPartition, address_text
 from twlog.protocol.responses import ClusterMetadataResponse
@@ -142,6 +143,10 @@ class PartitionLocation:
 
     def __str__(self) -> str:
         return f"{self.tp} at {self.address}"
+
+    #: Deprecated names from when a partition was (topic, broker id, per-broker number).
+    broker_id = renamed_attribute("broker_id", "leader")
+    partition = renamed_attribute("partition", "number")
 
 
 def _frozen_brokers(brokers: Mapping[int, tuple[str, int]]) -> dict[int, tuple[str, int]]:
