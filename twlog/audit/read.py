@@ -14,10 +14,9 @@ from collections.abc import Callable
 
 from twlog.audit.count import AuditCount
 from twlog.client.discovery import discover
+from twlog.client.leader import LeaderConnection
 from twlog.client.options import ClientOptions
 from twlog.client.reader import PartitionReader
-from twlog.client.sync import SyncConnection
-from twlog.client.sync import read as read_fetch
 from twlog.envelope import AUDIT_TOPIC, decode_event, open_envelope
 from twlog.errors import InvalidMessage, UnknownTopic
 from twlog.protocol.codec import EARLIEST, LATEST
@@ -39,7 +38,8 @@ def read_topic(zookeeper: str, topic: str, on_payload: Callable[[bytes], object]
     options = options or ClientOptions()
     read = 0
     for location in discover([topic], zookeeper=zookeeper, options=options):
-        with SyncConnection(location.host, location.port, options) as connection:
+        with LeaderConnection(location, zookeeper=zookeeper, options=options) as leader:
+            connection = leader.connection
             partition = location.number
             end = connection.offset(topic, partition, LATEST)
             offset = connection.offset(topic, partition, EARLIEST)
@@ -49,7 +49,7 @@ def read_topic(zookeeper: str, topic: str, on_payload: Callable[[bytes], object]
                                      max_decompressed_bytes=options.max_decompressed_bytes)
             while not reader.done:
                 start = reader.offset
-                for message in read_fetch(connection, reader):
+                for message in leader.read(reader):
                     if message.offset >= end:
                         break
                     on_payload(message.payload)

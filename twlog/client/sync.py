@@ -27,6 +27,7 @@ from twlog.errors import (
     BrokerError,
     BrokerTimeout,
     ConnectionFailed,
+    ConnectionLost,
     InvalidTopic,
     ProtocolViolation,
     check,
@@ -115,7 +116,7 @@ class SyncConnection:
         while (got := buffer.next_frame()) is None:
             data = sock.recv(min(max(buffer.needed_bytes, 65536), _MAX_READ))
             if not data:
-                raise ConnectionFailed(f"broker {self.address} closed the connection before answering")
+                raise ConnectionLost(f"broker {self.address} closed the connection before answering")
             buffer.append(data)
         return bytes(got)
 
@@ -143,7 +144,7 @@ class SyncConnection:
             raise
         except OSError as e:
             self.close()
-            raise ConnectionFailed(f"connection to broker {self.address} failed: {e}") from None
+            raise ConnectionLost(f"connection to broker {self.address} failed: {e}") from None
         return check(response, f"broker {self.address} refused {describe_request(request)}")
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:

@@ -84,9 +84,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from twlog.client.discovery import PartitionLocation
+from twlog.client.leader import LeaderConnection
 from twlog.client.options import ClientOptions
 from twlog.client.reader import FetchedMessages, PartitionReader
-from twlog.client.sync import SyncConnection, read
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange, UnknownTopic
 from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
 from twlog.spark.avro import avro_batches, avro_schema, with_values
@@ -141,8 +141,11 @@ class TwlogPartition(InputPartition):
     """One topic partition's offset range C{[start, end)} and where to fetch it."""
 
     def __init__(self, tp: PartitionLocation, start: int, end: int, fetch_size: int, options: ClientOptions,
-                 fail_on_data_loss: bool = True) -> None:
+                 fail_on_data_loss: bool = True, brokers: str | None = None, zookeeper: str | None = None) -> None:
         self.tp = tp
+        #: Where the query found the cluster: asked again when the partition's leader must be found again.
+        self.brokers = brokers
+        self.zookeeper = zookeeper
         self.fail_on_data_loss = fail_on_data_loss
         self.start = start
         self.end = end
@@ -175,9 +178,9 @@ def read_range(part: TwlogPartition) -> Iterator:
                              on_corrupt="fail" if part.fail_on_data_loss else "skip", decode=_decoder(part),
                              max_decompressed_bytes=part.options.max_decompressed_bytes,
                              on_skip=lambda error: _log_skip(part, error))
-    with SyncConnection(tp.host, tp.port, part.options) as connection:
+    with LeaderConnection(tp, brokers=part.brokers, zookeeper=part.zookeeper, options=part.options) as leader:
         while not reader.done:
-            rows = _read_fetch(connection, part, reader)
+            rows = _read_fetch(leader, part, reader)
             if len(rows.offsets):
                 batch = _to_batch(part, rows)
                 for first in range(0, batch.num_rows, BATCH_ROWS):  # zero-copy slices
@@ -219,14 +222,14 @@ def _rows(part: TwlogPartition, fetched: FetchedMessages) -> Rows:
                            last[0] if last is not None and last[1] == fetched.next_offset else None)
 
 
-def _read_fetch(connection: SyncConnection, part: TwlogPartition, reader: PartitionReader) -> Rows:
+def _read_fetch(leader: LeaderConnection, part: TwlogPartition, reader: PartitionReader) -> Rows:
     """One fetch of C{part} by C{reader}: its rows before C{part.end} and the offset to go on from; the reader's
     errors said in the source's terms."""
     tp = part.tp
     where = f"{tp.topic} partition {tp.name} (broker {tp.host}:{tp.port})"
     offset = reader.offset
     try:
-        value = read(connection, reader)
+        value = leader.read(reader)
     except OffsetNotOnBoundary:  # the reader raises it only at the range's start
         raise OffsetNotOnBoundary(
             f"offset {offset} of {where} is not the start of a message (or the message there is corrupt)"
@@ -266,7 +269,7 @@ def _log_skip(part: TwlogPartition, error: CorruptMessage) -> None:
 
 def _split(o: SourceOptions, ranges: list[tuple[PartitionLocation, int, int]]) -> list[TwlogPartition]:
     """One input partition per range with data, large ranges split at message boundaries per minPartitions."""
-    return [TwlogPartition(tp, start, end, o.fetch_size, o.client, o.fail_on_data_loss)
+    return [TwlogPartition(tp, start, end, o.fetch_size, o.client, o.fail_on_data_loss, o.brokers, o.zookeeper)
             for tp, start, end in split_ranges(ranges, o.min_partitions, o.boundaries)]
 
 

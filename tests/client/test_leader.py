@@ -1,0 +1,73 @@
+"""Tests for twlog.client.leader: a blocking connection that follows a partition's leader on the reader's refreshes."""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.client.test_sync import SET, FakeSocket, wait_frame
+from twlog.client.leader import LeaderConnection
+from twlog.client.reader import PartitionReader
+from twlog.client.sync import SyncConnection
+from twlog.coord.layout import PartitionLocation
+from twlog.errors import ConnectionFailed, LeaderNotAvailable, NotLeader
+from twlog.partition import TopicPartition
+
+TP = TopicPartition("t", "0")
+FIRST = PartitionLocation(TP, 1, "h1", 9091)
+MOVED = PartitionLocation(TP, 2, "h2", 9092)
+
+
+class Cluster:
+    """Stand-ins for discover and for opening connections: each address answers its scripted frames."""
+
+    def __init__(self, answers: dict[tuple[str, int], list[bytes | None]], leaders: list[PartitionLocation]):
+        self.answers = answers
+        self.leaders = leaders
+        self.asked: list[dict] = []
+        self.opened: list[tuple[str, int]] = []
+
+    def find(self, topics, **kwargs) -> list[PartitionLocation]:
+        self.asked.append(kwargs)
+        if not self.leaders:
+            raise ConnectionFailed("nobody answers")
+        return [self.leaders.pop(0)]
+
+    def connect(self, host: str, port: int, options) -> SyncConnection:
+        self.opened.append((host, port))
+        sock = FakeSocket(self.answers[host, port])
+        return SyncConnection(host, port, options, connect=lambda address, timeout=None: sock)
+
+
+class LeaderConnectionTests(SynchronousTestCase):
+    def test_follows_a_moved_leader(self) -> None:
+        """NotLeader: the partition is discovered again from the same brokers, and read from its new leader."""
+        cluster = Cluster({("h1", 9091): [wait_frame(b"", NotLeader.code)], ("h2", 9092): [wait_frame(SET)]},
+                          [MOVED])
+        leader = LeaderConnection(FIRST, brokers="h1:9091", find=cluster.find, connect=cluster.connect)
+        fetched = leader.read(PartitionReader(TP, 0, max_bytes=100))
+        self.assertEqual(fetched.next_offset, 33)
+        self.assertEqual(cluster.opened, [("h1", 9091), ("h2", 9092)])
+        self.assertEqual(leader.location, MOVED)
+        self.assertEqual(cluster.asked[0]["brokers"], "h1:9091")
+        self.assertFalse(cluster.asked[0]["check_reachable"])
+
+    def test_same_leader_reconnects(self) -> None:
+        """A broken connection whose partition did not move: the same address is asked again."""
+        cluster = Cluster({("h1", 9091): [None, wait_frame(SET)]}, [FIRST])
+        leader = LeaderConnection(FIRST, zookeeper="zk:2181", find=cluster.find, connect=cluster.connect)
+        self.assertEqual(leader.read(PartitionReader(TP, 0, max_bytes=100)).next_offset, 33)
+        self.assertEqual(cluster.opened, [("h1", 9091)])
+
+    def test_discovery_fails_then_the_bound(self) -> None:
+        """When the layout cannot be read the same address is tried; after the reader's bound the error surfaces."""
+        cluster = Cluster({("h1", 9091): [wait_frame(b"", LeaderNotAvailable.code)] * 4}, [])
+        leader = LeaderConnection(FIRST, brokers="h1:9091", find=cluster.find, connect=cluster.connect)
+        self.assertRaises(LeaderNotAvailable, leader.read, PartitionReader(TP, 0, max_bytes=100))
+        self.assertEqual(len(cluster.asked), 3)
+
+    def test_without_a_source_it_reconnects(self) -> None:
+        """Given neither brokers nor ZooKeeper, a refresh keeps the address (nothing to ask)."""
+        cluster = Cluster({("h1", 9091): [wait_frame(b"", NotLeader.code), wait_frame(SET)]}, [])
+        with LeaderConnection(FIRST, find=cluster.find, connect=cluster.connect) as leader:
+            self.assertEqual(leader.read(PartitionReader(TP, 0, max_bytes=100)).next_offset, 33)
+        self.assertEqual(cluster.asked, [])

@@ -1,0 +1,91 @@
+# -*- test-case-name: tests.client.test_leader -*-
+"""A blocking connection to one partition's leader that finds the leader again when its reader asks.
+
+The partition reader (L{twlog.client.reader}) decides when the layout must be
+read again: the broker said it does not lead the partition (L{NotLeader}), the
+partition has no leader (L{LeaderNotAvailable}), or the connection broke.
+L{LeaderConnection} is what the blocking paths (the Spark workers, the audit)
+do then: discover the partition's location again, from the same brokers or
+ZooKeeper the query started from, and reconnect there if it moved (or to the
+same address if it did not: a restarted broker).  The reader bounds how many
+times in a row this happens.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from twlog.client.discovery import discover
+from twlog.client.options import ClientOptions
+from twlog.client.reader import PartitionReader, Refresh
+from twlog.client.sync import SyncConnection, read
+from twlog.coord.layout import PartitionLocation
+from twlog.errors import BrokerTimeout, ConnectionFailed, UnknownTopic
+
+__all__ = ["LeaderConnection"]
+
+_logger = logging.getLogger(__name__)
+
+
+class LeaderConnection:
+    """A L{SyncConnection} to C{location}'s broker, moved to the partition's current leader on a refresh.
+
+    @param brokers: the broker addresses the location was discovered from, or None.
+    @param zookeeper: the ZooKeeper connect string it was discovered from, or None.  With neither, a refresh
+        reconnects to the same address.
+    @param find: L{discover} (tests pass a stand-in).
+    @param connect: C{connect(host, port, options)} gives a L{SyncConnection} (or one like it).
+    """
+
+    def __init__(self, location: PartitionLocation, *, brokers: str | Sequence[tuple[str, int]] | None = None,
+                 zookeeper: str | None = None, options: ClientOptions | None = None,
+                 find: Callable[..., list[PartitionLocation]] = discover,
+                 connect: Callable[..., SyncConnection] = SyncConnection) -> None:
+        self.location = location
+        self._brokers = brokers
+        self._zookeeper = zookeeper
+        self._options = ClientOptions.build(options)
+        self._find = find
+        self._connect = connect
+        self.connection = connect(location.host, location.port, self._options)
+
+    def __enter__(self) -> LeaderConnection:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def read(self, reader: PartitionReader) -> Any:
+        """One fetch's worth of C{reader} (L{twlog.client.sync.read}), following the leader on its refreshes."""
+        return read(self.connection, reader, self.refresh)
+
+    def refresh(self, event: Refresh) -> SyncConnection:
+        """Find the partition's leader again (after C{event}); reconnect there if it moved."""
+        found = self._locate()
+        if found is not None and (found.host, found.port) != (self.location.host, self.location.port):
+            _logger.info("partition %s: %s; its leader is now broker %s at %s", found.tp, event.error, found.leader,
+                         found.address)
+            self.connection.close()
+            self.connection = self._connect(found.host, found.port, self._options)
+        if found is not None:
+            self.location = found
+        return self.connection
+
+    def _locate(self) -> PartitionLocation | None:
+        """The partition's location now, or None when it cannot be learnt (then the same address is tried)."""
+        if self._brokers is None and self._zookeeper is None:
+            return None
+        tp = self.location.tp
+        try:
+            found = self._find([tp.topic], brokers=self._brokers, zookeeper=self._zookeeper, options=self._options,
+                               check_reachable=False)
+        except (ConnectionFailed, BrokerTimeout, UnknownTopic) as e:
+            _logger.warning("partition %s: cannot learn its leader again (%s); trying %s again", tp, e,
+                            self.location.address)
+            return None
+        return next((location for location in found if location.tp == tp), None)
