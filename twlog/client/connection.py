@@ -83,7 +83,7 @@ class _ClientFactory(Factory):
     def buildProtocol(self, addr) -> ClientProtocol:
         owner = self._owner
         protocol = ClientProtocol(
-            owner.clock, timeout_s=owner.options.timeout_s, max_response_bytes=owner.options.max_response_bytes,
+            owner._reactor, timeout_s=owner.options.timeout_s, max_response_bytes=owner.options.max_response_bytes,
             peer=owner.address,
         )
         protocol.factory = self
@@ -131,7 +131,7 @@ class BrokerConnection:
         self.host = host
         self.port = port
         self.address = format_address(host, port)
-        self.clock = reactor
+        self._reactor = reactor
         #: The protocol of the latest connection (or attempt), if any.
         self.current: ClientProtocol | None = None
         if endpoint is None:
@@ -180,7 +180,7 @@ class BrokerConnection:
                 current.abort(ClientClosed(f"connection to broker {self.address} closed"))
                 current.transport.abortConnection()
 
-        stopped.addTimeout(self.options.timeout_s, self.clock, onTimeoutCancel=abort)
+        stopped.addTimeout(self.options.timeout_s, self._reactor, onTimeoutCancel=abort)
         return stopped
 
     async def _request(self, request: Request, timeout_s: float | None) -> Response:
@@ -227,7 +227,7 @@ class BrokerConnection:
             def timed_out(result: object, after: float) -> Failure:
                 return Failure(ConnectionFailed(f"cannot connect to broker {self.address} within {after:g} s"))
 
-            waiting.addTimeout(self.options.connect_timeout_s, self.clock, onTimeoutCancel=timed_out)
+            waiting.addTimeout(self.options.connect_timeout_s, self._reactor, onTimeoutCancel=timed_out)
             # ClientService fires this inside a state transition, where calling it again
             # (another request, close()) is refused: carry on in the next reactor turn.
             waiting.addBoth(self._next_turn)
@@ -253,7 +253,7 @@ class BrokerConnection:
 
     def _next_turn(self, result: object) -> Deferred:
         later: Deferred = Deferred()
-        self.clock.callLater(0, later.callback, result)
+        self._reactor.callLater(0, later.callback, result)
         return later
 
 

@@ -113,7 +113,7 @@ class SimpleConsumer:
         self.min_bytes = min_bytes
         self.on_corrupt = check_on_corrupt(on_corrupt)
         self.deserializer = deserializer
-        self.clock = reactor
+        self._reactor = reactor
         self.options = ClientOptions.build(options, **overrides).for_fetches(max_bytes)
         if connection_factory is None:
 
@@ -286,7 +286,7 @@ class MessageStream:
         return self._connection.close()
 
     async def _next(self) -> MessageAndOffset:
-        clock = self._consumer.clock
+        clock = self._consumer._reactor
         started = clock.seconds()
         while not self._buffer:
             if self._closed:

@@ -174,11 +174,12 @@ class SourceCluster:
 
     _log = Logger()
 
-    def __init__(self, hosts: str, mirror: Mirror) -> None:
+    def __init__(self, hosts: str, mirror: Mirror, reactor) -> None:
         self.hosts = hosts
         self.mirror = mirror
+        self._reactor = reactor
         settings = mirror.settings
-        self.zk = ZooKeeper(hosts, reactor=mirror.reactor, connect_timeout_s=settings.connect_timeout_s)
+        self.zk = ZooKeeper(hosts, reactor=reactor, connect_timeout_s=settings.connect_timeout_s)
         self.view = ClusterView(self.zk)
         #: The source's topic names, kept by a watch on C{/brokers/topics}.
         self.topics: set[str] = set()
@@ -222,7 +223,7 @@ class SourceCluster:
                     if self.mirror.stopping:
                         return
                     consumer = GroupConsumer(
-                        self.zk, settings.group_name, reactor=self.mirror.reactor, manual_offsets=True,
+                        self.zk, settings.group_name, reactor=self._reactor, manual_offsets=True,
                         auto_commit_interval_ms=1000, auto_offset_reset="smallest",
                         queued_max_messages=settings.queued_max_messages, options=self.mirror.client_options,
                     )
@@ -237,7 +238,7 @@ class SourceCluster:
     async def lag(self) -> int | None:
         """Bytes the group's committed offsets are behind the source's latest offsets (None if unknown)."""
         try:
-            groups = await describe_groups(self.zk, self.mirror.settings.group_name, reactor=self.mirror.reactor,
+            groups = await describe_groups(self.zk, self.mirror.settings.group_name, reactor=self._reactor,
                                            timeout_s=2.0)
         except Exception:
             return None
@@ -264,7 +265,7 @@ class Mirror:
         if not settings.sources:
             raise ValueError("give at least one source cluster")
         self.settings = settings
-        self.reactor = reactor
+        self._reactor = reactor
         self.say = say
         self.client_options = client_options or ClientOptions(timeout_s=10.0, connect_timeout_s=3.0,
                                                               connect_attempts=2)
@@ -272,7 +273,7 @@ class Mirror:
         self.producer: Producer | None = None
         self.copier = Copier(self._send, clock=reactor, say=say, fatal=self._fatal, batch_size=settings.batch_size,
                              max_in_flight=settings.max_in_flight)
-        self.sources = [SourceCluster(hosts, self) for hosts in settings.sources]
+        self.sources = [SourceCluster(hosts, self, reactor) for hosts in settings.sources]
         self.stopping = False
         #: Fires once the mirror has stopped (with the error that stopped it, if one did).
         self.done: Deferred[None] = Deferred()
@@ -299,14 +300,14 @@ class Mirror:
                 host, port = shared[0]
                 raise MirrorRefused(f"--from {source.hosts} and --to {self.settings.target} name the same cluster: "
                                     f"broker {host}:{port} is registered in both")
-        self.producer = Producer(zookeeper=self.target_zk, reactor=self.reactor, ack="flushed",
+        self.producer = Producer(zookeeper=self.target_zk, reactor=self._reactor, ack="flushed",
                                  options=self.client_options)
         for source in self.sources:
             source.zk.add_state_listener(source.session_changed)
             await source.follow_topics()
         if self.settings.status_s > 0:
             self._status = LoopingCall(lambda: Deferred.fromCoroutine(self._report()))
-            self._status.clock = self.reactor
+            self._status.clock = self._reactor
             self._status.start(self.settings.status_s, now=False).addErrback(
                 lambda f: self._log.failure("mirror status failed", f))
 
@@ -334,7 +335,7 @@ class Mirror:
     def _send(self, topic: str, payloads: list[bytes]) -> Deferred:
         """Send to the target, given up after C{send_timeout_s} (a target whose ZooKeeper is gone can make a
         discovery wait for ever); the copier then sends the batch again."""
-        return self.producer.send(topic, payloads).addTimeout(self.settings.send_timeout_s, self.reactor)
+        return self.producer.send(topic, payloads).addTimeout(self.settings.send_timeout_s, self._reactor)
 
     def _fatal(self, error: Exception) -> None:
         if self.error is None:
@@ -370,7 +371,7 @@ class Mirror:
             for feed in source.feeds.values():
                 feed.running = False
         drained = Deferred.fromCoroutine(self.copier.drain())
-        drained.addTimeout(self.settings.drain_timeout_s, self.reactor)
+        drained.addTimeout(self.settings.drain_timeout_s, self._reactor)
         try:
             await drained
         except Exception:
@@ -380,7 +381,7 @@ class Mirror:
         await DeferredList([Deferred.fromCoroutine(s.close()) for s in self.sources], consumeErrors=True)
         if self.producer is not None:
             closing = self.producer.close()
-            closing.addTimeout(self.settings.drain_timeout_s, self.reactor)
+            closing.addTimeout(self.settings.drain_timeout_s, self._reactor)
             await DeferredList([closing], consumeErrors=True)
         for zk in [self.target_zk, *(s.zk for s in self.sources)]:
             if zk.connected:

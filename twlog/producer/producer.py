@@ -128,7 +128,7 @@ class Producer:
         if ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {', '.join(ACK_MODES)}, not {ack!r}")
         check_settings(batch_size, max_queued_messages, on_full)
-        self.clock = reactor
+        self._reactor = reactor
         self.ack = ack
         self.codec = _codec_number(codec)
         self.ack_timeout_ms = ack_timeout_ms

@@ -95,7 +95,7 @@ class Router:
         if reactor is None:
             from twisted.internet import reactor
         self._pool = pool
-        self._clock = reactor
+        self._reactor = reactor
         self._partitioner = partitioner or hash_partitioner
         self._rng = rng or random.Random()
         self._zk: IZooKeeper | None = None
@@ -130,7 +130,7 @@ class Router:
 
     def _expire(self, topic: str) -> None:
         until = self._provisional.get(topic)
-        if until is not None and self._clock.seconds() >= until:
+        if until is not None and self._reactor.seconds() >= until:
             del self._provisional[topic]
             self._topics.pop(topic, None)
 
@@ -270,7 +270,7 @@ class Router:
         holders = {b for b, _ in registered}
         pending = {(b, 0) for b in live if b not in holders}
         if pending:
-            self._provisional[topic] = self._clock.seconds() + PROVISIONAL_S
+            self._provisional[topic] = self._reactor.seconds() + PROVISIONAL_S
         else:
             self._provisional.pop(topic, None)
         return [TopicPartition.on_broker(topic, b, p) for b, p in sorted(registered | pending)]
