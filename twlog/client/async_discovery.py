@@ -6,7 +6,7 @@ answers, same errors), driven by Deferreds: CLUSTER_METADATA and METADATA over
 L{BrokerConnection}, ZooKeeper over the L{IZooKeeper} adapter, and the wait
 before asking a starting broker again on the reactor's clock.  What it reads is
 interpreted by the one pure reading, L{twlog.coord.layout.ClusterLayout}, and
-what to do with the answers (L{choose_answer}, L{cluster_partitions}) is shared
+what to do with the answers (L{BootstrapPass}, L{cluster_partitions}) is shared
 with the blocking form.
 """
 
@@ -18,14 +18,10 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
+from twlog.client.bootstrap import STARTING_RETRIES, STARTING_WAIT_S, Bootstrap, BootstrapPass, Starting
 from twlog.client.connection import BrokerConnection
 from twlog.client.discovery import (
-    STARTING_RETRIES,
-    STARTING_WAIT_S,
-    Bootstrap,
-    Starting,
     check_answered_as,
-    choose_answer,
     cluster_partitions,
     holders_to_check,
     located,
@@ -38,9 +34,7 @@ from twlog.coord import paths
 from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading
 from twlog.coord.zk import IZooKeeper, KazooException, NoNodeError, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed
-from twlog.partition import address_text
 from twlog.protocol.codec import ClusterMetadataRequest, MetadataRequest
-from twlog.protocol.responses import VIEW_CURRENT, ClusterMetadataResponse
 from twlog.storage.manager import validate_topic
 
 __all__ = ["all_partitions_async", "bootstrap_async", "discover_async", "read_registrations_async"]
@@ -179,19 +173,15 @@ async def bootstrap_async(brokers: str | Sequence[tuple[str, int]], topics: Iter
 
 async def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], options: ClientOptions, reactor,
                           connect: Connect) -> Bootstrap:
-    answers: list[tuple[str, ClusterMetadataResponse]] = []
-    problems: list[str] = []
-    for host, port in asked:
-        address = address_text(host, port)
+    """One pass over the addresses (L{BootstrapPass} decides), each asked CLUSTER_METADATA on the reactor."""
+    walk = BootstrapPass(asked)
+    while (address := walk.next_address()) is not None:
         try:
-            answer = await _ask(connect(host, port, reactor=reactor, options=options), ClusterMetadataRequest(topics))
+            walk.receive(await _ask(connect(*address, reactor=reactor, options=options),
+                                    ClusterMetadataRequest(topics)))
         except (ConnectionFailed, BrokerTimeout) as e:
-            problems.append(str(e))
-            continue
-        if answer.view == VIEW_CURRENT:
-            return Bootstrap(answer, address, {answer.broker_id})
-        answers.append((address, answer))
-    return choose_answer(asked, answers, problems)
+            walk.receive(e)
+    return walk.result()
 
 
 async def _ask(connection: BrokerConnection, request):

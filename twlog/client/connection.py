@@ -25,7 +25,6 @@ from twisted.python.failure import Failure
 from typing_extensions import override
 from zope.interface import Attribute, Interface, implementer
 
-from twlog.client.discovery import format_address
 from twlog.client.options import ClientOptions
 from twlog.client.protocol import ClientProtocol
 from twlog.errors import (
@@ -34,6 +33,7 @@ from twlog.errors import (
     ProtocolViolation,
     check,
 )
+from twlog.partition import address_text
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     Request,
@@ -130,7 +130,7 @@ class BrokerConnection:
         self.options = options = ClientOptions.build(options, **overrides)
         self.host = host
         self.port = port
-        self.address = format_address(host, port)
+        self.address = address_text(host, port)
         self._reactor = reactor
         #: The protocol of the latest connection (or attempt), if any.
         self.current: ClientProtocol | None = None

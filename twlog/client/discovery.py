@@ -41,8 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
-
+from twlog.client.bootstrap import STARTING_RETRIES, STARTING_WAIT_S, Bootstrap, BootstrapPass, Starting
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
@@ -51,23 +50,16 @@ from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed, UnknownTopic, raise_for
 from twlog.partition import TopicPartition, address_text, describe_partitions, resolve_partition
 from twlog.protocol.codec import MetadataResponse
-from twlog.protocol.responses import (
-    VIEW_CURRENT,
-    VIEW_STALE,
-    VIEW_STANDALONE,
-    VIEW_STARTING,
-    BrokerAddress,
-    ClusterMetadataResponse,
-    TopicLayout,
-)
+from twlog.protocol.responses import ClusterMetadataResponse
 from twlog.storage.manager import validate_topic
 
 _logger = logging.getLogger(__name__)
 
 __all__ = [
+    "STARTING_RETRIES",
+    "STARTING_WAIT_S",
     "Bootstrap",
     "PartitionLocation",
-    "choose_answer",
     "located",
     "TopicPartition",
     "bootstrap",
@@ -176,24 +168,6 @@ def require_topics(found: Iterable[PartitionLocation], topics: Iterable[str], wh
             raise UnknownTopic(f"topic {topic!r} is on none of {where}")
 
 
-@attrs.frozen
-class Bootstrap:
-    """What L{bootstrap} learnt: the cluster, who described it, and which brokers answered."""
-
-    #: The cluster, as one answer (merged over the brokers asked when none knows the whole cluster).
-    response: ClusterMetadataResponse
-    #: The address(es) that described it, for messages.
-    asked: str
-    #: The ids of the brokers that answered (known to be reachable).
-    answered: set[int]
-
-    @property
-    def where(self) -> str:
-        """The cluster, as an UnknownTopic message names it."""
-        live = ", ".join(str(b.broker_id) for b in self.response.brokers)
-        return f"the brokers of the cluster (live: {live}; asked {self.asked})"
-
-
 def bootstrap(
     brokers: str | Sequence[tuple[str, int]], topics: Iterable[str] = (), options: ClientOptions | None = None, *,
     sleep: Callable[[float], object] = time.sleep, connect: Callable[..., SyncConnection] = SyncConnection,
@@ -223,88 +197,17 @@ def bootstrap(
     raise AssertionError("unreachable")
 
 
-#: How often, and after how long, L{bootstrap} asks again when every broker is still reading ZooKeeper.
-STARTING_RETRIES = 8
-STARTING_WAIT_S = 0.25
-
-
-class Starting(ConnectionFailed):
-    """Every broker that answered has not read ZooKeeper yet."""
-
-
 def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], options: ClientOptions,
                     connect: Callable[..., SyncConnection]) -> Bootstrap:
-    answers: list[tuple[str, ClusterMetadataResponse]] = []
-    problems: list[str] = []
-    for host, port in asked:
-        address = address_text(host, port)
+    """One pass over the addresses (L{BootstrapPass} decides), each asked CLUSTER_METADATA over C{connect}."""
+    walk = BootstrapPass(asked)
+    while (address := walk.next_address()) is not None:
         try:
-            with connect(host, port, options) as connection:
-                answer = connection.cluster_metadata(topics)
+            with connect(*address, options) as connection:
+                walk.receive(connection.cluster_metadata(topics))
         except (ConnectionFailed, BrokerTimeout) as e:
-            problems.append(str(e))
-            continue
-        if answer.view == VIEW_CURRENT:
-            return Bootstrap(answer, address, {answer.broker_id})
-        answers.append((address, answer))
-    return choose_answer(asked, answers, problems)
-
-
-def choose_answer(asked: Sequence[tuple[str, int]], answers: Sequence[tuple[str, ClusterMetadataResponse]],
-                  problems: list[str]) -> Bootstrap:
-    """The cluster from the CLUSTER_METADATA C{answers} (address, answer) of C{asked}, none of them current
-    (pure: the blocking and the Twisted bootstrap share it); C{problems} are the addresses that failed, and why.
-
-    @raise Starting: every answer is from a broker that has not read ZooKeeper yet (ask again).
-    @raise ConnectionFailed: no usable answer, naming the addresses and why.
-    """
-    for address, answer in answers:
-        if answer.view == VIEW_CURRENT:
-            return Bootstrap(answer, address, {answer.broker_id})
-    standalone = [(a, r) for a, r in answers if r.view == VIEW_STANDALONE]
-    if standalone and not problems and len(standalone) == len(answers):
-        merged = _merge(r for _, r in standalone)
-        return Bootstrap(merged, ", ".join(a for a, _ in standalone), {r.broker_id for _, r in standalone})
-    stale = [(a, r) for a, r in answers if r.view == VIEW_STALE]
-    if stale:
-        address, answer = stale[0]
-        _logger.warning("broker %s has lost ZooKeeper: using the cluster as it last saw it", address)
-        return Bootstrap(answer, address, {answer.broker_id})
-    for address, answer in answers:
-        problems.append(f"broker {address} {_VIEW_PROBLEMS.get(answer.view, f'sent an unknown view {answer.view}')}")
-    if answers and all(answer.view == VIEW_STARTING for _, answer in answers):
-        raise Starting("cannot learn the cluster from " + ", ".join(map(_address, asked)) + ": "
-                        + "; ".join(problems))
-    raise ConnectionFailed("cannot learn the cluster from " + ", ".join(map(_address, asked)) + ": "
-                           + "; ".join(problems))
-
-
-_VIEW_PROBLEMS = {
-    VIEW_STARTING: "has not read the cluster from ZooKeeper yet (starting, or ZooKeeper is slow)",
-    VIEW_STANDALONE: "runs without ZooKeeper, so it knows only its own partitions, and another address failed",
-}
-
-
-def _address(pair: tuple[str, int]) -> str:
-    return address_text(*pair)
-
-
-def _merge(answers: Iterable[ClusterMetadataResponse]) -> ClusterMetadataResponse:
-    """One cluster from the answers of brokers that each describe themselves (two addresses of one broker: once)."""
-    brokers: dict[int, BrokerAddress] = {}
-    layouts: dict[str, dict[int, int]] = {}
-    errors: dict[str, int] = {}
-    first = None
-    for answer in answers:
-        first = answer if first is None else first
-        for broker in answer.brokers:
-            brokers.setdefault(broker.broker_id, broker)
-        for layout in answer.topics:
-            errors[layout.topic] = errors.get(layout.topic) or layout.error
-            for broker_id, count in layout.holders:
-                layouts.setdefault(layout.topic, {}).setdefault(broker_id, count)
-    topics = tuple(TopicLayout(t, errors[t], tuple(sorted(layouts.get(t, {}).items()))) for t in errors)
-    return ClusterMetadataResponse(first.broker_id, VIEW_STANDALONE, tuple(sorted(brokers.values())), topics)
+            walk.receive(e)
+    return walk.result()
 
 
 def cluster_partitions(cluster: Bootstrap | ClusterMetadataResponse, topics: Iterable[str]) -> list[PartitionLocation]:

@@ -18,12 +18,13 @@ from collections.abc import Sequence
 
 import attrs
 
-from twlog.client.discovery import bootstrap, format_address, registered_brokers
+from twlog.client.discovery import bootstrap, registered_brokers
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed, InvalidRequest, TopicExists, raise_for
+from twlog.partition import address_text
 from twlog.protocol.codec import CreateTopicRequest
 from twlog.storage.manager import MAX_PARTITIONS, validate_topic
 
@@ -140,10 +141,10 @@ def _connect_all(topic: str, brokers: dict[int, tuple[str, int]], options: Clien
         try:
             answer = connection.metadata(())
         except (ConnectionFailed, BrokerTimeout) as e:
-            problems.append(f"broker {broker_id} at {format_address(host, port)} ({e})")
+            problems.append(f"broker {broker_id} at {address_text(host, port)} ({e})")
             continue
         if answer.broker_id != broker_id:
-            problems.append(f"broker {broker_id} at {format_address(host, port)} (it answers as broker "
+            problems.append(f"broker {broker_id} at {address_text(host, port)} (it answers as broker "
                             f"{answer.broker_id}: a stale registration?)")
     if problems:
         for connection in connections.values():
