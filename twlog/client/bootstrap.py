@@ -27,15 +27,8 @@ import attrs
 
 from twlog.errors import ConnectionFailed
 from twlog.partition import address_text
-from twlog.protocol.responses import (
-    VIEW_CURRENT,
-    VIEW_STALE,
-    VIEW_STANDALONE,
-    VIEW_STARTING,
-    BrokerAddress,
-    ClusterMetadataResponse,
-    TopicLayout,
-)
+from twlog.protocol import responses
+from twlog.protocol.responses import ClusterMetadataResponse
 
 __all__ = ["STARTING_RETRIES", "STARTING_WAIT_S", "Bootstrap", "BootstrapPass", "Starting", "merge_answers"]
 
@@ -46,8 +39,8 @@ STARTING_RETRIES = 8
 STARTING_WAIT_S = 0.25
 
 _VIEW_PROBLEMS = {
-    VIEW_STARTING: "has not read the cluster from ZooKeeper yet (starting, or ZooKeeper is slow)",
-    VIEW_STANDALONE: "runs without ZooKeeper, so it knows only its own partitions, and another address failed",
+    responses.VIEW_STARTING: "has not read the cluster from ZooKeeper yet (starting, or ZooKeeper is slow)",
+    responses.VIEW_STANDALONE: "runs without ZooKeeper, so it knows only its own partitions, and another address failed",
 }
 
 
@@ -95,7 +88,7 @@ class BootstrapPass:
         address = address_text(host, port)
         if isinstance(answer, Exception):
             self._problems.append(str(answer))
-        elif answer.view == VIEW_CURRENT:
+        elif answer.view == responses.VIEW_CURRENT:
             self._current = Bootstrap(answer, address, {answer.broker_id})
         else:
             self._answers.append((address, answer))
@@ -109,11 +102,11 @@ class BootstrapPass:
         if self._current is not None:
             return self._current
         answers, problems = self._answers, list(self._problems)
-        standalone = [(a, r) for a, r in answers if r.view == VIEW_STANDALONE]
+        standalone = [(a, r) for a, r in answers if r.view == responses.VIEW_STANDALONE]
         if standalone and not problems and len(standalone) == len(answers):
             merged = merge_answers(r for _, r in standalone)
             return Bootstrap(merged, ", ".join(a for a, _ in standalone), {r.broker_id for _, r in standalone})
-        stale = [(a, r) for a, r in answers if r.view == VIEW_STALE]
+        stale = [(a, r) for a, r in answers if r.view == responses.VIEW_STALE]
         if stale:
             address, answer = stale[0]
             _logger.warning("broker %s has lost ZooKeeper: using the cluster as it last saw it", address)
@@ -121,14 +114,14 @@ class BootstrapPass:
         for address, answer in answers:
             problems.append(f"broker {address} "
                             + _VIEW_PROBLEMS.get(answer.view, f"sent an unknown view {answer.view}"))
-        error = Starting if answers and all(a.view == VIEW_STARTING for _, a in answers) else ConnectionFailed
+        error = Starting if answers and all(a.view == responses.VIEW_STARTING for _, a in answers) else ConnectionFailed
         where = ", ".join(address_text(host, port) for host, port in self.asked)
         raise error(f"cannot learn the cluster from {where}: " + "; ".join(problems))
 
 
 def merge_answers(answers: Iterable[ClusterMetadataResponse]) -> ClusterMetadataResponse:
     """One cluster from the answers of brokers that each describe themselves (two addresses of one broker: once)."""
-    brokers: dict[int, BrokerAddress] = {}
+    brokers: dict[int, responses.BrokerAddress] = {}
     layouts: dict[str, dict[int, int]] = {}
     errors: dict[str, int] = {}
     first = None
@@ -140,5 +133,5 @@ def merge_answers(answers: Iterable[ClusterMetadataResponse]) -> ClusterMetadata
             errors[layout.topic] = errors.get(layout.topic) or layout.error
             for broker_id, count in layout.holders:
                 layouts.setdefault(layout.topic, {}).setdefault(broker_id, count)
-    topics = tuple(TopicLayout(t, errors[t], tuple(sorted(layouts.get(t, {}).items()))) for t in errors)
-    return ClusterMetadataResponse(first.broker_id, VIEW_STANDALONE, tuple(sorted(brokers.values())), topics)
+    topics = tuple(responses.TopicLayout(t, errors[t], tuple(sorted(layouts.get(t, {}).items()))) for t in errors)
+    return ClusterMetadataResponse(first.broker_id, responses.VIEW_STANDALONE, tuple(sorted(brokers.values())), topics)

@@ -261,6 +261,12 @@ _DECODERS = {MESSAGES: decode_fetched, BATCH: decode_fetched_batch}
 # -- the reader ------------------------------------------------------------------------------------
 
 
+def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be positive")
+
+
+@attrs.define(eq=False, repr=False)
 class PartitionReader:
     """Reads one partition from an offset: what to ask next, and what each answer means (see the module).
 
@@ -273,31 +279,25 @@ class PartitionReader:
     @param max_refreshes: how many refresh-and-retry answers in a row before the error is raised.
     """
 
-    def __init__(self, tp: TopicPartition, offset: int, *, max_bytes: int, on_corrupt: str = "fail",
-                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES, end: int | None = None,
-                 decode: str | Callable[..., Any] = MESSAGES, label: int | str | None = None,
-                 boundary: tuple[int, int] | None = None, trusted_start: bool = False, max_refreshes: int = 3,
-                 on_skip: OnSkip = log_skip) -> None:
-        if max_bytes <= 0:
-            raise ValueError("max_bytes must be positive")
-        self.tp = tp
-        self.label = tp.name if label is None else label
-        self.start = offset
-        #: Where the next fetch starts.
-        self.offset = offset
-        self.max_bytes = max_bytes
-        self.on_corrupt = check_on_corrupt(on_corrupt)
-        self.max_decompressed_bytes = max_decompressed_bytes
-        self.end = end
-        self.boundary = boundary
-        self.trusted_start = trusted_start
-        self.max_refreshes = max_refreshes
-        self.on_skip = on_skip
-        #: Refresh-and-retry answers in a row.
-        self.refreshes = 0
-        self._decode = decode
-        self._queued: Request | None = None
-        self._sent: Request | None = None
+    tp: TopicPartition
+    #: Where the next fetch starts.
+    offset: int
+    max_bytes: int = attrs.field(kw_only=True, validator=_positive)
+    on_corrupt: str = attrs.field(kw_only=True, default="fail", converter=check_on_corrupt)
+    max_decompressed_bytes: int = attrs.field(kw_only=True, default=DEFAULT_MAX_DECOMPRESSED_BYTES)
+    end: int | None = attrs.field(kw_only=True, default=None)
+    _decode: str | Callable[..., Any] = attrs.field(kw_only=True, default=MESSAGES)
+    label: int | str = attrs.field(kw_only=True, default=attrs.Factory(lambda self: self.tp.name, takes_self=True))
+    boundary: tuple[int, int] | None = attrs.field(kw_only=True, default=None)
+    trusted_start: bool = attrs.field(kw_only=True, default=False)
+    max_refreshes: int = attrs.field(kw_only=True, default=3)
+    on_skip: OnSkip = attrs.field(kw_only=True, default=log_skip)
+    #: Where reading started.
+    start: int = attrs.field(init=False, default=attrs.Factory(lambda self: self.offset, takes_self=True))
+    #: Refresh-and-retry answers in a row.
+    refreshes: int = attrs.field(init=False, default=0)
+    _queued: Request | None = attrs.field(init=False, default=None)
+    _sent: Request | None = attrs.field(init=False, default=None)
 
     def __repr__(self) -> str:
         return f"<PartitionReader {self.tp.topic}/{self.tp.name} at {self.offset}>"

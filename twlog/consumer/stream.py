@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import attrs
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail
 from twisted.logger import Logger
 
@@ -57,35 +58,41 @@ class GroupMessage(NamedTuple):
     payload: bytes
 
 
+def _of_tp(what: str) -> attrs.Factory:
+    """A field's default: that attribute of the partition (kept as a slot: the fetch loop reads it often)."""
+    return attrs.Factory(lambda self: getattr(self.tp, what), takes_self=True)
+
+
+def _from_offset() -> attrs.Factory:
+    return attrs.Factory(lambda self: self.fetch_offset, takes_self=True)
+
+
+@attrs.define(eq=False, repr=False)
 class OwnedPartition:
     """A partition a consumer owns in one rebalance generation: where to fetch next and what was consumed."""
 
-    __slots__ = ("active", "boundary", "committed", "consumed", "failed", "fetch_offset", "leader", "name",
-                 "number", "paused_until", "stream", "topic", "tp")
-
-    def __init__(self, tp: TopicPartition, leader: int, stream: GroupStream, offset: int | None) -> None:
-        self.tp = tp
-        self.topic = tp.topic
-        self.name = tp.name
-        #: The number the leader knows it by, in requests.
-        self.number = tp.number
-        #: The broker fetched from: the partition's leader when this generation started.
-        self.leader = leader
-        self.stream = stream
-        #: The next offset to fetch (None: not known yet, ask the broker per C{auto_offset_reset}).
-        self.fetch_offset = offset
-        #: The offset after the last message handed to the application: what a commit writes.
-        self.consumed = offset
-        #: The offset last written to ZooKeeper (None: never, by this owner).
-        self.committed = offset
-        #: False once the generation that owns it stopped: its data is dropped, it is never fetched again.
-        self.active = True
-        #: Fetching stopped for good after an error that was handed to the application.
-        self.failed = False
-        #: Not fetched before this time (after a broker error on this partition).
-        self.paused_until = 0.0
-        #: The offset of the last message fetched and the offset after it (a known message boundary).
-        self.boundary: tuple[int, int] | None = None
+    tp: TopicPartition
+    #: The broker fetched from: the partition's leader when this generation started.
+    leader: int
+    stream: GroupStream
+    #: The next offset to fetch (None: not known yet, ask the broker per C{auto_offset_reset}).
+    fetch_offset: int | None = attrs.field(alias="offset")
+    #: The offset after the last message handed to the application: what a commit writes.
+    consumed: int | None = attrs.field(init=False, default=_from_offset())
+    #: The offset last written to ZooKeeper (None: never, by this owner).
+    committed: int | None = attrs.field(init=False, default=_from_offset())
+    #: False once the generation that owns it stopped: its data is dropped, it is never fetched again.
+    active: bool = attrs.field(init=False, default=True)
+    #: Fetching stopped for good after an error that was handed to the application.
+    failed: bool = attrs.field(init=False, default=False)
+    #: Not fetched before this time (after a broker error on this partition).
+    paused_until: float = attrs.field(init=False, default=0.0)
+    #: The offset of the last message fetched and the offset after it (a known message boundary).
+    boundary: tuple[int, int] | None = attrs.field(init=False, default=None)
+    topic: str = attrs.field(init=False, default=_of_tp("topic"))
+    name: str = attrs.field(init=False, default=_of_tp("name"))
+    #: The number the leader knows it by, in requests.
+    number: int = attrs.field(init=False, default=_of_tp("number"))
 
     def __repr__(self) -> str:
         return f"<OwnedPartition {self.topic}/{self.name} fetch={self.fetch_offset} consumed={self.consumed}>"
