@@ -40,7 +40,8 @@ STARTING_WAIT_S = 0.25
 
 _VIEW_PROBLEMS = {
     responses.VIEW_STARTING: "has not read the cluster from ZooKeeper yet (starting, or ZooKeeper is slow)",
-    responses.VIEW_STANDALONE: "runs without ZooKeeper, so it knows only its own partitions, and another address failed",
+    responses.VIEW_STANDALONE: "runs without ZooKeeper, so it knows only its own partitions, and another address "
+                               "failed",
 }
 
 
