@@ -133,8 +133,8 @@ class UncleanStopTests(TestCase):
         ((phase, event, f, args),) = fake.triggers
         self.assertEqual((phase, event, args), ("after", "shutdown", (1,)))
         registered = []
-        self.patch(service_module.atexit, "register", lambda *a: registered.append(a))
-        f(*args)
+        self.assertEqual(f, service._exit_with)
+        f(*args, at_exit=lambda *a: registered.append(a))
         self.assertIsNone(fake._exitSignal)
         self.assertEqual(registered, [(service_module._exit_now, 1)])
         service._stopped(True)

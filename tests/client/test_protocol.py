@@ -11,7 +11,6 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.client.support import FakeEndpoint, framed, written_requests
-from twlog.client import protocol as protocol_module
 from twlog.client.connection import BrokerConnection, client_endpoint
 from twlog.client.options import default_retry_policy
 from twlog.client.protocol import CLIENT_MOVES, ClientProtocol, ClientProtocolState
@@ -508,8 +507,7 @@ class SocketTransport(StringTransport):
 
 class DirectSendTests(SynchronousTestCase):
     def connect(self, transport: SocketTransport):
-        self.patch(protocol_module, "can_sendfile", lambda transport: True)
-        return connected(transport=transport)[0]
+        return connected(transport=transport, direct=True)[0]
 
     def test_request_goes_straight_to_the_socket(self) -> None:
         """On a plain TCP connection with nothing buffered, a request is one send(2) at once, not a

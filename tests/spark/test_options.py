@@ -6,7 +6,6 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.coord.layout import PartitionLocation
 from twlog.partition import TopicPartition
-from twlog.spark import options as spark_options
 from twlog.spark.options import OPTIONS, SourceOptions, check_options
 
 #: clicks on brokers 0 (two partitions) and 1 (one).
@@ -15,9 +14,10 @@ FOUND = [PartitionLocation(TopicPartition.on_broker("clicks", b, p), b, "h", 909
 
 
 def source(stream: bool = False, **options) -> SourceOptions:
+    """The options of a source reading C{clicks} whose discovery finds L{FOUND}."""
     options.setdefault("brokers", "h:9092")
     options.setdefault("subscribe", "clicks")
-    return SourceOptions(options, stream=stream)
+    return SourceOptions(options, stream=stream, find=lambda *a, **k: list(FOUND))
 
 
 class CheckOptionsTests(SynchronousTestCase):
@@ -69,9 +69,6 @@ class SourceOptionsTests(SynchronousTestCase):
 
 
 class OffsetKeysTests(SynchronousTestCase):
-    def setUp(self) -> None:
-        self.patch(spark_options, "discover", lambda *a, **k: list(FOUND))
-
     def test_names_and_indexes(self) -> None:
         """Keys are partition names or cluster-wide indexes; they are stored as names."""
         o = source(startingOffsets='{"clicks": {"0-1": 5, "2": 7}}', endingOffsets='{"clicks": {"0": 9}}')
@@ -105,5 +102,6 @@ class OffsetKeysTests(SynchronousTestCase):
 
     def test_assign_by_index(self) -> None:
         """assign accepts names and indexes too."""
-        o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["2", "0-1"]}'}, False)
+        o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["2", "0-1"]}'}, False,
+                          find=lambda *a, **k: list(FOUND))
         self.assertEqual([p.name for p in o.partitions()], ["0-1", "1-0"])

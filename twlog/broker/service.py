@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Callable
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, DeferredList, succeed
@@ -261,7 +262,7 @@ class BrokerService(Service):
         if self.unclean_exit_code is not None:
             self._reactor.addSystemEventTrigger("after", "shutdown", self._exit_with, self.unclean_exit_code)
 
-    def _exit_with(self, code: int) -> None:
+    def _exit_with(self, code: int, at_exit: Callable[..., object] = atexit.register) -> None:
         """Make the process exit with C{code} once twistd is done (its pid file removed, its log closed).
 
         twistd ends a process stopped by a signal with that signal again (it
@@ -270,7 +271,7 @@ class BrokerService(Service):
         signal, and an exit handler that ends the process with C{code}.
         """
         forget_exit_signal(self._reactor)
-        atexit.register(_exit_now, code)
+        at_exit(_exit_now, code)
 
 
 def _endpoint(reactor, interface: str, port: int):

@@ -101,8 +101,12 @@ class ClientProtocol(FrameReceiver):
         timeout_s: float = 30.0,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         peer: str = "?",
+        direct: bool | None = None,
     ) -> None:
+        """@param direct: whether requests may go straight to the socket (None: where the transport is plain
+            TCP, L{can_sendfile}; tests of a fake transport say so)."""
         super().__init__()
+        self._direct_choice = direct
         self.MAX_LENGTH = max_response_bytes
         self.timeout_s = timeout_s
         self.peer = peer
@@ -158,7 +162,8 @@ class ClientProtocol(FrameReceiver):
         self._machine.move(_C.CONNECTED)
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
-        self._direct = can_sendfile(self.transport)  # a plain TCP connection: see sendString
+        # A plain TCP connection: see sendString.
+        self._direct = can_sendfile(self.transport) if self._direct_choice is None else self._direct_choice
         self.transport.registerProducer(self, True)
 
     @override

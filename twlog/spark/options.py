@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable
 
 from twlog.client.discovery import discover, resolve_partition
 from twlog.client.options import ClientOptions
@@ -80,7 +81,9 @@ def _bool(value: str | None, default: bool) -> bool:
 class SourceOptions:
     """The source's options, parsed and checked once on the driver."""
 
-    def __init__(self, options, stream: bool) -> None:
+    def __init__(self, options, stream: bool, *, find: Callable[..., list[PartitionLocation]] = discover) -> None:
+        """@param find: L{discover}, or a stand-in (tests): how the partitions are found."""
+        self._find = find
         options = check_options(options)
         self.brokers = options.get("brokers")
         alias = options.get("kafka.bootstrap.servers")
@@ -136,7 +139,7 @@ class SourceOptions:
 
     def partitions(self) -> list[PartitionLocation]:
         """The topic partitions to read, discovered now."""
-        found = discover(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
+        found = self._find(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
         if not self._offsets_checked:
             self.starting = _name_offsets(self.starting, "startingOffsets", found, self.topics)
             self.ending = _name_offsets(self.ending, "endingOffsets", found, self.topics)
