@@ -187,12 +187,21 @@ class ClientProtocolTests(SynchronousTestCase):
         protocol.dataReceived(framed(offsets_frame(4)))
         self.successResultOf(answered)
 
+    def test_responses_delivered_while_writes_are_paused(self) -> None:
+        """A connection whose writes are paused (the transport's buffer is full) still hands out the responses
+        that arrive: pausing writes never holds back reading."""
+        protocol, transport, _ = connected(transport=PausingTransport())
+        answered = protocol.request(OFFSETS)  # its write fills the buffer: writes pause
+        self.assertTrue(protocol.writes_paused)
+        protocol.dataReceived(framed(offsets_frame(4)))
+        self.successResultOf(answered)
+
     def test_resume_stops_when_paused_again(self) -> None:
         """Resuming writes held frames only until the transport pauses again, so memory stays bounded."""
         protocol, transport, _ = connected(transport=PausingTransport())
         self.successResultOf(protocol.send(PRODUCE))  # this write fills the buffer
         held = [protocol.send(ProduceRequest("t", i, b"")) for i in range(3)]
-        self.assertTrue(protocol.paused)
+        self.assertTrue(protocol.writes_paused)
         protocol.resumeProducing()
         self.successResultOf(held[0])
         self.assertNoResult(held[1])
@@ -253,9 +262,9 @@ class ClientTransitionTableTests(SynchronousTestCase):
         self.step(protocol, protocol.makeConnection, StringTransport())
         self.assertTrue(protocol.usable)
         self.step(protocol, protocol.pauseProducing)
-        self.assertTrue(protocol.paused and protocol.usable)
+        self.assertTrue(protocol.writes_paused and protocol.usable)
         self.step(protocol, protocol.resumeProducing)
-        self.assertFalse(protocol.paused)
+        self.assertFalse(protocol.writes_paused)
         self.lose(protocol)
         # CONNECTED -> BROKEN (a request timed out) -> LOST
         protocol, transport, clock = connected(timeout_s=1)

@@ -288,7 +288,7 @@ class FailureTests(TestCase):
         connection = BrokerConnection("127.0.0.1", server.port, reactor=reactor)
         big = ProduceRequest("t", 0, encode_message_set([b"x" * 200_000]))
         await connection.send(big)  # one write larger than the transport's buffer: it pauses us
-        self.assertTrue(connection.current.paused)
+        self.assertTrue(connection.current.writes_paused)
         held = connection.send(big)
         self.assertFalse(held.called)
         self.assertIsNone(await held)  # the reactor drained the buffer into the socket and resumed the protocol

@@ -203,7 +203,7 @@ class BrokerConnection:
         """The connected protocol if it can take a write right now (connected, not paused, nobody
         queued ahead), else None: the fast path of fire-and-forget sends."""
         current = self.current
-        if self._closed or self._connecting or current is None or not current.usable or current.paused:
+        if self._closed or self._connecting or current is None or not current.usable or current.writes_paused:
             return None
         return current
 

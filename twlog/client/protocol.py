@@ -134,8 +134,12 @@ class ClientProtocol(FrameReceiver):
         return self.state in (_C.CONNECTED, _C.PAUSED)
 
     @property
-    def paused(self) -> bool:
-        """Whether the transport asked us to stop writing (its buffer is full)."""
+    def writes_paused(self) -> bool:
+        """Whether the transport asked us to stop writing (its buffer is full).
+
+        (Not L{FrameReceiver.paused}, which holds back the delivery of responses: a connection whose
+        writes are paused still takes the responses that arrive.)
+        """
         return self.state is _C.PAUSED
 
     def pending(self) -> int:
