@@ -17,7 +17,7 @@ from typing import NamedTuple
 from twlog.errors import FetchSizeTooSmall, InvalidMessage, MessageSizeTooLarge
 from twlog.storage.compression import CODEC_NONE, DEFAULT_MAX_DECOMPRESSED_BYTES, codec_name
 from twlog.storage.crc import crc32
-from twlog.storage.entry import LENGTH, MIN_MESSAGE_BYTES, entry_header
+from twlog.storage.entry import LENGTH, MAGIC_PLAIN, MIN_MESSAGE_BYTES, entry_header
 from twlog.storage.validation import open_wrapper
 
 __all__ = ["CorruptMessage", "MessageAndOffset", "framing_problem", "iter_messages", "scan_messages"]
@@ -126,12 +126,17 @@ def scan_messages(
             if problem is not None:
                 yield problem
             return
-        header = entry_header(buf, pos, end)
-        if header.__class__ is str:
-            yield CorruptMessage(header, offset + pos, offset + end)
-            pos = end
-            continue
-        codec, start, crc = header
+        if buf[pos + 4] == MAGIC_PLAIN:
+            # The common entry read inline (a call per message costs this loop a fifth of its speed);
+            # entry_header reads every other kind, and says what is wrong with a bad one.
+            codec, start, crc = CODEC_NONE, pos + 9, unpack(buf, pos + 5)[0] & 0xFFFFFFFF
+        else:
+            header = entry_header(buf, pos, end)
+            if header.__class__ is str:
+                yield CorruptMessage(header, offset + pos, offset + end)
+                pos = end
+                continue
+            codec, start, crc = header
         payload = buf[start:end]
         if crc32(payload) != crc:
             yield CorruptMessage("CRC mismatch", offset + pos, offset + end)
