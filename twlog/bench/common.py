@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.bench.test_crc,tests.bench.test_progress,tests.bench.test_common -*-
+# -*- test-case-name: tests.bench.test_crc,tests.bench.test_progress,tests.integration.test_bench_common -*-
 """What the benchmarks share: payloads that do not compress, blocking reads, running under C{task.react}, stopping
 the processes they start, and their progress on a terminal (L{BenchProgress})."""
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.protocol.test_twisted_internals -*-
+# -*- test-case-name: tests.integration.test_twisted_internals -*-
 """The one module of twlog that reads or writes Twisted's private attributes.
 
 Twisted has no public API for what these helpers answer, so each reads an
@@ -14,7 +14,7 @@ to 26.10 (setup.cfg pins C{twisted >= 24.7, < 26.11}):
     C{ReactorBase}'s signal handlers set and twistd's C{ApplicationRunner}
     reads when the reactor returns (C{twisted.application.app}).
 
-tests/protocol/test_twisted_internals.py checks each against the real reactor
+tests/integration/test_twisted_internals.py checks each against the real reactor
 and a TCP connection on 127.0.0.1: a Twisted release that renames them fails
 there, loudly, instead of making L{buffered_bytes} quietly answer 0 (which
 would let sendfile overtake buffered bytes).  Upgrading Twisted past the pin
