@@ -175,6 +175,20 @@ class LeaderNotAvailable(BrokerError):
     retriable = True
 
 
+class PartitionsOffline(LeaderNotAvailable):
+    """Partitions the cluster knows of have no live leader (their broker is down): the reader was not asked
+    for what is reachable only, so it fails naming them rather than leave them out.
+
+    C{offline} are those partitions; C{available}, the located partitions that can be read (what a reader
+    that accepts a partial answer, such as C{--allow-partial} or Spark's C{failOnDataLoss=false}, reads).
+    """
+
+    def __init__(self, message: str, offline=(), available=()) -> None:
+        super().__init__(message)
+        self.offline = list(offline)
+        self.available = list(available)
+
+
 class MalformedRequest(TwlogError):
     """The peer sent bytes that do not parse as a request or response (a protocol error, not a user error)."""
 

@@ -18,7 +18,7 @@ from twlog.client.discovery import (
     registered_partitions,
 )
 from twlog.coord import paths
-from twlog.errors import ConnectionFailed, InvalidTopic, UnknownTopic
+from twlog.errors import ConnectionFailed, InvalidTopic, PartitionsOffline, UnknownTopic
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import MetadataResponse, TopicMetadata
 from twlog.protocol.responses import (
@@ -226,12 +226,21 @@ class BootstrapTests(SynchronousTestCase):
                       str(caught.exception))
 
     def test_cluster_partitions(self) -> None:
-        """cluster_partitions reads one answer: InvalidTopic raises, a holder without an address is named."""
+        """cluster_partitions reads one answer: InvalidTopic raises; a holder without an address is a broker that
+        is down: an error naming it and its partitions, or, when a partial answer is allowed, a warning."""
         refused = ClusterMetadataResponse(0, VIEW_CURRENT, (), (TopicLayout("a b", InvalidTopic.code),))
         self.assertRaises(InvalidTopic, cluster_partitions, refused, ["a b"])
-        orphan = layout(VIEW_CURRENT, 0, {0: 1}, {0: 1, 4: 1})
+        orphan = layout(VIEW_CURRENT, 0, {0: 1}, {0: 1, 4: 2})
+        with self.assertRaises(PartitionsOffline) as caught:
+            cluster_partitions(orphan, ["t"])
+        self.assertEqual(str(caught.exception), "broker 4, which holds t:4-0..4-1, is not registered: down?")
+        self.assertEqual([tp.name for tp in caught.exception.offline], ["4-0", "4-1"])
+        self.assertEqual([p.name for p in caught.exception.available], ["0-0"])
         with self.assertLogs(discovery.__name__, "WARNING") as logged:
-            self.assertEqual([p.name for p in cluster_partitions(orphan, ["t"])], ["0-0"])
+            self.assertEqual([p.name for p in cluster_partitions(orphan, ["t"], allow_partial=True)], ["0-0"])
         self.assertEqual(len(logged.records), 1)
-        self.assertIn("broker 4, which is not live", logged.output[0])
+        self.assertIn("leaving out 2 partitions that cannot be read: broker 4, which holds t:4-0..4-1",
+                      logged.output[0])
         self.assertEqual(cluster_partitions(orphan, ["other"]), [])
+        everything_down = layout(VIEW_CURRENT, 0, {0: 1}, {4: 1})
+        self.assertRaises(PartitionsOffline, cluster_partitions, everything_down, ["t"], allow_partial=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading
+from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading, describe_offline
 from twlog.errors import LeaderNotAvailable
 from twlog.partition import TopicPartition
 from twlog.protocol.responses import (
@@ -86,6 +86,21 @@ class RegistrationTests(SynchronousTestCase):
         layout, _ = ClusterLayout.from_registrations(GOOD_BROKERS, {"clicks": {}})
         self.assertEqual((layout.topics(), layout.topic_partitions("clicks")), (["clicks"], []))
 
+    def test_held_records(self) -> None:
+        """/twlog/held: a broker that is not live keeps its partitions in the layout, offline; a live broker's
+        record adds nothing (its registration says what it holds); bad records are problems."""
+        layout, problems = ClusterLayout.from_registrations(
+            GOOD_BROKERS, {"clicks": {"0": b"2"}},
+            {"clicks": {"0": b"9", "5": b"2", "x": b"1", "6": b"junk"}, "old": {"5": b"1"}},
+        )
+        self.assertEqual(layout.topic_partitions("clicks"), tps("clicks", "0-0", "0-1"))
+        self.assertEqual(layout.offline_partitions("clicks"), tps("clicks", "5-0", "5-1"))
+        self.assertEqual(layout.offline_partitions("old"), tps("old", "5-0"))
+        self.assertIn("old", layout.topics())
+        self.assertEqual(len(problems), 2, problems)
+        self.assertEqual(describe_offline(layout.offline_partitions("clicks") + layout.offline_partitions("old")),
+                         "broker 5, which holds clicks:5-0..5-1, old:5-0, is not registered: down?")
+
     def test_same_input_same_problems(self) -> None:
         brokers = {**GOOD_BROKERS, "x": b"h:1", "2": b"junk"}
         topics = {"clicks": {"0": b"n", "2": b"1"}, "a/b": {}}
@@ -100,7 +115,8 @@ def answer(*topics: TopicLayout, brokers=((0, "h0", 9092), (1, "h1", 9093))) -> 
 #: (what, answer, the partitions of "clicks", how many problems)
 METADATA_CASES = [
     ("nothing wrong", answer(TopicLayout("clicks", 0, ((0, 2), (1, 1)))), tps("clicks", "0-0", "0-1", "1-0"), 0),
-    ("a holder that is not live", answer(TopicLayout("clicks", 0, ((0, 1), (7, 2)))), tps("clicks", "0-0"), 1),
+    ("a holder that is not live: offline", answer(TopicLayout("clicks", 0, ((0, 1), (7, 2)))), tps("clicks", "0-0"),
+     0),
     ("a negative count", answer(TopicLayout("clicks", 0, ((0, -1), (1, 1)))), tps("clicks", "1-0"), 1),
     ("a refused topic: left to the driver", answer(TopicLayout("clicks", 17)), [], 0),
     ("no holders", answer(TopicLayout("clicks", 0)), [], 0),
@@ -115,6 +131,16 @@ class MetadataTests(SynchronousTestCase):
             layout, found = ClusterLayout.from_metadata(response)
             self.assertEqual(layout.topic_partitions("clicks"), partitions, what)
             self.assertEqual(len(found), problems, (what, found))
+
+    def test_offline_holder(self) -> None:
+        """A holder the answer gives no address for is a broker that is down: its partitions are offline, and
+        L{describe_offline} names the broker and them."""
+        layout, _ = ClusterLayout.from_metadata(answer(TopicLayout("clicks", 0, ((0, 1), (7, 4)))))
+        offline = layout.offline_partitions("clicks")
+        self.assertEqual(offline, tps("clicks", "7-0", "7-1", "7-2", "7-3"))
+        self.assertEqual(layout.offline_holders("clicks"), {7: 4})
+        self.assertEqual(describe_offline(offline), "broker 7, which holds clicks:7-0..7-3, is not registered: down?")
+        self.assertRaises(LeaderNotAvailable, layout.locate, offline[0])
 
     def test_brokers_and_locate(self) -> None:
         layout, _ = ClusterLayout.from_metadata(answer(TopicLayout("clicks", 0, ((1, 1),))))

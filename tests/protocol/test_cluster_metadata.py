@@ -99,6 +99,8 @@ class FakeCluster:
 
     brokers: dict = attrs.Factory(dict)
     registrations: dict = attrs.Factory(dict)
+    #: What /twlog/held remembers: topic -> {broker id: count}, of brokers live or not.
+    held: dict = attrs.Factory(dict)
     ready: bool = True
     connected: bool = True
 
@@ -107,6 +109,9 @@ class FakeCluster:
 
     def holders(self, topic: str) -> dict[int, int]:
         return {b: n for b, n in self.registrations.get(topic, {}).items() if b in self.brokers}
+
+    def offline_holders(self, topic: str) -> dict[int, int]:
+        return {b: n for b, n in self.held.get(topic, {}).items() if b not in self.brokers}
 
 
 class HandlerTests(BrokerTestMixin, SynchronousTestCase):
@@ -145,6 +150,18 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
             TopicLayout("clicks", 0, ((1, 4), (5, 2))),
             TopicLayout("mine", 0, ((1, 1), (3, 2))),
         ))
+
+    def test_offline_holders(self) -> None:
+        """A broker that held a topic and is not live is listed as a holder with no address (its partitions
+        exist and are offline); a live one's record adds nothing to its registration."""
+        self.broker.cluster = FakeCluster(
+            brokers={1: ("b1", 9092)},
+            registrations={"clicks": {1: 4}},
+            held={"clicks": {1: 4, 2: 3}, "gone": {7: 1}},
+        )
+        answer = self.ask("clicks", "gone")
+        self.assertEqual(answer.topics, (TopicLayout("clicks", 0, ((1, 4), (2, 3))), TopicLayout("gone", 0, ((7, 1),))))
+        self.assertNotIn(2, answer.addresses)
 
     def test_view_states(self) -> None:
         """Disconnected: the last layout, said to be stale; not read yet: itself alone, said to be starting."""

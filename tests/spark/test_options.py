@@ -5,6 +5,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.coord.layout import PartitionLocation
+from twlog.errors import PartitionsOffline
 from twlog.partition import TopicPartition
 from twlog.spark.options import OPTIONS, SourceOptions, check_options
 
@@ -105,3 +106,40 @@ class OffsetKeysTests(SynchronousTestCase):
         o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["2", "0-1"]}'}, False,
                           find=lambda *a, **k: list(FOUND))
         self.assertEqual([p.name for p in o.partitions()], ["0-1", "1-0"])
+
+
+def _broker_1_down(*args, **kwargs):
+    """A discovery whose broker 1 is down: its partitions are known and offline."""
+    offline = [TopicPartition.on_broker("clicks", 1, 0), TopicPartition.on_broker("clicks", 1, 1)]
+    raise PartitionsOffline("broker 1, which holds clicks:1-0..1-1, is not registered: down?", offline, FOUND[:2])
+
+
+class OfflinePartitionsTests(SynchronousTestCase):
+    """A partition whose broker is down is never left out in silence (failOnDataLoss decides)."""
+
+    def test_fails_by_default(self) -> None:
+        o = SourceOptions({"brokers": "h:1", "subscribe": "clicks"}, False, find=_broker_1_down)
+        with self.assertRaises(PartitionsOffline) as caught:
+            o.partitions()
+        self.assertEqual(str(caught.exception), "broker 1, which holds clicks:1-0..1-1, is not registered: down? "
+                         "(set failOnDataLoss=false to read the partitions that can be reached)")
+
+    def test_fail_on_data_loss_false_reads_the_rest_and_says_so(self) -> None:
+        o = SourceOptions({"brokers": "h:1", "subscribe": "clicks", "failOnDataLoss": "false"}, False,
+                          find=_broker_1_down)
+        with self.assertLogs("twlog.spark.options", "WARNING") as logged:
+            self.assertEqual([p.name for p in o.partitions()], ["0-0", "0-1"])
+        self.assertIn("leaving out 2 partitions that cannot be read (failOnDataLoss=false): broker 1, which holds "
+                      "clicks:1-0..1-1", logged.output[0])
+
+    def test_assign_counts_only_the_assigned(self) -> None:
+        """Assigned partitions all readable: no error; one assigned offline: the error names it alone."""
+        o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["0-1"]}'}, False, find=_broker_1_down)
+        self.assertEqual([p.name for p in o.partitions()], ["0-1"])
+        o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["0-0", "1-1"]}'}, False, find=_broker_1_down)
+        with self.assertRaises(PartitionsOffline) as caught:
+            o.partitions()
+        self.assertIn("broker 1, which holds clicks:1-1, is not registered", str(caught.exception))
+        # An index counts over every partition of the topic, readable or not (2 is 1-0).
+        o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["2"]}'}, False, find=_broker_1_down)
+        self.assertRaises(PartitionsOffline, o.partitions)

@@ -23,8 +23,8 @@ from twisted.internet.task import react
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
-from twlog.coord.layout import PartitionLocation
-from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
+from twlog.coord.layout import PartitionLocation, describe_offline
+from twlog.errors import ConnectionFailed, PartitionsOffline, TwlogError, UnknownTopic
 from twlog.partition import address_text
 from twlog.partition import resolve_partition as partition_named
 
@@ -135,20 +135,54 @@ def where(args) -> str:
 
 
 async def find_partitions(args, topic: str, reactor=None) -> list[PartitionLocation]:
-    """Every partition of C{topic} in the cluster that C{--zookeeper} or C{--broker} names, sorted.
+    """Every partition of C{topic} in the cluster that C{--zookeeper} or C{--broker} names, sorted; with
+    C{--partition}, that one alone.
 
     Asked on the reactor (L{discover_async}): no thread.  Bad registrations are skipped, with a warning each.
+    A partition whose broker is down is never left out in silence: the command fails naming the broker and
+    its partitions, unless C{--allow-partial}, when one stderr line says what is left out.  With
+    C{--partition}, only that partition's broker matters.
 
-    @raise TwlogError: the topic does not exist there, or the brokers (ZooKeeper) cannot be reached.
+    @raise TwlogError: the topic does not exist there, the brokers (ZooKeeper) cannot be reached, or a
+        partition's broker is down.
+    @raise UsageError: C{--partition} names no partition of the topic.
     """
     source = {"zookeeper": args.zookeeper} if getattr(args, "zookeeper", None) else {"brokers": args.broker}
     options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    wanted = getattr(args, "partition", None)
     try:
-        return await discover_async([topic], options=options, reactor=reactor, **source)
+        found = await discover_async([topic], options=options, reactor=reactor, **source)
     except UnknownTopic:
         raise TwlogError(f"topic {topic!r} does not exist on {where(args)}") from None
+    except PartitionsOffline as e:
+        if wanted is not None:
+            return [_one_of(e.available, e.offline, wanted)]
+        if not getattr(args, "allow_partial", False) or not e.available:
+            hint = "" if getattr(args, "allow_partial", True) else " (--allow-partial reads the rest)"
+            raise TwlogError(f"{e}{hint}") from None
+        print(f"twlog: warning: leaving out {len(e.offline)} of {len(e.offline) + len(e.available)} partitions "
+              f"of {topic!r}: {e}", file=sys.stderr)
+        return e.available
     except ConnectionFailed as e:
         raise TwlogError(str(e)) from None
+    return found if wanted is None else [resolve_partition(found, wanted)]
+
+
+def _one_of(available: list[PartitionLocation], offline: list, wanted: str) -> PartitionLocation:
+    """The partition C{wanted} names among a topic's readable and offline partitions.
+
+    @raise TwlogError: it is offline, naming its broker.
+    @raise UsageError: it is neither.
+    """
+    by_partition: dict = {location.tp: location for location in available}
+    by_partition.update((tp, None) for tp in offline)
+    try:
+        tp = partition_named(wanted, list(by_partition))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if by_partition[tp] is None:
+        raise TwlogError(f"cannot read {tp}: {describe_offline([tp])}")
+    return by_partition[tp]
 
 
 def resolve_partition(locations: list[PartitionLocation], wanted: str) -> PartitionLocation:

@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from twlog.cli import avro
-from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, resolve_partition, stop_on_shutdown
+from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, stop_on_shutdown
 from twlog.cli.consume_group import consume_group
 from twlog.cli.formats import Formatter, message_formatter
 from twlog.consumer.simple import EARLIEST, LATEST, SimpleConsumer
@@ -56,9 +56,7 @@ async def consume(reactor, args) -> None:
         if not args.zookeeper:
             raise UsageError("--group needs --zookeeper: groups are coordinated through ZooKeeper")
         return await consume_group(reactor, args, _formatter(args), _on_corrupt(args))
-    locations = await find_partitions(args, args.topic, reactor)
-    if args.partition is not None:
-        locations = [resolve_partition(locations, args.partition)]
+    locations = await find_partitions(args, args.topic, reactor)  # (--partition: that one)
     if isinstance(args.offset, int) and len(locations) > 1:
         names = ", ".join(location.name for location in locations)
         raise UsageError(f"--offset {args.offset} is a byte offset in one partition: add --partition (one of {names})")

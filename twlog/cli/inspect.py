@@ -15,23 +15,22 @@ import sys
 
 from twisted.internet.threads import deferToThread
 
-from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, find_partitions, resolve_partition
+from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, find_partitions
 from twlog.cli.output import print_json, print_table
-from twlog.client.async_discovery import all_partitions_async
+from twlog.client.async_discovery import cluster_layout_async
+from twlog.client.discovery import log_problems
 from twlog.client.options import ClientOptions
 from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated
 from twlog.client.topics import create_topic as create_on_brokers
 from twlog.consumer.simple import SimpleConsumer
-from twlog.coord.layout import PartitionLocation
+from twlog.coord.layout import PartitionLocation, describe_offline
 from twlog.errors import ConnectionFailed, TwlogError
 from twlog.partition import address_text
 
 
 async def offsets(reactor, args) -> None:
     """Print the offsets OFFSETS answers, newest first: one partition's one per line, or a table of all."""
-    locations = await find_partitions(args, args.topic, reactor)
-    if args.partition is not None:
-        locations = [resolve_partition(locations, args.partition)]
+    locations = await find_partitions(args, args.topic, reactor)  # (--partition: that one)
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
     answers: list[tuple[PartitionLocation, list[int]]] = []
     try:
@@ -57,29 +56,40 @@ async def offsets(reactor, args) -> None:
 
 
 async def topics(reactor, args) -> None:
-    """Print each topic of the cluster with its partitions (C{<broker id>-<partition>}) and their brokers."""
+    """Print each topic of the cluster with its partitions (C{<broker id>-<partition>}) and their brokers.
+
+    A broker that is down (known to hold partitions, not registered) is listed as such, with its partitions,
+    and one stderr line says so.
+    """
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
     options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
     try:
-        locations = await all_partitions_async(reactor=reactor, options=options, **source)
+        layout, problems = await cluster_layout_async(reactor=reactor, options=options, **source)
     except ConnectionFailed as e:
         raise TwlogError(str(e)) from None
-    by_topic: dict[str, list[PartitionLocation]] = {}
-    for location in sorted(locations):
-        by_topic.setdefault(location.topic, []).append(location)
+    log_problems(problems)
+    names = [topic for topic in layout.topics() if layout.partitions.get(topic)]
+    offline = [tp for topic in names for tp in layout.offline_partitions(topic)]
+    if offline:
+        print(f"twlog: warning: {describe_offline(offline)}", file=sys.stderr)
     if args.json:
-        print_json([{"topic": topic, "partitions": [{"partition": loc.name, "broker": loc.address} for loc in locs]}
-                    for topic, locs in by_topic.items()])
+        print_json([{"topic": topic, "partitions": [
+            {"partition": loc.name, "broker": loc.address} for loc in layout.locations(topic)] + [
+            {"partition": tp.name, "broker": None, "offline": True} for tp in layout.offline_partitions(topic)]}
+            for topic in names])
         return
-    if not by_topic:
+    if not names:
         print("(no topics)")
         return
     rows = []
-    for topic, locs in by_topic.items():
-        brokers = sorted({(loc.leader, loc.address) for loc in locs})
-        for broker_id, address in brokers:
-            names = [loc.name for loc in locs if loc.leader == broker_id]
-            rows.append((topic, f"{broker_id} ({address})", len(names), _span(names)))
+    for topic in names:
+        by_broker: dict[int, list[str]] = {}
+        for tp in sorted(layout.partitions[topic]):
+            by_broker.setdefault(tp.fixed_leader if tp.fixed_leader is not None else -1, []).append(tp.name)
+        for broker_id, held in sorted(by_broker.items()):
+            address = layout.brokers.get(broker_id)
+            where = f"{broker_id} ({address_text(*address)})" if address else f"{broker_id} (down: not registered)"
+            rows.append((topic, where, len(held), _span(held)))
     print_table(["topic", "broker", "partitions", "names"], rows, right=["partitions"])
 
 

@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
                              help=f"{what}: BROKER-PARTITION as `twlog topics` shows it (e.g. 0-1), or an index "
                              "over the topic's partitions ordered by broker and partition")
 
+    def allow_partial_option(command) -> None:
+        command.add_argument("--allow-partial", action="store_true",
+                             help="when a broker holding some of the topic's partitions is down, read the others and "
+                             "say on stderr what is left out (default: fail, naming the broker and its partitions)")
+
     def json_option(command) -> None:
         command.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of a table")
 
@@ -112,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="message streams of this member (with --group; default: 1)")
     topic_option(consume)
     partition_option_of(consume, "read only this partition")
+    allow_partial_option(consume)
     consume.add_argument("--offset", "-o", default="earliest", type=offset_option,
                          help="earliest, latest, or a byte offset of --partition from a previous run (default: "
                          "earliest); with --group, where a new group starts: earliest or latest")
@@ -144,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     topic_option(offsets)
     partition_option_of(offsets, "only this partition")
+    allow_partial_option(offsets)
     offsets.add_argument("--time", default=LATEST, type=time_option,
                          help="latest, earliest, milliseconds since the epoch or an ISO date/time such as "
                          "2024-05-01T12:00 (UTC) (default: latest)")

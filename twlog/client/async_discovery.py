@@ -12,6 +12,7 @@ with the blocking form.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -25,19 +26,23 @@ from twlog.client.discovery import (
     cluster_partitions,
     holders_to_check,
     located,
+    log_problems,
     parse_brokers,
     require_topics,
     unreachable,
 )
 from twlog.client.options import ClientOptions
 from twlog.coord import paths
-from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading
+from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, NoNodeError, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed
 from twlog.protocol.codec import ClusterMetadataRequest, MetadataRequest
 from twlog.storage.manager import validate_topic
 
-__all__ = ["all_partitions_async", "bootstrap_async", "discover_async", "read_registrations_async"]
+__all__ = ["all_partitions_async", "bootstrap_async", "cluster_layout_async", "discover_async",
+           "read_registrations_async"]
+
+_logger = logging.getLogger("twlog.client.discovery")
 
 #: C{connect(host, port, *, reactor, options)}: a connection like L{BrokerConnection}.
 Connect = Callable[..., BrokerConnection]
@@ -50,6 +55,7 @@ def discover_async(
     zookeeper: str | IZooKeeper | None = None,
     options: ClientOptions | None = None,
     check_reachable: bool = True,
+    allow_partial: bool = False,
     reactor=None,
     connect: Connect = BrokerConnection,
     **overrides: Any,
@@ -57,8 +63,10 @@ def discover_async(
     """Every partition of C{topics} in the cluster, with its leader's address, sorted: L{discover}'s answer.
 
     @param zookeeper: a connect string (a session is opened and closed), or a started L{IZooKeeper}.
+    @param allow_partial: leave out partitions whose broker is down, with a warning, instead of failing.
     @raise InvalidTopic: a topic name that cannot be, before asking anyone.
     @raise UnknownTopic: a topic no broker holds, naming the brokers asked.
+    @raise PartitionsOffline: partitions whose broker is down (without C{allow_partial}), naming them.
     @raise ConnectionFailed: as L{twlog.client.discovery.discover}.
     """
     if reactor is None:
@@ -66,19 +74,20 @@ def discover_async(
     options = ClientOptions.build(options, **overrides)
     if (brokers is None) == (zookeeper is None):
         raise ValueError("give either the brokers option (host:port,...) or the zookeeper option, not both or none")
-    return Deferred.fromCoroutine(_discover(topics, brokers, zookeeper, options, check_reachable, reactor, connect))
+    return Deferred.fromCoroutine(_discover(topics, brokers, zookeeper, options, check_reachable, allow_partial,
+                                            reactor, connect))
 
 
-async def _discover(topics: list[str], brokers, zookeeper, options: ClientOptions, check_reachable: bool, reactor,
-                    connect: Connect) -> list[PartitionLocation]:
+async def _discover(topics: list[str], brokers, zookeeper, options: ClientOptions, check_reachable: bool,
+                    allow_partial: bool, reactor, connect: Connect) -> list[PartitionLocation]:
     topics = [validate_topic(topic) for topic in dict.fromkeys(topics)]
     answered: set[int] = set()
     if brokers is not None:
         cluster = await bootstrap_async(brokers, topics, options, reactor=reactor, connect=connect)
-        found = cluster_partitions(cluster, topics)
+        found = cluster_partitions(cluster, topics, allow_partial)
         answered, where = cluster.answered, cluster.where
     else:
-        found = located(await _registered(zookeeper, topics, options, reactor), topics)
+        found = located(await _registered(zookeeper, topics, options, reactor), topics, allow_partial=allow_partial)
         where = f"the brokers registered in ZooKeeper at {getattr(zookeeper, 'hosts', zookeeper)}"
     require_topics(found, topics, where)
     if check_reachable:
@@ -89,7 +98,31 @@ async def _discover(topics: list[str], brokers, zookeeper, options: ClientOption
 def all_partitions_async(*, brokers: str | Sequence[tuple[str, int]] | None = None,
                          zookeeper: str | IZooKeeper | None = None, options: ClientOptions | None = None,
                          reactor=None, connect: Connect = BrokerConnection) -> Deferred[list[PartitionLocation]]:
-    """Every partition of every topic of the cluster, located, sorted (what C{twlog topics} lists).
+    """Every partition of every topic of the cluster that can be read, located, sorted; those whose broker is
+    down are left out with a warning naming them (L{cluster_layout_async} gives them too).
+
+    @raise ConnectionFailed: no broker given answers, or ZooKeeper cannot be reached.
+    """
+
+    async def every() -> list[PartitionLocation]:
+        reading = await cluster_layout_async(brokers=brokers, zookeeper=zookeeper, options=options, reactor=reactor,
+                                             connect=connect)
+        layout = reading.layout
+        log_problems(reading.problems)
+        offline = [tp for topic in layout.topics() for tp in layout.offline_partitions(topic)]
+        if offline:
+            _logger.warning("leaving out %d partitions that cannot be read: %s", len(offline),
+                            describe_offline(offline))
+        return sorted(location for topic in layout.topics() for location in layout.locations(topic))
+
+    return Deferred.fromCoroutine(every())
+
+
+def cluster_layout_async(*, brokers: str | Sequence[tuple[str, int]] | None = None,
+                         zookeeper: str | IZooKeeper | None = None, options: ClientOptions | None = None,
+                         reactor=None, connect: Connect = BrokerConnection) -> Deferred[Reading]:
+    """The whole cluster's layout (every topic, its readable and its offline partitions), and the problems of the
+    values skipped: what C{twlog topics} lists.
 
     @raise ConnectionFailed: no broker given answers, or ZooKeeper cannot be reached.
     """
@@ -99,14 +132,13 @@ def all_partitions_async(*, brokers: str | Sequence[tuple[str, int]] | None = No
     if (brokers is None) == (zookeeper is None):
         raise ValueError("give either the brokers option (host:port,...) or the zookeeper option, not both or none")
 
-    async def every() -> list[PartitionLocation]:
+    async def read() -> Reading:
         if zookeeper is not None:
-            reading = await _registered(zookeeper, None, options, reactor)
-            return located(reading, reading.layout.topics())
+            return await _registered(zookeeper, None, options, reactor)
         cluster = await bootstrap_async(brokers, (), options, reactor=reactor, connect=connect)
-        return cluster_partitions(cluster, [layout.topic for layout in cluster.response.topics])
+        return ClusterLayout.from_metadata(cluster.response)
 
-    return Deferred.fromCoroutine(every())
+    return Deferred.fromCoroutine(read())
 
 
 async def _registered(zookeeper: str | IZooKeeper, topics: list[str] | None, options: ClientOptions,
@@ -136,7 +168,8 @@ async def read_registrations_async(zk: IZooKeeper, topics: Iterable[str] | None)
         except NoNodeError:
             topics = []
     registrations = {topic: await _values(zk, paths.broker_topic_path(topic)) for topic in topics}
-    return ClusterLayout.from_registrations(brokers, registrations)
+    held = {topic: await _values(zk, paths.held_path(topic)) for topic in topics}
+    return ClusterLayout.from_registrations(brokers, registrations, held)
 
 
 async def _values(zk: IZooKeeper, parent: str) -> Mapping[str, bytes | None]:

@@ -45,9 +45,9 @@ from twlog.client.bootstrap import STARTING_RETRIES, STARTING_WAIT_S, Bootstrap,
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
-from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading
+from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading, describe_offline
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
-from twlog.errors import BrokerTimeout, ConnectionFailed, UnknownTopic, raise_for
+from twlog.errors import BrokerTimeout, ConnectionFailed, PartitionsOffline, UnknownTopic, raise_for
 from twlog.partition import TopicPartition, address_text, describe_partitions, resolve_partition
 from twlog.protocol.codec import MetadataResponse
 from twlog.protocol.responses import ClusterMetadataResponse
@@ -121,6 +121,7 @@ def discover(
     zookeeper: str | None = None,
     options: ClientOptions | None = None,
     check_reachable: bool = True,
+    allow_partial: bool = False,
     sleep: Callable[[float], object] = time.sleep,
     connect: Callable[..., SyncConnection] = SyncConnection,
     **overrides: Any,
@@ -132,12 +133,15 @@ def discover(
     every one given is asked.  With C{zookeeper}, the brokers' registrations are read.  With
     C{check_reachable}, every broker holding a partition found is asked METADATA once, so a
     partition on a broker that cannot be reached is an error naming it, never a silent subset.
+    So is a partition the cluster knows of whose broker is down (not registered): unless
+    C{allow_partial}, when it is left out with a warning naming it.
     A bad value (L{twlog.coord.layout}'s rule) is skipped and logged as a warning.
 
     @param sleep: how to wait before asking a starting broker again (C{time.sleep}).
     @param connect: C{connect(host, port, options)} gives a L{SyncConnection} (or one like it).
     @raise InvalidTopic: a topic name that cannot be (L{validate_topic}), before asking anyone.
     @raise UnknownTopic: a topic no broker holds, naming the brokers asked.
+    @raise PartitionsOffline: partitions whose broker is down (without C{allow_partial}), naming them.
     @raise ConnectionFailed: no broker given answers, ZooKeeper cannot be reached (or has no
         such chroot), or a broker holding partitions cannot be reached: naming it and them.
     """
@@ -148,11 +152,11 @@ def discover(
     answered: set[int] = set()
     if brokers is not None:
         cluster = bootstrap(brokers, topics, options, sleep=sleep, connect=connect)
-        found = cluster_partitions(cluster, topics)
+        found = cluster_partitions(cluster, topics, allow_partial)
         answered = cluster.answered
         where = cluster.where
     else:
-        found = _zookeeper_partitions(topics, zookeeper, options.timeout_s)
+        found = _zookeeper_partitions(topics, zookeeper, options.timeout_s, allow_partial)
         where = f"the brokers registered in ZooKeeper at {zookeeper}"
     require_topics(found, topics, where)
     if check_reachable:
@@ -210,13 +214,15 @@ def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], optio
     return walk.result()
 
 
-def cluster_partitions(cluster: Bootstrap | ClusterMetadataResponse, topics: Iterable[str]) -> list[PartitionLocation]:
+def cluster_partitions(cluster: Bootstrap | ClusterMetadataResponse, topics: Iterable[str],
+                       allow_partial: bool = False) -> list[PartitionLocation]:
     """The partitions of C{topics} in a CLUSTER_METADATA answer, with their brokers' addresses, sorted.
 
-    The answer is read by L{ClusterLayout.from_metadata}: a holder the answer gives no address for is skipped,
-    with a warning in the log.
+    The answer is read by L{ClusterLayout.from_metadata}: a holder the answer gives no address for is a
+    broker that is down (L{located} decides what its partitions mean).
 
     @raise InvalidTopic: the answer refuses one of C{topics}.
+    @raise PartitionsOffline: as L{located}.
     """
     answer = cluster.response if isinstance(cluster, Bootstrap) else cluster
     topics = list(dict.fromkeys(topics))
@@ -224,13 +230,31 @@ def cluster_partitions(cluster: Bootstrap | ClusterMetadataResponse, topics: Ite
         layout = answer.layout(topic)
         if layout is not None:
             raise_for(layout.error, f"broker {answer.broker_id} refuses topic {topic!r}")
-    return located(ClusterLayout.from_metadata(answer), topics)
+    return located(ClusterLayout.from_metadata(answer), topics, allow_partial=allow_partial)
 
 
-def located(reading: Reading, topics: Iterable[str], logger: logging.Logger = _logger) -> list[PartitionLocation]:
-    """The partitions of C{topics} in C{reading}'s layout, located and sorted; its problems logged as warnings."""
+def located(reading: Reading, topics: Iterable[str], logger: logging.Logger = _logger, *,
+            allow_partial: bool = False) -> list[PartitionLocation]:
+    """The partitions of C{topics} in C{reading}'s layout, located and sorted; its problems logged as warnings.
+
+    A partition the layout knows of but cannot locate (its broker is down: L{ClusterLayout.offline_partitions})
+    is never left out in silence: it is an error naming it, or, with C{allow_partial}, a warning saying what
+    is left out.
+
+    @raise PartitionsOffline: some of C{topics}' partitions have no live leader (without C{allow_partial}).
+    """
     log_problems(reading.problems, logger)
-    return sorted(location for topic in dict.fromkeys(topics) for location in reading.layout.locations(topic))
+    topics = list(dict.fromkeys(topics))
+    found = sorted(location for topic in topics for location in reading.layout.locations(topic))
+    offline = [tp for topic in topics for tp in reading.layout.offline_partitions(topic)]
+    if offline:
+        why = describe_offline(offline)
+        unreadable = {tp.topic for tp in offline} - {location.topic for location in found}
+        if not allow_partial or unreadable:  # (a topic with nothing left to read is not a partial answer)
+            raise PartitionsOffline(why, offline, found)
+        logger.warning("leaving out %d partition%s that cannot be read: %s", len(offline),
+                       "" if len(offline) == 1 else "s", why)
+    return found
 
 
 def log_problems(problems: Iterable[str], logger: logging.Logger = _logger) -> None:
@@ -282,22 +306,26 @@ def check_answered_as(broker_id: int, held: Sequence[PartitionLocation], answere
                                f"{answered} (a stale registration?)")
 
 
-def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float) -> list[PartitionLocation]:
+def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float,
+                          allow_partial: bool = False) -> list[PartitionLocation]:
     try:
         with BlockingZooKeeper(zookeeper, timeout_s) as zk:
-            return registered_partitions(zk, topics)
+            return registered_partitions(zk, topics, allow_partial)
     except ZooKeeperUnavailable as e:
         raise ConnectionFailed(str(e)) from None
 
 
-def registered_partitions(zk: BlockingZooKeeper, topics: Iterable[str]) -> list[PartitionLocation]:
+def registered_partitions(zk: BlockingZooKeeper, topics: Iterable[str],
+                          allow_partial: bool = False) -> list[PartitionLocation]:
     """The partitions of C{topics} on the live brokers registered in C{zk} (Kafka 0.7's layout), sorted.
 
     C{zk} needs only C{children(path)} and C{get(path)} (None for a missing node).  Bad values are skipped
     and logged (L{ClusterLayout.from_registrations}).
+
+    @raise PartitionsOffline: as L{located}.
     """
     topics = list(dict.fromkeys(topics))
-    return located(read_registrations(zk, topics), topics)
+    return located(read_registrations(zk, topics), topics, allow_partial=allow_partial)
 
 
 def registered_brokers(zk: BlockingZooKeeper) -> dict[int, tuple[str, int]]:
@@ -310,7 +338,9 @@ def registered_brokers(zk: BlockingZooKeeper) -> dict[int, tuple[str, int]]:
 def read_registrations(zk: BlockingZooKeeper, topics: Iterable[str]) -> Reading:
     """Read the brokers' and C{topics}' registrations from C{zk} (blocking), interpreted by the layout."""
     brokers = _values(zk, paths.BROKER_IDS)
-    return ClusterLayout.from_registrations(brokers, {t: _values(zk, paths.broker_topic_path(t)) for t in topics})
+    topics = list(topics)
+    return ClusterLayout.from_registrations(brokers, {t: _values(zk, paths.broker_topic_path(t)) for t in topics},
+                                            {t: _values(zk, paths.held_path(t)) for t in topics})
 
 
 def _values(zk: BlockingZooKeeper, parent: str) -> Mapping[str, bytes | None]:

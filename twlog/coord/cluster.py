@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.coord.test_cluster,tests.integration.test_cluster -*-
 """What ZooKeeper says of the cluster: live brokers and the partitions of watched topics, kept current.
 
-L{ClusterView} reads C{/brokers/ids} and C{/brokers/topics/<topic>} and keeps
+L{ClusterView} reads C{/brokers/ids}, C{/brokers/topics/<topic>} and
+C{/twlog/held/<topic>} (which brokers held the topic, kept after they go) and keeps
 watches on them, so producers and consumers learn when brokers come and go
 and when a broker registers a topic.  A topic's partitions are the union of
 C{<broker id>-<partition>} over the live brokers that registered it, sorted
@@ -47,6 +48,8 @@ class ClusterView:
         #: What was read: C{/brokers/ids}' children and each read topic's registrations, child name -> value.
         self._broker_values: dict[str, bytes | None] = {}
         self._topic_values: dict[str, dict[str, bytes | None]] = {}
+        #: Each read topic's persistent records, C{/twlog/held/<topic>}'s children: child name -> value.
+        self._held_values: dict[str, dict[str, bytes | None]] = {}
         self._layout = ClusterLayout()
         self._read_state: tuple[ClusterLayout, frozenset[str]] = (self._layout, frozenset())
         #: The problems already logged (each distinct one is logged once).
@@ -109,6 +112,10 @@ class ClusterView:
     def holders(self, topic: str) -> dict[int, int]:
         """C{topic}'s partition count on each live broker that registered it."""
         return self._layout.holders(topic)
+
+    def offline_holders(self, topic: str) -> dict[int, int]:
+        """C{topic}'s partition count on each broker that held it (C{/twlog/held}) and is not live now."""
+        return self._layout.offline_holders(topic)
 
     # -- reading and watching --------------------------------------------------------
 
@@ -175,8 +182,14 @@ class ClusterView:
                 return await self._read_topic(topic, generation)
             ids = []
         values = await self._values(path, ids)
+        held_path = paths.held_path(topic)
+        try:
+            held = await self._values(held_path, await self._zk.children(held_path, watch=watch))
+        except NoNodeError:
+            held = {}  # (no broker wrote it yet: its registration's watch reads it again)
         if generation == self._generation:
             self._topic_values[topic] = values
+            self._held_values[topic] = held
             self._update()
 
     async def _values(self, parent: str, names: Iterable[str]) -> dict[str, bytes | None]:
@@ -193,7 +206,8 @@ class ClusterView:
         """Interpret what was read (L{ClusterLayout.from_registrations}); log new problems; tell the listeners
         if the layout or the set of read topics changed."""
         topics = {t: self._topic_values[t] for t in self._topics if t in self._topic_values}
-        layout, problems = ClusterLayout.from_registrations(self._broker_values, topics)
+        held = {t: self._held_values.get(t, {}) for t in topics}
+        layout, problems = ClusterLayout.from_registrations(self._broker_values, topics, held)
         for problem in problems:
             if problem not in self._reported:
                 self._reported.add(problem)

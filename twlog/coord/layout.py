@@ -6,8 +6,13 @@ identity (L{TopicPartition}) to its leader and the leader's address.  Every
 path builds it the same way, whatever it read (a broker's CLUSTER_METADATA
 answer, or ZooKeeper's registrations), and routes by L{ClusterLayout.locate}.
 
-For a Kafka 0.7 topic the leader of C{<broker id>-<n>} is that broker, always:
-the partition is in the layout while its broker is live.
+For a Kafka 0.7 topic the leader of C{<broker id>-<n>} is that broker, always.
+A partition whose broker is not live stays in the layout when the cluster
+remembers it (C{/twlog/held}, L{twlog.coord.paths.held_path}; in a
+CLUSTER_METADATA answer, a holder with no address): it is offline
+(L{ClusterLayout.offline_partitions}), and every reader either fails naming
+it (L{describe_offline}) or, when asked for what is reachable, says what it
+left out: never a silent subset.
 
 Two pure readings build it; the drivers only fetch what they read:
 
@@ -25,9 +30,9 @@ and what is wrong with it) for it, with the rest of the layout.  The bad values
 are: a broker id child name that is not a non-negative integer; a broker
 registration that L{parse_broker_address} refuses; a topic name that
 L{validate_topic} refuses; a topic registration under a child name that is not
-a broker id, or whose value is not a non-negative integer partition count; a
-topic registration (or, in a METADATA answer, a topic's holder) whose broker is
-not live.  A value of None is a node that went away between listing and reading
+a broker id, or whose value is not a non-negative integer partition count
+(the same for a C{/twlog/held} record); a topic registration whose broker is
+not live; a negative count in a METADATA answer.  A value of None is a node that went away between listing and reading
 it: it is gone, not bad, and skipped without a problem.  Readings never raise
 for a bad value; each driver logs each distinct problem once, with its own
 logger (L{twlog.coord.cluster.ClusterView} with C{twisted.logger}, the blocking
@@ -51,7 +56,7 @@ from twlog.partition import TopicPartition, address_text
 from twlog.protocol.responses import ClusterMetadataResponse
 from twlog.storage.manager import validate_topic
 
-__all__ = ["ClusterLayout", "PartitionLocation", "Reading", "parse_broker_address"]
+__all__ = ["ClusterLayout", "PartitionLocation", "Reading", "describe_offline", "parse_broker_address"]
 
 #: Kafka 0.7's C{<creator id>:<address>}, the creator id being C{<host>-<ms since the epoch>}.
 _CREATOR = re.compile(r"^(?P<creator>.*-\d+):(?P<address>.+)$", re.DOTALL)
@@ -166,27 +171,40 @@ class ClusterLayout:
 
     @classmethod
     def from_counts(cls, brokers: Mapping[int, tuple[str, int]], counts: Mapping[str, Mapping[int, int]],
-                    topics: Iterable[str] = ()) -> ClusterLayout:
+                    topics: Iterable[str] = (), offline: Mapping[str, Mapping[int, int]] | None = None
+                    ) -> ClusterLayout:
         """The layout of 0.7 topics from per-broker partition counts (C{topic -> {broker id: count}}).
 
-        Partitions of a broker that is not live are left out.  C{topics} are known even with no partition.
+        C{counts} of a broker that is not live are left out.  C{offline} are the counts of brokers known to
+        hold a topic that are not live (C{/twlog/held}, or a CLUSTER_METADATA holder with no address): their
+        partitions are in the layout with no live leader (L{offline_partitions}).  C{topics} are known even
+        with no partition.
         """
         live = _frozen_brokers(brokers)
-        found: dict[str, tuple[TopicPartition, ...]] = {t: () for t in topics}
+        found: dict[str, list[TopicPartition]] = {t: [] for t in topics}
         for topic, holders in counts.items():
-            found[topic] = tuple(
+            found.setdefault(topic, []).extend(
                 TopicPartition.on_broker(topic, b, p) for b in sorted(holders) if b in live for p in range(holders[b])
             )
-        return cls(live, found)
+        for topic, holders in (offline or {}).items():
+            found.setdefault(topic, []).extend(
+                TopicPartition.on_broker(topic, b, p) for b in sorted(holders) if b not in live
+                for p in range(holders[b])
+            )
+        return cls(live, {topic: tuple(sorted(set(tps))) for topic, tps in found.items()})
 
     @classmethod
     def from_registrations(cls, brokers: Mapping[str, bytes | None],
-                           topics: Mapping[str, Mapping[str, bytes | None]]) -> Reading:
+                           topics: Mapping[str, Mapping[str, bytes | None]],
+                           held: Mapping[str, Mapping[str, bytes | None]] | None = None) -> Reading:
         """The layout ZooKeeper's registrations describe, and the problems of the values skipped (module docstring).
 
         @param brokers: C{/brokers/ids}' children: child name -> value (None: gone meanwhile).
         @param topics: topic -> C{/brokers/topics/<topic>}'s children: child name -> value (None: gone).
             A topic given with no children is known, with no partitions.
+        @param held: topic -> C{/twlog/held/<topic>}'s children (the persistent record of which brokers held
+            it): the partitions of a broker there that is not live are offline, in the layout with no leader.
+            A topic known only from it is known.
         """
         problems: list[str] = []
         live: dict[int, tuple[str, int]] = {}
@@ -207,31 +225,42 @@ class ClusterLayout:
                 problems.append(f"{paths.broker_topic_path(topic)}: {e}")
                 continue
             counts[topic] = _topic_counts(topic, registrations, live, problems)
-        return Reading(cls.from_counts(live, counts), tuple(problems))
+        offline: dict[str, dict[int, int]] = {}
+        for topic, records in sorted((held or {}).items()):
+            if topic in topics and topic not in counts:
+                continue  # its name is bad: said once, above
+            try:
+                validate_topic(topic)
+            except InvalidTopic as e:
+                problems.append(f"{paths.held_path(topic)}: {e}")
+                continue
+            offline[topic] = _held_counts(topic, records, live, problems)
+        return Reading(cls.from_counts(live, counts, offline=offline), tuple(problems))
 
     @classmethod
     def from_metadata(cls, answer: ClusterMetadataResponse) -> Reading:
         """The layout a CLUSTER_METADATA answer describes (one broker's, or several merged), and its problems.
 
         A topic the answer refuses (an error code) is left out, with no problem: the driver that asked for it
-        raises the typed error (L{twlog.errors.raise_for}).  Holders that are not live are problems.
+        raises the typed error (L{twlog.errors.raise_for}).  A holder the answer gives no address for is a
+        broker known to hold the topic that is not live: its partitions are offline (no leader).
         """
         problems: list[str] = []
         counts: dict[str, dict[int, int]] = {}
+        offline: dict[str, dict[int, int]] = {}
         live = answer.addresses
         for layout in answer.topics:
             if layout.error:
                 continue
             held = counts.setdefault(layout.topic, {})
             for broker_id, count in layout.holders:
-                if broker_id not in live:
-                    problems.append(f"topic {layout.topic!r}: {count} partitions on broker {broker_id}, which is not "
-                                    f"live (broker {answer.broker_id} gives no address for it)")
-                elif count < 0:
+                if count < 0:
                     problems.append(f"topic {layout.topic!r}: broker {broker_id} holds {count} partitions")
+                elif broker_id not in live:
+                    offline.setdefault(layout.topic, {})[broker_id] = count
                 else:
                     held[broker_id] = count
-        return Reading(cls.from_counts(live, counts), tuple(problems))
+        return Reading(cls.from_counts(live, counts, offline=offline), tuple(problems))
 
     def topics(self) -> list[str]:
         """The topics the layout knows, sorted."""
@@ -240,6 +269,18 @@ class ClusterLayout:
     def topic_partitions(self, topic: str) -> list[TopicPartition]:
         """C{topic}'s partitions that have a live leader, sorted by name (empty for an unknown topic)."""
         return sorted(tp for tp in self.partitions.get(topic, ()) if self.leader(tp) is not None)
+
+    def offline_partitions(self, topic: str) -> list[TopicPartition]:
+        """C{topic}'s partitions that are known to exist but have no live leader, sorted (L{describe_offline})."""
+        return sorted(tp for tp in self.partitions.get(topic, ()) if self.leader(tp) is None)
+
+    def offline_holders(self, topic: str) -> dict[int, int]:
+        """How many of C{topic}'s partitions each broker that is not live holds (0.7 topics)."""
+        counts: dict[int, int] = {}
+        for tp in self.offline_partitions(topic):
+            if tp.fixed_leader is not None:
+                counts[tp.fixed_leader] = counts.get(tp.fixed_leader, 0) + 1
+        return counts
 
     def holders(self, topic: str) -> dict[int, int]:
         """How many of C{topic}'s partitions each live broker leads."""
@@ -270,6 +311,51 @@ class ClusterLayout:
     def locations(self, topic: str) -> list[PartitionLocation]:
         """Every partition of C{topic} that has a live leader, located, sorted."""
         return [self.locate(tp) for tp in self.topic_partitions(topic)]
+
+
+def describe_offline(partitions: Iterable[TopicPartition]) -> str:
+    """Why C{partitions} cannot be read, one clause per broker: C{broker 1, which holds clicks:1-0..1-3, is not
+    registered: down?} (joined by C{; }); a partition whose name fixes no broker: C{clicks:3 has no live leader}."""
+    by_broker: dict[int | None, list[TopicPartition]] = {}
+    for tp in sorted(partitions):
+        by_broker.setdefault(tp.fixed_leader, []).append(tp)
+    clauses = []
+    for broker_id, tps in sorted(by_broker.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+        if broker_id is None:
+            clauses.extend(f"{tp} has no live leader" for tp in tps)
+        else:
+            clauses.append(f"broker {broker_id}, which holds {_span(tps)}, is not registered: down?")
+    return "; ".join(clauses)
+
+
+def _span(tps: list[TopicPartition]) -> str:
+    """C{clicks:1-0..1-3} for a run of one topic's partitions; C{clicks:1-0} for one; several topics listed."""
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp)
+    spans = []
+    for topic, group in by_topic.items():
+        names = [tp.name for tp in sorted(group)]
+        spans.append(f"{topic}:{names[0]}" if len(names) == 1 else f"{topic}:{names[0]}..{names[-1]}")
+    return ", ".join(spans)
+
+
+def _held_counts(topic: str, records: Mapping[str, bytes | None], live: Mapping[int, tuple[str, int]],
+                 problems: list[str]) -> dict[int, int]:
+    """C{topic}'s persistent records (broker id -> partition count) of brokers that are not live."""
+    counts: dict[int, int] = {}
+    for name, value in sorted(records.items()):
+        where = f"{paths.held_path(topic)}/{name}"
+        broker_id = _broker_id(name)
+        if broker_id is None:
+            problems.append(f"{where}: {name!r} is not a broker id")
+        elif value is None or broker_id in live:
+            continue  # gone meanwhile; or live, when its registration says what it holds
+        elif (count := _count(value)) is None:
+            problems.append(f"{where}: partition count {value!r} is not a non-negative integer")
+        else:
+            counts[broker_id] = count
+    return counts
 
 
 def _topic_counts(topic: str, registrations: Mapping[str, bytes | None], live: Mapping[int, tuple[str, int]],

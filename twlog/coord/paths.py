@@ -6,6 +6,8 @@ from __future__ import annotations
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
+#: Persistent: which brokers have held which 0.7 topics, kept after a broker's registration goes (twlog only).
+HELD = "/twlog/held"
 
 
 def broker_id_path(broker_id: int) -> str:
@@ -16,6 +18,19 @@ def broker_id_path(broker_id: int) -> str:
 def broker_topic_path(topic: str, broker_id: int | None = None) -> str:
     """C{/brokers/topics/<topic>[/<id>]}: ephemeral per broker, its partition count of the topic."""
     path = f"{BROKER_TOPICS}/{topic}"
+    return path if broker_id is None else f"{path}/{broker_id}"
+
+
+def held_path(topic: str | None = None, broker_id: int | None = None) -> str:
+    """C{/twlog/held[/<topic>[/<id>]]}: persistent, the partition count broker C{id} last registered for C{topic}.
+
+    Written by the broker with its ephemeral C{/brokers/topics/<topic>/<id>}, and kept when that goes (the
+    broker died, or stopped): so readers know the partitions exist, and say that their broker is down,
+    rather than leave them out in silence.  Removed by C{twlog topics delete} and C{twlog brokers forget}.
+    """
+    if topic is None:
+        return HELD
+    path = f"{HELD}/{topic}"
     return path if broker_id is None else f"{path}/{broker_id}"
 
 

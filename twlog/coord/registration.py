@@ -230,6 +230,7 @@ class BrokerNodes:
             check()
             held = await self._create_or_adopt(path, value)
             if held is _OURS:
+                await self._remember_topic(topic, value)
                 return
             if held is _GONE:
                 continue
@@ -240,6 +241,16 @@ class BrokerNodes:
             except NoNodeError:
                 pass
         raise KazooException(f"could not register {path}: it keeps changing")
+
+    async def _remember_topic(self, topic: str, value: bytes) -> None:
+        """Keep C{/twlog/held/<topic>/<id>} (persistent) equal to the registration: it outlives this session."""
+        path = paths.held_path(topic, self.broker_id)
+        try:
+            current, _ = await self._zk.get(path)
+        except NoNodeError:
+            current = None
+        if current != value:
+            await self._zk.set_or_create(path, value)
 
     async def delete_owned(self, topics: list[str]) -> None:
         """Delete the id node and the nodes of C{topics} where the current session owns them."""

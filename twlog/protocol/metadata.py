@@ -66,6 +66,9 @@ class ClusterSource(Protocol):
     def holders(self, topic: str) -> dict[int, int]:
         """C{topic}'s partition count on each live broker that registered it."""
 
+    def offline_holders(self, topic: str) -> dict[int, int]:
+        """C{topic}'s partition count on each broker known to hold it that is not live."""
+
 
 def _held_by_none(topic: str) -> dict[int, int]:
     return {}
@@ -123,7 +126,9 @@ class MetadataHandlers:
 
         Without ZooKeeper, or before the registry is read, the broker describes itself alone and
         says so (the view).  Only partitions that exist are reported: a topic no broker holds yet
-        has no holders.  This broker's own counts come from its logs, ahead of its registration.
+        has no holders.  A broker known to hold a topic (C{/twlog/held}) that is not live is a holder
+        with no address: its partitions exist, and are offline.  This broker's own counts come from its
+        logs, ahead of its registration.
         """
         me = BrokerAddress(self._config.broker_id, self._config.advertised_host, self.port)
         local = self._logs.topics()
@@ -132,11 +137,13 @@ class MetadataHandlers:
             view = VIEW_STANDALONE if cluster is None else VIEW_STARTING
             brokers: dict[int, tuple[str, int]] = {}
             registered: Callable[[str], dict[int, int]] = _held_by_none
+            offline: Callable[[str], dict[int, int]] = _held_by_none
             known = set(local)
         else:
             view = VIEW_CURRENT if cluster.connected else VIEW_STALE
             brokers = dict(cluster.brokers)
             registered = cluster.holders
+            offline = cluster.offline_holders
             known = set(local) | set(cluster.topics())
         brokers[me.broker_id] = (me.host, me.port)  # it is answering, so it is live, at this address
         layouts = []
@@ -149,6 +156,8 @@ class MetadataHandlers:
             holders = {b: n for b, n in registered(topic).items() if n > 0 and b != me.broker_id}
             if local.get(topic):
                 holders[me.broker_id] = local[topic]
+            # Brokers known to hold it that are down: listed with no address (readers say so, never drop them).
+            holders.update((b, n) for b, n in offline(topic).items() if n > 0 and b not in brokers)
             if holders or request.topics:
                 layouts.append(TopicLayout(topic, NO_ERROR, tuple(sorted(holders.items()))))
         answer = ClusterMetadataResponse(

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 from collections.abc import Callable
 
 from twlog.client.discovery import discover, resolve_partition
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
-from twlog.coord.layout import PartitionLocation
-from twlog.errors import OffsetOutOfRange, UnknownTopic
+from twlog.coord.layout import PartitionLocation, describe_offline
+from twlog.errors import OffsetOutOfRange, PartitionsOffline, UnknownTopic
+from twlog.partition import TopicPartition
 from twlog.protocol.codec import EARLIEST, LATEST
+
+_logger = logging.getLogger(__name__)
 
 #: Bytes per fetch on executors: large fetches make large Arrow batches (fewer round trips, less per-batch work).
 DEFAULT_FETCH_SIZE = 8 * 1024 * 1024
@@ -138,8 +142,26 @@ class SourceOptions:
             raise ValueError(f"minPartitions must be a positive whole number, not {self.min_partitions}")
 
     def partitions(self) -> list[PartitionLocation]:
-        """The topic partitions to read, discovered now."""
-        found = self._find(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
+        """The topic partitions to read, discovered now.
+
+        A partition whose broker is down (the cluster knows it, no live broker leads it) is never left out in
+        silence: the read fails naming the broker and its partitions, or, with C{failOnDataLoss=false}, the
+        partitions that can be read are read and a warning names the others (a streaming query keeps their
+        offsets, and reads them once their broker is back).  With C{assign}, only the assigned ones count.
+
+        @raise PartitionsOffline: as said.
+        """
+        try:
+            found = self._find(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
+        except PartitionsOffline as e:
+            found = e.available
+            offline = self._wanted_offline(e.offline, found)
+            if offline and self.fail_on_data_loss:
+                raise PartitionsOffline(f"{describe_offline(offline)} (set failOnDataLoss=false to read the "
+                                        "partitions that can be reached)", offline, found) from None
+            if offline:
+                _logger.warning("twlog: leaving out %d partition%s that cannot be read (failOnDataLoss=false): %s",
+                                len(offline), "" if len(offline) == 1 else "s", describe_offline(offline))
         if not self._offsets_checked:
             self.starting = _name_offsets(self.starting, "startingOffsets", found, self.topics)
             self.ending = _name_offsets(self.ending, "endingOffsets", found, self.topics)
@@ -155,6 +177,21 @@ class SourceOptions:
                 except ValueError as e:
                     raise UnknownTopic(f"assign: {e}") from None
         return [tp for tp in found if str(tp.tp) in chosen]
+
+    def _wanted_offline(self, offline: list[TopicPartition], found: list[PartitionLocation]) -> list[TopicPartition]:
+        """Those of C{offline} this read wants: all, or with C{assign} the assigned ones (names and indexes are
+        resolved over all the topic's partitions, readable or not)."""
+        if self.assign is None:
+            return offline
+        wanted = set()
+        for topic, names in self.assign.items():
+            every = [tp for tp in offline if tp.topic == topic] + [loc.tp for loc in found if loc.topic == topic]
+            for name in names:
+                try:
+                    wanted.add(resolve_partition(str(name), every))
+                except ValueError:
+                    pass  # not there at all: said when the readable ones are matched
+        return sorted(wanted & set(offline))
 
     def connect(self, tp: PartitionLocation) -> SyncConnection:
         return SyncConnection(tp.host, tp.port, self.client)
