@@ -12,7 +12,7 @@ import random
 
 from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
-from twisted.logger import globalLogPublisher
+from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
@@ -515,3 +515,18 @@ class TransitionTableTests(GroupTestCase):
         error = self.assertRaises(IllegalTransition, rebalancer.close)  # CLOSED is final
         self.assertEqual((error.source, error.target), (S.CLOSED, S.CLOSED))
         self.assertRaises(IllegalTransition, rebalancer.rejoined)
+
+
+class OfflinePartitionTests(GroupTestCase):
+    def test_partitions_of_a_down_broker_are_said(self) -> None:
+        """A broker that held the topic (/twlog/held) and is gone: its partitions are read by no member, and each
+        rebalance says so in a warning naming the broker and them."""
+        self.successResultOf(self.admin.create(paths.held_path("t", 1), b"2", makepath=True))
+        events: list[dict] = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        consumer, _ = self.joined()
+        self.assertEqual(sorted(consumer.owned()["t"]), ["0-0", "0-1", "0-2", "0-3"])
+        warnings = [formatEvent(e) for e in events if e.get("log_level") == LogLevel.warn]
+        self.assertIn("group g: 2 partition(s) cannot be read by any member: broker 1, which holds t:1-0..1-1, is "
+                      "not registered: down?", warnings)

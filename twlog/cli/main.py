@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON (for scripts) instead of a sentence")
 
+    add_broker_commands(commands, debug_option, json_option)
+
     # Their options are twistd's, which main() hands them before argparse sees them: these are for `twlog --help`.
     subcommand(commands, "broker", "twlog.cli.broker:main",
                "run one broker in the foreground (the options of twistd twlog)",
@@ -251,6 +253,34 @@ def add_group_commands(commands, debug_option, json_option, topic_option, partit
     reset.add_argument("--to", required=True, type=reset_target, metavar="earliest|latest|TIME|OFFSET",
                        help="earliest, latest, a time (ISO date/time such as 2024-05-01T12:00, UTC) or, with "
                        "--partition, a byte offset")
+
+
+def add_broker_commands(commands, debug_option, json_option) -> None:
+    """C{twlog brokers} (list live and down brokers) and C{twlog brokers forget}."""
+    brokers = subcommand(
+        commands, "brokers", "twlog.cli.brokers:brokers",
+        "list the brokers ZooKeeper knows, live or down, with the partitions each holds; or forget a retired one",
+        "List every broker: live ones (registered) with their address, and down ones (remembered because they held "
+        "partitions) whose partitions cannot be read until they come back. `twlog brokers forget --help` removes "
+        "a broker retired for good.", react=True,
+    )
+
+    def zookeeper_option(command) -> None:
+        command.add_argument("--zookeeper", "-z", default="localhost:2181", type=zookeeper_address,
+                             metavar="HOST:PORT[/chroot]", help="ZooKeeper (default: localhost:2181)")
+        debug_option(command)
+
+    zookeeper_option(brokers)
+    json_option(brokers)
+    actions = brokers.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
+    forget = subcommand(
+        actions, "forget", "twlog.cli.brokers:forget", "forget a down broker retired for good",
+        "Remove what ZooKeeper remembers of a broker that is down (not registered): its partitions are then no "
+        "longer part of their topics, so readers stop failing on them. Its log directory is not touched, and "
+        "starting it again brings them back. A live broker is refused.", react=True,
+    )
+    zookeeper_option(forget)
+    forget.add_argument("--broker-id", type=int, required=True, metavar="N", help="the broker to forget")
 
 
 def reset_target(text: str) -> str | int | tuple[str, int]:

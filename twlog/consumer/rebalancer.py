@@ -26,7 +26,7 @@ from twlog.consumer.membership import Ownership, describe_error, read_members, r
 from twlog.consumer.rebalance import consumer_assignment
 from twlog.consumer.stream import GroupStream, OwnedPartition
 from twlog.coord.cluster import ClusterView
-from twlog.coord.layout import ClusterLayout
+from twlog.coord.layout import ClusterLayout, describe_offline
 from twlog.coord.zk import EventType, IZooKeeper, KazooException
 from twlog.errors import ClientClosed, RebalanceFailed
 from twlog.partition import TopicPartition
@@ -415,6 +415,10 @@ class Rebalancer:
         offsets = await read_offsets(self._zk, self.group, sorted(plan))
         self.check(generation)
         self.consumption.start(plan, offsets, layout)
+        offline = [tp for topic in sorted(self._subscription) for tp in layout.offline_partitions(topic)]
+        if offline:  # never left out in silence: no member of the group can read them until their broker is back
+            self._log.warn("group {group}: {count} partition(s) cannot be read by any member: {why}", group=self.group,
+                           count=len(offline), why=describe_offline(offline))
         return None
 
     async def release(self, generation: int | None = None) -> None:
