@@ -534,7 +534,7 @@ class AssignmentReportTests(GroupTestCase):
     def listened(self, consumer_id: str = "a") -> tuple[GroupConsumer, list[str]]:
         consumer = self.consumer(consumer_id)
         changes: list[str] = []
-        consumer.add_assignment_listener(lambda change: changes.append(change.describe()))
+        consumer.assignments.add_listener(lambda change: changes.append(change.describe()))
         self.successResultOf(consumer.create_message_streams({"t": 1}))
         return consumer, changes
 

@@ -93,7 +93,7 @@ async def consume_group(reactor, args, formatter: Formatter, on_corrupt: str) ->
     consumer = GroupConsumer(zk, args.group, reactor=reactor, on_corrupt=on_corrupt, options=CLIENT_OPTIONS,
                              auto_offset_reset="smallest" if args.offset == "earliest" else "largest",
                              deserializer=avro.deserializer(args, reactor))
-    consumer.add_assignment_listener(lambda change: _say(change.describe()))
+    consumer.assignments.add_listener(lambda change: _say(change.describe()))
     out = sys.stdout.buffer
     printed = 0
     done: Deferred = Deferred()

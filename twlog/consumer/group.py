@@ -18,7 +18,7 @@ delivery is at-least-once, in order within a partition.
 Each time the partitions a member reads change (a rebalance ends with others,
 the session is lost, a rebalance fails), it logs one info line
 (L{AssignmentChange}: C{now reading clicks:0-0..0-3 (4 partitions), gave up
-clicks:1-0}) and tells its assignment listeners.
+clicks:1-0}) and tells the listeners of its L{GroupConsumer.assignments}.
 """
 
 from __future__ import annotations
@@ -73,6 +73,51 @@ class AssignmentChange:
         if self.lost:
             text += f", gave up {partition_ranges(self.lost)}"
         return text + (f" ({self.reason})" if self.reason else "")
+
+
+class AssignmentReporter:
+    """Logs (info) and tells the listeners what a member reads, each time a move of its state changes that."""
+
+    _log = Logger()
+
+    def __init__(self, consumer: GroupConsumer) -> None:
+        self._consumer = consumer
+        self._listeners: list[Callable[[AssignmentChange], object]] = []
+        #: The partitions last reported; whether anything was (the first rebalance is said even if it gives none).
+        self._reported: frozenset[TopicPartition] = frozenset()
+        self._announced = False
+
+    def add_listener(self, listener: Callable[[AssignmentChange], object]) -> None:
+        """Call C{listener(change)} each time the partitions the member reads change (L{AssignmentChange})."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[AssignmentChange], object]) -> None:
+        """Stop calling C{listener}."""
+        self._listeners.remove(listener)
+
+    def moved(self, source: GroupState, target: GroupState) -> None:
+        """After a rebalance (STABLE), or on losing everything (SESSION_LOST, FAILED), report what changed."""
+        if target is GroupState.STABLE:
+            self._report(frozenset(p.tp for p in self._consumer.rebalancer.consumption.active()), None)
+        elif target is GroupState.SESSION_LOST:
+            self._report(frozenset(), "the ZooKeeper session was lost")
+        elif target is GroupState.FAILED:
+            self._report(frozenset(), "the rebalance failed")
+
+    def _report(self, now: frozenset[TopicPartition], reason: str | None) -> None:
+        if now == self._reported and self._announced:
+            return
+        self._announced = True
+        change = AssignmentChange(now, self._reported - now, reason)
+        self._reported = now
+        consumer = self._consumer
+        self._log.info("consumer {consumer} of group {group}: {change}", consumer=consumer.consumer_id,
+                       group=consumer.group, change=change.describe())
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                self._log.failure("consumer {consumer}: an assignment listener failed", consumer=consumer.consumer_id)
 
 
 def _rebalancer_attribute(name: str, doc: str) -> property:
@@ -203,12 +248,11 @@ class GroupConsumer:
             self.zookeeper, group, self.consumer_id, clock=reactor, view=None, subscription=self._subscription,
             ownership=Ownership(self.zookeeper, group),
             consumption=Consumption(self.zookeeper, group, self._streams, fetcher_factory),
-            max_retries=rebalance_max_retries, backoff=self._backoff, on_move=self._moved,
+            max_retries=rebalance_max_retries, backoff=self._backoff,
         )
-        #: The partitions last reported to the assignment listeners (and the log).
-        self._reported: frozenset[TopicPartition] = frozenset()
-        self._announced = False
-        self._assignment_listeners: list[Callable[[AssignmentChange], object]] = []
+        #: Says what this member reads after each change (L{AssignmentReporter.add_listener}).
+        self.assignments = AssignmentReporter(self)
+        self.rebalancer.on_move = self.assignments.moved
         self._autocommit: LoopingCall | None = None
         self._started = False
         self._closed: Deferred[None] | None = None
@@ -264,39 +308,6 @@ class GroupConsumer:
     def when_stable(self) -> Deferred[None]:
         """Fire once the consumer is STABLE with no rebalance running or due (L{RebalanceFailed} if it FAILED)."""
         return self.rebalancer.when_stable()
-
-    def add_assignment_listener(self, listener: Callable[[AssignmentChange], object]) -> None:
-        """Call C{listener(change)} each time the partitions this member reads change (L{AssignmentChange})."""
-        self._assignment_listeners.append(listener)
-
-    def remove_assignment_listener(self, listener: Callable[[AssignmentChange], object]) -> None:
-        """Stop calling C{listener}."""
-        self._assignment_listeners.remove(listener)
-
-    # -- what it reads ---------------------------------------------------------------------
-
-    def _moved(self, source: GroupState, target: GroupState) -> None:
-        """The rebalancer moved: after a rebalance (STABLE), or on losing everything, report what changed."""
-        if target is GroupState.STABLE:
-            self._report(frozenset(p.tp for p in self.rebalancer.consumption.active()), None)
-        elif target is GroupState.SESSION_LOST:
-            self._report(frozenset(), "the ZooKeeper session was lost")
-        elif target is GroupState.FAILED:
-            self._report(frozenset(), "the rebalance failed")
-
-    def _report(self, now: frozenset[TopicPartition], reason: str | None) -> None:
-        if now == self._reported and self._announced:
-            return
-        self._announced = True
-        change = AssignmentChange(now, self._reported - now, reason)
-        self._reported = now
-        self._log.info("consumer {consumer} of group {group}: {change}", consumer=self.consumer_id, group=self.group,
-                       change=change.describe())
-        for listener in list(self._assignment_listeners):
-            try:
-                listener(change)
-            except Exception:
-                self._log.failure("consumer {consumer}: an assignment listener failed", consumer=self.consumer_id)
 
     # -- joining ------------------------------------------------------------------------
 

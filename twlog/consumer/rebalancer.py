@@ -199,12 +199,14 @@ class Rebalancer:
         self.consumption = consumption
         self.max_retries = max_retries
         self._backoff = backoff
+        #: Told C{(source, target)} after each move of the state.
+        self.on_move = on_move
         log_move = logged_by(self._log)
 
         def moved(machine: str, source: GroupState, target: GroupState) -> None:
             log_move(machine, source, target)
-            if on_move is not None:
-                on_move(source, target)
+            if self.on_move is not None:
+                self.on_move(source, target)
 
         self._machine = StateMachine(f"group {group} member {consumer_id}", GroupState.NEW, GROUP_MOVES, moved)
         self.generation = 0
