@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cli.test_groups,tests.integration.test_cli,tests.integration.test_groups -*-
+# -*- test-case-name: tests.consumer.test_admin,tests.integration.test_cli,tests.integration.test_groups -*-
 """C{twlog groups [describe]}, C{twlog groups reset} and C{twlog groups delete}: consumer groups as ZooKeeper
 records them.
 
