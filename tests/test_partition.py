@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.partition import TopicPartition, describe_partitions, resolve_partition
+from twlog.partition import TopicPartition, describe_partitions, partition_ranges, resolve_partition
 
 
 class TopicPartitionTests(SynchronousTestCase):
@@ -79,3 +79,18 @@ class ResolvePartitionTests(SynchronousTestCase):
             resolve_partition("1-0", many)
         self.assertIn("0-30, ..., 0-99) or an index 0-99", str(caught.exception))
         self.assertEqual(describe_partitions([]), "none")
+
+
+class PartitionRangesTests(SynchronousTestCase):
+    def test_runs(self) -> None:
+        """Consecutive partitions of one broker are one run; a new broker or a gap starts another."""
+        tps = [TopicPartition("clicks", n) for n in ("0-3", "0-1", "0-0", "0-2", "1-0", "1-2")]
+        self.assertEqual(partition_ranges(tps), "clicks:{0-0..0-3, 1-0, 1-2}")
+        self.assertEqual(partition_ranges(tps[:4]), "clicks:0-0..0-3")
+        self.assertEqual(partition_ranges([TopicPartition("clicks", "1-0")]), "clicks:1-0")
+
+    def test_topics_and_replicated_names(self) -> None:
+        tps = [TopicPartition("views", "0-1"), TopicPartition("r", "2"), TopicPartition("r", "3"),
+               TopicPartition("r", "3")]
+        self.assertEqual(partition_ranges(tps), "r:2..3, views:0-1")
+        self.assertEqual(partition_ranges([]), "none")

@@ -32,13 +32,13 @@ same number.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
 from twlog.deprecation import renamed_attribute
 
-__all__ = ["TopicPartition", "address_text", "describe_partitions", "resolve_partition"]
+__all__ = ["TopicPartition", "address_text", "describe_partitions", "partition_ranges", "resolve_partition"]
 
 #: How many partition names an error message lists before "...".
 _LISTED = 32
@@ -120,6 +120,29 @@ def describe_partitions(partitions: Sequence[TopicPartition]) -> str:
     if len(names) > _LISTED:
         names = [*names[: _LISTED - 1], "...", names[-1]]
     return ", ".join(names) or "none"
+
+
+def partition_ranges(partitions: Iterable[TopicPartition]) -> str:
+    """C{partitions} in their text form, runs of consecutive numbers on one broker joined by C{..}, for messages.
+
+    C{clicks:0-0..0-3} (four partitions), C{clicks:{0-0..0-3, 1-0}} (two runs of one topic), C{clicks:3, views:0-1};
+    C{none} when there are none.
+    """
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in sorted(set(partitions)):
+        by_topic.setdefault(tp.topic, []).append(tp)
+    texts = []
+    for topic, tps in by_topic.items():
+        runs: list[list[TopicPartition]] = []
+        for tp in tps:
+            last = runs[-1][-1] if runs else None
+            if last is not None and last.fixed_leader == tp.fixed_leader and last.number + 1 == tp.number:
+                runs[-1].append(tp)
+            else:
+                runs.append([tp])
+        names = [run[0].name if len(run) == 1 else f"{run[0].name}..{run[-1].name}" for run in runs]
+        texts.append(f"{topic}:{names[0]}" if len(names) == 1 else f"{topic}:{{{', '.join(names)}}}")
+    return ", ".join(texts) or "none"
 
 
 def resolve_partition(text: str, partitions: Sequence[TopicPartition]) -> TopicPartition:

@@ -530,3 +530,59 @@ class OfflinePartitionTests(GroupTestCase):
         warnings = [formatEvent(e) for e in events if e.get("log_level") == LogLevel.warn]
         self.assertIn("group g: 2 partition(s) cannot be read by any member: broker 1, which holds t:1-0..1-1, is "
                       "not registered: down?", warnings)
+
+
+class AssignmentReportTests(GroupTestCase):
+    """A member says (an info log line, and its assignment listeners) what it reads each time that changes."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.logged: list[str] = []
+
+        def observe(event: dict) -> None:
+            if event.get("log_level") is LogLevel.info and "change" in event:
+                self.logged.append(formatEvent(event))
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+
+    def listened(self, consumer_id: str = "a") -> tuple[GroupConsumer, list[str]]:
+        consumer = self.consumer(consumer_id)
+        changes: list[str] = []
+        consumer.assignments.add_listener(lambda change: changes.append(change.describe()))
+        self.successResultOf(consumer.create_message_streams({"t": 1}))
+        return consumer, changes
+
+    def test_rebalances_that_change_what_it_reads(self) -> None:
+        """The first rebalance, a member joining and leaving, a broker coming: one line each; no change, no line."""
+        consumer, changes = self.listened()
+        self.add_member("b", {"t": 1})
+        self.remove_member("b")
+        self.register_broker(1, {"t": 2})
+        self.assertEqual(changes, [
+            "now reading t:0-0..0-3 (4 partitions)",
+            "now reading t:0-0..0-1 (2 partitions), gave up t:0-2..0-3",
+            "now reading t:0-0..0-3 (4 partitions)",
+            "now reading t:{0-0..0-3, 1-0..1-1} (6 partitions)",
+        ])
+        self.assertEqual(self.logged, [f"consumer a of group g: {change}" for change in changes])
+        rebalances = consumer.rebalances
+        self.add_member("c", {"other": 1})  # a rebalance that changes nothing for this member
+        self.assertEqual(consumer.rebalances, rebalances + 1)
+        self.assertEqual(len(changes), 4)
+
+    def test_nothing_to_read_and_session_lost(self) -> None:
+        """A member left without partitions says so; losing the session gives everything up, with the reason."""
+        for member in ("b", "c", "d", "e"):
+            self.add_member(member, {"t": 1})
+        consumer, changes = self.listened("z")  # sorted last of five members for four partitions
+        self.assertEqual(changes, ["now reading no partitions"])
+        for member in ("b", "c", "d", "e"):
+            self.remove_member(member)
+        self.zk.expire()
+        self.assertEqual(changes[1:], [
+            "now reading t:0-3 (1 partition)",  # b left (c leaving changes nothing for z)
+            "now reading t:0-2..0-3 (2 partitions)",  # d left
+            "now reading t:0-0..0-3 (4 partitions)",  # e left
+            "now reading no partitions, gave up t:0-0..0-3 (the ZooKeeper session was lost)",
+        ])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
+from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import wait_until
@@ -207,3 +210,38 @@ async def wait_settled(consumers: list[GroupConsumer], expected: set[tuple[str, 
 def partition_names(topic: str, brokers: Iterable[ZkBroker]) -> set[tuple[str, str]]:
     """Every (topic, partition name) of C{brokers}."""
     return {(topic, paths.partition_name(b.broker_id, p)) for b in brokers for p in range(b.partitions)}
+
+
+class Command(ProcessProtocol):
+    """A C{twlog} command run as a process: its output so far, and C{ended} firing with (status, out, err)."""
+
+    def __init__(self) -> None:
+        self.out = b""
+        self.err = b""
+        self.ended: Deferred = Deferred()
+        self.process = None
+
+    def connectionMade(self) -> None:
+        self.transport.closeStdin()
+
+    def outReceived(self, data: bytes) -> None:
+        self.out += data
+
+    def errReceived(self, data: bytes) -> None:
+        self.err += data
+
+    def processEnded(self, reason) -> None:
+        self.ended.callback((reason.value.exitCode, self.out, self.err))
+
+
+def start_twlog(*args: str) -> Command:
+    """Start C{python -m twlog.cli ARGS} (this tree's twlog); see L{Command}."""
+    command = Command()
+    command.process = reactor.spawnProcess(command, sys.executable, [sys.executable, "-m", "twlog.cli", *args],
+                                           env=os.environ.copy())
+    return command
+
+
+def run_twlog(*args: str) -> Deferred:
+    """Run C{twlog ARGS}; fire with (exit status, stdout, stderr) as text."""
+    return start_twlog(*args).ended.addCallback(lambda r: (r[0], r[1].decode(), r[2].decode()))

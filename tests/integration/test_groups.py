@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 from twisted.internet import reactor
@@ -10,14 +11,19 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.trial.unittest import TestCase
 
+from tests.integration.broker import wait_until
 from tests.integration.groups import (
     FAST,
     Collector,
+    Command,
     ownership,
     partition_names,
+    payloads,
     produce_all,
     registered,
+    run_twlog,
     start_brokers,
+    start_twlog,
     wait_settled,
 )
 from tests.integration.zookeeper import connect, expire_session
@@ -215,3 +221,156 @@ class GroupTests(TestCase):
         more = await produce_all(cluster, "clicks", 10, start=20)
         await collector.has_all(sent | more)
         self.assertEqual(collector.errors, [])
+
+
+class GroupsCommandTests(TestCase):
+    """C{twlog groups}, C{groups reset}, C{groups delete} and C{consume -g}'s rebalance lines, as processes against
+    real brokers in a real ZooKeeper."""
+
+    timeout = 120
+
+    def one_line(self, err: str) -> None:
+        self.assertEqual(err.count("\n"), 1, err)
+        self.assertNotIn("Traceback", err)
+
+    async def committed(self, zk, group: str, name: str) -> int:
+        return int((await zk.get(paths.offset_path(group, "clicks", name)))[0])
+
+    def member(self, hosts: str, group: str) -> Command:
+        """A `twlog consume -g` that runs until SIGINT (sent when the test ends, if it still runs)."""
+        command = start_twlog("consume", "-z", hosts, "-g", group, "-t", "clicks", "--follow")
+
+        def stop() -> Deferred:
+            if not command.ended.called:
+                command.process.signalProcess("INT")
+            return command.ended
+
+        self.addCleanup(stop)
+        return command
+
+    async def test_reset_checks_the_offset_and_the_group(self) -> None:
+        """reset refuses an offset inside a message or past the end (one line: the boundaries, the range) and an
+        unknown group (did you mean?) unless --create; --dry-run changes nothing; a boundary is accepted and read
+        from; delete refuses a group with live members and deletes a stopped one; members say what they read."""
+        zk = await connect(self)
+        [broker] = await start_brokers(self, zk.hosts, 1, partitions=1)
+        starts = [0]
+        for payload in payloads("clicks", 0, 0, 3):
+            await broker.produce("clicks", 0, [payload * (len(starts) * 3)])  # messages of different sizes
+            starts.append(await broker.offsets("clicks", 0))
+        end = starts.pop()
+        await registered(zk, "clicks", [broker])
+        status, out, err = await run_twlog("consume", "-z", zk.hosts, "-g", "clicks-etl", "-t", "clicks", "-n", "3")
+        self.assertEqual((status, len(out.splitlines())), (0, 3), err)
+        self.assertIn("now reading clicks:0-0 (1 partition)", err)
+        self.assertEqual(await self.committed(zk, "clicks-etl", "0-0"), end)
+
+        reset = ("groups", "reset", "-z", zk.hosts, "-t", "clicks")
+        status, _, err = await run_twlog(*reset, "-g", "clickz", "--to", "earliest")
+        self.assertEqual(status, 1, err)
+        self.assertIn("no group 'clickz' in ZooKeeper at", err)
+        self.assertIn("did you mean 'clicks-etl'? use --create to start a new group", err)
+        self.one_line(err)
+        status, _, err = await run_twlog(*reset, "-g", "clicks-etl", "-p", "0-0", "--to", str(starts[1] - 5))
+        self.assertEqual(status, 1, err)
+        self.assertIn(f"offset {starts[1] - 5} does not start a message of clicks:0-0: the nearest message "
+                      f"boundaries are 0 and {starts[1]}", err)
+        self.one_line(err)
+        status, _, err = await run_twlog(*reset, "-g", "clicks-etl", "-p", "0-0", "--to", "99999999")
+        self.assertEqual(status, 1, err)
+        self.assertIn(f"offset 99999999 is past the end of clicks:0-0: its offsets run from 0 to {end}", err)
+        self.one_line(err)
+        self.assertEqual(await self.committed(zk, "clicks-etl", "0-0"), end)
+
+        status, out, err = await run_twlog(*reset, "-g", "clicks-etl", "--to", "earliest", "--dry-run")
+        self.assertEqual(status, 0, err)
+        self.assertRegex(out, r"topic +partition +offset +new offset\n")
+        self.assertRegex(out, rf"clicks +0-0 +{end} +0\n")
+        self.assertIn("dry run: would reset 1 partition(s) of clicks for group clicks-etl; nothing changed", err)
+        self.assertEqual(await self.committed(zk, "clicks-etl", "0-0"), end)
+
+        status, out, err = await run_twlog(*reset, "-g", "clicks-etl", "-p", "0-0", "--to", str(starts[1]))
+        self.assertEqual(status, 0, err)
+        self.assertRegex(out, rf"clicks +0-0 +{end} +{starts[1]}\n")
+        self.assertEqual(await self.committed(zk, "clicks-etl", "0-0"), starts[1])
+        status, out, err = await run_twlog("consume", "-z", zk.hosts, "-g", "clicks-etl", "-t", "clicks", "-n", "2")
+        self.assertEqual((status, out.splitlines()), (0, [p.decode() * (n * 3) for n, p in
+                                                         enumerate(payloads("clicks", 0, 0, 3)[1:], 2)]), err)
+
+        status, _, err = await run_twlog(*reset, "-g", "fresh", "--to", "latest", "--create")
+        self.assertEqual(status, 0, err)
+        self.assertEqual(await self.committed(zk, "fresh", "0-0"), end)
+        status, _, err = await run_twlog("groups", "delete", "-z", zk.hosts, "-g", "fresh")
+        self.assertEqual(status, 0, err)
+        self.assertIn("deleted group fresh: its committed offsets of 1 partition(s) of clicks", err)
+        self.assertIsNone(await zk.exists(paths.group_path("fresh")))
+        status, _, err = await run_twlog("groups", "delete", "-z", zk.hosts, "-g", "fresh")
+        self.assertEqual(status, 1, err)
+        self.assertIn("no group 'fresh'", err)
+
+        first = self.member(zk.hosts, "clicks-etl")
+        await wait_until(lambda: b"now reading" in first.err, timeout_s=30)
+        self.assertIn(b"twlog: now reading clicks:0-0 (1 partition)\n", first.err)
+        status, _, err = await run_twlog("groups", "delete", "-z", zk.hosts, "-g", "clicks-etl")
+        self.assertEqual(status, 1, err)
+        self.assertRegex(err, r"group 'clicks-etl' has 1 live member \(.+\); stop them before deleting it")
+        self.one_line(err)
+        second = self.member(zk.hosts, "clicks-etl")  # one partition for two members: the first gives it up, or
+
+        def last(command: Command) -> str:  # keeps it; either way each says what it reads now
+            return [line for line in command.err.decode().splitlines() if "now reading" in line][-1]
+
+        await wait_until(lambda: b"now reading" in second.err and (b"gave up" in first.err
+                                                                   or b"no partitions" in second.err), timeout_s=30)
+        if b"gave up" in first.err:
+            self.assertEqual(last(first), "twlog: now reading no partitions, gave up clicks:0-0")
+            await wait_until(lambda: last(second) == "twlog: now reading clicks:0-0 (1 partition)", timeout_s=30)
+        else:
+            self.assertEqual(last(second), "twlog: now reading no partitions")
+        self.assertIsNotNone(await zk.exists(paths.group_path("clicks-etl")))
+
+    async def test_down_broker_partitions_are_listed(self) -> None:
+        """A broker gone from ZooKeeper: `groups` lists its partitions with their committed offsets and lag '?',
+        names it, and says the total leaves them out (--json: lag null); reset refuses them unless
+        --allow-partial, which says what it left out."""
+        zk = await connect(self)
+        cluster = await start_brokers(self, zk.hosts, 2, partitions=2)
+        await produce_all(cluster, "clicks", 5)
+        await registered(zk, "clicks", cluster)
+        status, _, err = await run_twlog("consume", "-z", zk.hosts, "-g", "g", "-t", "clicks", "-n", "20")
+        self.assertEqual(status, 0, err)
+        self.assertIn("now reading clicks:{0-0..0-1, 1-0..1-1} (4 partitions)", err)
+        ends = {f"{b.broker_id}-{n}": await b.offsets("clicks", n) for b in cluster for n in range(2)}
+        await cluster[0].produce("clicks", 0, [b"x" * 91])  # 100 bytes of lag on 0-0
+        await cluster[1].stop()  # leaves ZooKeeper, as a dead broker does once its session expires
+
+        status, out, err = await run_twlog("groups", "-z", zk.hosts, "-g", "g")
+        self.assertEqual(status, 0, err)
+        self.assertIn("group g: 0 member(s), total lag 100 bytes (leaves out 2 partitions whose lag is unknown, "
+                      "? below: clicks:1-0..1-1)\n", out)
+        self.assertRegex(out, rf"clicks +0-0 +- +{ends['0-0']} +{ends['0-0'] + 100} +100\n")
+        for name in ("1-0", "1-1"):
+            self.assertRegex(out, rf"clicks +{name} +- +{ends[name]} +\? +\?\n")
+        self.assertIn("? broker 1, which holds clicks:1-0..1-1, is not registered: down?\n", out)
+        status, out, err = await run_twlog("groups", "-z", zk.hosts, "-g", "g", "--json")
+        [group] = json.loads(out)
+        self.assertEqual((group["lag_bytes"], group["lag_leaves_out"]), (100, ["clicks:1-0", "clicks:1-1"]))
+        self.assertEqual({p["partition"]: (p["offset"], p["lag_bytes"]) for p in group["partitions"]},
+                         {"0-0": (ends["0-0"], 100), "0-1": (ends["0-1"], 0), "1-0": (ends["1-0"], None),
+                          "1-1": (ends["1-1"], None)})
+
+        reset = ("groups", "reset", "-z", zk.hosts, "-g", "g", "-t", "clicks")
+        status, _, err = await run_twlog(*reset, "--to", "earliest")
+        self.assertEqual(status, 1, err)
+        self.assertIn("broker 1, which holds clicks:1-0..1-1, is not registered: down?; --allow-partial resets the "
+                      "other partitions of clicks and leaves those", err)
+        self.one_line(err)
+        status, _, err = await run_twlog(*reset, "-p", "1-0", "--to", "earliest")
+        self.assertEqual(status, 1, err)
+        self.assertIn("broker 1, which holds clicks:1-0, is not registered: down?; reset it once its broker is back",
+                      err)
+        status, out, err = await run_twlog(*reset, "--to", "earliest", "--allow-partial")
+        self.assertEqual(status, 0, err)
+        self.assertIn("left out broker 1, which holds clicks:1-0..1-1, is not registered: down?", err)
+        self.assertEqual([await self.committed(zk, "g", n) for n in ("0-0", "0-1", "1-0", "1-1")],
+                         [0, 0, ends["1-0"], ends["1-1"]])

@@ -4,7 +4,8 @@
 The command says on stderr, once each, what a user would otherwise wait on in
 silence: that the topic does not exist yet (it waits for a broker to register
 it), that ZooKeeper was lost (and when it is back), that the session expired
-(the member rejoins).  Ctrl-C stops it within about 2 s: closing commits the
+(the member rejoins), and, after each rebalance that changes them, the
+partitions it reads now and those it gave up.  Ctrl-C stops it within about 2 s: closing commits the
 offsets of what was printed if ZooKeeper answers in time, and says so if not.
 """
 
@@ -92,6 +93,7 @@ async def consume_group(reactor, args, formatter: Formatter, on_corrupt: str) ->
     consumer = GroupConsumer(zk, args.group, reactor=reactor, on_corrupt=on_corrupt, options=CLIENT_OPTIONS,
                              auto_offset_reset="smallest" if args.offset == "earliest" else "largest",
                              deserializer=avro.deserializer(args, reactor))
+    consumer.assignments.add_listener(lambda change: _say(change.describe()))
     out = sys.stdout.buffer
     printed = 0
     done: Deferred = Deferred()

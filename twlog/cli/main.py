@@ -219,12 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of) -> None:
-    """C{twlog groups} (describe, the default) and C{twlog groups reset}."""
+    """C{twlog groups} (describe, the default), C{twlog groups reset} and C{twlog groups delete}."""
     groups = subcommand(
         commands, "groups", "twlog.cli.groups:describe",
-        "describe consumer groups (members, owners, offsets, lag) or reset their offsets",
+        "describe consumer groups (members, owners, offsets, lag), reset their offsets or delete them",
         "With no action (or `describe`): for every consumer group (or --group), its members and, per "
-        "partition, the owning stream, the committed offset, the broker's latest offset and the lag.", react=True,
+        "partition, the owning stream, the committed offset, the broker's latest offset and the lag. A partition "
+        "whose broker is down or does not answer shows its committed offset and lag '?', with a note naming the "
+        "broker; the total lag leaves it out and says so.", react=True,
     )
     actions = groups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
 
@@ -245,14 +247,29 @@ def add_group_commands(commands, debug_option, json_option, topic_option, partit
         actions, "reset", "twlog.cli.groups:reset", "set a stopped group's committed offsets of a topic",
         "Set the committed offset of each partition of TOPIC (or --partition) for GROUP: to the earliest "
         "or latest offset, to the first offset of the segments written before a time, or to a byte offset (with "
-        "--partition). Refused while the group has live members: stop them first.", react=True,
+        "--partition; the partition's broker must confirm that a message starts there, or that it is the end). "
+        "Prints the old and new offset of each partition. Refused while the group has live members (stop them "
+        "first), and for a group that does not exist unless --create.", react=True,
     )
     zookeeper_options(reset, True)
     topic_option(reset)
     partition_option_of(reset, "only this partition")
     reset.add_argument("--to", required=True, type=reset_target, metavar="earliest|latest|TIME|OFFSET",
                        help="earliest, latest, a time (ISO date/time such as 2024-05-01T12:00, UTC) or, with "
-                       "--partition, a byte offset")
+                       "--partition, a byte offset where a message starts (or the partition's end)")
+    reset.add_argument("--dry-run", action="store_true", help="print the old and new offsets; change nothing")
+    reset.add_argument("--create", action="store_true",
+                       help="start a new group if there is none of that name (without it, an unknown group is "
+                       "refused, naming the nearest existing one)")
+    reset.add_argument("--allow-partial", action="store_true",
+                       help="when the group has offsets on a broker that is down, reset the other partitions and "
+                       "say which were left out (without it, refused)")
+    delete = subcommand(
+        actions, "delete", "twlog.cli.groups:delete", "delete a stopped group: its committed offsets and owners",
+        "Delete GROUP's nodes in ZooKeeper (/consumers/GROUP: committed offsets, owners, member registry). "
+        "Refused while the group has live members: stop them first.", react=True,
+    )
+    zookeeper_options(delete, True)
 
 
 def add_broker_commands(commands, debug_option, json_option) -> None:

@@ -14,6 +14,11 @@ streams raise L{RebalanceFailed}.  A consumer delivers a partition's messages
 only while it holds its owner node, so no partition is consumed by two members
 of a group at once, and offsets are committed before ownership is released:
 delivery is at-least-once, in order within a partition.
+
+Each time the partitions a member reads change (a rebalance ends with others,
+the session is lost, a rebalance fails), it logs one info line
+(L{AssignmentChange}: C{now reading clicks:0-0..0-3 (4 partitions), gave up
+clicks:1-0}) and tells the listeners of its L{GroupConsumer.assignments}.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from functools import partial
 
+import attrs
 from twisted.application.internet import backoffPolicy
 from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall, deferLater
@@ -40,12 +46,78 @@ from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupMessage, Grou
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, ZooKeeper
 from twlog.errors import ClientClosed, RebalanceFailed
-from twlog.partition import TopicPartition
+from twlog.partition import TopicPartition, partition_ranges
 
 
 def default_consumer_id() -> str:
     """C{<host>-<pid>-<8 hex digits>}: unique per consumer object."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@attrs.frozen
+class AssignmentChange:
+    """What a member reads after a change of its partitions, and what it gave up; L{describe} is its one line."""
+
+    #: The partitions it reads now.
+    now: frozenset[TopicPartition]
+    #: The partitions it read before and no longer does.
+    lost: frozenset[TopicPartition] = frozenset()
+    #: Why, when it is not a completed rebalance (C{"the ZooKeeper session was lost"}).
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """C{now reading clicks:0-0..0-3 (4 partitions), gave up clicks:1-0}."""
+        count = len(self.now)
+        text = (f"now reading {partition_ranges(self.now)} ({count} partition{'s' if count != 1 else ''})" if count
+                else "now reading no partitions")
+        if self.lost:
+            text += f", gave up {partition_ranges(self.lost)}"
+        return text + (f" ({self.reason})" if self.reason else "")
+
+
+class AssignmentReporter:
+    """Logs (info) and tells the listeners what a member reads, each time a move of its state changes that."""
+
+    _log = Logger()
+
+    def __init__(self, consumer: GroupConsumer) -> None:
+        self._consumer = consumer
+        self._listeners: list[Callable[[AssignmentChange], object]] = []
+        #: The partitions last reported; whether anything was (the first rebalance is said even if it gives none).
+        self._reported: frozenset[TopicPartition] = frozenset()
+        self._announced = False
+
+    def add_listener(self, listener: Callable[[AssignmentChange], object]) -> None:
+        """Call C{listener(change)} each time the partitions the member reads change (L{AssignmentChange})."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[AssignmentChange], object]) -> None:
+        """Stop calling C{listener}."""
+        self._listeners.remove(listener)
+
+    def moved(self, source: GroupState, target: GroupState) -> None:
+        """After a rebalance (STABLE), or on losing everything (SESSION_LOST, FAILED), report what changed."""
+        if target is GroupState.STABLE:
+            self._report(frozenset(p.tp for p in self._consumer.rebalancer.consumption.active()), None)
+        elif target is GroupState.SESSION_LOST:
+            self._report(frozenset(), "the ZooKeeper session was lost")
+        elif target is GroupState.FAILED:
+            self._report(frozenset(), "the rebalance failed")
+
+    def _report(self, now: frozenset[TopicPartition], reason: str | None) -> None:
+        if now == self._reported and self._announced:
+            return
+        self._announced = True
+        change = AssignmentChange(now, self._reported - now, reason)
+        self._reported = now
+        consumer = self._consumer
+        self._log.info("consumer {consumer} of group {group}: {change}", consumer=consumer.consumer_id,
+                       group=consumer.group, change=change.describe())
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                self._log.failure("consumer {consumer}: an assignment listener failed", consumer=consumer.consumer_id)
 
 
 def _rebalancer_attribute(name: str, doc: str) -> property:
@@ -178,6 +250,9 @@ class GroupConsumer:
             consumption=Consumption(self.zookeeper, group, self._streams, fetcher_factory),
             max_retries=rebalance_max_retries, backoff=self._backoff,
         )
+        #: Says what this member reads after each change (L{AssignmentReporter.add_listener}).
+        self.assignments = AssignmentReporter(self)
+        self.rebalancer.on_move = self.assignments.moved
         self._autocommit: LoopingCall | None = None
         self._started = False
         self._closed: Deferred[None] | None = None
@@ -377,4 +452,4 @@ async def _bounded(d: Deferred, timeout_s: float, clock, consumer_id: str) -> No
         GroupConsumer._log.info("consumer {consumer} closing: {error}", consumer=consumer_id, error=describe_error(e))
 
 
-__all__ = ["GroupConsumer", "GroupState", "default_consumer_id"]
+__all__ = ["AssignmentChange", "GroupConsumer", "GroupState", "default_consumer_id"]

@@ -180,13 +180,15 @@ class Rebalancer:
     @param view: the cluster (brokers and the subscribed topics' partitions); set before the first L{request}.
     @param subscription: topic -> this member's number of streams.
     @param backoff: attempt number -> seconds to wait before the next attempt.
+    @param on_move: told C{(source, target)} after each move of the state.
     """
 
     _log = Logger()
 
     def __init__(self, zk: IZooKeeper, group: str, consumer_id: str, *, clock, view: ClusterView | None,
                  subscription: dict[str, int], ownership: Ownership, consumption: Consumption, max_retries: int,
-                 backoff: Callable[[int], float]) -> None:
+                 backoff: Callable[[int], float],
+                 on_move: Callable[[GroupState, GroupState], object] | None = None) -> None:
         self._zk = zk
         self.group = group
         self.consumer_id = consumer_id
@@ -197,8 +199,16 @@ class Rebalancer:
         self.consumption = consumption
         self.max_retries = max_retries
         self._backoff = backoff
-        self._machine = StateMachine(f"group {group} member {consumer_id}", GroupState.NEW, GROUP_MOVES,
-                                     logged_by(self._log))
+        #: Told C{(source, target)} after each move of the state.
+        self.on_move = on_move
+        log_move = logged_by(self._log)
+
+        def moved(machine: str, source: GroupState, target: GroupState) -> None:
+            log_move(machine, source, target)
+            if self.on_move is not None:
+                self.on_move(source, target)
+
+        self._machine = StateMachine(f"group {group} member {consumer_id}", GroupState.NEW, GROUP_MOVES, moved)
         self.generation = 0
         #: Completed rebalances, conflicts retried, and the last rebalance's duration (for stats and benchmarks).
         self.rebalances = 0
