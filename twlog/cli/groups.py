@@ -25,8 +25,6 @@ from twlog.cli.common import UsageError
 from twlog.cli.output import print_json, print_table
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.admin import (
-    NOT_REGISTERED,
-    BrokerProblem,
     GroupDescription,
     check_group,
     check_reset_offset,
@@ -39,6 +37,7 @@ from twlog.consumer.admin import (
     reset_group,
 )
 from twlog.consumer.membership import read_offsets
+from twlog.coord.layout import describe_offline
 from twlog.coord.zk import ZooKeeper
 from twlog.errors import TwlogError
 from twlog.partition import TopicPartition, partition_ranges, resolve_partition
@@ -141,11 +140,11 @@ async def reset(reactor, args) -> None:
             except ValueError as e:
                 raise UsageError(str(e)) from None
             if chosen not in live:
-                raise TwlogError(f"{_unreachable([chosen])}; reset it once its broker is back")
+                raise TwlogError(f"{describe_offline([chosen])}; reset it once its broker is back")
             partitions = {chosen: live[chosen]}
         else:
             if down and not args.allow_partial:
-                raise TwlogError(f"{_unreachable(down)}; --allow-partial resets the other partitions of "
+                raise TwlogError(f"{describe_offline(down)}; --allow-partial resets the other partitions of "
                                  f"{args.topic} and leaves those")
             left_out, partitions = down, live
         if isinstance(target, int):
@@ -164,22 +163,12 @@ async def reset(reactor, args) -> None:
                 [(tp.topic, tp.name, before[tp], offset) for tp, offset in sorted(offsets.items())],
                 right=["offset", "new offset"])
     if left_out:
-        print(f"twlog: left out {_unreachable(left_out)}", file=sys.stderr)
+        print(f"twlog: left out {describe_offline(left_out)}", file=sys.stderr)
     if args.dry_run:
         print(f"dry run: would reset {len(offsets)} partition(s) of {args.topic} for group {args.group}; nothing "
               "changed", file=sys.stderr)
     else:
         print(f"reset {len(offsets)} partition(s) of {args.topic} for group {args.group}", file=sys.stderr)
-
-
-def _unreachable(partitions: list[TopicPartition]) -> str:
-    """C{broker 1, which holds clicks:1-0..1-3, is not registered: down?} (one clause per broker)."""
-    by_broker: dict[int | None, list[TopicPartition]] = {}
-    for tp in partitions:
-        by_broker.setdefault(tp.fixed_leader, []).append(tp)
-    ordered = sorted(by_broker.items(), key=lambda item: (item[0] is None, item[0] or 0))
-    return "; ".join(BrokerProblem(broker, NOT_REGISTERED if broker is not None else "has no known leader")
-                     .describe(tps) for broker, tps in ordered)
 
 
 async def _check_offset(reactor, tp: TopicPartition, host: str, port: int, offset: int) -> None:

@@ -52,7 +52,7 @@ import attrs
 from twlog.coord import paths
 from twlog.deprecation import renamed_attribute
 from twlog.errors import InvalidTopic, LeaderNotAvailable
-from twlog.partition import TopicPartition, address_text
+from twlog.partition import TopicPartition, address_text, partition_ranges
 from twlog.protocol.responses import ClusterMetadataResponse
 from twlog.storage.manager import validate_topic
 
@@ -324,20 +324,8 @@ def describe_offline(partitions: Iterable[TopicPartition]) -> str:
         if broker_id is None:
             clauses.extend(f"{tp} has no live leader" for tp in tps)
         else:
-            clauses.append(f"broker {broker_id}, which holds {_span(tps)}, is not registered: down?")
+            clauses.append(f"broker {broker_id}, which holds {partition_ranges(tps)}, is not registered: down?")
     return "; ".join(clauses)
-
-
-def _span(tps: list[TopicPartition]) -> str:
-    """C{clicks:1-0..1-3} for a run of one topic's partitions; C{clicks:1-0} for one; several topics listed."""
-    by_topic: dict[str, list[TopicPartition]] = {}
-    for tp in tps:
-        by_topic.setdefault(tp.topic, []).append(tp)
-    spans = []
-    for topic, group in by_topic.items():
-        names = [tp.name for tp in sorted(group)]
-        spans.append(f"{topic}:{names[0]}" if len(names) == 1 else f"{topic}:{names[0]}..{names[-1]}")
-    return ", ".join(spans)
 
 
 def _held_counts(topic: str, records: Mapping[str, bytes | None], live: Mapping[int, tuple[str, int]],
