@@ -141,12 +141,16 @@ class WebTests(SynchronousTestCase):
             self.assertIsInstance(error["message"], str)
 
     def test_store_down(self) -> None:
-        """A twlog cluster that does not answer: 500 with Confluent's store error code, for reads and writes."""
+        """A twlog cluster that refuses connections: reads are answered from memory, writes 500 (50001) naming why."""
+        self.call("POST", "/subjects/u/versions", body(V1))
         self.topic.down = True
-        self.assertEqual(self.call("POST", "/subjects/u/versions", body(V1))[1]["error_code"], 50001)
-        status, error = self.call("GET", "/subjects")
+        status, error = self.call("POST", "/subjects/u/versions", body(V2))
         self.assertEqual((status, error["error_code"]), (500, 50001))
-        self.assertIn("no broker of twlog-schemas answers", error["message"])
+        self.assertEqual(error["message"], "Error in the backend data store (twlog topic twlog-schemas): cannot "
+                                           "connect to 127.0.0.1:9092: Connection refused")
+        self.assertEqual(self.call("GET", "/subjects"), (200, ["u"]))  # answered at once: DummyRequest has no clock
+        self.assertEqual(self.call("GET", "/schemas/ids/1/schema"), (200, V1))
+        self.assertEqual(self.call("GET", "/subjects/v/versions")[1]["error_code"], 40401)
 
     def test_store_timeout(self) -> None:
         """A write the cluster never acknowledges is answered 50002 after the registry's timeout."""
@@ -157,8 +161,12 @@ class WebTests(SynchronousTestCase):
         request.method, request.path, request.content = b"POST", b"/subjects/u/versions", BytesIO(body(V1))
         request.channel = SimpleNamespace(site=SimpleNamespace(max_body_bytes=1024))
         self.assertIs(RegistryResource(registry).render(request), NOT_DONE_YET)
-        self.clock.advance(5)
-        self.assertEqual((request.responseCode, json.loads(b"".join(request.written))["error_code"]), (500, 50002))
+        self.clock.advance(4.9)
+        self.assertFalse(request.finished)
+        self.clock.advance(0.1)
+        self.assertEqual((request.responseCode, json.loads(b"".join(request.written))),
+                         (500, {"error_code": 50002, "message": "Operation timed out: the twlog cluster did not "
+                                "answer within 5 s (--request-timeout)"}))
 
 
 class LimitTests(SynchronousTestCase):
