@@ -18,8 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import connectProtocol
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
@@ -34,6 +33,13 @@ from twlog.producer import Producer
 
 #: The topic holding the registry's records (Confluent's registry keeps its own in the Kafka topic _schemas).
 TOPIC = "twlog-schemas"
+
+
+class _QuietFactory(Factory):
+    """A probe's connection: made and closed, with no log line."""
+
+    noisy = False
+    protocol = Protocol
 
 
 class Journal:
@@ -117,9 +123,10 @@ class Journal:
         for host, port in targets:
             endpoint = client_endpoint(self._reactor, host, port, self.options.connect_timeout_s)
             try:
-                protocol = await connectProtocol(endpoint, Protocol())
+                protocol = await endpoint.connect(_QuietFactory())
             except Exception as e:
-                reasons.append(f"{address_text(host, port)}: {' '.join(str(e).split()) or type(e).__name__}")
+                why = " ".join(str(e).split()).rstrip(".") or type(e).__name__
+                reasons.append(f"{address_text(host, port)}: {why}")
                 continue
             protocol.transport.loseConnection()
             return
