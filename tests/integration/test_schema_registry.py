@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -15,13 +16,17 @@ from concurrent.futures import ThreadPoolExecutor
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import SkipTest, TestCase
 
+from tests.integration.broker import start_broker
 from tests.integration.test_cli import twlog
 from tests.integration.test_kafka07 import start_local
 from twlog.avro import AvroDeserializer, AvroSerializer, RegistryClient, SyncRegistryClient
+from twlog.broker.service import BrokerService
 from twlog.client.discovery import discover
+from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer.simple import EARLIEST, SimpleConsumer
 from twlog.coord.zkserver import free_port
 from twlog.producer import Producer
@@ -115,7 +120,7 @@ class SchemaRegistryTests(TestCase):
         v2 = (await self.call("POST", "/subjects/users-value/versions", schema_body(USER_V2)))[2]["id"]
         self.assertNotEqual(v1, v2)
         status, _, error = await self.call("POST", "/subjects/users-value/versions", schema_body(USER_BAD))
-        self.assertEqual((status, error["error_code"]), (409, 40901), error)
+        self.assertEqual((status, error["error_code"]), (409, 409), error)
         status, _, check = await self.call("POST", "/compatibility/subjects/users-value/versions/latest",
                                            schema_body(USER_BAD))
         self.assertEqual((status, check), (200, {"is_compatible": False}))
@@ -168,7 +173,7 @@ class SchemaRegistryTests(TestCase):
             self.assertFalse(client.test_compatibility("orders-value", Schema(json.dumps(USER_BAD), "AVRO")))
             with self.assertRaises(SchemaRegistryError) as refused:
                 client.register_schema("orders-value", Schema(json.dumps(USER_BAD), "AVRO"))
-            self.assertEqual((refused.exception.http_status_code, refused.exception.error_code), (409, 40901))
+            self.assertEqual((refused.exception.http_status_code, refused.exception.error_code), (409, 409))
             client.set_compatibility("orders-value", "NONE")
             self.assertEqual(client.get_compatibility("orders-value"), "NONE")
             client.register_schema("orders-value", Schema(json.dumps(USER_BAD), "AVRO"))
@@ -240,7 +245,7 @@ class SchemaRegistryTests(TestCase):
         self.assertEqual(streamed, [("ann", -1), ("bob", -1), ("cy", 7), ("dee", 9)])
 
     async def test_cluster_down(self) -> None:
-        """A registry whose twlog cluster cannot be reached answers 500 with Confluent's store error, and lives."""
+        """A registry whose twlog cluster never answered has nothing in memory: 500 (50001) at once, and lives."""
         _, transport, url = await start_registry(self, "--broker", f"127.0.0.1:{free_port()}")
         status, content_type, error = await self.call("POST", "/subjects/s/versions", schema_body(USER_V1), url=url)
         self.assertEqual((status, content_type), (500, CONTENT_TYPE))
@@ -248,6 +253,70 @@ class SchemaRegistryTests(TestCase):
         status, _, error = await self.call("GET", "/subjects", url=url)
         self.assertEqual((status, error["error_code"]), (500, 50001))
         self.assertIsNone(transport.pid and os.waitpid(transport.pid, os.WNOHANG)[0] or None)  # still running
+
+
+class ClusterLostTests(TestCase):
+    """The broker holding twlog-schemas stops under a running registry, and comes back."""
+
+    timeout = 120
+
+    async def test_reads_from_memory_writes_bounded_one_line_each_way(self) -> None:
+        log_dir = self.mktemp()
+        broker = await start_broker(self, log_dir)
+        port = broker.broker.port
+        process, _, url = await start_registry(self, "--broker", f"127.0.0.1:{port}", "--request-timeout", "2")
+        status, _, answer = await deferToThread(http, "POST", url + "/subjects/users-value/versions",
+                                                schema_body(USER_V1))
+        self.assertEqual((status, answer), (200, {"id": 1}))
+
+        await broker.stopService()  # the cluster is down: the registry's connection drops, new ones are refused
+        await _wait_for(lambda: b"lost the twlog cluster" in process.output, 10, "the registry's lost line")
+        for path in ("/subjects", "/schemas/ids/1", "/subjects/users-value/versions/latest", "/config"):
+            started = time.monotonic()
+            status, _, answer = await deferToThread(http, "GET", url + path)
+            self.assertEqual(status, 200, (path, answer))
+            self.assertLess(time.monotonic() - started, 0.5, path)  # from memory, at once
+        started = time.monotonic()
+        status, _, error = await deferToThread(http, "POST", url + "/subjects/users-value/versions",
+                                               schema_body(USER_V2))
+        self.assertLess(time.monotonic() - started, 2.5)  # within --request-timeout
+        self.assertEqual((status, error["error_code"]), (500, 50001), error)
+        self.assertIn(f"127.0.0.1:{port}", error["message"])
+        await deferLater(reactor, 4, lambda: None)  # retries, quietly
+        output = process.output.decode(errors="replace")
+        self.assertEqual(output.count("lost the twlog cluster"), 1, output)
+        for noise in ("Connection dropped", "Starting factory <twisted.internet.endpoints", "Traceback"):
+            self.assertNotIn(noise, output)
+        self.assertNotIn("Scheduling retry 2", output)  # (Twisted logs a first retry of each connection as it drops)
+
+        again = BrokerService(BrokerConfig(log=LogConfig(log_dir), port=port, interface="127.0.0.1"), reactor)
+        again.startService()
+        await again.listening
+        self.addCleanup(lambda: again.stopService() if again.running else None)
+        await _wait_for(lambda: b"the twlog cluster is back" in process.output, 20, "the registry's back line")
+        status, _, answer = await deferToThread(http, "POST", url + "/subjects/users-value/versions",
+                                                schema_body(USER_V2))
+        self.assertEqual((status, answer), (200, {"id": 2}))
+        self.assertEqual(process.output.count(b"the twlog cluster is back"), 1)
+
+
+class StartFailureTests(TestCase):
+    async def test_port_taken(self) -> None:
+        """`twlog registry` on a taken port: exit 1 and one line naming --port."""
+        _, _, url = await start_registry(self, "--broker", f"127.0.0.1:{free_port()}")
+        taken = url.rsplit(":", 1)[1]
+        status, out, err = await twlog("registry", "--broker", "127.0.0.1:1", "--port", taken)
+        self.assertEqual((status, out), (1, b""))
+        self.assertEqual(err.decode(), f"twlog registry: cannot listen on 127.0.0.1:{taken}: the port is taken "
+                                       "(another registry?): give another --port (0: any free one)\n")
+
+
+async def _wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout_s} s")
+        await deferLater(reactor, 0.05, lambda: None)
 
 
 def _register_in_parallel(urls: list[str], schemas: list[dict]) -> list[dict]:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 
 from twlog.errors import ConnectionFailed
 
 
 class Topic:
-    """The records of C{twlog-schemas}: offsets are indexes."""
+    """The records of C{twlog-schemas}: offsets are indexes.
+
+    C{down}: the cluster refuses connections (every call fails at once); C{hung}: it takes them and never
+    answers (every call waits for ever).
+    """
 
     def __init__(self) -> None:
         self.records: list[Any] = []
         self.down = False
+        self.hung = False
 
 
 class FakeJournal:
@@ -25,10 +31,19 @@ class FakeJournal:
         self.position = 0
         self.hold = False
         self.held: list[tuple[Deferred, dict]] = []
+        self.on_lost: Callable[[str], object] | None = None
+        #: How many times each call was made.
+        self.calls = {"append": 0, "read_new": 0, "probe": 0, "disconnect": 0}
+
+    async def _reach(self, call: str) -> None:
+        self.calls[call] += 1
+        if self.topic.down:
+            raise ConnectionFailed("cannot connect to 127.0.0.1:9092: Connection refused")
+        if self.topic.hung:
+            await Deferred()
 
     async def append(self, record: dict) -> int:
-        if self.topic.down:
-            raise ConnectionFailed("no broker of twlog-schemas answers")
+        await self._reach("append")
         if self.hold:
             d: Deferred = Deferred()
             self.held.append((d, record))
@@ -42,8 +57,18 @@ class FakeJournal:
             d.callback(None)
 
     async def read_new(self) -> list[tuple[int, Any]]:
-        if self.topic.down:
-            raise ConnectionFailed("no broker of twlog-schemas answers")
+        await self._reach("read_new")
         new = list(enumerate(self.topic.records))[self.position:]
         self.position = len(self.topic.records)
         return new
+
+    async def probe(self) -> None:
+        await self._reach("probe")
+
+    def disconnect(self) -> Deferred[None]:
+        self.calls["disconnect"] += 1
+        return succeed(None)
+
+    def drop(self) -> None:
+        """The connection to the broker drops (the broker died, or closed it)."""
+        self.on_lost("the connection to broker 0 at 127.0.0.1:9092 dropped")

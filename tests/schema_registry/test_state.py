@@ -83,7 +83,7 @@ class PlanTests(SynchronousTestCase):
         with self.assertRaises(RestError) as raised:
             state.plan_register("a", AvroSchema.parse(
                 '{"type":"record","name":"R","fields":[{"name":"x","type":"int"},{"name":"y","type":"int"}]}'))
-        self.assertEqual((raised.exception.status, raised.exception.code), (409, 40901))
+        self.assertEqual((raised.exception.status, raised.exception.code), (409, 409))
         self.assertIn("reader_field_missing_default_value", raised.exception.message)
 
     def test_lookup(self) -> None:

@@ -1,14 +1,17 @@
 """`twlog registry`'s and `twistd twlog-registry`'s options: usage errors are one line and exit 2."""
 
+import errno
 import io
+import socket
 from contextlib import redirect_stderr, redirect_stdout
 
 from twisted.application.service import IServiceMaker
+from twisted.internet.error import CannotListenError
 from twisted.plugin import getPlugins
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.cli.registry import main
+from twlog.cli.registry import RegistryOptions, cannot_listen, main
 from twlog.schema_registry.tap import Options
 
 
@@ -46,3 +49,39 @@ class OptionsTests(SynchronousTestCase):
         makers = {maker.tapname: maker for maker in getPlugins(IServiceMaker)}
         self.assertIn("twlog-registry", makers)
         self.assertIs(makers["twlog-registry"].options, Options)
+
+
+class CannotListenTests(SynchronousTestCase):
+    """Why `twlog registry` cannot listen: one line naming the option to change."""
+
+    def options(self, *argv: str) -> RegistryOptions:
+        options = RegistryOptions()
+        options.parseOptions(["-z", "zk:2181", *argv])
+        return options
+
+    def test_port_taken(self) -> None:
+        error = CannotListenError("127.0.0.1", 8081, OSError(errno.EADDRINUSE, "Address already in use"))
+        self.assertEqual(cannot_listen(self.options(), error, str(error)),
+                         "cannot listen on 127.0.0.1:8081: the port is taken (another registry?): give another --port "
+                         "(0: any free one)")
+
+    def test_interface_not_here(self) -> None:
+        for cause in (OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address"),
+                      socket.gaierror(-2, "Name or service not known")):
+            error = CannotListenError("10.9.9.9", 8081, cause)
+            line = cannot_listen(self.options("--interface", "10.9.9.9"), error, str(error))
+            self.assertIn("--interface 10.9.9.9 is not an address of this host", line)
+
+    def test_other(self) -> None:
+        error = CannotListenError("127.0.0.1", 81, OSError(errno.EMFILE, "Too many open files"))
+        line = cannot_listen(self.options("--port", "81"), error, str(error))
+        self.assertEqual(line, f"cannot listen on 127.0.0.1:81: {error}: check --port and --interface")
+        self.assertNotIn("\n", line)
+
+    def test_request_timeout(self) -> None:
+        self.assertEqual(self.options()["request-timeout"], 5.0)
+        self.assertEqual(self.options("--request-timeout", "0.5")["request-timeout"], 0.5)
+        for bad, why in [("soon", "must be a number of seconds"), ("0", "more than 0")]:
+            with self.assertRaises(usage.UsageError) as raised:
+                self.options("--request-timeout", bad)
+            self.assertIn(why, str(raised.exception))

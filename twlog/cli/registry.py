@@ -1,13 +1,16 @@
 # -*- test-case-name: tests.schema_registry.test_tap,tests.integration.test_schema_registry -*-
 """C{twlog registry}: the schema registry in the foreground, with the options of C{twistd twlog-registry}.
 
-It logs to stderr and stops on Ctrl-C or SIGTERM; a port it cannot listen on is one line and exit
-1; a bad option is one line and exit 2.  A twlog cluster that cannot be reached does not stop it:
-requests are answered 500 (Confluent's 50001) until the cluster answers.
+It logs to stderr (from the moment it listens) and stops on Ctrl-C or SIGTERM; a port or interface
+it cannot listen on is one line naming the option to change, and exit 1; a bad option is one line
+and exit 2.  A twlog cluster that cannot be reached does not stop it: reads are answered from
+memory and writes 500 until the cluster answers (docs/registry.md).
 """
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -36,9 +39,35 @@ def main(argv: Sequence[str], reactor=None) -> int:
         return options
     if reactor is None:
         from twisted.internet import reactor
-    log_to(textFileLogObserver(sys.stderr))
-    failure = serve(reactor, options.service(reactor))
+    service = options.service(reactor)
+    refused: list[BaseException] = []
+
+    def listening(port):  # (logging starts here: a registry that cannot start says one line, not two)
+        log_to(textFileLogObserver(sys.stderr))
+        return port
+
+    def not_listening(failure):
+        refused.append(failure.value)
+        return failure
+
+    service.listening.addCallbacks(listening, not_listening)
+    failure = serve(reactor, service)
     if failure is not None:
-        print(f"twlog registry: cannot listen on {options['interface']}:{options['port']}: {failure}", file=sys.stderr)
+        print(f"twlog registry: {cannot_listen(options, refused[0] if refused else None, failure)}", file=sys.stderr)
         return 1
     return 0
+
+
+def cannot_listen(options: RegistryOptions, error: BaseException | None, text: str) -> str:
+    """Why the registry cannot listen, as one line naming the option to change."""
+    where = f"{options['interface']}:{options['port']}"
+    cause = getattr(error, "socketError", error)
+    code = getattr(cause, "errno", None)
+    if code == errno.EADDRINUSE:
+        return f"cannot listen on {where}: the port is taken (another registry?): give another --port (0: any free one)"
+    if code == errno.EACCES:
+        return f"cannot listen on {where}: permission denied: give a --port above 1023"
+    if code == errno.EADDRNOTAVAIL or isinstance(cause, socket.gaierror):
+        return (f"cannot listen on {where}: --interface {options['interface']} is not an address of this host "
+                "(127.0.0.1: this host only; 0.0.0.0: every interface)")
+    return f"cannot listen on {where}: {text}: check --port and --interface"

@@ -17,7 +17,7 @@ class RestError(Exception):
         return {"error_code": self.code, "message": self.message}
 
 
-# Confluent's codes (io.confluent.kafka.schemaregistry.rest.exceptions.Errors).
+# Confluent's codes (io.confluent.kafka.schemaregistry.rest.exceptions.Errors); docs/registry.md has the table.
 SUBJECT_NOT_FOUND = 40401
 VERSION_NOT_FOUND = 40402
 SCHEMA_NOT_FOUND = 40403
@@ -26,7 +26,10 @@ SUBJECT_NOT_SOFT_DELETED = 40405
 VERSION_SOFT_DELETED = 40406
 VERSION_NOT_SOFT_DELETED = 40407
 SUBJECT_COMPATIBILITY_NOT_CONFIGURED = 40408
-INCOMPATIBLE_SCHEMA = 40901
+#: Confluent's INCOMPATIBLE_SCHEMA_ERROR_CODE was the HTTP CONFLICT status, 409, from its first release to
+#: 8.0.3 and 8.1.1; 8.0.4, 8.1.2 and 8.2.0 (2026) changed it to 40901.  Clients written against the long-standing
+#: value compare against 409, so the registry answers 409 (docs/registry.md).
+INCOMPATIBLE_SCHEMA = 409
 INVALID_SCHEMA = 42201
 INVALID_VERSION = 42202
 INVALID_COMPATIBILITY_LEVEL = 42203
@@ -57,16 +60,45 @@ def invalid_version(text: str) -> RestError:
                                            "are between [1, 2^31-1] and the string \"latest\"")
 
 
-def incompatible(problems: list[str]) -> RestError:
-    message = "Schema being registered is incompatible with an earlier schema for subject: " + "; ".join(problems)
+def incompatible(subject: str, problems: list[str]) -> RestError:
+    message = (f'Schema being registered is incompatible with an earlier schema for subject "{subject}", '
+               f"details: [{', '.join(problems)}]")
     return RestError(409, INCOMPATIBLE_SCHEMA, message)
 
 
+def invalid_compatibility_level() -> RestError:
+    return RestError(422, INVALID_COMPATIBILITY_LEVEL, "Invalid compatibility level. Valid values are none, backward, "
+                     "forward, full, backward_transitive, forward_transitive, and full_transitive")
+
+
+def subject_soft_deleted(subject: str) -> RestError:
+    # (Confluent's message has no space after "deleted."; kept, for clients that match it)
+    return RestError(404, SUBJECT_SOFT_DELETED, f"Subject '{subject}' was soft deleted.Set permanent=true to delete "
+                     "permanently")
+
+
+def subject_not_soft_deleted(subject: str) -> RestError:
+    return RestError(404, SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}' was not deleted first before being "
+                     "permanently deleted")
+
+
+def version_soft_deleted(subject: str, version: int) -> RestError:
+    return RestError(404, VERSION_SOFT_DELETED, f"Subject '{subject}' Version {version} was soft deleted.Set "
+                     "permanent=true to delete permanently")
+
+
+def version_not_soft_deleted(subject: str, version: int) -> RestError:
+    return RestError(404, VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version {version} was not deleted first "
+                     "before being permanently deleted")
+
+
 def store_error(why: str) -> RestError:
+    """50001: the twlog cluster holding twlog-schemas refused or could not be reached (Confluent: the Kafka store)."""
     return RestError(500, STORE_ERROR, f"Error in the backend data store (twlog topic twlog-schemas): {why}")
 
 
 def timeout(why: str) -> RestError:
+    """50002: the twlog cluster did not answer within --request-timeout."""
     return RestError(500, OPERATION_TIMEOUT, f"Operation timed out: {why}")
 
 

@@ -4,25 +4,42 @@
 Every record goes to the topic's first partition (index 0: partitions ordered by broker id and
 partition, as the producer and discovery both order them), acknowledged once flushed: when
 L{Journal.append} returns, the record is on disk and readable.  L{Journal.read_new} reads from
-where the last read stopped to the partition's end.
+where the last read stopped to the partition's end.  Once found, that partition is kept: if the
+cluster later shows another first partition (its broker is down), the journal refuses to read or
+write elsewhere, naming the partition.  The journal watches its connection to that partition's
+broker and calls C{on_lost} when it drops; L{Journal.probe} is a quiet check that the cluster takes
+connections again (one TCP connection, no reconnecting client and no log line).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.defer import Deferred
+from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
-from twlog.client.discovery import PartitionLocation, discover
+from twlog.client.connection import BrokerConnection, client_endpoint
+from twlog.client.discovery import PartitionLocation, discover, parse_brokers
 from twlog.client.options import ClientOptions
 from twlog.consumer.simple import LATEST, SimpleConsumer
-from twlog.errors import TwlogError, UnknownTopic
+from twlog.coord.zk import split_chroot
+from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
+from twlog.partition import TopicPartition, address_text
 from twlog.producer import Producer
 
 #: The topic holding the registry's records (Confluent's registry keeps its own in the Kafka topic _schemas).
 TOPIC = "twlog-schemas"
+
+
+class _QuietFactory(Factory):
+    """A probe's connection: made and closed, with no log line."""
+
+    noisy = False
+    protocol = Protocol
 
 
 class Journal:
@@ -38,60 +55,139 @@ class Journal:
         if reactor is None:
             from twisted.internet import reactor
         self._reactor = reactor
+        self._brokers = brokers
+        self._zookeeper = zookeeper
         self._source = {"brokers": brokers} if brokers is not None else {"zookeeper": zookeeper}
         self.options = ClientOptions.build(options)
-        self._producer = Producer(brokers, zookeeper=zookeeper, reactor=reactor, ack="flushed", options=self.options)
+        self._producer: Producer | None = None
+        #: The partition holding the records, once found (kept for the life of the journal).
         self._location: PartitionLocation | None = None
         self._consumer: SimpleConsumer | None = None
+        self._connection: BrokerConnection | None = None
+        self._watched = None
+        #: Called with a reason when the connection to the partition's broker drops on its own.
+        self.on_lost: Callable[[str], object] | None = None
         #: The offset after the last record read.
         self.position = 0
 
     async def append(self, record: dict) -> int:
         """Append C{record}; its offset, once the broker has flushed it."""
         payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+        if self._producer is None:
+            self._producer = Producer(self._brokers, zookeeper=self._zookeeper, reactor=self._reactor, ack="flushed",
+                                      options=self.options)
+        if self._location is not None:
+            first = (await self._producer.partitions(TOPIC))[0]
+            if first != self._location.tp:
+                raise ConnectionFailed(self._moved(first))
         result = await self._producer.send(TOPIC, payload, partition_index=0)
-        written = (await self._producer.partitions(TOPIC))[0]
-        if self._location is not None and self._location.tp != written:
-            self._log.warn("the first partition of {topic} is now {tp}", topic=TOPIC, tp=str(written))
-            await self._forget()
         return result.offset
 
     async def read_new(self) -> list[tuple[int, Any]]:
-        """The records from L{position} to the end of the partition, in order, as C{(offset, record)}."""
+        """The records from L{position} to the end of the partition, in order, as C{(offset, record)}.
+
+        L{position} moves only when every record is read (a read cut short reads them again).
+        """
         location = await self._locate()
         if location is None:
             return []
         consumer = self._consumer
         (end,) = await consumer.offsets(TOPIC, location.name, LATEST, 1)
         records = []
-        while self.position < end:
-            fetched = await consumer.fetch(TOPIC, location.name, self.position)
-            if fetched.next_offset == self.position:
-                raise TwlogError(f"no progress reading {location} at offset {self.position}")
+        position = self.position
+        while position < end:
+            fetched = await consumer.fetch(TOPIC, location.name, position)
+            if fetched.next_offset == position:
+                raise TwlogError(f"no progress reading {location} at offset {position}")
             for message in fetched:
                 try:
                     records.append((message.offset, json.loads(message.payload)))
                 except ValueError:
                     self._log.warn("{topic}@{offset} is not a JSON record: ignored", topic=TOPIC, offset=message.offset)
-            self.position = fetched.next_offset
+            position = fetched.next_offset
+        self.position = position
+        self._watch()
         return records
 
+    async def probe(self) -> None:
+        """Return once one TCP connection is taken: by the partition's broker once found, else by one of the
+        brokers or ZooKeeper servers given.
+
+        @raise ConnectionFailed: none takes one, naming each and why.
+        """
+        if self._location is not None:
+            targets = [(self._location.host, self._location.port)]
+        else:
+            targets = parse_brokers(self._brokers if self._brokers is not None else split_chroot(self._zookeeper)[0])
+        reasons = []
+        for host, port in targets:
+            endpoint = client_endpoint(self._reactor, host, port, self.options.connect_timeout_s)
+            try:
+                protocol = await endpoint.connect(_QuietFactory())
+            except Exception as e:
+                why = " ".join(str(e).split()).rstrip(".") or type(e).__name__
+                reasons.append(f"{address_text(host, port)}: {why}")
+                continue
+            protocol.transport.loseConnection()
+            return
+        raise ConnectionFailed("cannot connect to " + "; ".join(reasons))
+
+    def disconnect(self) -> Deferred[None]:
+        """Close the consumer and the producer (stopping their reconnection attempts); remade on use."""
+        self._watched = None
+        consumer, self._consumer, self._connection = self._consumer, None, None
+        producer, self._producer = self._producer, None
+
+        async def close() -> None:
+            for client in (consumer, producer):
+                if client is not None:
+                    try:
+                        await client.close()
+                    except Exception as e:  # (closing a client of a dead broker: nothing to report)
+                        self._log.debug("closing {client}: {error}", client=client, error=e)
+
+        return Deferred.fromCoroutine(close())
+
     async def close(self) -> None:
-        await self._forget()
-        await self._producer.close()
+        await self.disconnect()
+
+    def _moved(self, first: TopicPartition) -> str:
+        where = self._location
+        return (f"the first partition of {TOPIC} is now {first.name}, not {where.name} (broker {where.leader} at "
+                f"{where.address}), which holds the registry's records: is broker {where.leader} down?")
 
     async def _locate(self) -> PartitionLocation | None:
         if self._location is None:
             try:
-                locations = await deferToThread(discover, [TOPIC], options=self.options, **self._source)
+                locations = await deferToThread(discover, [TOPIC], options=self.options, check_reachable=False,
+                                                **self._source)
             except UnknownTopic:
                 return None  # nothing registered yet
             self._location = locations[0]
-            self._consumer = SimpleConsumer(self._location.host, self._location.port, reactor=self._reactor,
-                                            options=self.options)
+        if self._consumer is None:
+            location = self._location
+
+            def connect() -> BrokerConnection:
+                self._connection = BrokerConnection(location.host, location.port, reactor=self._reactor,
+                                                    options=self.options)
+                return self._connection
+
+            self._consumer = SimpleConsumer(location.host, location.port, reactor=self._reactor, options=self.options,
+                                            connection_factory=connect)
         return self._location
 
-    async def _forget(self) -> None:
-        consumer, self._consumer, self._location = self._consumer, None, None
-        if consumer is not None:
-            await consumer.close()
+    def _watch(self) -> None:
+        """Call C{on_lost} when the connection just used drops (not when L{disconnect} closes it)."""
+        protocol = self._connection.current if self._connection is not None else None
+        if protocol is None or protocol is self._watched or not protocol.usable:
+            return
+        self._watched = protocol
+        location = self._location
+
+        def dropped(_) -> None:
+            if protocol is self._watched:
+                self._watched = None
+                if self.on_lost is not None:
+                    self.on_lost(f"the connection to broker {location.leader} at {location.address} dropped")
+
+        protocol.when_lost().addCallback(dropped)

@@ -1,8 +1,9 @@
 # -*- test-case-name: tests.integration.test_schema_registry -*-
 """L{RegistryService}: the registry process: the journal on the twlog cluster, the state, the HTTP listener.
 
-At start it listens at once and replays C{twlog-schemas} (every request also reads the topic to
-its end before it is answered, so a request never sees less than what was acknowledged).
+At start it listens at once and replays C{twlog-schemas} (while the cluster answers, every request
+also reads the topic to its end before it is answered, so a request never sees less than what was
+acknowledged; while it does not, reads are answered from memory: L{twlog.schema_registry.core}).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twlog.schema_registry.core import SchemaRegistry
+from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S, SchemaRegistry
 from twlog.schema_registry.journal import TOPIC, Journal
 from twlog.schema_registry.web import DEFAULT_MAX_BODY_BYTES, make_site
 
@@ -24,14 +25,15 @@ class RegistryService(Service):
     _log = Logger()
 
     def __init__(self, *, brokers: str | None = None, zookeeper: str | None = None, port: int = DEFAULT_PORT,
-                 interface: str = "127.0.0.1", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, reactor=None) -> None:
+                 interface: str = "127.0.0.1", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, reactor=None) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self._reactor = reactor
         self.port = port
         self.interface = interface
         self.journal = Journal(brokers=brokers, zookeeper=zookeeper, reactor=reactor)
-        self.registry = SchemaRegistry(self.journal, reactor=reactor)
+        self.registry = SchemaRegistry(self.journal, reactor=reactor, timeout_s=request_timeout_s)
         self.site = make_site(self.registry, max_body_bytes)
         self.where = brokers if brokers is not None else f"ZooKeeper {zookeeper}"
         self._listener = None
@@ -48,20 +50,18 @@ class RegistryService(Service):
         address = self._listener.getHost()
         self._log.info("schema registry on http://{host}:{port}/, records in topic {topic} of {where}",
                        host=address.host, port=address.port, topic=TOPIC, where=self.where)
-        self.registry.sync().addCallbacks(self._replayed, self._not_replayed)
+        self.registry.start().addCallback(self._replayed)
         self.listening.callback(address.port)
 
-    def _replayed(self, _) -> None:
-        state = self.registry.state
-        self._log.info("replayed {topic}: {schemas} schema(s), {subjects} subject(s)", topic=TOPIC,
-                       schemas=len(state.schemas), subjects=len(state.subjects))
-
-    def _not_replayed(self, failure) -> None:
-        self._log.warn("cannot read {topic} yet ({error}): requests are answered 500 until the cluster answers",
-                       topic=TOPIC, error=failure.getErrorMessage())
+    def _replayed(self, replayed: bool) -> None:
+        if replayed:  # (if not, the registry said why, in one line)
+            state = self.registry.state
+            self._log.info("replayed {topic}: {schemas} schema(s), {subjects} subject(s)", topic=TOPIC,
+                           schemas=len(state.schemas), subjects=len(state.subjects))
 
     def stopService(self) -> Deferred | None:
         super().stopService()
+        self.registry.stop()
         listener, self._listener = self._listener, None
         stopped = listener.stopListening() if listener is not None else None
 

@@ -207,7 +207,7 @@ class RegistryState:
                 return entry.schema_id, None
         problems = self.problems(subject, schema)
         if problems:
-            raise errors.incompatible(problems)
+            raise errors.incompatible(subject, problems)
         schema_id = self.ids.get(schema.text) or self.next_id()
         record = {"op": "register", "subject": subject, "version": self.next_version(subject), "id": schema_id,
                   "schema": schema.text}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from twisted.python import usage
 
 from twlog.client.discovery import parse_brokers
+from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S
 from twlog.schema_registry.service import DEFAULT_PORT, RegistryService
 from twlog.schema_registry.web import DEFAULT_MAX_BODY_BYTES
 
@@ -20,6 +21,19 @@ def _int(name: str, low: int, high: int):
             raise usage.UsageError(f"--{name} must be a whole number, not {text!r}") from None
         if not low <= value <= high:
             raise usage.UsageError(f"--{name} must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
+
+
+def _seconds(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise usage.UsageError(f"--{name} must be a number of seconds, not {text!r}") from None
+        if not 0 < value <= 3600:
+            raise usage.UsageError(f"--{name} must be more than 0 and at most 3600 seconds, not {text}")
         return value
 
     return parse
@@ -40,6 +54,9 @@ class Options(usage.Options):
         ["interface", "i", "127.0.0.1", "interface to listen on"],
         ["max-body-bytes", None, DEFAULT_MAX_BODY_BYTES, "largest request body taken (larger: 413)",
          _int("max-body-bytes", 1, 2**31 - 1)],
+        ["request-timeout", None, DEFAULT_REQUEST_TIMEOUT_S, "seconds a request waits for the twlog cluster (a write "
+         "then fails with 500, 50002; reads are answered from memory while the cluster is down)",
+         _seconds("request-timeout")],
     ]
 
     def postOptions(self) -> None:
@@ -53,7 +70,8 @@ class Options(usage.Options):
 
     def service(self, reactor=None) -> RegistryService:
         return RegistryService(brokers=self["broker"], zookeeper=self["zookeeper"], port=self["port"],
-                               interface=self["interface"], max_body_bytes=self["max-body-bytes"], reactor=reactor)
+                               interface=self["interface"], max_body_bytes=self["max-body-bytes"],
+                               request_timeout_s=self["request-timeout"], reactor=reactor)
 
 
 def makeService(options: Options) -> RegistryService:

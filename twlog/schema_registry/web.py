@@ -230,16 +230,12 @@ class RegistryResource(resource.Resource):
             live = [e for e in entries if not e.deleted]
             if permanent and live:
                 if version_text is None:
-                    raise RestError(404, errors.SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}' was not deleted "
-                                    "first before being permanently deleted")
-                raise RestError(404, errors.VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version "
-                                f"{entries[0].version} was not deleted first before being permanently deleted")
+                    raise errors.subject_not_soft_deleted(subject)
+                raise errors.version_not_soft_deleted(subject, entries[0].version)
             if not permanent and not live:
                 if version_text is None:
-                    raise RestError(404, errors.SUBJECT_SOFT_DELETED, f"Subject '{subject}' was soft deleted. "
-                                    "Set permanent=true to delete permanently")
-                raise RestError(404, errors.VERSION_SOFT_DELETED, f"Subject '{subject}' Version "
-                                f"{entries[0].version} was soft deleted. Set permanent=true to delete permanently")
+                    raise errors.subject_soft_deleted(subject)
+                raise errors.version_soft_deleted(subject, entries[0].version)
             numbers = [e.version for e in entries]
             record = {"op": "delete", "subject": subject, "version": numbers[0] if version_text else None,
                       "permanent": permanent}
@@ -291,8 +287,7 @@ class RegistryResource(resource.Resource):
             body = self._json(request)
             wanted = body.get("compatibility") if isinstance(body, dict) else None
             if wanted not in COMPATIBILITY_LEVELS:
-                raise RestError(422, errors.INVALID_COMPATIBILITY_LEVEL,
-                                f"Invalid compatibility level {wanted!r}: one of {', '.join(COMPATIBILITY_LEVELS)}")
+                raise errors.invalid_compatibility_level()
             record = {"op": "config", "subject": subject, "compatibility": wanted}
             return self.registry.write(lambda state: ({"compatibility": wanted}, record))
         if method == "DELETE" and subject is not None:
