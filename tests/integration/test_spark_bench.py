@@ -22,8 +22,8 @@ class SparkBenchTests(SynchronousTestCase):
         for label in ("twlog -> count()", "json  -> count()", "twlog -> parquet", "json  -> parquet"):
             self.assertIn(label, result.stdout)
         # The one-partition topic: one task without minPartitions, 8 with it, every row either way.
-        self.assertRegex(result.stdout, r"bench1 -> count\(\)\s+[\d,]+\s+[\d,]+\s+1\s+20000\n")
-        self.assertRegex(result.stdout, r"bench1 minPartitions 8 -> count\(\)\s+[\d,]+\s+[\d,]+\s+8\s+20000\n")
+        self.assertRegex(result.stdout, r"bench1 -> count\(\)\s+[\d,]+\s+[\d,]+\s+1\s+20,000\n")
+        self.assertRegex(result.stdout, r"bench1 minPartitions 8 -> count\(\)\s+[\d,]+\s+[\d,]+\s+8\s+20,000\n")
         self.assertNotIn("Traceback", result.stderr)
         self.assertNotIn("BrokenPipeError", result.stderr)
         self.assertNotIn("replaced a statically registered data source", result.stderr)

@@ -260,7 +260,7 @@ def format_sweep_table(cells: Sequence[SweepCell], size: int) -> BenchTable:
     """Sendfile beside copying, per fetch size and API (medians over the rounds)."""
     table = BenchTable(
         "consumption: one consumer, sendfile and copying brokers in turns (medians over the rounds)",
-        [Column("fetch", "bytes", "right"), Column.label("API"), Column("sendfile", "msg/s"),
+        [Column("fetch", "KiB"), Column.label("API"), Column("sendfile", "msg/s"),
          Column("copying", "msg/s"), Column("sendfile / copying", "ratio"), Column("sendfile broker CPU", "s/GB"),
          Column("copying broker CPU", "s/GB")])
     keys = list(dict.fromkeys((c.fetch_bytes, c.api) for c in cells))
@@ -270,7 +270,7 @@ def format_sweep_table(cells: Sequence[SweepCell], size: int) -> BenchTable:
             rows = [c.row for c in cells if (c.fetch_bytes, c.api, c.sendfile) == (fetch_bytes, api, mode)]
             rate[mode] = median([r.msg_s for r in rows])
             per_gb[mode] = median([r.broker_cpu_s / (r.messages * (size + 9) / 1e9) for r in rows])
-        table.add_row(_kb(fetch_bytes), api, f"{rate[True]:,.0f}", f"{rate[False]:,.0f}",
+        table.add_row(f"{fetch_bytes // 1024:,}", api, f"{rate[True]:,.0f}", f"{rate[False]:,.0f}",
                       f"{rate[True] / rate[False]:.2f}", _cpu_per_gb(table, per_gb[True]),
                       _cpu_per_gb(table, per_gb[False]))
     table.note("(ratio: sendfile msg/s over copying msg/s; CPU s/GB: the broker's CPU seconds per GB (10^9 bytes) "

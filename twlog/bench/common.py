@@ -25,6 +25,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Column as TableColumn
 from rich.table import Table
 from rich.text import Text
 from twisted.internet.defer import Deferred
@@ -122,8 +123,11 @@ class BenchProgress:
         self._progress: Progress | None = None
         if self.live:
             self._progress = Progress(
-                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), _CountColumn(),
-                _RateColumn(), TimeElapsedColumn(), console=Console(file=self.stream, force_terminal=True),
+                SpinnerColumn(),
+                TextColumn("{task.description}", table_column=TableColumn(no_wrap=True, overflow="ellipsis", ratio=1)),
+                BarColumn(bar_width=20), _CountColumn(table_column=TableColumn(no_wrap=True)),
+                _RateColumn(table_column=TableColumn(no_wrap=True)), TimeElapsedColumn(),
+                console=Console(file=self.stream, force_terminal=True), expand=True,
                 transient=True,
                 redirect_stdout=False,  # tables go to stdout, which may be a file while the bar is drawn
                 redirect_stderr=False,
@@ -283,8 +287,9 @@ class BenchTable:
     def print(self, file: TextIO | None = None) -> None:
         """Print the table, its footnotes and notes to C{file} (default: stdout; plain text off a terminal)."""
         file = sys.stdout if file is None else file
-        terminal = bool(getattr(file, "isatty", lambda: False)())
-        console = Console(file=file, width=None if terminal else 250, highlight=False, soft_wrap=not terminal)
+        # Wide enough for every column on one line: a narrow terminal wraps the lines, rich would cut the cells.
+        console = Console(file=file, width=max(250, self.rich().__rich_measure__(Console(width=10_000), Console(
+            width=10_000).options).maximum + 1), highlight=False)
         console.print(self.rich())
         for line in self.lines_under():
             console.print(line, markup=False, highlight=False)

@@ -166,7 +166,7 @@ def render_table(rows: Sequence[dict[str, Any]], systems: Sequence[str], header:
     for row in rows:
         cells = [row_label(row["test"], row["batch"], header["fetch_bytes"], header["prefetch"], len(systems) > 1)]
         cells += [_cell(table, row["rounds"].get(s, []), s) for s in systems]
-        cells += [f"{row['ratio'][s]:.2f}x" if s in row["ratio"] else table.missing(
+        cells += [f"{row['ratio'][s]:.2f}" if s in row["ratio"] else table.missing(
             f"no round in which both twlog and {SYSTEMS[s]} ran this test") for s in systems[1:]]
         table.add_row(*cells)
     for line in footer(header, results):

@@ -42,7 +42,7 @@ def format_crc_table(results: Sequence[tuple[str, float]], size: int) -> BenchTa
                        [Column.label("implementation"), Column("time", "ns/msg"), Column("throughput", "msg/s"),
                         Column("time relative to the fastest", "x")])
     for name, ns in results:
-        table.add_row(name, f"{ns:.0f}", f"{1e9 / ns:,.0f}", f"{ns / fastest:.2f}x")
+        table.add_row(name, f"{ns:.0f}", f"{1e9 / ns:,.0f}", f"{ns / fastest:.2f}")
     table.note("(the best of the rounds for each implementation)")
     return table
 

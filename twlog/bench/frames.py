@@ -135,7 +135,7 @@ def format_frames_table(rows: Sequence[FrameRow], pid: int) -> BenchTable:
          Column("CPU per MB vs the first size", "x"), Column("user CPU", "ms/MB"), Column("system CPU", "ms/MB")])
     first = rows[0].cpu_s_per_mb if rows else 0.0
     for r in rows:
-        ratio = f"{r.cpu_s_per_mb / first:.2f}x" if first else table.missing(
+        ratio = f"{r.cpu_s_per_mb / first:.2f}" if first else table.missing(
             "the first size used no measurable CPU, so there is nothing to compare with")
         table.add_row(f"{r.frame_bytes / MB:,.1f}", f"{r.broker_cpu_s:.3f}", f"{r.cpu_s_per_mb * 1000:.2f}", ratio,
                       f"{r.user_ms_per_mb:.2f}", f"{r.system_ms_per_mb:.2f}")
