@@ -90,11 +90,12 @@ class _CountColumn(ProgressColumn):
 
 
 class _RateColumn(ProgressColumn):
-    """Items per second of the step under way (rich's own speed columns count bytes)."""
+    """Messages per second of the step under way (rich's own speed columns count bytes)."""
 
     def render(self, task) -> Text:
         unit = task.fields.get("unit", "")
-        return Text(f"{task.speed:,.0f} {unit}/s" if task.speed and unit != "s" else "", style="progress.data.speed")
+        fast = unit in ("msg", "rows")  # a rate of slow steps (reads, runs, frames) would read 0/s
+        return Text(f"{task.speed:,.0f} {unit}/s" if task.speed and fast else "", style="progress.data.speed")
 
 
 class BenchProgress:
