@@ -127,9 +127,9 @@ def measure(broker: BrokerProcess, sizes_mb: Sequence[int], total_mb: int = 200,
     return rows
 
 
-def format_frames_table(rows: Sequence[FrameRow], pid: int) -> BenchTable:
+def format_frames_table(rows: Sequence[FrameRow], pid: int, total_mb: int = 200) -> BenchTable:
     table = BenchTable(
-        "twlog frames benchmark: acknowledged produce frames (about 200 MB of each size, the sizes taking "
+        f"twlog frames benchmark: acknowledged produce frames (about {total_mb} MB of each size, the sizes taking "
         f"turns; CPU per frame is the mean), broker process {pid}, loopback TCP",
         [Column("frame", "MB"), Column("broker CPU per frame", "s"), Column("broker CPU", "ms/MB"),
          Column("CPU per MB vs the first size", "x"), Column("user CPU", "ms/MB"), Column("system CPU", "ms/MB")])
@@ -159,5 +159,5 @@ def main_frames(args) -> int:
         broker.stop()
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
-    format_frames_table(rows, broker.pid).print()
+    format_frames_table(rows, broker.pid, args.total_mb).print()
     return 0
