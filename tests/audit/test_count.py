@@ -28,7 +28,25 @@ class CountTests(SynchronousTestCase):
         self.assertEqual((first.expected, first.received, first.missing, first.duplicated, first.status),
                          (3, 3, 0, 1, "complete"))
         self.assertEqual((second.expected, second.received, second.missing, second.status), (2, 1, 1, "missing"))
-        self.assertEqual(first.delay_ms, (100, 100, 100))
+        self.assertEqual(first.age_ms, (100, 100, 100))
+        self.assertEqual((first.delay_ms, first.delivered), (None, 0))  # no arrival seen: unknown, not the age
+
+    def test_age_at_audit_and_delivery_delay(self) -> None:
+        """The age is creation to the audit's read; the delivery delay, creation to arrival, counts only the
+        messages whose arrival was seen, and is not the age."""
+        count = AuditCount()
+        count.add_event(event(4, 0))
+        count.add_message("t", message(0, 10), 272_010)  # arrived before the audit looked: age only
+        count.add_message("t", message(1, 20), 272_020)
+        count.add_message("t", message(2, 30), 272_030, arrived_ms=80)
+        count.add_message("t", message(3, 40), 272_040, arrived_ms=290)
+        (report,) = count.report(now_ms=300_000, grace_ms=0)
+        self.assertEqual(report.age_ms, (272_000, 272_000, 272_000))
+        self.assertEqual((report.delay_ms, report.delivered), ((50, 250, 250), 2))
+        value = report.as_json()
+        self.assertEqual(value["age_at_audit_ms"], {"p50": 272_000, "p90": 272_000, "p99": 272_000})
+        self.assertEqual(value["delivery_delay_ms"], {"p50": 50, "p90": 250, "p99": 250})
+        self.assertNotIn("delay_ms", value)
 
     def test_pending_until_the_grace_ends(self) -> None:
         count = AuditCount()
@@ -50,7 +68,7 @@ class CountTests(SynchronousTestCase):
         count = AuditCount()
         count.add_event(event(4, 3000))
         (report,) = count.report(now_ms=9000, grace_ms=0)
-        self.assertEqual((report.received, report.missing, report.delay_ms), (0, 4, None))
+        self.assertEqual((report.received, report.missing, report.age_ms, report.delay_ms), (0, 4, None, None))
 
     def test_an_event_copied_twice_counts_once(self) -> None:
         count = AuditCount()

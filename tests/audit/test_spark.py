@@ -33,7 +33,14 @@ class AuditDataFrameTests(SynchronousTestCase):
         (report,) = audit_dataframe(df, events, now_ms=5000, grace_s=0, seen_ms_column="seen")
         self.assertEqual((report.expected, report.received, report.missing, report.duplicated, report.status),
                          (3, 2, 1, 1, "missing"))
-        self.assertEqual(report.delay_ms, (60, 70, 70))
+        self.assertEqual((report.delay_ms, report.delivered), ((60, 70, 70), 3))  # from the arrival column
+        self.assertEqual(report.age_ms, (4800, 4900, 4900))  # creation to now_ms
+
+    def test_without_an_arrival_column_the_delay_is_unknown(self) -> None:
+        """No column of arrival times: the age at the audit only, never passed off as a delivery delay."""
+        df = FrameStandIn(COLUMNS, [("t", "o", 1, 100, 0)])
+        (report,) = audit_dataframe(df, [AuditEvent("t", "o", 1, 0, 1000, 1, 0, 0)], now_ms=5000, grace_s=0)
+        self.assertEqual((report.age_ms, report.delay_ms), ((4900, 4900, 4900), None))
 
     def test_events_as_a_list_and_missing_columns(self) -> None:
         df = FrameStandIn(COLUMNS, [("t", "o", 1, 10, 0)])

@@ -40,15 +40,23 @@ class SweepTableTests(SynchronousTestCase):
             for seconds, cpu in ((1.0, 0.1), (2.0, 0.3), (4.0, 0.2)):  # medians: 2 s, 0.2 s
                 cells.append(cell(65536, api, True, seconds, cpu))
                 cells.append(cell(65536, api, False, seconds * 2, cpu * 2))
-        lines = format_sweep_table(cells, 200).splitlines()
-        rows = [line.split() for line in lines if line.lstrip().startswith("64 KB")]
-        self.assertEqual([" ".join(r[2:-5]) for r in rows], list(APIS))
-        for row in rows:
-            self.assertEqual(row[-5:], ["500,000", "250,000", "2.00", f"{0.2 / 0.209:.2f}", f"{0.4 / 0.209:.2f}"])
+        table = format_sweep_table(cells, 200)
+        self.assertEqual([row[1] for row in table.rows], list(APIS))
+        for row in table.rows:
+            self.assertEqual(row, ["64", row[1], "500,000", "250,000", "2.00", f"{0.2 / 0.209:.2f}",
+                                   f"{0.4 / 0.209:.2f}"])
+        self.assertEqual(table.problems(), [])
 
-    def test_sizes_in_kb_and_mb(self) -> None:
-        """Fetch sizes read as KB, or MB when whole."""
+    def test_sizes_in_kib(self) -> None:
+        """Fetch sizes read in KiB, the unit in the header."""
         cells = [cell(size, "batch", mode, 1.0, 0.1) for size in (65536, 4 * 1024 * 1024) for mode in (True, False)]
-        text = format_sweep_table(cells, 200)
-        self.assertIn("  64 KB batch", text)
-        self.assertIn("   4 MB batch", text)
+        table = format_sweep_table(cells, 200)
+        self.assertEqual([row[0] for row in table.rows], ["64", "4,096"])
+        self.assertIn("fetch (KiB)", table.text())
+
+    def test_cpu_under_a_tick_is_footnoted(self) -> None:
+        """A broker CPU time of 0 (under the clock tick) is not shown as 0 s/GB but explained in a footnote."""
+        table = format_sweep_table([cell(65536, "batch", mode, 1.0, 0.0) for mode in (True, False)], 200)
+        self.assertEqual(table.rows[0][-2:], ["n/a [1]", "n/a [1]"])
+        self.assertIn("[1] under one clock tick", table.text())
+        self.assertEqual(table.problems(), [])

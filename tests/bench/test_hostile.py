@@ -42,7 +42,7 @@ class HostileBenchTests(SynchronousTestCase):
         """The table has a row per phase with latencies in ms, and the memory line against the bound."""
         rows = [PhaseRow("alone", (0.001,) * 10, (0.002,) * 10, 40_000_000),
                 PhaseRow("8 dribbling", (0.001,) * 10, (0.003,) * 10, 250_000_000, 400_000_000)]
-        table = format_hostile_table(rows, 268_435_456, 251_000_000, 42)
+        table = format_hostile_table(rows, 268_435_456, 251_000_000, 42).text()
         self.assertIn("broker process 42", table)
         self.assertRegex(table, r"8 dribbling\s+20\s+1\.00\s+1\.00\s+1\.00\s+3\.00\s+3\.00\s+3\.00\s+250\.0")
         self.assertIn("210.0 MB over the healthy-only peak; bound (--max-buffered-request-bytes) 268.4 MB", table)

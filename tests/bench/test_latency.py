@@ -3,10 +3,8 @@ the producer frames, the tables and the command lines."""
 
 from __future__ import annotations
 
-import io
 import struct
 
-from rich.console import Console
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.bench.latency import (
@@ -35,9 +33,7 @@ twlog_flush_duration_seconds_sum 0.05
 
 
 def render(table) -> str:
-    out = io.StringIO()
-    Console(file=out, width=250, highlight=False).print(table)
-    return out.getvalue()
+    return table.text()
 
 
 class ScheduleTests(SynchronousTestCase):

@@ -293,10 +293,10 @@ class BenchmarkCommandTests(TestCase):
             ("produce, batch 50, fire-and-forget", "2,000"),
         ])
         self.assertTrue(all(int(rate.replace(",", "")) > 0 for _, _, rate in rows))
-        sweep = re.findall(r"^\s*(64 KB|1 MB) (per message|batch, pipelined|batch)\s+([\d,]+)\s+([\d,]+)\s+[\d.]+",
+        sweep = re.findall(r"^\s*(64|1,024)\s+(per message|batch, pipelined|batch)\s+([\d,]+)\s+([\d,]+)\s+[\d.]+",
                            out.decode(), re.MULTILINE)
         apis = ("per message", "batch", "batch, pipelined")
         self.assertEqual([(size, api) for size, api, _, _ in sweep],
-                         [(size, api) for size in ("64 KB", "1 MB") for api in apis])
+                         [(size, api) for size in ("64", "1,024") for api in apis])
         self.assertTrue(all(int(a.replace(",", "")) > 0 and int(b.replace(",", "")) > 0 for _, _, a, b in sweep))
         self.assertIn("decoding alone", out.decode())

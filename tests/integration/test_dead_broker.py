@@ -79,6 +79,21 @@ class DeadBrokerTests(TestCase):
         self.assertRegex(out.decode(), r"clicks +1 \(down: not registered\) +4 +1-0 \.\. 1-3")
         self.assertEqual(err.decode(), f"twlog: warning: {DOWN}\n")
 
+        # groups: the committed offsets of broker 1's partitions, with an unknown lag the total leaves out.
+        status, out, err = await twlog("groups", "-z", zookeeper, "-g", "readers", "--json")
+        self.assertEqual(status, 0, err)
+        (group,) = json.loads(out)
+        down = [p for p in group["partitions"] if p["partition"].startswith("1-")]
+        self.assertTrue(down, group)
+        self.assertEqual({(p["latest"], p["lag_bytes"]) for p in down}, {(None, None)})
+        # (the group read everything: 1-2's committed offset is its end, 20 messages of 9 bytes' overhead each)
+        self.assertIn(20 * 9 + sum(len(b"1-2 %d" % i) for i in range(20)), [p["offset"] for p in down])
+        self.assertEqual(group["lag_leaves_out"], [f"clicks:{p['partition']}" for p in down])
+        self.assertTrue(all("is not registered: down?" in p["problem"] for p in down), down)
+        status, out, err = await twlog("groups", "-z", zookeeper, "-g", "readers")
+        self.assertEqual(status, 0, err)
+        self.assertIn(b"leaves out", out + err)
+
         # audit proves nothing was lost: it cannot, so it fails naming them.
         status, out, err = await twlog("audit", "-z", zookeeper, "-t", "clicks")
         self.assertEqual((status, err.decode()), (1, f"twlog: {DOWN}\n"))

@@ -14,7 +14,11 @@ of the pipeline is judged by the same rules:
  - a window is C{pending} until C{grace_ms} after its end (its events may not
    have arrived yet); a closed window is C{complete}, C{missing}, or
    C{unreported} (messages but no monitoring event: the events were lost);
- - delays are from the creation time to when the reader saw the message.
+ - the age at audit is from the creation time to when the audit read the message: it grows with the time the
+   audit runs, and says nothing about delivery;
+ - the delivery delay is from the creation time to when the message arrived where it was received (the
+   audit following the topic, L{twlog.audit.read.follow_topic}; or a column of arrival times in Spark,
+   L{twlog.audit.spark}); it is known only for the messages whose arrival was seen, None for the others.
 """
 
 from __future__ import annotations
@@ -45,14 +49,26 @@ class WindowReport(NamedTuple):
     received: int
     missing: int
     duplicated: int
-    #: Delay percentiles in milliseconds (p50, p90, p99), None without messages.
-    delay_ms: tuple[int, int, int] | None
+    #: Percentiles (p50, p90, p99) in milliseconds of the age of the messages when the audit read them (creation
+    #: to the audit's read), None without messages.
+    age_ms: tuple[int, int, int] | None
     status: str
+    #: Percentiles (p50, p90, p99) in milliseconds of the delivery delay (creation to arrival) of the messages
+    #: whose arrival was seen (L{delivered} of them), None when none was.
+    delay_ms: tuple[int, int, int] | None = None
+    #: How many of the messages the delivery delay counts (the others arrived before the audit looked).
+    delivered: int = 0
 
     def as_json(self) -> dict:
         value = self._asdict()
-        value["delay_ms"] = dict(zip((f"p{p}" for p in PERCENTILES), self.delay_ms)) if self.delay_ms else None
+        del value["age_ms"], value["delay_ms"]
+        value["age_at_audit_ms"] = _named(self.age_ms)
+        value["delivery_delay_ms"] = _named(self.delay_ms)
         return value
+
+
+def _named(values: tuple[int, ...] | None) -> dict[str, int] | None:
+    return dict(zip((f"p{p}" for p in PERCENTILES), values)) if values else None
 
 
 def percentiles(values: list[int]) -> tuple[int, ...] | None:
@@ -64,13 +80,14 @@ def percentiles(values: list[int]) -> tuple[int, ...] | None:
 
 
 class _Window:
-    __slots__ = ("copies", "delays", "expected", "reported", "seen")
+    __slots__ = ("ages", "copies", "delays", "expected", "reported", "seen")
 
     def __init__(self) -> None:
         self.expected = 0
         self.reported = False
         self.seen: set[tuple[int, int]] = set()
         self.copies = 0
+        self.ages: list[int] = []
         self.delays: list[int] = []
 
 
@@ -86,7 +103,7 @@ class AuditCount:
             raise ValueError(f"the report window must be positive, not {window_ms} ms")
         self.window_ms = window_ms
         self._events: dict[tuple, AuditEvent] = {}
-        self._messages: list[tuple[str, str, int, int, int, int]] = []
+        self._messages: list[tuple[str, str, int, int, int, int, int | None]] = []
         #: Messages read that carry no envelope, per topic.
         self.plain: dict[str, int] = {}
 
@@ -94,13 +111,14 @@ class AuditCount:
         """One monitoring event; a copy of one already added (a mirror copies at least once) counts once."""
         self._events[(event.topic, event.origin, event.instance, event.window_start_ms, event.first_sequence)] = event
 
-    def add_message(self, topic: str, envelope: Envelope | None, seen_ms: int) -> None:
-        """One message read (None: it has no envelope)."""
+    def add_message(self, topic: str, envelope: Envelope | None, seen_ms: int, arrived_ms: int | None = None) -> None:
+        """One message read (None: it has no envelope) by the audit at C{seen_ms}; C{arrived_ms}: when it arrived
+        where it was received, if that was seen (None: it arrived before anyone looked)."""
         if envelope is None:
             self.plain[topic] = self.plain.get(topic, 0) + 1
             return
         self._messages.append((topic, envelope.origin, envelope.instance, envelope.sequence, envelope.created_ms,
-                               seen_ms))
+                               seen_ms, arrived_ms))
 
     def enveloped(self, topic: str) -> int:
         return sum(1 for m in self._messages if m[0] == topic)
@@ -141,13 +159,15 @@ class AuditCount:
             if w is not None:
                 w.expected += event.count
                 w.reported = True
-        for topic, origin, instance, sequence, created_ms, seen_ms in self._messages:
+        for topic, origin, instance, sequence, created_ms, seen_ms, arrived_ms in self._messages:
             w = window(topic, origin, created_ms)
             if w is None:
                 continue
             w.copies += 1
             w.seen.add((instance, sequence))
-            w.delays.append(max(0, seen_ms - created_ms))
+            w.ages.append(max(0, seen_ms - created_ms))
+            if arrived_ms is not None:
+                w.delays.append(max(0, arrived_ms - created_ms))
         reports = []
         for (topic, origin, start), w in sorted(windows.items(), key=lambda item: (item[0][2], item[0][0], item[0][1])):
             received = len(w.seen)
@@ -159,7 +179,8 @@ class AuditCount:
             else:
                 status = MISSING if missing else COMPLETE
             reports.append(WindowReport(topic, origin, start, window_ms, w.expected, received, missing,
-                                        w.copies - received, percentiles(w.delays), status))
+                                        w.copies - received, percentiles(w.ages), status, percentiles(w.delays),
+                                        len(w.delays)))
         return reports
 
 

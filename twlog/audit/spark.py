@@ -41,7 +41,9 @@ def audit_dataframe(df, events, *, topics: Iterable[str] | None = None, window_s
     @param topics: only these topics (default: the topics of C{df}'s rows).
     @param window_s: the report window (default: the events' largest window).
     @param grace_s: a window is pending until this long after its end.
-    @param seen_ms_column: a column with when each row arrived (ms), for the delays; default: now.
+    @param seen_ms_column: a column with when each row arrived (ms since the epoch) where it was received, such
+        as an ingestion time a load job kept: the delivery delay (creation to arrival) is measured from it.
+        Without it the delivery delay is unknown (None) and only the age at the audit (creation to now) is given.
     @raise ValueError: C{df} lacks a column, or the window is not a multiple of the events' window.
     """
     lacking = [c for c in COLUMNS if c not in df.columns]
@@ -60,7 +62,7 @@ def audit_dataframe(df, events, *, topics: Iterable[str] | None = None, window_s
             continue
         seen.add(topic)
         envelope = None if origin is None else Envelope(origin, instance, created_ms, sequence, b"")
-        count.add_message(topic, envelope, row[5] if seen_ms_column else now)
+        count.add_message(topic, envelope, now, row[5] if seen_ms_column else None)
     return count.report(now, int(grace_s * 1000), topics=seen if wanted is None else wanted, since_ms=since_ms)
 
 

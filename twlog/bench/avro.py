@@ -80,7 +80,8 @@ class RegistryProcess:
 
 
 def avro_reads(spark, broker_port: int, rows: int, fetch_size: int, results: list, timed: Callable) -> None:
-    """Time C{from_json} on the JSON topic and the source's Avro decoding on the Avro topic, same aggregate."""
+    """Time C{from_json} on the JSON topic and the source's Avro decoding on the Avro topic, same aggregate; each
+    result's value is (records decoded, sum of their field i)."""
     from pyspark.sql import functions as F
 
     registry = RegistryProcess(broker_port)
@@ -95,11 +96,13 @@ def avro_reads(spark, broker_port: int, rows: int, fetch_size: int, results: lis
 
         def from_json():
             values = read(JSON_TOPIC).select(F.from_json(F.col("value").cast("string"), "i long, s string").alias("r"))
-            return values.agg(F.sum("r.i"), F.max(F.length("r.s"))).collect()[0][0]
+            result = values.agg(F.count("r.i"), F.sum("r.i"), F.max(F.length("r.s"))).collect()[0]
+            return result[0], result[1]
 
         def avro():
             values = read(AVRO_TOPIC, valueFormat="avro", schemaRegistryUrl=registry.url)
-            return values.agg(F.sum("i"), F.max(F.length("s"))).collect()[0][0]
+            result = values.agg(F.count("i"), F.sum("i"), F.max(F.length("s"))).collect()[0]
+            return result[0], result[1]
 
         timed("json  -> from_json", from_json, rows, results)
         timed("avro  -> columns", avro, rows, results)

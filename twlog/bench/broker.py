@@ -25,12 +25,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 from statistics import median
-from typing import TextIO
 
 import attrs
 from twisted.internet.task import deferLater
 
-from twlog.bench.common import MB, BenchProgress, payloads, react_with_progress, stop_process
+from twlog.bench.common import MB, BenchProgress, BenchTable, Column, payloads, react_with_progress, stop_process
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.simple import SimpleConsumer
 from twlog.protocol.codec import ProduceRequest
@@ -126,7 +125,8 @@ async def _wait_for_end(reactor, consumer, topic: str, end: int, timeout_s: floa
 
 
 async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size: int, batches: Sequence[int],
-                            fetch_bytes: object, progress: TextIO | None, codec: str = "none") -> list[BrokerRow]:
+                            fetch_bytes: object, progress: BenchProgress | None,
+                            codec: str = "none") -> list[BrokerRow]:
     """The produce rows, one per batch size (C{fetch_bytes} is unused: the consumption is L{_consume_sweep})."""
     rows = []
     consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor)
@@ -146,13 +146,18 @@ async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size:
             protocol = await connection.connected()
             number = CODEC_NAMES[codec]
             if progress is not None:
-                progress.write(f"  producing {count * batch:,} messages in batches of {batch}"
-                               f"{'' if codec == 'none' else ', ' + codec}\n")
+                progress.step(f"producing in batches of {batch}{'' if codec == 'none' else ', ' + codec}",
+                              total=count * batch, unit="msg")
             cpu = broker.cpu_seconds()
             started = time.perf_counter()
             send = protocol.send
+            every = max(1, 1000 // batch)
             for i in range(count):
                 await send(ProduceRequest(topic, 0, encode_message_set(sets[i % distinct], number)))
+                if progress is not None and i % every == every - 1:
+                    progress.update((i + 1) * batch)
+            if progress is not None:
+                progress.update(count * batch, description=f"batch {batch}: waiting for the broker to flush")
             await _wait_for_end(reactor, consumer, topic, end)
             elapsed = time.perf_counter() - started
             how = "fire-and-forget" if codec == "none" else codec
@@ -208,6 +213,8 @@ async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[i
     brokers = {True: BrokerProcess(root, source=source),
                False: BrokerProcess(copy_root, "--no-sendfile", source=source)}
     cells: list[SweepCell] = []
+    reads = len(fetch_sizes) * rounds * len(APIS) * len(brokers)
+    progress.step(f"consuming {topic}", total=reads, unit="reads")
     try:
         for fetch_bytes in fetch_sizes:
             consumers = {mode: SimpleConsumer("127.0.0.1", b.port, reactor=reactor, max_bytes=fetch_bytes)
@@ -219,8 +226,9 @@ async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[i
                         # Alternate which goes first, so that neither always follows the other.
                         for mode in ((True, False) if i % 2 == 0 else (False, True)):
                             broker = brokers[mode]
-                            progress.write(f"  {topic}: {fetch_bytes // 1024} KB fetches, {api}, "
-                                           f"{'sendfile' if mode else 'copying'}\n")
+                            progress.update(len(cells), f"consuming {topic}, round {i + 1}/{rounds}, read "
+                                            f"{len(cells) + 1}/{reads}: {_kb(fetch_bytes)} fetches, {api}, "
+                                            f"{'sendfile' if mode else 'copying'}")
                             cpu = broker.cpu_seconds()
                             started = time.perf_counter()
                             read = await _read_all(consumers[mode], topic, end, api)
@@ -229,6 +237,7 @@ async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[i
                                             f"{'' if mode else ', no sendfile'}", read, elapsed, read * size,
                                             broker.cpu_seconds() - cpu)
                             cells.append(SweepCell(fetch_bytes, api, mode, row))
+                            progress.update(len(cells))
             finally:
                 for consumer in consumers.values():
                     await consumer.close()
@@ -239,13 +248,21 @@ async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[i
     return cells
 
 
-def format_sweep_table(cells: Sequence[SweepCell], size: int) -> str:
+def _cpu_per_gb(table: BenchTable, cpu_s: float) -> str:
+    """A CPU s/GB cell: a 0 measured in whole clock ticks is below the resolution, not free."""
+    if cpu_s > 0:
+        return f"{cpu_s:.2f}"
+    return table.missing(f"under one clock tick ({1 / os.sysconf('SC_CLK_TCK'):g} s) of broker CPU in every round: "
+                         "too few messages to measure; give more --messages")
+
+
+def format_sweep_table(cells: Sequence[SweepCell], size: int) -> BenchTable:
     """Sendfile beside copying, per fetch size and API (medians over the rounds)."""
-    lines = [
+    table = BenchTable(
         "consumption: one consumer, sendfile and copying brokers in turns (medians over the rounds)",
-        f"{'fetch':>7} {'API':<18} {'sendfile msg/s':>14} {'copy msg/s':>11} {'ratio':>6}"
-        f" {'sendfile CPU s/GB':>17} {'copy CPU s/GB':>13}",
-    ]
+        [Column("fetch", "KiB"), Column.label("API"), Column("sendfile", "msg/s"),
+         Column("copying", "msg/s"), Column("sendfile / copying", "ratio"), Column("sendfile broker CPU", "s/GB"),
+         Column("copying broker CPU", "s/GB")])
     keys = list(dict.fromkeys((c.fetch_bytes, c.api) for c in cells))
     for fetch_bytes, api in keys:
         rate, per_gb = {}, {}
@@ -253,10 +270,12 @@ def format_sweep_table(cells: Sequence[SweepCell], size: int) -> str:
             rows = [c.row for c in cells if (c.fetch_bytes, c.api, c.sendfile) == (fetch_bytes, api, mode)]
             rate[mode] = median([r.msg_s for r in rows])
             per_gb[mode] = median([r.broker_cpu_s / (r.messages * (size + 9) / 1e9) for r in rows])
-        lines.append(f"{_kb(fetch_bytes):>7} {api:<18} {rate[True]:>14,.0f} {rate[False]:>11,.0f}"
-                     f" {rate[True] / rate[False]:>6.2f} {per_gb[True]:>17.2f} {per_gb[False]:>13.2f}")
-    lines.append("(ratio: sendfile msg/s over copying msg/s; CPU s/GB: the broker's, per GB of log bytes sent)")
-    return "\n".join(lines)
+        table.add_row(f"{fetch_bytes // 1024:,}", api, f"{rate[True]:,.0f}", f"{rate[False]:,.0f}",
+                      f"{rate[True] / rate[False]:.2f}", _cpu_per_gb(table, per_gb[True]),
+                      _cpu_per_gb(table, per_gb[False]))
+    table.note("(ratio: sendfile msg/s over copying msg/s; CPU s/GB: the broker's CPU seconds per GB (10^9 bytes) "
+               "of log bytes sent, 9 bytes of overhead a message included)")
+    return table
 
 
 def _kb(n: int) -> str:
@@ -281,19 +300,19 @@ def decode_rates(size: int, fetch_bytes: int = 1024 * 1024, rounds: int = 5, sec
     return done[0] / spent[0], done[1] / spent[1]
 
 
-def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> str:
+def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> BenchTable:
     """The broker benchmark's table."""
-    lines = [
+    table = BenchTable(
         f"twlog broker benchmark: one client process, broker process {pid}, loopback TCP, {size}-byte messages",
-        f"{'test':<36} {'messages':>10} {'msg/s':>10} {'MB/s':>7} {'broker CPU s':>12} {'broker CPU s/GB':>15}",
-    ]
+        [Column.label("test"), Column("messages", "msg"), Column("throughput", "msg/s"),
+         Column("throughput", "MB/s"), Column("broker CPU", "s"), Column("broker CPU", "s/GB")])
     for r in rows:
         per_gb = r.broker_cpu_s / (r.messages * (size + 9) / 1e9)
-        lines.append(f"{r.test:<36} {r.messages:>10,} {r.msg_s:>10,.0f} {r.mb_s:>7,.1f} {r.broker_cpu_s:>12.2f}"
-                     f" {per_gb:>15.2f}")
-    lines.append("(MB/s counts payload bytes; CPU s/GB counts log bytes, 9 bytes of overhead included;")
-    lines.append(" with --codec, each batch is one compressed wrapper, which the broker opens to validate)")
-    return "\n".join(lines)
+        table.add_row(r.test, f"{r.messages:,}", f"{r.msg_s:,.0f}", f"{r.mb_s:,.1f}", f"{r.broker_cpu_s:.2f}",
+                      _cpu_per_gb(table, per_gb))
+    table.note("(MB/s counts payload bytes, MB = 10^6 bytes; CPU s/GB counts log bytes, 9 bytes of overhead "
+               "included; with --codec, each batch is one compressed wrapper, which the broker opens to validate)")
+    return table
 
 
 def _produce_per_policy(args, root: str, policies: Sequence[str]) -> int:
@@ -318,7 +337,9 @@ def _produce_per_policy(args, root: str, policies: Sequence[str]) -> int:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
     if not status:
-        print(format_broker_table(result, args.size, 0).replace(", broker process 0", ", a broker process per policy"))
+        table = format_broker_table(result, args.size, 0)
+        table.title = table.title.replace(", broker process 0", ", a broker process per policy")
+        table.print()
     return status
 
 
@@ -350,11 +371,11 @@ def main_broker(args) -> int:
         broker.stop()
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
-    print(format_broker_table(result, args.size, broker.pid))
+    format_broker_table(result, args.size, broker.pid).print()
     if sweep:
         batch_rate, message_rate = decode_rates(args.size)
         print()
-        print(format_sweep_table(sweep, args.size))
+        format_sweep_table(sweep, args.size).print()
         print(f"decoding alone (in process, 1 MB buffers of {args.size}-byte messages, every CRC checked, per CPU "
               f"second): batch API {batch_rate:,.0f} msg/s, per message {message_rate:,.0f} msg/s")
     return 0

@@ -26,8 +26,6 @@ from statistics import median
 from typing import Any, TextIO
 
 import attrs
-from rich.console import Console
-from rich.table import Table
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
@@ -35,7 +33,7 @@ from twisted.internet.threads import deferToThread
 from twlog import __version__
 from twlog.bench import peers
 from twlog.bench.broker import BrokerProcess
-from twlog.bench.common import MB, BenchProgress, payloads, react_status
+from twlog.bench.common import MB, BenchProgress, BenchTable, Column, payloads, react_status
 from twlog.bench.peers import PEERS, Deadline, Trace
 from twlog.consumer.simple import SimpleConsumer
 from twlog.producer.producer import Producer
@@ -115,9 +113,10 @@ def tests_of(system: str, batches: Sequence[int]) -> list[tuple[str, int]]:
     return [*(("produce", b) for b in sizes), ("consume", 0)]
 
 
-def _cell(values: Sequence[float]) -> str:
+def _cell(table: BenchTable, values: Sequence[float], system: str) -> str:
     if not values:
-        return "-"
+        return table.missing(f"{SYSTEMS[system]} did not run this test (the peers produce one message per request "
+                             "only, as in the paper)" if system != "twlog" else "no result for this test")
     middle = median(values)
     if len(values) == 1 or middle == 0:
         return f"{middle:,.0f}"
@@ -157,27 +156,28 @@ def row_label(test: str, batch: int, fetch_bytes: int, prefetch: int, with_peers
     return f"consume, {fetch_bytes // 1024} KB fetches" + (f" (peers: prefetch {prefetch})" if with_peers else "")
 
 
-def render_table(rows: Sequence[dict[str, Any]], systems: Sequence[str], header: dict[str, Any]) -> Table:
-    """The rich table of L{summary}'s rows."""
-    table = Table(title=f"twlog bench compare: {header['messages']:,} messages of {header['size']} bytes, "
-                  f"median of {header['rounds']} round(s), msg/s", title_justify="left")
-    table.add_column("test")
-    for system in systems:
-        table.add_column(f"{SYSTEMS[system]} msg/s", justify="right")
-    for system in systems[1:]:
-        table.add_column(f"twlog / {SYSTEMS[system]}", justify="right")
+def render_table(rows: Sequence[dict[str, Any]], systems: Sequence[str], header: dict[str, Any],
+                 results: Sequence[Result] = ()) -> BenchTable:
+    """The table of L{summary}'s rows, with the notes under it (L{footer})."""
+    table = BenchTable(f"twlog bench compare: {header['messages']:,} messages of {header['size']} bytes, "
+                       f"median of {header['rounds']} round(s)",
+                       [Column.label("test"), *(Column(SYSTEMS[s], "msg/s") for s in systems),
+                        *(Column(f"twlog / {SYSTEMS[s]}", "x") for s in systems[1:])])
     for row in rows:
         cells = [row_label(row["test"], row["batch"], header["fetch_bytes"], header["prefetch"], len(systems) > 1)]
-        cells += [_cell(row["rounds"].get(s, [])) for s in systems]
-        cells += [f"{row['ratio'][s]:.2f}x" if s in row["ratio"] else "-" for s in systems[1:]]
+        cells += [_cell(table, row["rounds"].get(s, []), s) for s in systems]
+        cells += [f"{row['ratio'][s]:.2f}" if s in row["ratio"] else table.missing(
+            f"no round in which both twlog and {SYSTEMS[s]} ran this test") for s in systems[1:]]
         table.add_row(*cells)
+    for line in footer(header, results):
+        table.note(line)
     return table
 
 
 def footer(header: dict[str, Any], results: Sequence[Result]) -> list[str]:
     loads = [value for r in results for value in r.load]
     lines = [
-        "± is half the spread between rounds, relative to the median; a ratio is the median over the rounds of "
+        "± is half the spread between rounds, relative to the median; a ratio (x) is the median over the rounds of "
         "twlog's msg/s over the peer's in the same round. twlog: fire-and-forget producer, broker "
         f"flushing every {FLUSH_ARGS[1]} ms on a thread pool; peers: durable queue, persistent messages, "
         "automatic acknowledgement; all on 127.0.0.1.",
@@ -270,7 +270,7 @@ class Comparison:
         count = self.count(batch if test == "produce" else (last if system == "twlog" else 1))
         what = (f"round {round_no}/{self.rounds}: {label} "
                 + (f"produce, batch {batch}" if test == "produce" else "consume"))
-        self.progress.step(what, total=count)
+        self.progress.step(what, total=count, unit="msg")
         trace = Trace(count, on_mark=self.progress.update)
         deadline = self.deadline = Deadline(self.time_limit_s, what)
         queue = f"twlog-compare-{os.getpid()}-{round_no}"
@@ -379,10 +379,7 @@ def report(header: dict[str, Any], results: Sequence[Result], plot: str | None, 
     if json_out is not None:
         for row in rows:
             json_out.write(json.dumps(row) + "\n")
-    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
-    console.print(render_table(rows, header["systems"], header))
-    for line in footer(header, results):
-        console.print(line, markup=False, highlight=False)
+    render_table(rows, header["systems"], header, results).print()
     if plot:
         for path in write_plots(results, plot, header["size"]):
             print(f"wrote {path}", file=sys.stderr)

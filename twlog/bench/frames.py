@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import attrs
 
 from twlog.bench.broker import BrokerProcess, _cpu_seconds
-from twlog.bench.common import MB, BenchProgress, read_exactly
+from twlog.bench.common import MB, BenchProgress, BenchTable, Column, read_exactly
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_APPENDED, AckProduceRequest, ProduceRequest
 from twlog.storage.message import encode_message_set
@@ -98,17 +98,24 @@ def measure(broker: BrokerProcess, sizes_mb: Sequence[int], total_mb: int = 200,
     system = dict.fromkeys(sizes_mb, 0.0)
     if progress is not None:
         sending = ", ".join(f"{runs[s]} frame(s) of {len(frames[s]) / MB:,.1f} MB" for s in sizes_mb)
-        progress.write(f"  sending {sending}, in {rounds} round(s)\n")
+        progress.log(f"  sending {sending}, in {rounds} round(s)")
+        progress.step("sending frames", total=sum(runs.values()), unit="frames")
+    sent = 0
     for turn in range(rounds):
         for size_mb in sizes_mb:
             share = runs[size_mb] // rounds + (turn < runs[size_mb] % rounds)
             user_before, system_before = user_system_seconds(broker.pid)
             for _ in range(share):
+                if progress is not None:
+                    progress.update(sent, f"round {turn + 1}/{rounds}: a {size_mb} MB frame")
+                sent += 1
                 before = cpu_seconds(broker.pid)
                 error = send_one(broker.port, frames[size_mb])
                 cost[size_mb] += cpu_seconds(broker.pid) - before
                 if error:
                     raise RuntimeError(f"the broker refused the {size_mb} MB frame with error {error}")
+                if progress is not None:
+                    progress.update(sent)
             user_after, system_after = user_system_seconds(broker.pid)
             user[size_mb] += user_after - user_before
             system[size_mb] += system_after - system_before
@@ -120,20 +127,21 @@ def measure(broker: BrokerProcess, sizes_mb: Sequence[int], total_mb: int = 200,
     return rows
 
 
-def format_frames_table(rows: Sequence[FrameRow], pid: int) -> str:
-    lines = [
-        f"twlog frames benchmark: acknowledged produce frames (about 200 MB of each size, the sizes taking "
+def format_frames_table(rows: Sequence[FrameRow], pid: int, total_mb: int = 200) -> BenchTable:
+    table = BenchTable(
+        f"twlog frames benchmark: acknowledged produce frames (about {total_mb} MB of each size, the sizes taking "
         f"turns; CPU per frame is the mean), broker process {pid}, loopback TCP",
-        f"{'frame MB':>9} {'broker CPU s':>13} {'CPU ms/MB':>10} {'vs first':>9} {'user ms/MB':>11} {'sys ms/MB':>10}",
-    ]
+        [Column("frame", "MB"), Column("broker CPU per frame", "s"), Column("broker CPU", "ms/MB"),
+         Column("CPU per MB vs the first size", "x"), Column("user CPU", "ms/MB"), Column("system CPU", "ms/MB")])
     first = rows[0].cpu_s_per_mb if rows else 0.0
     for r in rows:
-        ratio = r.cpu_s_per_mb / first if first else float("nan")
-        lines.append(f"{r.frame_bytes / MB:>9,.1f} {r.broker_cpu_s:>13.3f} {r.cpu_s_per_mb * 1000:>10.2f}"
-                     f" {ratio:>8.2f}x {r.user_ms_per_mb:>11.2f} {r.system_ms_per_mb:>10.2f}")
-    lines.append("(CPU counts framing, decoding, validating and appending each frame; user time is the Python work,")
-    lines.append(" system time the kernel's: socket reads, page faults of fresh buffers, page-cache writes)")
-    return "\n".join(lines)
+        ratio = f"{r.cpu_s_per_mb / first:.2f}" if first else table.missing(
+            "the first size used no measurable CPU, so there is nothing to compare with")
+        table.add_row(f"{r.frame_bytes / MB:,.1f}", f"{r.broker_cpu_s:.3f}", f"{r.cpu_s_per_mb * 1000:.2f}", ratio,
+                      f"{r.user_ms_per_mb:.2f}", f"{r.system_ms_per_mb:.2f}")
+    table.note("(MB = 10^6 bytes; CPU counts framing, decoding, validating and appending each frame; user time is the "
+               "Python work, system time the kernel's: socket reads, page faults of fresh buffers, page-cache writes)")
+    return table
 
 
 def main_frames(args) -> int:
@@ -151,5 +159,5 @@ def main_frames(args) -> int:
         broker.stop()
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
-    print(format_frames_table(rows, broker.pid))
+    format_frames_table(rows, broker.pid, args.total_mb).print()
     return 0

@@ -27,12 +27,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
 from twlog.bench.broker import BrokerProcess
-from twlog.bench.common import BenchProgress, read_exactly
+from twlog.bench.common import BenchProgress, BenchTable, Column, read_exactly
 from twlog.config import BrokerConfig
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_APPENDED, AckProduceRequest, FetchRequest, ProduceRequest
@@ -113,9 +113,10 @@ def _framed(request) -> bytes:
     return _SIZE.pack(len(body)) + body
 
 
-def healthy_loop(port: int, seconds: float, max_requests: int = MAX_REQUESTS) -> tuple[list[float], list[float]]:
+def healthy_loop(port: int, seconds: float, max_requests: int = MAX_REQUESTS,
+                 on_tick: Callable[[float], object] | None = None) -> tuple[list[float], list[float]]:
     """Produce 50 messages of 200 bytes, then fetch 64 KiB from offset 0, in turn, for C{seconds}:
-    the latency of every produce and of every fetch."""
+    the latency of every produce and of every fetch. C{on_tick(seconds so far)} is called every 0.1 s."""
     produce = _framed(AckProduceRequest(ACK_APPENDED, 10_000, (
         ProduceRequest(TOPIC, 0, encode_message_set([b"%0200d" % i for i in range(50)])),)))
     fetch = _framed(FetchRequest(TOPIC, 0, 0, 64 * 1024))
@@ -124,9 +125,14 @@ def healthy_loop(port: int, seconds: float, max_requests: int = MAX_REQUESTS) ->
     clock = time.perf_counter
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        deadline = clock() + seconds
+        began = clock()
+        deadline = began + seconds
+        tick = began
         while clock() < deadline and len(fetch_s) < max_requests:
             started = clock()
+            if on_tick is not None and started >= tick:
+                on_tick(started - began)
+                tick = started + 0.1
             (result,) = codec.decode_ack_produce_response(_call(sock, produce)).results
             produce_s.append(clock() - started)
             if result.error:
@@ -191,21 +197,22 @@ def measure(broker: BrokerProcess, clients: int, frame_bytes: int, seconds: floa
     sampler.start()
     rows = []
     try:
+        on_tick = None if progress is None else progress.update
         if progress is not None:
-            progress.write(f"  healthy client alone for {seconds:g} s\n")
+            progress.step(f"phase 1 of 2: the healthy client alone for {seconds:g} s", total=seconds, unit="s")
         sampler.reset()
-        produce_s, fetch_s = healthy_loop(broker.port, seconds)
+        produce_s, fetch_s = healthy_loop(broker.port, seconds, on_tick=on_tick)
         rows.append(PhaseRow("alone", tuple(produce_s), tuple(fetch_s), sampler.peak))
         if progress is not None:
-            progress.write(f"  healthy client beside {clients} clients dribbling {frame_bytes / MIB:g} MiB frames "
-                           f"for {seconds:g} s\n")
+            progress.step(f"phase 2 of 2: the healthy client beside {clients} clients dribbling "
+                          f"{frame_bytes / MIB:g} MiB frames, {seconds:g} s", total=seconds, unit="s")
         body = dribble_body(frame_bytes)
         dribblers = [Dribbler(broker.port, body) for _ in range(clients)]
         sampler.reset()
         for d in dribblers:
             d.start()
         try:
-            produce_s, fetch_s = healthy_loop(broker.port, seconds)
+            produce_s, fetch_s = healthy_loop(broker.port, seconds, on_tick=on_tick)
         finally:
             for d in dribblers:
                 d.close()
@@ -219,32 +226,34 @@ def measure(broker: BrokerProcess, clients: int, frame_bytes: int, seconds: floa
     return rows
 
 
-def format_hostile_table(rows: Sequence[PhaseRow], bound: int, peak_hwm: int, pid: int) -> str:
+def format_hostile_table(rows: Sequence[PhaseRow], bound: int, peak_hwm: int, pid: int) -> BenchTable:
     """The table: latencies in ms per phase, then the broker's memory against the bound."""
-    lines = [
+    table = BenchTable(
         f"twlog hostile-clients benchmark: broker process {pid}, loopback TCP; the healthy client alternates an "
         "acknowledged produce of 50 x 200 B and a 64 KiB fetch",
-        f"{'phase':<14} {'requests':>9} {'produce p50':>11} {'p99':>7} {'max':>7} {'fetch p50':>9} {'p99':>7} "
-        f"{'max':>7} {'broker peak RSS MB':>18}",
-    ]
+        [Column.label("phase"), Column("requests", "count"), Column("produce p50", "ms"), Column("produce p99", "ms"),
+         Column("produce max", "ms"), Column("fetch p50", "ms"), Column("fetch p99", "ms"), Column("fetch max", "ms"),
+         Column("broker peak RSS", "MB")])
+
+    def ms(values: Sequence[float], fraction: float) -> str:
+        if not values:
+            return table.missing("the healthy client got no answer in this phase")
+        return f"{percentile(values, fraction) * 1e3:.2f}"
+
     for r in rows:
         p, f = r.produce_s, r.fetch_s
-        lines.append(
-            f"{r.phase:<14} {len(p) + len(f):>9,} {percentile(p, .5) * 1e3:>11.2f} {percentile(p, .99) * 1e3:>7.2f}"
-            f" {max(p, default=float('nan')) * 1e3:>7.2f} {percentile(f, .5) * 1e3:>9.2f}"
-            f" {percentile(f, .99) * 1e3:>7.2f} {max(f, default=float('nan')) * 1e3:>7.2f}"
-            f" {r.peak_rss_bytes / 1e6:>18,.1f}"
-        )
+        table.add_row(r.phase, f"{len(p) + len(f):,}", ms(p, .5), ms(p, .99), ms(p, 1.0), ms(f, .5), ms(f, .99),
+                      ms(f, 1.0), f"{r.peak_rss_bytes / 1e6:,.1f}")
     base = rows[0].peak_rss_bytes if rows else 0
-    lines.append("(latencies in ms; RSS sampled from /proc/<pid>/status every 20 ms)")
+    table.note("(MB = 10^6 bytes; RSS sampled from /proc/<pid>/status every 20 ms)")
     if len(rows) > 1:
-        lines.append(
+        table.note(
             f"sent by the dribbling clients (socket buffers included): {rows[1].dribbled_bytes / 1e6:,.1f} MB;"
             f" broker peak RSS {rows[1].peak_rss_bytes / 1e6:,.1f}"
             f" MB (VmHWM {peak_hwm / 1e6:,.1f} MB) = {(rows[1].peak_rss_bytes - base) / 1e6:,.1f} MB over the"
             f" healthy-only peak; bound (--max-buffered-request-bytes) {bound / 1e6:,.1f} MB"
         )
-    return "\n".join(lines)
+    return table
 
 
 def main_hostile(args) -> int:
@@ -274,5 +283,5 @@ def main_hostile(args) -> int:
         broker.stop()
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
-    print(format_hostile_table(rows, bound, peak_hwm, broker.pid))
+    format_hostile_table(rows, bound, peak_hwm, broker.pid).print()
     return 0

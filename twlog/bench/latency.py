@@ -45,11 +45,9 @@ from collections.abc import Sequence
 
 import attrs
 from prometheus_client.parser import text_string_to_metric_families
-from rich.console import Console
-from rich.table import Table
 
 from twlog.bench.broker import BrokerProcess
-from twlog.bench.common import BenchProgress, react_with_progress
+from twlog.bench.common import BenchProgress, BenchTable, Column, react_with_progress
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.batches import decode_fetched_batch
 from twlog.errors import check
@@ -221,7 +219,7 @@ class PolicyBroker:
 
 
 async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size: int,
-                  progress: BenchProgress | None = None) -> LatencyRow:
+                  progress: BenchProgress | None = None, which: str = "") -> LatencyRow:
     """Run one producer at C{rate} against C{broker} and consume with waiting fetches; one table row."""
     topic = f"latency-{rate}"
     expected = max(1, int(rate * seconds))
@@ -229,7 +227,8 @@ async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size
     latencies = array("d")
     flushes_before, cpu_before = broker.flush_stats(), broker.process.cpu_seconds()
     if progress is not None:
-        progress.step(f"{broker.policy}: {rate:,} msg/s for {seconds:g} s", total=expected)
+        progress.step(f"{which}{broker.policy}: {rate:,} msg/s for {seconds:g} s, received", total=expected,
+                      unit="msg")
     producer = start_producer(broker.process.port, topic, rate, seconds, size)
     started = time.monotonic()
     offset = sent = 0
@@ -268,26 +267,40 @@ async def measure(reactor, broker: PolicyBroker, rate: int, seconds: float, size
                       broker.flush_stats().since(flushes_before), broker.process.cpu_seconds() - cpu_before)
 
 
-def _ms(seconds: float) -> str:
-    return "-" if math.isnan(seconds) else f"{seconds * 1000:,.1f}"
+def latency_table(rows: Sequence[LatencyRow], title: str) -> BenchTable:
+    """The benchmark's table."""
+    table = BenchTable(title, [
+        Column.label("policy"), Column("offered", "msg/s"), Column("sent", "msg/s"), Column("received/sent", "msg"),
+        Column("latency p50", "ms"), Column("latency p99", "ms"), Column("latency p99.9", "ms"),
+        Column("latency max", "ms"), Column("fsyncs", "1/s"), Column("fsync mean", "ms"), Column("fsync p50 <=", "ms"),
+        Column("fsync p99 <=", "ms"), Column("broker CPU", "% of a core")])
 
+    def ms(seconds: float, reason: str) -> str:
+        if math.isnan(seconds):
+            return table.missing(reason)
+        if math.isinf(seconds):
+            return table.missing("beyond the largest bucket of the broker's fsync histogram")
+        return f"{seconds * 1000:,.1f}"
 
-def latency_table(rows: Sequence[LatencyRow], title: str) -> Table:
-    """The benchmark's table (rich)."""
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
-    for column in ("policy", "offered msg/s", "sent msg/s", "received", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
-                   "fsyncs/s", "fsync mean ms", "fsync p50<=", "fsync p99<=", "broker CPU %"):
-        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=True)
+    no_messages = "no message reached the consumer"
+    no_fsyncs = "the broker did no fsync during the run"
     for r in rows:
         values = sorted(r.latencies_s)
         fsyncs = r.flushes.count
+        sent = (f"{r.sent / r.send_seconds:,.0f}" if r.send_seconds > 0 and not math.isnan(r.send_seconds)
+                else table.missing("the producer did not report (it failed or the run timed out)"))
         table.add_row(
-            r.policy, f"{r.rate:,}", f"{r.sent / r.send_seconds:,.0f}", f"{r.received:,}/{r.sent:,}",
-            *(_ms(percentile(values, q)) for q in (0.5, 0.99, 0.999, 1.0)),
-            f"{fsyncs / r.seconds:,.0f}", _ms(r.flushes.total_s / fsyncs if fsyncs else float("nan")),
-            _ms(r.flushes.bound(0.5)), _ms(r.flushes.bound(0.99)), f"{100 * r.broker_cpu_s / r.seconds:.0f}",
+            r.policy, f"{r.rate:,}", sent, f"{r.received:,}/{r.sent:,}",
+            *(ms(percentile(values, q), no_messages) for q in (0.5, 0.99, 0.999, 1.0)),
+            f"{fsyncs / r.seconds:,.0f}", ms(r.flushes.total_s / fsyncs if fsyncs else float("nan"), no_fsyncs),
+            ms(r.flushes.bound(0.5), no_fsyncs), ms(r.flushes.bound(0.99), no_fsyncs),
+            f"{100 * r.broker_cpu_s / r.seconds:.0f}",
         )
     return table
+
+
+def _ms(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1000:,.1f}"
 
 
 def main_latency(args) -> int:
@@ -310,9 +323,11 @@ def main_latency(args) -> int:
             brokers.append(PolicyBroker(root, policy, extra))
 
         async def run(reactor, progress: BenchProgress) -> None:
+            runs = len(args.rates) * len(brokers)
             for rate in args.rates:
                 for broker in brokers:
-                    rows.append(await measure(reactor, broker, rate, args.seconds, args.size, progress))
+                    rows.append(await measure(reactor, broker, rate, args.seconds, args.size, progress,
+                                              f"run {len(rows) + 1}/{runs}: "))
 
         status = react_with_progress(run)
         if status:
@@ -324,13 +339,13 @@ def main_latency(args) -> int:
             shutil.rmtree(root, ignore_errors=True)
     settings = ", ".join(f"{b.policy}: {' '.join(b.settings)}" for b in brokers)
     load = os.getloadavg()
-    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 250, highlight=False)
-    console.print(latency_table(rows, f"twlog produce-to-consume latency: {args.size}-byte messages, one producer "
-                                      f"process, one WAIT_FETCH consumer (batches), {args.seconds:g} s per rate"))
-    console.print(f"broker flush settings (the rest are the broker's defaults): {settings}")
+    table = latency_table(rows, f"twlog produce-to-consume latency: {args.size}-byte messages, one producer "
+                                f"process, one WAIT_FETCH consumer (batches), {args.seconds:g} s per rate")
+    table.note(f"broker flush settings (the rest are the broker's defaults): {settings}")
     if probe:
-        console.print(f"fsync of this disk ({len(probe)} x 20 KB, before the runs): p50 {_ms(percentile(probe, 0.5))}"
-                      f" ms, p99 {_ms(percentile(probe, 0.99))} ms, max {_ms(probe[-1])} ms")
-    console.print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (fsync p50/p99 are the broker's histogram "
-                  "bucket bounds; latency = consumer hand-off minus the message's scheduled send time)")
+        table.note(f"fsync of this disk ({len(probe)} x 20 KB, before the runs): p50 {_ms(percentile(probe, 0.5))}"
+                   f" ms, p99 {_ms(percentile(probe, 0.99))} ms, max {_ms(probe[-1])} ms")
+    table.note(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (fsync p50/p99 are the broker's histogram "
+               "bucket bounds; latency = consumer hand-off minus the message's scheduled send time)")
+    table.print()
     return 0

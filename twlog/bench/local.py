@@ -31,10 +31,8 @@ import time
 from collections.abc import Sequence
 
 import attrs
-from rich.console import Console
-from rich.table import Table
 
-from twlog.bench.common import BenchProgress, payloads, stop_process
+from twlog.bench.common import BenchProgress, BenchTable, Column, payloads, stop_process
 from twlog.client.sync import SyncConnection
 from twlog.coord.zkserver import free_port, free_ports
 from twlog.protocol import codec
@@ -213,11 +211,11 @@ def run_once(root: str, brokers: int, producers: int, messages: int, batch: int,
         cluster.stop()
 
 
-def local_table(rows: Sequence[LocalRow], title: str) -> Table:
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
-    for column in ("twlog local", "source", "producers", "messages", "seconds", "msg/s", "brokers' CPU %",
-                   "load (1 min)"):
-        table.add_column(column, justify="left" if column in ("twlog local", "source") else "right", no_wrap=True)
+def local_table(rows: Sequence[LocalRow], title: str) -> BenchTable:
+    table = BenchTable(title, [
+        Column.label("twlog local"), Column.label("source"), Column("producers", "processes"),
+        Column("messages", "msg"), Column("time", "s"), Column("throughput", "msg/s"),
+        Column("brokers' CPU", "% of a core"), Column("load", "1-min average")])
     for r in rows:
         table.add_row(f"--brokers {r.brokers}", r.source, str(r.producers), f"{r.messages:,}", f"{r.seconds:.2f}",
                       f"{r.msg_s:,.0f}", f"{100 * r.broker_cpu_s / r.seconds:.0f}", f"{r.load:.2f}")
@@ -232,23 +230,27 @@ def main_local(args) -> int:
     try:
         with BenchProgress() as progress:
             sources = [None, *([args.local_source] if getattr(args, "local_source", None) else [])]
+            total = args.runs * len(args.brokers) * len(sources)
+            progress.step("clusters", total=total, unit="runs")
             for run in range(args.runs):
                 for brokers in args.brokers:
                     for source in sources:
-                        progress.step(f"run {run + 1}/{args.runs}: twlog local --brokers {brokers}"
-                                      f"{'' if source is None else ' from ' + source}, {args.producers} producer "
-                                      f"processes x {args.messages:,} messages")
+                        where = "" if source is None else " from " + source
+                        progress.update(len(rows), f"run {len(rows) + 1}/{total} (round {run + 1}/{args.runs}): "
+                                        f"twlog local --brokers {brokers}{where}, "
+                                        f"{args.producers} producer processes x {args.messages:,} messages")
                         rows.append(run_once(root, brokers, args.producers, args.messages, args.batch, args.size,
                                              source))
+                        progress.update(len(rows))
     except RuntimeError as e:
         print(f"twlog bench local: {e}", file=sys.stderr)
         return 1
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
-    out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 250, highlight=False)
-    out.print(local_table(rows, "twlog local: aggregate produce throughput"))
-    out.print(f"(batch-{args.batch} fire-and-forget PRODUCE of {args.size}-byte messages, timed until all is flushed; "
-              f"producer k sends to broker k mod N; the brokers' CPU is summed over the broker processes; "
-              f"{os.cpu_count()} CPUs)")
+    table = local_table(rows, "twlog local: aggregate produce throughput")
+    table.note(f"(batch-{args.batch} fire-and-forget PRODUCE of {args.size}-byte messages, timed until all is flushed; "
+               f"producer k sends to broker k mod N; the brokers' CPU is summed over the broker processes; "
+               f"{os.cpu_count()} CPUs)")
+    table.print()
     return 0

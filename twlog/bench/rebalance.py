@@ -14,12 +14,13 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Sequence
 from statistics import median
 
 from twisted.internet.defer import DeferredList
 from twisted.internet.task import deferLater
 
-from twlog.bench.common import BenchProgress, react_with_progress
+from twlog.bench.common import BenchProgress, BenchTable, Column, react_with_progress
 from twlog.broker.service import BrokerService
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer.group import GroupConsumer, GroupState
@@ -126,9 +127,10 @@ def main_rebalance(args) -> int:
     rows: list[tuple[str, float, int]] = []
     try:
         async def run_all(reactor, progress: BenchProgress) -> None:
+            progress.step("rebalancing", total=len(args.scenario) * args.runs, unit="runs")
             for scenario in args.scenario:
                 for run in range(args.runs):
-                    progress.step(f"{scenario}: run {run + 1} of {args.runs}")
+                    progress.update(len(rows), f"{SCENARIOS[scenario]}: run {run + 1} of {args.runs}")
                     seconds, retries = await rebalance_benchmark(
                         reactor, zookeeper.connect_string, args.consumers, args.partitions, brokers=args.brokers,
                         scenario=scenario, rebalance_backoff_ms=args.backoff_ms,
@@ -136,6 +138,7 @@ def main_rebalance(args) -> int:
                     )
                     progress.log(f"  {scenario} run {run + 1}: {seconds:.2f} s, {retries} retries")
                     rows.append((scenario, seconds, retries))
+                    progress.update(len(rows))
 
         status = react_with_progress(run_all)
         if status:
@@ -143,13 +146,25 @@ def main_rebalance(args) -> int:
     finally:
         zookeeper.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"twlog rebalance benchmark: {args.consumers} consumers, {args.partitions} partitions on {args.brokers} "
-          f"brokers, backoff {args.backoff_ms} ms, {args.runs} runs per scenario")
-    print(f"{'scenario':<28} {'median s':>9} {'min s':>7} {'max s':>7} {'retries (per run)':>20}")
-    names = {"start": "all join at once", "join": "one joins a stable group"}
+    rebalance_table(rows, args).print()
+    return 0
+
+
+#: The scenarios, as the table names them.
+SCENARIOS = {"start": "all join at once", "join": "one joins a stable group"}
+
+
+def rebalance_table(rows: Sequence[tuple[str, float, int]], args) -> BenchTable:
+    """The table of (scenario, seconds, retries) runs: per scenario, the median, least and most time."""
+    table = BenchTable(
+        f"twlog rebalance benchmark: {args.consumers} consumers, {args.partitions} partitions on {args.brokers} "
+        f"brokers, backoff {args.backoff_ms} ms, {args.runs} runs per scenario",
+        [Column.label("scenario"), Column("median", "s"), Column("min", "s"), Column("max", "s"),
+         Column("retries per run", "count")])
     for scenario in args.scenario:
         times = [s for name, s, _ in rows if name == scenario]
         retries = [r for name, _, r in rows if name == scenario]
-        print(f"{names[scenario]:<28} {median(times):>9.2f} {min(times):>7.2f} {max(times):>7.2f} "
-              f"{','.join(map(str, retries)):>20}")
-    return 0
+        table.add_row(SCENARIOS[scenario], f"{median(times):.2f}", f"{min(times):.2f}", f"{max(times):.2f}",
+                      ",".join(map(str, retries)))
+    table.note("(retries: failed rebalance attempts that were retried, summed over the consumers, one number a run)")
+    return table

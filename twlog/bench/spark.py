@@ -31,16 +31,20 @@ L{main_spark} (C{twlog bench spark}'s arguments).
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 from twlog.bench.avro import avro_reads, write_avro_topics
 from twlog.bench.broker import BrokerProcess
-from twlog.bench.common import BenchProgress
+from twlog.bench.common import BenchProgress, BenchTable, Column
 from twlog.bench.spark_floor import FloorSource
 from twlog.spark.options import DEFAULT_FETCH_SIZE
 from twlog.spark.source import register
@@ -132,18 +136,61 @@ class _Reads:
         started = time.perf_counter()
         if action == "count":
             rows = df.count()
+            seconds = time.perf_counter() - started
         else:
             df.write.mode("overwrite").parquet(out)
-            rows = -1
-        seconds = time.perf_counter() - started
-        cpu = _tree_cpu_seconds(self.jvm_pid) + self.broker.cpu_seconds() - cpu
+            seconds = time.perf_counter() - started
+            rows = parquet_rows(out)
+        cpu = _tree_cpu_seconds(self.jvm_pid) + self.broker.cpu_seconds() - cpu  # the footer count is not timed
         self.results.setdefault(label, []).append((seconds, cpu, tasks, rows))
 
     def median_rate(self, label: str, n: int, column: int) -> float:
         return statistics.median(n / max(r[column], 1e-9) for r in self.results[label])
 
 
-def main(argv: list[str] | None = None) -> None:
+def parquet_rows(directory: str) -> int:
+    """The rows of the Parquet files Spark wrote under C{directory} (from their footers, nothing is read)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(os.path.join(directory, name)).num_rows
+               for name in os.listdir(directory) if name.endswith(".parquet"))
+
+
+def spark_session(log_path: str):
+    """A local[2] session whose JVM (and the Python workers it starts) write their output to C{log_path}, not to
+    this terminal; py4j's Python-side log lines go there too."""
+    from py4j import java_gateway as py4j_gateway
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    conf = (SparkConf().setMaster("local[2]").setAppName("twlog bench spark")
+            .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
+            .set("spark.driver.bindAddress", "127.0.0.1").set("spark.sql.shuffle.partitions", "2")
+            .set("spark.ui.showConsoleProgress", "false").set("spark.driver.memory", "2g"))
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    py4j_logger = logging.getLogger(py4j_gateway.__name__.split(".")[0])
+    py4j_logger.addHandler(handler)
+    py4j_logger.propagate = False
+    with open(log_path, "ab") as log:  # the JVM keeps its own descriptor of the file
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+    context = SparkContext(conf=conf, gateway=gateway)
+    context.setLogLevel("WARN")
+    return SparkSession(context)
+
+
+#: Each round's timed reads (labels), in order.
+def _round_labels(min_partitions: int) -> list[str]:
+    return ["twlog -> count()", "json  -> count()", "twlog -> parquet", "json  -> parquet", f"{TOPIC1} -> count()",
+            f"{TOPIC1} minPartitions {min_partitions} -> count()", "no-I/O Python source -> count()"]
+
+
+def main(argv: list[str] | None = None, progress: BenchProgress | None = None) -> list[BenchTable]:
+    """Run the benchmark; its tables (printed after the progress is gone).
+
+    @param progress: where the phases and reads are counted (default: none).
+    """
     parser = argparse.ArgumentParser(description="Spark read throughput of the twlog source vs JSON lines")
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=200)
@@ -151,28 +198,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min-partitions", type=int, default=8)
     args = parser.parse_args(argv)
+    if progress is None:
+        progress = BenchProgress(io.StringIO(), live=False)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import twlog
-    from pyspark.sql import SparkSession
 
     directory = tempfile.mkdtemp(prefix="twlog-spark-bench-")
-    log_dir, json_path = write_data(directory, args.messages, args.size)
-    write_avro_topics(log_dir, args.messages, args.size, _payload)  # the same records as JSON and as Avro
-    broker = BrokerProcess(log_dir, "--num-partitions", "2")
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    spark.dataSource.register(FloorSource)
+    log_fd, log_path = tempfile.mkstemp(prefix="twlog-bench-spark-", suffix=".log")
+    os.close(log_fd)
+    setup = ["writing the messages (log segments, JSON lines, Avro)", "starting the broker",
+             f"starting Spark (local[2]; its output goes to {log_path})", "warming up Spark"]
+    progress.step(setup[0], total=len(setup), unit="steps")
+    broker = spark = None
     try:
+        log_dir, json_path = write_data(directory, args.messages, args.size)
+        write_avro_topics(log_dir, args.messages, args.size, _payload)  # the same records as JSON and as Avro
+        progress.update(1, setup[1])
+        broker = BrokerProcess(log_dir, "--num-partitions", "2")
+        progress.update(2, setup[2])
+        spark = spark_session(log_path)
+        register(spark)
+        spark.dataSource.register(FloorSource)
+        progress.update(3, setup[3])
+
         def twlog_df(topic: str = TOPIC, **options: str):
             return (
                 spark.read.format("twlog").option("brokers", f"127.0.0.1:{broker.port}").option("subscribe", topic)
@@ -192,54 +240,94 @@ def main(argv: list[str] | None = None) -> None:
         load_before = os.getloadavg()
         reads = _Reads(spark.sparkContext._gateway.proc.pid, broker)
         out = os.path.join(directory, "out")
-        split = f"{TOPIC1} minPartitions {args.min_partitions}"
-        for _ in range(args.rounds):
-            reads.time("twlog -> count()", twlog_df, "count")
-            reads.time("json  -> count()", json_df, "count")
-            reads.time("twlog -> parquet", lambda: twlog_df().select("offset", "value"), "parquet", out + "-twlog")
-            reads.time("json  -> parquet", json_df, "parquet", out + "-json")
-            reads.time(f"{TOPIC1} -> count()", lambda: twlog_df(TOPIC1), "count")
-            reads.time(f"{split} -> count()", lambda: twlog_df(TOPIC1, minPartitions=str(args.min_partitions)),
-                       "count")
-            reads.time("no-I/O Python source -> count()",
-                       lambda: spark.read.format("twlog-floor").option("rows", str(n // 2)).load(), "count")
+        labels = _round_labels(args.min_partitions)
+        actions = [
+            (twlog_df, "count", None), (json_df, "count", None),
+            (lambda: twlog_df().select("offset", "value"), "parquet", out + "-twlog"),
+            (json_df, "parquet", out + "-json"), (lambda: twlog_df(TOPIC1), "count", None),
+            (lambda: twlog_df(TOPIC1, minPartitions=str(args.min_partitions)), "count", None),
+            (lambda: spark.read.format("twlog-floor").option("rows", str(n // 2)).load(), "count", None),
+        ]
+        total = args.rounds * len(actions) + 2
+        progress.step("timed reads", total=total, unit="reads")
+        done = 0
+        for round_no in range(args.rounds):
+            for label, (make_df, action, path) in zip(labels, actions):
+                progress.update(done, f"round {round_no + 1}/{args.rounds}, read {done + 1}/{total}: {label}")
+                reads.time(label, make_df, action, path)
+                done += 1
         load_after = os.getloadavg()
-        _report(args, n, reads, load_before, load_after)
         results: list = []
-        avro_reads(spark, broker.port, n, args.fetch_size, results, _timed)  # from_json beside valueFormat avro
-        print(f"{'read (once)':<20}{'seconds':>10}{'rows/s':>12}  result")
-        for label, seconds, rate, value in results:
-            print(f"{label:<20}{seconds:>10.2f}{rate:>12,.0f}  {value if value is not None else ''}")
+
+        def timed(label: str, action, rows: int, results: list) -> None:
+            nonlocal done
+            progress.update(done, f"once, read {done + 1}/{total}: {label}")
+            _timed(label, action, rows, results)
+            done += 1
+
+        avro_reads(spark, broker.port, n, args.fetch_size, results, timed)  # from_json beside valueFormat avro
+        tables = [reads_table(args, n, reads, load_before, load_after), once_table(results, n)]
+        tables[-1].note(f"Spark's own output (JVM, log4j, Python workers, py4j): {log_path}")
+        return tables
     finally:
-        spark.stop()
-        broker.stop()
+        if spark is not None:
+            spark.stop()
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
-def _report(args, n: int, reads: _Reads, load_before, load_after) -> None:
-    print(f"{n} messages of {args.size} bytes; {TOPIC}: 2 partitions, {TOPIC1}: 1 partition; local[2]; "
-          f"fetchSize {args.fetch_size}; {args.rounds} rounds, interleaved; medians")
-    print(f"{'read':<34}{'rows/s':>12}{'rows/CPU-s':>12}{'tasks':>7}  rows")
+def reads_table(args, n: int, reads: _Reads, load_before, load_after) -> BenchTable:
+    """The timed reads: median rows/s and rows per CPU-second, tasks, and the rows each read produced."""
+    table = BenchTable(
+        f"{n:,} messages of {args.size} bytes; {TOPIC}: 2 partitions, {TOPIC1}: 1 partition; local[2]; "
+        f"fetchSize {args.fetch_size}; {args.rounds} rounds, interleaved; medians",
+        [Column.label("read"), Column("throughput", "rows/s"), Column("throughput", "rows/CPU-s"),
+         Column("Spark tasks", "count"), Column("rows read or written", "rows")])
     for label, runs in reads.results.items():
-        rows = {r[3] for r in runs}
-        print(f"{label:<34}{reads.median_rate(label, n, 0):>12,.0f}{reads.median_rate(label, n, 1):>12,.0f}"
-              f"{runs[0][2]:>7}  {'/'.join(map(str, sorted(rows))) if rows != {-1} else ''}")
+        rows = sorted({r[3] for r in runs})
+        table.add_row(label, f"{reads.median_rate(label, n, 0):,.0f}", f"{reads.median_rate(label, n, 1):,.0f}",
+                      f"{runs[0][2]}", "/".join(f"{r:,}" for r in rows))
     for what, twlog_label, json_label in (("count()", "twlog -> count()", "json  -> count()"),
                                           ("parquet", "twlog -> parquet", "json  -> parquet")):
         wall = reads.median_rate(twlog_label, n, 0) / reads.median_rate(json_label, n, 0)
         cpu = reads.median_rate(twlog_label, n, 1) / reads.median_rate(json_label, n, 1)
-        print(f"twlog / json {what}: {wall:.2f}x rows/s, {cpu:.2f}x rows per CPU-second")
-    print("load average (1, 5, 15 min): before " + " ".join(f"{x:.2f}" for x in load_before)
-          + ", after " + " ".join(f"{x:.2f}" for x in load_after))
+        table.note(f"twlog / json {what}: {wall:.2f}x rows/s, {cpu:.2f}x rows per CPU-second")
+    table.note("(rows/CPU-s: the Spark JVM and its Python workers, plus the broker for twlog reads; rows: count()'s "
+               "answer, or the rows in the Parquet files written, from their footers; several values if the rounds "
+               "differed)")
+    table.note("load average (1, 5, 15 min): before " + " ".join(f"{x:.2f}" for x in load_before)
+               + ", after " + " ".join(f"{x:.2f}" for x in load_after))
+    return table
+
+
+def once_table(results: Sequence[tuple[str, float, float, object]], n: int) -> BenchTable:
+    """The reads timed once (JSON beside Avro): time, rows/s, records decoded and their checksum."""
+    table = BenchTable("decoding once: the same records as JSON (from_json) and as Avro (valueFormat avro)",
+                       [Column.label("read"), Column("time", "s"), Column("throughput", "rows/s"),
+                        Column("records decoded", "rows"), Column("sum of field i", "checksum")])
+    for label, seconds, rate, value in results:
+        count, total = value
+        table.add_row(label, f"{seconds:.2f}", f"{rate:,.0f}", f"{count:,}", f"{total:,}")
+    table.note(f"(sum of field i: each read sums the field i of every record, so Spark must decode them all; record "
+               f"k has i = k, so all {n:,} records decoded once sum to n(n-1)/2 = {n * (n - 1) // 2:,})")
+    return table
 
 
 def main_spark(args) -> int:
     """Entry point of C{twlog bench spark}."""
     with BenchProgress() as progress:
-        progress.step(f"writing {args.messages:,} messages, then timing Spark's reads of them (local[2])")
-        main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size),
-              "--rounds", str(args.rounds), "--min-partitions", str(args.min_partitions)])
+        tables = main(["--messages", str(args.messages), "--size", str(args.size), "--fetch-size", str(args.fetch_size),
+                       "--rounds", str(args.rounds), "--min-partitions", str(args.min_partitions)], progress)
+    for i, table in enumerate(tables):
+        if i:
+            print()
+        table.print()
     return 0
 
 
 if __name__ == "__main__":
-    main()
+    with BenchProgress() as _progress:
+        _tables = main(progress=_progress)
+    for _table in _tables:
+        _table.print()

@@ -14,13 +14,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import TextIO
 
 import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from twlog.bench.common import MB, BenchProgress, payloads, react_status
+from twlog.bench.common import MB, BenchProgress, BenchTable, Column, payloads, react_status
 from twlog.config import LogConfig
 from twlog.storage.manager import LogManager, thread_pool_runner
 from twlog.storage.message import CODEC_NAMES, OVERHEAD, encode_message_set, iter_messages
@@ -42,7 +41,7 @@ class StorageRow:
 
 
 async def _run_storage_case(
-    reactor, directory: str, messages: int, size: int, batch: int, fetch_bytes: int, progress: TextIO | None,
+    reactor, directory: str, messages: int, size: int, batch: int, fetch_bytes: int, progress: BenchProgress | None,
     codec: str = "none",
 ) -> StorageRow:
     config = LogConfig(directory, segment_bytes=256 * 1024 * 1024)
@@ -57,6 +56,8 @@ async def _run_storage_case(
         number = CODEC_NAMES[codec]
         sets = [encode_message_set(data[i * batch : (i + 1) * batch], number) for i in range(distinct)]
         encode_s = time.perf_counter() - started
+        if progress is not None:
+            progress.step(f"batch {batch}: appending", total=batches * batch, unit="msg")
         append = log.append
         written = 0
         started = time.perf_counter()
@@ -66,14 +67,14 @@ async def _run_storage_case(
             written += len(message_set)
             if i % 2000 == 1999:  # let fsync completions and timers run, as a broker's reactor would
                 await deferLater(reactor, 0, lambda: None)
-                if progress is not None and i % 200_000 == 199_999:
-                    progress.write(f"  batch {batch}: appended {(i + 1) * batch:,} messages\r")
+                if progress is not None:
+                    progress.update((i + 1) * batch)
         append_s = time.perf_counter() - started
         await log.flush()
         disk = log.size_bytes()
         count = batches * batch
         if progress is not None:
-            progress.write(f"  batch {batch}: reading back{' ' * 30}\r")
+            progress.step(f"batch {batch}: reading back", total=count, unit="msg")
         read = 0
         read_bytes = 0
         offset = 0
@@ -84,6 +85,8 @@ async def _run_storage_case(
             last = None
             for last in iter_messages(data, offset):
                 read += 1
+            if progress is not None:
+                progress.update(read)
             if last is None:
                 break
             read_bytes += last.next_offset - offset
@@ -113,7 +116,7 @@ def run_storage_benchmark(
     batches: Sequence[int],
     directory: str | None,
     fetch_bytes: int = 1024 * 1024,
-    progress: TextIO | None = None,
+    progress: BenchProgress | None = None,
     codec: str = "none",
 ):
     """Run the storage benchmark for each batch size; a Deferred firing with the rows."""
@@ -135,25 +138,24 @@ def run_storage_benchmark(
     return Deferred.fromCoroutine(run())
 
 
-def format_storage_table(rows: Sequence[StorageRow], size: int, codec: str = "none") -> str:
+def format_storage_table(rows: Sequence[StorageRow], size: int, codec: str = "none") -> BenchTable:
     """The storage benchmark's table, one line per batch size."""
-    header = (
-        f"{'batch':>5}  {'messages':>10}  {'encode msg/s':>12}  {'append msg/s':>12}  {'append MB/s':>11}"
-        f"  {'read msg/s':>11}  {'read MB/s':>9}  {'disk B/msg':>10}  {'overhead B/msg':>14}"
-    )
     compressed = "" if codec == "none" else f", {codec} sets (one wrapper per batch)"
-    lines = [f"twlog storage benchmark: {size}-byte messages{compressed}, validated on append and on read", header]
+    table = BenchTable(
+        f"twlog storage benchmark: {size}-byte messages{compressed}, validated on append and on read",
+        [Column("batch", "msg/set"), Column("messages", "msg"), Column("encode", "msg/s"), Column("append", "msg/s"),
+         Column("append", "MB/s"), Column("read", "msg/s"), Column("read", "MB/s"), Column("on disk", "B/msg"),
+         Column("overhead", "B/msg")])
     for r in rows:
-        lines.append(
-            f"{r.batch:>5}  {r.messages:>10,}  {r.encode_msg_s:>12,.0f}  {r.append_msg_s:>12,.0f}"
-            f"  {r.append_mb_s:>11,.1f}  {r.read_msg_s:>11,.0f}  {r.read_mb_s:>9,.1f}"
-            f"  {r.disk_bytes_per_msg:>10,.2f}  {r.overhead_bytes:>14,.2f}"
-        )
+        table.add_row(f"{r.batch}", f"{r.messages:,}", f"{r.encode_msg_s:,.0f}", f"{r.append_msg_s:,.0f}",
+                      f"{r.append_mb_s:,.1f}", f"{r.read_msg_s:,.0f}", f"{r.read_mb_s:,.1f}",
+                      f"{r.disk_bytes_per_msg:,.2f}", f"{r.overhead_bytes:,.2f}")
+    table.note("(MB = 10^6 bytes of log written or read; overhead = bytes on disk per message minus the payload")
     if codec == "none":
-        lines.append(f"(expected overhead for uncompressed messages: {OVERHEAD} bytes)")
+        table.note(f" expected overhead for uncompressed messages: {OVERHEAD} bytes)")
     else:
-        lines.append("(encode msg/s includes compressing; append msg/s includes the validation that decompresses)")
-    return "\n".join(lines)
+        table.note(" encode msg/s includes compressing; append msg/s includes the validation that decompresses)")
+    return table
 
 
 def main_storage(args) -> int:
@@ -178,5 +180,5 @@ def main_storage(args) -> int:
         status = react_status(run)
     if status:
         return status
-    print(format_storage_table(result, args.size, getattr(args, "codec", "none")), file=out)
+    format_storage_table(result, args.size, getattr(args, "codec", "none")).print(out)
     return 0

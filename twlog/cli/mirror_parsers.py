@@ -114,8 +114,10 @@ def add_mirror_commands(commands, debug_option) -> None:
         commands, "audit", "twlog.cli.audit:audit",
         "check a topic against the monitoring events of its instrumented producers",
         "Read TOPIC and twlog-audit on one cluster and print, per window and origin, the messages "
-        "expected (from the producers' monitoring events), received, missing and duplicated, and the delay from "
-        "creation to now (p50/p90/p99). Windows that ended less than --grace-s ago are pending, not missing. Exit "
+        "expected (from the producers' monitoring events), received, missing and duplicated, the messages' age "
+        "when the audit read them (creation to the audit, p50/p90/p99) and, for messages that arrived while it "
+        "followed the topic (--follow-s), their delivery delay (creation to arrival). Windows that ended less "
+        "than --grace-s ago are pending, not missing. Exit "
         "status 0 when no closed window misses messages, 1 when one does (or the topic is not instrumented), 2 on "
         "usage errors.",
     )
@@ -129,5 +131,9 @@ def add_mirror_commands(commands, debug_option) -> None:
                        help="the report window, a multiple of the producers' (default: the producers' window)")
     audit.add_argument("--grace-s", type=grace_option, default=30.0, metavar="S",
                        help="a window is pending until S seconds after its end (default: 30)")
+    audit.add_argument("--follow-s", type=seconds_option, default=None, metavar="S",
+                       help="after reading the topic, follow it for S seconds as a consumer polling every 0.1 s, "
+                       "and measure the delivery delay (creation to arrival) of the messages that arrive meanwhile "
+                       "(default: do not follow; the delivery delay is then unknown)")
     audit.add_argument("--json", action="store_true", help="one JSON object per window, then none of the table")
     debug_option(audit)
