@@ -70,7 +70,7 @@ class OptionTests(SynchronousTestCase):
 
     def test_twistd_exits_non_zero_on_an_unclean_stop(self) -> None:
         (service,) = makeService(self.parse("--port", "0"))
-        self.assertEqual(service.unclean_exit_code, 1)
+        self.assertEqual((service.unclean_exit_code, service.cannot_start_exit_code), (1, 1))
 
 
 class FakeReactor:

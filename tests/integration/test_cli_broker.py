@@ -41,13 +41,23 @@ class BrokerCommandTests(TestCase):
             self.assertIn(b"stopped cleanly", err)
 
     async def test_cannot_start_is_one_line(self) -> None:
-        """Port in use, log directory in use, broker id taken, ZooKeeper unreachable: exit 1 and one line."""
+        """Port in use, log directory in use or a file, broker id taken, ZooKeeper unreachable: exit 1 and one line
+        (naming the option to change, where there is one)."""
         zookeeper = fresh_connect_string()
         log_dir = self.mktemp()
         running = await start_broker(self, log_dir, zookeeper=zookeeper, broker_id=3)
+        a_file = self.mktemp()
+        with open(a_file, "w") as f:
+            f.write("not a directory")
+        port = running.broker.port
         cases = [
-            (("--port", str(running.broker.port), "--log-dir", self.mktemp()), b"Address already in use"),
-            (("--port", "0", "--log-dir", log_dir), b"is in use by another twlog broker"),
+            (("--port", str(port), "--log-dir", self.mktemp()),
+             b"port %d is in use (another broker?): choose another with --port\n" % port),
+            (("--port", "0", "--log-dir", a_file), b": --log-dir %s is a file, not a directory\n" % a_file.encode()),
+            (("--port", "0", "--log-dir", a_file + "/sub"),
+             b": --log-dir %s/sub: %s is a file, not a directory\n" % (a_file.encode(), a_file.encode())),
+            (("--port", "0", "--log-dir", log_dir),
+             b"is in use by another twlog broker: choose another with --log-dir"),
             (("--port", "0", "--log-dir", self.mktemp(), "--broker-id", "3", "-z", zookeeper),
              b"broker id 3 is already registered by a live broker"),
             (("--port", "0", "--log-dir", self.mktemp(), "-z", "127.0.0.1:1"),

@@ -244,6 +244,7 @@ class LocalChildrenTests(TestCase):
         status, out, err = await twlog("local", "--brokers", "2", "--data", data, "--port", str(port),
                                        "--zookeeper-port", str(zookeeper), "--no-metrics")
         self.assertEqual(status, 1, err)
-        self.assertRegex(err.decode(), rf"\ntwlog: broker 1 \(port {port + 1}\) cannot start: .*broker-1'?\n")
+        self.assertRegex(err.decode(), rf"\ntwlog: broker 1 \(port {port + 1}\) cannot start: "
+                                       rf"--log-dir .*broker-1 is a file, not a directory\n")
         self.assertNotIn(b"Traceback", err)
         self.assertEqual(four_letter_word(zookeeper), b"")

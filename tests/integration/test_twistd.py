@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -124,6 +125,30 @@ class TwistdTests(TestCase):
         self.assertIn(b"is in use by another twlog broker", second.output)
         first.transport.signalProcess(signal.SIGTERM)
         await first.ended
+
+    async def test_cannot_start_exits_non_zero(self) -> None:
+        """A port in use, or a --log-dir that is a file: one critical line naming the option, exit status 1
+        (twistd alone would exit 0: a service manager would think the broker ran and stopped)."""
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        a_file = os.path.abspath(self.mktemp())
+        with open(a_file, "w") as f:
+            f.write("not a directory")
+        cases = [
+            (("--port", str(port), "--log-dir", os.path.abspath(self.mktemp())),
+             b"port %d is in use (another broker?): choose another with --port" % port),
+            (("--port", "0", "--log-dir", a_file), b"--log-dir %s is a file, not a directory" % a_file.encode()),
+        ]
+        for argv, expected in cases:
+            process = start_twistd(self, *argv)
+            process.port.addErrback(lambda f: None)
+            self.assertEqual(await process.ended, 1, process.output.decode())
+            (line,) = [line for line in process.output.splitlines() if b"#critical]" in line]
+            self.assertTrue(line.endswith(b"cannot start the broker: " + expected), line)
+            self.assertNotIn(b"Traceback", process.output)
 
 
 class TwistdZooKeeperTests(TestCase):

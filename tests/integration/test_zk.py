@@ -92,7 +92,7 @@ class ServerTests(SynchronousTestCase):
     def test_missing_jars(self) -> None:
         """Without any ZooKeeper jars the error says how to get them."""
         e = self.assertRaises(ZooKeeperNotFound, find_classpath, pyspark_locations=list, debian_libs=())
-        self.assertIn("pip install 'twlog[spark]'", str(e))
+        self.assertIn("pip install 'twlog[local]'", str(e))
 
 
 async def _script(a, b, expire, settle) -> list:

@@ -8,11 +8,17 @@ before: on SIGTERM the broker first leaves ZooKeeper (producers and consumers
 stop sending to it), then stops accepting, then flushes every log and leaves
 the clean-shutdown marker.  When that final flush fails, the stop is logged
 as unclean, and a process run by twistd exits with status 1.
+
+A broker that cannot start logs one critical line naming the option to
+change (C{port 9092 is in use (another broker?): choose another with --port},
+C{--log-dir d is a file, not a directory}) and stops the reactor; under
+twistd the process then exits with status 1, as it does after an unclean stop.
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -20,6 +26,7 @@ from collections.abc import Callable
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from typing_extensions import override
 
@@ -33,6 +40,7 @@ from twlog.errors import TwlogError
 from twlog.protocol.connection import BrokerFactory
 from twlog.protocol.server import Broker
 from twlog.protocol.twisted_internals import forget_exit_signal
+from twlog.storage.directory import LogDirectoryInUse
 from twlog.storage.manager import LogManager, thread_pool_runner
 
 
@@ -51,6 +59,10 @@ class BrokerService(Service):
         final flush failed makes the process exit with this status once the
         reactor has stopped (instead of twistd's clean exit, or its re-raised
         SIGTERM).  Embedders and tests leave it None and read L{stopped_cleanly}.
+    @param cannot_start_exit_code: when set (C{twistd twlog} sets 1) with
+        C{stop_reactor_on_error}, a broker that cannot start makes the process
+        exit with this status once the reactor has stopped (twistd itself
+        would exit 0).  Embedders and tests leave it None and read L{listening}.
     """
 
     _log = Logger()
@@ -64,6 +76,7 @@ class BrokerService(Service):
         zookeeper_session_timeout_s: float = 10.0,
         zookeeper_connect_timeout_s: float = 15.0,
         unclean_exit_code: int | None = None,
+        cannot_start_exit_code: int | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
@@ -80,6 +93,7 @@ class BrokerService(Service):
         self.zookeeper_session_timeout_s = zookeeper_session_timeout_s
         self.zookeeper_connect_timeout_s = zookeeper_connect_timeout_s
         self.unclean_exit_code = unclean_exit_code
+        self.cannot_start_exit_code = cannot_start_exit_code
         #: Once stopped: whether every log was flushed and the clean-shutdown marker left.
         self.stopped_cleanly: bool | None = None
         #: The ZooKeeper session, while the broker runs with C{config.zookeeper}.
@@ -98,8 +112,16 @@ class BrokerService(Service):
         super().startService()
         try:
             self.logs.start()
-        except (TwlogError, OSError) as e:
+        except LogDirectoryInUse as e:
+            error = TwlogError(f"{e}: choose another with --log-dir")
+            self._cannot_start("cannot start the broker: {error}", error=error)
+            return
+        except TwlogError as e:
             self._cannot_start("cannot start the broker: {error}", error=e)
+            return
+        except OSError as e:
+            error = TwlogError(log_dir_error(self.config.log.log_dir, e))
+            self._cannot_start("cannot start the broker: {error}", error=error)
             return
         open_files = raise_open_files_limit()
         if self.factory.max_connections is None:
@@ -158,8 +180,8 @@ class BrokerService(Service):
         d.addCallbacks(lambda _: self.listening.callback(port), self._cannot_register)
 
     def _cannot_listen(self, failure) -> None:
-        self._cannot_start("cannot listen on {interface}:{port}: {error}", interface=self.config.interface,
-                           port=self.config.port, error=failure.getErrorMessage(), failure=failure)
+        error = TwlogError(listen_error(self.config.interface, self.config.port, failure.value))
+        self._cannot_start("cannot start the broker: {error}", error=error)
 
     async def _register(self, port: int) -> None:
         zk = self.zookeeper = ZooKeeper(
@@ -211,6 +233,9 @@ class BrokerService(Service):
         self.listening.errback(failure if failure is not None else fields["error"])
         if self.stop_reactor_on_error:
             self._reactor.callWhenRunning(self._reactor.stop)
+            if self.cannot_start_exit_code is not None:
+                self._reactor.addSystemEventTrigger("after", "shutdown", self._exit_with,
+                                                    self.cannot_start_exit_code)
 
     @override
     def stopService(self) -> Deferred:
@@ -278,6 +303,41 @@ def _endpoint(reactor, interface: str, port: int):
     """A TCP server endpoint on C{interface} (IPv6 when it has a colon) and C{port}."""
     endpoint_class = TCP6ServerEndpoint if ":" in interface else TCP4ServerEndpoint
     return endpoint_class(reactor, port, interface=interface)
+
+
+def log_dir_error(log_dir: str, error: OSError) -> str:
+    """Why the log directory C{log_dir} could not be opened, in one line naming C{--log-dir}."""
+    if error.errno in (errno.EEXIST, errno.ENOTDIR):
+        # makedirs met a file: log_dir itself (EEXIST) or one of its parents (ENOTDIR).
+        path = log_dir
+        while path and not os.path.isdir(path):
+            if os.path.lexists(path):
+                if path == log_dir:
+                    return f"--log-dir {log_dir} is a file, not a directory"
+                return f"--log-dir {log_dir}: {path} is a file, not a directory"
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        where = f" ({error.filename})" if error.filename and error.filename != log_dir else ""
+        return f"--log-dir {log_dir}: {error.strerror}{where}: choose one this user can write"
+    where = f": {error.filename}" if error.filename and error.filename != log_dir else ""
+    return f"cannot open --log-dir {log_dir}{where}: {error.strerror or error}"
+
+
+def listen_error(interface: str, port: int, error: BaseException) -> str:
+    """Why the broker could not listen on C{interface:port}, in one line naming the option to change."""
+    socket_error = getattr(error, "socketError", None) if isinstance(error, CannotListenError) else None
+    code = getattr(socket_error, "errno", None)
+    if code == errno.EADDRINUSE:
+        return f"port {port} is in use (another broker?): choose another with --port"
+    if code == errno.EACCES:
+        return f"port {port} needs privileges this process lacks: choose one above 1023 with --port"
+    if code == errno.EADDRNOTAVAIL:
+        return f"--interface {interface} is no address of this machine: choose another with --interface"
+    reason = getattr(socket_error, "strerror", None) or str(error)
+    return f"cannot listen on {interface}:{port} (--interface, --port): {reason}"
 
 
 def _exit_now(code: int) -> None:

@@ -161,5 +161,5 @@ class Options(usage.Options):
 def makeService(options: Options) -> MultiService:
     """The service tree twistd runs for C{twistd twlog}."""
     top = MultiService()
-    BrokerService(options.config, unclean_exit_code=1).setServiceParent(top)
+    BrokerService(options.config, unclean_exit_code=1, cannot_start_exit_code=1).setServiceParent(top)
     return top

@@ -3,9 +3,10 @@
 
 The server's jars come, in this order, from C{$TWLOG_ZOOKEEPER_CLASSPATH}, the
 pyspark package (its wheel ships ZooKeeper 3.9 and its dependencies in
-C{pyspark/jars}), or Debian's C{zookeeper} package.  The server listens on
-127.0.0.1 only, keeps its data in its own directory, has its admin web server
-off, and is stopped by its process id.
+C{pyspark/jars}; twlog's C{local} extra installs it for that), or Debian's
+C{zookeeper} package.  The server listens on 127.0.0.1 only, keeps its data
+in its own directory, has its admin web server off, and is stopped by its
+process id.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def find_classpath(pyspark_locations: Callable[[], list[str]] = _pyspark_locatio
         if glob.glob(os.path.join(directory, "zookeeper*.jar")):
             return os.path.join(directory, "*")
     raise ZooKeeperNotFound(
-        "no ZooKeeper server found: install twlog's spark extra (pip install 'twlog[spark]', whose pyspark "
-        "ships ZooKeeper), or Debian's zookeeper package, or set TWLOG_ZOOKEEPER_CLASSPATH"
+        "no ZooKeeper server found: install twlog's local extra (pip install 'twlog[local]', whose pyspark "
+        "ships ZooKeeper; ./dev local does), or Debian's zookeeper package, or set TWLOG_ZOOKEEPER_CLASSPATH"
     )
 
 
