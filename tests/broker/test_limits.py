@@ -16,6 +16,7 @@ from twlog.broker import limits
 from twlog.broker import service as service_module
 from twlog.broker.tap import Options, makeService
 from twlog.config import BrokerConfig, LogConfig
+from twlog.protocol import twisted_internals
 from twlog.storage.message import encode_message_set
 
 
@@ -136,6 +137,6 @@ class UncleanStopTests(TestCase):
         self.assertEqual(f, service._exit_with)
         f(*args, at_exit=lambda *a: registered.append(a))
         self.assertIsNone(fake._exitSignal)
-        self.assertEqual(registered, [(service_module._exit_now, 1)])
+        self.assertEqual(registered, [(twisted_internals.exit_now, 1)])
         service._stopped(True)
         self.assertEqual(len(fake.triggers), 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import time
 import urllib.error
@@ -18,6 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
+from twisted.internet.utils import getProcessOutputAndValue
 from twisted.trial.unittest import SkipTest, TestCase
 
 from tests.integration.broker import start_broker
@@ -343,3 +345,26 @@ def _spark_stream(spark, zookeeper: str, url: str, checkpoint: str) -> list[tupl
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()
     return [(r["name"], r["age"]) for r in spark.sql("select name, age from avro_users order by name").collect()]
+
+
+class TwistdStartFailureTests(TestCase):
+    timeout = 60
+
+    async def test_twistd_port_taken_exits_non_zero(self) -> None:
+        """`twistd -n twlog-registry` on a taken port: one critical line naming --port, exit status 1 (twistd alone
+        would keep running with no listener, or exit 0)."""
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out, err, status = await getProcessOutputAndValue(
+            sys.executable, ["-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
+                             "twlog-registry", "--broker", "127.0.0.1:1", "--port", str(port)],
+            env=os.environ.copy(), path=os.getcwd())
+        output = out + err
+        self.assertEqual(status, 1, output.decode())
+        (line,) = [line for line in output.splitlines() if b"#critical]" in line]
+        self.assertTrue(line.endswith(b"cannot start the schema registry: cannot listen on 127.0.0.1:%d: the port is "
+                                      b"taken (another registry?): give another --port (0: any free one)" % port), line)
+        self.assertNotIn(b"Traceback", output)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import atexit
 import errno
 import os
-import sys
 from collections.abc import Callable
 
 from twisted.application.service import Service
@@ -39,7 +38,7 @@ from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import TwlogError
 from twlog.protocol.connection import BrokerFactory
 from twlog.protocol.server import Broker
-from twlog.protocol.twisted_internals import forget_exit_signal
+from twlog.protocol.twisted_internals import exit_now, forget_exit_signal
 from twlog.storage.directory import LogDirectoryInUse
 from twlog.storage.manager import LogManager, thread_pool_runner
 
@@ -296,7 +295,7 @@ class BrokerService(Service):
         signal, and an exit handler that ends the process with C{code}.
         """
         forget_exit_signal(self._reactor)
-        at_exit(_exit_now, code)
+        at_exit(exit_now, code)
 
 
 def _endpoint(reactor, interface: str, port: int):
@@ -338,16 +337,6 @@ def listen_error(interface: str, port: int, error: BaseException) -> str:
         return f"--interface {interface} is no address of this machine: choose another with --interface"
     reason = getattr(socket_error, "strerror", None) or str(error)
     return f"cannot listen on {interface}:{port} (--interface, --port): {reason}"
-
-
-def _exit_now(code: int) -> None:
-    """End the process with C{code} (from an exit handler: SystemExit there would not change the status)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
 
 
 class _Stopped(TwlogError):

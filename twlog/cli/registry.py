@@ -9,8 +9,6 @@ memory and writes 500 until the cluster answers (docs/registry.md).
 
 from __future__ import annotations
 
-import errno
-import socket
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +16,7 @@ from twisted.logger import textFileLogObserver
 
 from twlog.cli.foreground import log_to, serve
 from twlog.cli.parsing import parse_usage
+from twlog.schema_registry.service import listen_error
 from twlog.schema_registry.tap import Options
 
 
@@ -59,15 +58,5 @@ def main(argv: Sequence[str], reactor=None) -> int:
 
 
 def cannot_listen(options: RegistryOptions, error: BaseException | None, text: str) -> str:
-    """Why the registry cannot listen, as one line naming the option to change."""
-    where = f"{options['interface']}:{options['port']}"
-    cause = getattr(error, "socketError", error)
-    code = getattr(cause, "errno", None)
-    if code == errno.EADDRINUSE:
-        return f"cannot listen on {where}: the port is taken (another registry?): give another --port (0: any free one)"
-    if code == errno.EACCES:
-        return f"cannot listen on {where}: permission denied: give a --port above 1023"
-    if code == errno.EADDRNOTAVAIL or isinstance(cause, socket.gaierror):
-        return (f"cannot listen on {where}: --interface {options['interface']} is not an address of this host "
-                "(127.0.0.1: this host only; 0.0.0.0: every interface)")
-    return f"cannot listen on {where}: {text}: check --port and --interface"
+    """Why the registry cannot listen, as one line naming the option to change (L{listen_error})."""
+    return listen_error(options["interface"], options["port"], error, text)

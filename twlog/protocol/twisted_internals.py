@@ -23,6 +23,9 @@ means running that test first.
 
 from __future__ import annotations
 
+import os
+import sys
+
 from twisted.internet import abstract, tcp
 
 
@@ -52,3 +55,14 @@ def forget_exit_signal(reactor) -> None:
     again (a reactor without signal handling has nothing to forget)."""
     if getattr(reactor, "_exitSignal", None) is not None:
         reactor._exitSignal = None
+
+
+def exit_now(code: int) -> None:
+    """End the process with C{code}: for an exit handler registered once twistd's reactor has stopped, where
+    C{SystemExit} would not change the status (twistd has no exit status of its own to set)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -8,10 +8,15 @@ acknowledged; while it does not, reads are answered from memory: L{twlog.schema_
 
 from __future__ import annotations
 
+import atexit
+import errno
+import socket
+
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from twlog.protocol.twisted_internals import exit_now, forget_exit_signal
 from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S, SchemaRegistry
 from twlog.schema_registry.journal import TOPIC, Journal
 from twlog.schema_registry.web import DEFAULT_MAX_BODY_BYTES, make_site
@@ -26,7 +31,12 @@ class RegistryService(Service):
 
     def __init__(self, *, brokers: str | None = None, zookeeper: str | None = None, port: int = DEFAULT_PORT,
                  interface: str = "127.0.0.1", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, reactor=None) -> None:
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, reactor=None,
+                 cannot_start_exit_code: int | None = None) -> None:
+        """@param cannot_start_exit_code: when set (C{twistd twlog-registry} sets 1), a registry that cannot
+            listen logs one critical line naming the option to change, stops the reactor, and the process
+            exits with this status (twistd itself would exit 0).  C{twlog registry} and tests leave it None
+            and read L{listening}."""
         if reactor is None:
             from twisted.internet import reactor
         self._reactor = reactor
@@ -37,6 +47,7 @@ class RegistryService(Service):
         self.site = make_site(self.registry, max_body_bytes)
         self.where = brokers if brokers is not None else f"ZooKeeper {zookeeper}"
         self._listener = None
+        self.cannot_start_exit_code = cannot_start_exit_code
         #: Fires with the listening port once the HTTP listener is up (or errbacks if it cannot be).
         self.listening: Deferred = Deferred()
 
@@ -45,6 +56,12 @@ class RegistryService(Service):
         try:
             self._listener = self._reactor.listenTCP(self.port, self.site, interface=self.interface)
         except Exception as e:  # (CannotListenError: the port is taken)
+            if self.cannot_start_exit_code is not None:
+                self._log.critical("cannot start the schema registry: {error}",
+                                   error=listen_error(self.interface, self.port, e, str(e)))
+                self._reactor.callWhenRunning(self._reactor.stop)
+                forget_exit_signal(self._reactor)
+                atexit.register(exit_now, self.cannot_start_exit_code)
             self.listening.errback(e)
             return
         address = self._listener.getHost()
@@ -71,3 +88,19 @@ class RegistryService(Service):
             await self.journal.close()
 
         return Deferred.fromCoroutine(stop())
+
+
+def listen_error(interface: str, port: int, error: BaseException | None, text: str) -> str:
+    """Why the registry cannot listen on C{interface:port}, as one line naming the option to change."""
+    where = f"{interface}:{port}"
+    cause = getattr(error, "socketError", error)
+    code = getattr(cause, "errno", None)
+    if code == errno.EADDRINUSE:
+        return f"cannot listen on {where}: the port is taken (another registry?): give another --port (0: any free one)"
+    if code == errno.EACCES:
+        return f"cannot listen on {where}: permission denied: give a --port above 1023"
+    if code == errno.EADDRNOTAVAIL or isinstance(cause, socket.gaierror):
+        return (f"cannot listen on {where}: --interface {interface} is not an address of this host "
+                "(127.0.0.1: this host only; 0.0.0.0: every interface)")
+    return f"cannot listen on {where}: {text}: check --port and --interface"
+

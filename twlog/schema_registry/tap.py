@@ -75,4 +75,6 @@ class Options(usage.Options):
 
 
 def makeService(options: Options) -> RegistryService:
-    return options.service()
+    service = options.service()
+    service.cannot_start_exit_code = 1  # twistd twlog-registry: a registry that cannot listen exits 1
+    return service
