@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from twlog.coord.layout import PartitionLocation
 from twlog.errors import PartitionsOffline
@@ -143,3 +143,24 @@ class OfflinePartitionsTests(SynchronousTestCase):
         # An index counts over every partition of the topic, readable or not (2 is 1-0).
         o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["2"]}'}, False, find=_broker_1_down)
         self.assertRaises(PartitionsOffline, o.partitions)
+
+
+class OfflineStreamingTests(SynchronousTestCase):
+    def test_offsets_of_offline_partitions_are_kept(self) -> None:
+        """failOnDataLoss=false: a micro-batch reads the readable partitions and keeps the offsets of the offline
+        ones where they were, so they are read from there once their broker is back."""
+        try:
+            from twlog.spark.source import TwlogStreamReader
+        except ImportError as e:  # pragma: no cover - the tests extra installs pyspark
+            raise SkipTest(f"pyspark is not installed: {e}") from None
+        o = SourceOptions({"brokers": "h:1", "subscribe": "clicks", "failOnDataLoss": "false"}, True,
+                          find=_broker_1_down)
+        o.bounds = lambda tp: (0, 100)
+        reader = TwlogStreamReader(o)
+        start = {"clicks": {"0-0": 10, "0-1": 100, "1-0": 5, "1-1": 7}}
+        with self.assertLogs("twlog.spark.options", "WARNING"):
+            end = reader.latestOffset(start)
+        self.assertEqual(end, {"clicks": {"0-0": 100, "0-1": 100, "1-0": 5, "1-1": 7}})
+        with self.assertLogs("twlog.spark.options", "WARNING"):
+            planned = reader.partitions(start, end)
+        self.assertEqual([(p.tp.name, p.start, p.end) for p in planned], [("0-0", 10, 100)])
