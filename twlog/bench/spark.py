@@ -159,7 +159,6 @@ def parquet_rows(directory: str) -> int:
 def spark_session(log_path: str):
     """A local[2] session whose JVM (and the Python workers it starts) write their output to C{log_path}, not to
     this terminal; py4j's Python-side log lines go there too."""
-    from py4j import java_gateway as py4j_gateway
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
@@ -170,7 +169,7 @@ def spark_session(log_path: str):
             .set("spark.ui.showConsoleProgress", "false").set("spark.driver.memory", "2g"))
     handler = logging.FileHandler(log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    py4j_logger = logging.getLogger(py4j_gateway.__name__.split(".")[0])
+    py4j_logger = logging.getLogger("py4j")  # (py4j's loggers are py4j.*)
     py4j_logger.addHandler(handler)
     py4j_logger.propagate = False
     with open(log_path, "ab") as log:  # the JVM keeps its own descriptor of the file
