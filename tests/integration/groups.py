@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
-from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import wait_until
+from tests.integration.test_cli import Command, twlog  # noqa: F401  (Command: what start_twlog returns)
 from twlog.broker.service import BrokerService
 from twlog.client.connection import BrokerConnection
 from twlog.config import BrokerConfig, LogConfig
@@ -212,33 +210,13 @@ def partition_names(topic: str, brokers: Iterable[ZkBroker]) -> set[tuple[str, s
     return {(topic, paths.partition_name(b.broker_id, p)) for b in brokers for p in range(b.partitions)}
 
 
-class Command(ProcessProtocol):
-    """A C{twlog} command run as a process: its output so far, and C{ended} firing with (status, out, err)."""
-
-    def __init__(self) -> None:
-        self.out = b""
-        self.err = b""
-        self.ended: Deferred = Deferred()
-        self.process = None
-
-    def connectionMade(self) -> None:
-        self.transport.closeStdin()
-
-    def outReceived(self, data: bytes) -> None:
-        self.out += data
-
-    def errReceived(self, data: bytes) -> None:
-        self.err += data
-
-    def processEnded(self, reason) -> None:
-        self.ended.callback((reason.value.exitCode, self.out, self.err))
-
-
-def start_twlog(*args: str) -> Command:
-    """Start C{python -m twlog.cli ARGS} (this tree's twlog); see L{Command}."""
-    command = Command()
-    command.process = reactor.spawnProcess(command, sys.executable, [sys.executable, "-m", "twlog.cli", *args],
-                                           env=os.environ.copy())
+def start_twlog(*args: str):
+    """Start C{python -m twlog.cli ARGS} (this tree's twlog): the command's process protocol, with C{out}, C{err},
+    C{ended} firing with (status, out, err), and C{process}, its transport."""
+    started: list = []
+    twlog(*args, started=started)
+    process, command = started[0]
+    command.process = process
     return command
 
 

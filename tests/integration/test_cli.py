@@ -18,7 +18,7 @@ from tests.integration.broker import start_broker, wait_until
 from tests.integration.zookeeper import fresh_connect_string
 
 
-class _Command(ProcessProtocol):
+class Command(ProcessProtocol):
     def __init__(self, stdin: bytes) -> None:
         self.stdin = stdin
         self.out = b""
@@ -41,7 +41,7 @@ class _Command(ProcessProtocol):
 
 def twlog(*args: str, stdin: bytes = b"", started: list | None = None) -> Deferred:
     """Run the twlog command; fire with (exit status, stdout, stderr).  C{started} receives the process."""
-    command = _Command(stdin)
+    command = Command(stdin)
     argv = [sys.executable, "-m", "twlog.cli", *args]
     process = reactor.spawnProcess(command, sys.executable, argv, env=os.environ.copy())
     if started is not None:

@@ -22,7 +22,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import wait_until
 from tests.integration.groups import produce_all, registered, start_brokers
-from tests.integration.test_cli import _Command, twlog
+from tests.integration.test_cli import Command, twlog
 from tests.integration.zookeeper import connect
 from twlog.client import discovery
 from twlog.client.async_discovery import discover_async
@@ -190,7 +190,7 @@ class MalformedRegistrationTests(TestCase):
 
 async def run_python(script: str, *args: str):
     """Run C{script} in a new Python process; fire with (exit status, stdout, stderr)."""
-    command = _Command(b"")
+    command = Command(b"")
     argv = [sys.executable, "-c", script, *args]
     reactor.spawnProcess(command, sys.executable, argv, env=os.environ.copy())
     return await command.ended

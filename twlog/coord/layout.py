@@ -224,7 +224,7 @@ class ClusterLayout:
             except InvalidTopic as e:
                 problems.append(f"{paths.broker_topic_path(topic)}: {e}")
                 continue
-            counts[topic] = _topic_counts(topic, registrations, live, problems)
+            counts[topic] = _counts(paths.broker_topic_path(topic), registrations, live, problems)
         offline: dict[str, dict[int, int]] = {}
         for topic, records in sorted((held or {}).items()):
             if topic in topics and topic not in counts:
@@ -234,7 +234,7 @@ class ClusterLayout:
             except InvalidTopic as e:
                 problems.append(f"{paths.held_path(topic)}: {e}")
                 continue
-            offline[topic] = _held_counts(topic, records, live, problems)
+            offline[topic] = _counts(paths.held_path(topic), records, live, problems, held=True)
         return Reading(cls.from_counts(live, counts, offline=offline), tuple(problems))
 
     @classmethod
@@ -328,38 +328,22 @@ def describe_offline(partitions: Iterable[TopicPartition]) -> str:
     return "; ".join(clauses)
 
 
-def _held_counts(topic: str, records: Mapping[str, bytes | None], live: Mapping[int, tuple[str, int]],
-                 problems: list[str]) -> dict[int, int]:
-    """C{topic}'s persistent records (broker id -> partition count) of brokers that are not live."""
+def _counts(parent: str, children: Mapping[str, bytes | None], live: Mapping[int, tuple[str, int]],
+            problems: list[str], *, held: bool = False) -> dict[int, int]:
+    """The usable partition counts (broker id -> count) among C{parent}'s C{children}, a problem appended per bad
+    one: a topic's registrations (their broker must be live), or with C{held} its persistent records (only
+    those of brokers that are not live count: a live broker's registration says what it holds)."""
     counts: dict[int, int] = {}
-    for name, value in sorted(records.items()):
-        where = f"{paths.held_path(topic)}/{name}"
+    for name, value in sorted(children.items()):
+        where = f"{parent}/{name}"
         broker_id = _broker_id(name)
         if broker_id is None:
             problems.append(f"{where}: {name!r} is not a broker id")
-        elif value is None or broker_id in live:
-            continue  # gone meanwhile; or live, when its registration says what it holds
+        elif value is None or (held and broker_id in live):
+            continue  # gone meanwhile; or a live broker's record
         elif (count := _count(value)) is None:
             problems.append(f"{where}: partition count {value!r} is not a non-negative integer")
-        else:
-            counts[broker_id] = count
-    return counts
-
-
-def _topic_counts(topic: str, registrations: Mapping[str, bytes | None], live: Mapping[int, tuple[str, int]],
-                  problems: list[str]) -> dict[int, int]:
-    """C{topic}'s usable registrations (broker id -> partition count), appending a problem per bad one."""
-    counts: dict[int, int] = {}
-    for name, value in sorted(registrations.items()):
-        where = f"{paths.broker_topic_path(topic)}/{name}"
-        broker_id = _broker_id(name)
-        if broker_id is None:
-            problems.append(f"{where}: {name!r} is not a broker id")
-        elif value is None:
-            continue  # gone meanwhile
-        elif (count := _count(value)) is None:
-            problems.append(f"{where}: partition count {value!r} is not a non-negative integer")
-        elif broker_id not in live:
+        elif not held and broker_id not in live:
             problems.append(f"{where}: broker {broker_id} is not live (no usable {paths.broker_id_path(broker_id)})")
         else:
             counts[broker_id] = count
