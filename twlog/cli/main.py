@@ -260,6 +260,17 @@ def reset_target(text: str) -> str | int | tuple[str, int]:
         ) from None
 
 
+def command_list(parser: argparse.ArgumentParser) -> str:
+    """What a bare C{twlog} prints: the usage line, then each command with its one line of help."""
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {choice.dest: choice.help for choice in commands._choices_actions}
+    width = max(map(len, helps))
+    lines = [f"usage: {parser.prog} COMMAND [options]   ({parser.prog} COMMAND --help lists a command's options)",
+             "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in helps.items()]
+    return "\n".join(lines)
+
+
 #: Runs a client command's coroutine under C{task.react} (L{twlog.cli.common.run}).
 RUNNER = "twlog.cli.common:run"
 
@@ -277,7 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _load("twlog.cli.broker:main")(argv[1:])
     if argv[:1] == ["registry"]:  # the same for twistd twlog-registry's options
         return _load("twlog.cli.registry:main")(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not argv:  # as git does: what there is to run, then a usage error's exit status
+        print(command_list(parser), file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     function = _load(args.run)
     if getattr(args, "react", False):
         return _load(RUNNER)(function, args)
