@@ -12,6 +12,7 @@ the same as JSON for scripts.
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
 
 from twisted.internet.threads import deferToThread
 
@@ -25,6 +26,7 @@ from twlog.consumer.simple import SimpleConsumer
 from twlog.coord.layout import PartitionLocation
 from twlog.errors import ConnectionFailed, TwlogError
 from twlog.partition import address_text
+from twlog.protocol.codec import EARLIEST
 
 
 async def offsets(reactor, args) -> None:
@@ -34,6 +36,8 @@ async def offsets(reactor, args) -> None:
         locations = [resolve_partition(locations, args.partition)]
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
     answers: list[tuple[PartitionLocation, list[int]]] = []
+    #: With a time: the earliest offset of each partition that has no segment that old.
+    earliest: dict[str, int] = {}
     try:
         for location in locations:
             key = (location.host, location.port)
@@ -41,9 +45,13 @@ async def offsets(reactor, args) -> None:
                 consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
             found = await consumers[key].offsets(location.topic, location.name, args.time, args.max)
             answers.append((location, found))
+            if not found and args.time >= 0:
+                (earliest[location.name],) = await consumers[key].offsets(location.topic, location.name, EARLIEST, 1)
     finally:
         for consumer in consumers.values():
             await consumer.close()
+    if earliest and len(earliest) == len(answers) and not args.json:
+        raise TwlogError(_none_that_old(args.topic, args.time, earliest))
     if args.json:
         print_json([{"topic": loc.topic, "partition": loc.name, "broker": loc.address, "offsets": found}
                     for loc, found in answers])
@@ -52,8 +60,22 @@ async def offsets(reactor, args) -> None:
             print(offset)
     else:
         print_table(["partition", "broker", "offsets"],
-                    [(loc.name, loc.address, " ".join(str(o) for o in found) or "-") for loc, found in answers],
+                    [(loc.name, loc.address, " ".join(str(o) for o in found)
+                      or f"none that old (earliest {earliest[loc.name]})") for loc, found in answers],
                     title=f"{args.topic}: offsets, newest first")
+
+
+def _none_that_old(topic: str, time_ms: int, earliest: dict[str, int]) -> str:
+    """The one line of an OFFSETS by time that found no segment that old in any partition asked."""
+    when = datetime.fromtimestamp(time_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S UTC")
+    if len(earliest) == 1:
+        ((name, first),) = earliest.items()
+        where, starts = f"partition {name} of {topic!r}", f"its earliest offset is {first}"
+    else:
+        where = f"any partition of {topic!r}"
+        starts = "the earliest offsets are " + ", ".join(f"{name}: {first}" for name, first in earliest.items())
+    return (f"no segment of {where} was last modified before {when}, so no offset is that old; {starts} "
+            "(--time earliest)")
 
 
 async def topics(reactor, args) -> None:
