@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker
@@ -39,3 +41,19 @@ class OneBrokerTests(TestCase):
             one_line(self, err)
             self.assertIn(b"topic 'clikcs' does not exist on 127.0.0.1:", err)
             self.assertTrue(err.endswith(b"; did you mean 'clicks'?\n"), err)
+
+    async def test_describe(self) -> None:
+        """topics describe (and topics -t) shows each partition's leader, earliest and latest offset and size."""
+        status, out, err = await twlog("topics", "describe", "-b", self.broker, "-t", "clicks", "--json")
+        self.assertEqual(status, 0, err)
+        described = json.loads(out)
+        self.assertEqual(described["topic"], "clicks")
+        latest = 3 * (9 + 1)  # three one-byte messages of magic 0: 9 bytes of overhead each
+        self.assertEqual(described["partitions"], [
+            {"partition": "0-0", "leader": 0, "broker": self.broker, "earliest": 0, "latest": latest, "size": latest},
+            {"partition": "0-1", "leader": 0, "broker": self.broker, "earliest": 0, "latest": 0, "size": 0},
+        ])
+        status, out, err = await twlog("topics", "-b", self.broker, "-t", "clicks")
+        self.assertEqual(status, 0, err)
+        self.assertIn(b"clicks: 2 partitions on 1 broker", out)
+        self.assertRegex(out, rb"0-0 +0 \(127\.0\.0\.1:\d+\) +0 +30 +30")

@@ -26,7 +26,7 @@ from twlog.consumer.simple import SimpleConsumer
 from twlog.coord.layout import PartitionLocation
 from twlog.errors import ConnectionFailed, TwlogError
 from twlog.partition import address_text
-from twlog.protocol.codec import EARLIEST
+from twlog.protocol.codec import EARLIEST, LATEST
 
 
 async def offsets(reactor, args) -> None:
@@ -79,7 +79,12 @@ def _none_that_old(topic: str, time_ms: int, earliest: dict[str, int]) -> str:
 
 
 async def topics(reactor, args) -> None:
-    """Print each topic of the cluster with its partitions (C{<broker id>-<partition>}) and their brokers."""
+    """Print each topic of the cluster with its partitions (C{<broker id>-<partition>}) and their brokers.
+
+    With C{--topic}, describe that topic (L{describe_topic}).
+    """
+    if args.topic is not None:
+        return await describe_topic(reactor, args)
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
     options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
     try:
@@ -103,6 +108,36 @@ async def topics(reactor, args) -> None:
             names = [loc.name for loc in locs if loc.leader == broker_id]
             rows.append((topic, f"{broker_id} ({address})", len(names), _span(names)))
     print_table(["topic", "broker", "partitions", "names"], rows, right=["partitions"])
+
+
+async def describe_topic(reactor, args) -> None:
+    """Print C{--topic}'s partitions: leader broker and address, earliest and latest offset, size in bytes of log."""
+    locations = await find_partitions(args, args.topic, reactor)
+    consumers: dict[tuple[str, int], SimpleConsumer] = {}
+    rows = []
+    try:
+        for location in locations:
+            key = (location.host, location.port)
+            if key not in consumers:
+                consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
+            (earliest,) = await consumers[key].offsets(location.topic, location.name, EARLIEST, 1)
+            (latest,) = await consumers[key].offsets(location.topic, location.name, LATEST, 1)
+            rows.append((location, earliest, latest))
+    finally:
+        for consumer in consumers.values():
+            await consumer.close()
+    if getattr(args, "json", False):
+        print_json({"topic": args.topic, "partitions": [
+            {"partition": loc.name, "leader": loc.leader, "broker": loc.address, "earliest": earliest,
+             "latest": latest, "size": latest - earliest} for loc, earliest, latest in rows]})
+        return
+    brokers = {loc.leader for loc, _, _ in rows}
+    title = (f"{args.topic}: {len(rows)} partition{'s' if len(rows) != 1 else ''} on {len(brokers)} "
+             f"broker{'s' if len(brokers) != 1 else ''}; size = latest - earliest, in bytes of log")
+    print_table(["partition", "leader", "earliest", "latest", "size"],
+                [(loc.name, f"{loc.leader} ({loc.address})", earliest, latest, latest - earliest)
+                 for loc, earliest, latest in rows],
+                title=title, right=["earliest", "latest", "size"])
 
 
 def _span(names: list[str]) -> str:
