@@ -45,7 +45,16 @@ from twisted.logger import Logger
 from twlog.config import BrokerConfig
 from twlog.coord import paths
 from twlog.coord.cluster import parse_broker_address
-from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, KazooException, NodeExistsError, NoNodeError
+from twlog.coord.zk import (
+    CONNECTED,
+    LOST,
+    SUSPENDED,
+    IZooKeeper,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
 from twlog.errors import TwlogError
 from twlog.partition import address_text
 from twlog.statemachine import StateMachine, logged_by
@@ -241,6 +250,15 @@ class BrokerNodes:
                 pass
         raise KazooException(f"could not register {path}: it keeps changing")
 
+    async def deregister_topic(self, topic: str) -> None:
+        """Delete C{/brokers/topics/<topic>/<id>} (the topic was deleted here) where the current session owns it,
+        then C{/brokers/topics/<topic>} if no other broker's node is left under it."""
+        await self._delete_if_owned(paths.broker_topic_path(topic, self.broker_id), self._zk.session_id)
+        try:
+            await self._zk.delete(paths.broker_topic_path(topic))
+        except (NoNodeError, NotEmptyError):
+            pass  # gone already, or another broker still holds the topic (the last one deletes it)
+
     async def delete_owned(self, topics: list[str]) -> None:
         """Delete the id node and the nodes of C{topics} where the current session owns them."""
         session = self._zk.session_id
@@ -333,6 +351,7 @@ class BrokerRegistration:
         if not self._listening_to_logs:
             self._listening_to_logs = True
             self._logs.add_topic_listener(self._topic_created)
+            self._logs.add_delete_listener(self._topic_deleted)
         self._zk.add_state_listener(self._session_changed)
         try:
             count, _ = await self._register_all(self._generation)
@@ -395,6 +414,14 @@ class BrokerRegistration:
         d.addCallback(lambda _: self._log.info("broker {id} registered topic {topic} ({count} partitions)",
                                                id=self.broker_id, topic=topic, count=count))
         d.addErrback(self._failed, f"registering topic {topic}")
+
+    def _topic_deleted(self, topic: str) -> None:
+        if self.state is _S.STOPPED or not self._zk.connected:
+            return  # (disconnected: a lost session takes the node with it; see docs/operations.md)
+        d = self._track(self._nodes.deregister_topic(topic))
+        d.addCallback(lambda _: self._log.info("broker {id} deregistered deleted topic {topic}",
+                                               id=self.broker_id, topic=topic))
+        d.addErrback(self._failed, f"deregistering deleted topic {topic}")
 
     def _track(self, coroutine) -> Deferred:
         d = Deferred.fromCoroutine(coroutine)
