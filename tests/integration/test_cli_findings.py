@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker
 from tests.integration.test_cli import one_line, twlog
+from tests.integration.zookeeper import connect, fresh_connect_string
+from twlog.consumer.rebalance import encode_subscription
+from twlog.coord import paths
 
 
 class OneBrokerTests(TestCase):
@@ -57,3 +61,59 @@ class OneBrokerTests(TestCase):
         self.assertEqual(status, 0, err)
         self.assertIn(b"clicks: 2 partitions on 1 broker", out)
         self.assertRegex(out, rb"0-0 +0 \(127\.0\.0\.1:\d+\) +0 +30 +30")
+
+
+class DeleteTopicTests(TestCase):
+    """topics delete on two brokers registered in a real ZooKeeper."""
+
+    timeout = 120
+
+    async def setUp(self) -> None:
+        self.zookeeper = fresh_connect_string()
+        self.brokers = [await start_broker(self, zookeeper=self.zookeeper, broker_id=i, num_partitions=2,
+                                           flush_interval_ms=20) for i in range(2)]
+        status, _, err = await twlog("topics", "create", "-z", self.zookeeper, "-t", "clicks", "-n", "2")
+        self.assertEqual(status, 0, err)
+        status, _, err = await twlog("produce", "-z", self.zookeeper, "-t", "clicks",
+                                     stdin=b"".join(b"m%d\n" % i for i in range(50)))
+        self.assertEqual(status, 0, err)
+        self.zk = await connect(self, self.zookeeper)
+
+    async def test_refused_while_a_group_reads_it(self) -> None:
+        """A live member subscribed to the topic makes delete refuse (exit 1) unless --force; without
+        --zookeeper (no way to look at the groups) it is refused unless --force (exit 2)."""
+        await self.zk.create(paths.consumer_ids_path("live", "c1"), encode_subscription({"clicks": 1}),
+                             ephemeral=True, makepath=True)
+        status, out, err = await twlog("topics", "delete", "-z", self.zookeeper, "-t", "clicks")
+        self.assertEqual((status, out), (1, b""))
+        one_line(self, err)
+        self.assertIn(b"topic 'clicks' is being read by group live (1 live member): stop it first, or --force", err)
+        status, out, err = await twlog("topics", "delete", "-b", self.address(0), "-t", "clicks")
+        self.assertEqual((status, out), (2, b""))
+        self.assertIn(b"give --zookeeper HOST:PORT (or --force to delete without checking)", err)
+        self.assertEqual(sorted(self.brokers[0].broker.logs.topics()), ["clicks"])
+
+    async def test_force_deletes_logs_registrations_and_offsets(self) -> None:
+        """--force deletes every broker's logs and registration, and every group's committed offsets of it."""
+        await self.zk.create(paths.consumer_ids_path("live", "c1"), encode_subscription({"clicks": 1}),
+                             ephemeral=True, makepath=True)
+        await self.zk.create(paths.offset_path("old", "clicks", "0-0"), b"10", makepath=True)
+        await self.zk.create(paths.offset_path("old", "views", "0-0"), b"7", makepath=True)
+        status, out, err = await twlog("topics", "delete", "-z", self.zookeeper, "-t", "clicks", "--force")
+        self.assertEqual((status, err), (0, b""))
+        self.assertEqual(out, b"deleted clicks on 2 brokers (0, 1); and the committed offsets of group old\n")
+        for service in self.brokers:
+            self.assertEqual(service.broker.logs.topics(), {})
+            self.assertFalse([n for n in os.listdir(service.broker.logs.config.log_dir) if "clicks" in n])
+        self.assertIsNone(await self.zk.exists(paths.broker_topic_path("clicks")))
+        self.assertIsNone(await self.zk.exists(paths.offset_path("old", "clicks")))
+        self.assertIsNotNone(await self.zk.exists(paths.offset_path("old", "views", "0-0")))
+        status, out, err = await twlog("consume", "-z", self.zookeeper, "-t", "clicks")
+        self.assertEqual(status, 1)
+        self.assertIn(b"topic 'clicks' does not exist", err)
+        status, out, err = await twlog("topics", "delete", "-b", self.address(1), "-t", "clicks", "--force")
+        self.assertEqual((status, out), (1, b""))
+        self.assertIn(b"topic 'clicks' does not exist on the brokers known to 127.0.0.1:", err)
+
+    def address(self, index: int) -> str:
+        return f"127.0.0.1:{self.brokers[index].broker.port}"

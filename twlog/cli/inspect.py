@@ -12,19 +12,25 @@ the same as JSON for scripts.
 from __future__ import annotations
 
 import sys
+from contextlib import suppress
 from datetime import datetime, timezone
 
 from twisted.internet.threads import deferToThread
 
-from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, find_partitions, resolve_partition
+from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, UsageError, find_partitions, resolve_partition
 from twlog.cli.output import print_json, print_table
+from twlog.cli.suggest import suggest_topic
 from twlog.client.async_discovery import all_partitions_async
 from twlog.client.options import ClientOptions
 from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated
 from twlog.client.topics import create_topic as create_on_brokers
+from twlog.client.topics import delete_topic as delete_on_brokers
+from twlog.consumer.membership import read_members, sorted_children
 from twlog.consumer.simple import SimpleConsumer
+from twlog.coord import paths
 from twlog.coord.layout import PartitionLocation
-from twlog.errors import ConnectionFailed, TwlogError
+from twlog.coord.zk import NoNodeError, NotEmptyError, ZooKeeper
+from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
 from twlog.partition import address_text
 from twlog.protocol.codec import EARLIEST, LATEST
 
@@ -160,6 +166,86 @@ async def create_topic(reactor, args) -> None:
     if not created.registered:
         print(f"twlog: warning: not every broker's registration of {created.topic} was visible within "
               f"{REGISTRATION_WAIT_S:g} s; producers may see only some partitions for a moment", file=sys.stderr)
+
+
+async def delete_topic(reactor, args) -> None:
+    """Delete C{--topic} on every broker that holds it, and its committed offsets; refused while a group reads it.
+
+    A group reads the topic when one of its live members (C{/consumers/<group>/ids/*}) is subscribed to it;
+    that needs ZooKeeper, so without C{--zookeeper} only C{--force} deletes.  With C{--zookeeper}, every
+    group's committed offsets of the topic (C{/consumers/<group>/offsets/<topic>}) go too: they are byte
+    positions in logs that no longer exist, and a topic made again under the name starts at offset 0.
+    """
+    source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
+    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    if not args.zookeeper and not args.force:
+        raise UsageError(f"deleting {args.topic!r} first checks that no consumer group reads it, in ZooKeeper: give "
+                         "--zookeeper HOST:PORT (or --force to delete without checking)")
+    zk = None
+    try:
+        if args.zookeeper:
+            zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
+            await zk.start()
+            readers = await _groups_reading(zk, args.topic)
+            if readers and not args.force:
+                raise TwlogError(f"topic {args.topic!r} is being read by {_readers_text(readers)}: stop "
+                                 f"{'them' if len(readers) > 1 else 'it'} first, or --force")
+        try:
+            deleted = await deferToThread(delete_on_brokers, args.topic, options=options, **source)
+        except UnknownTopic as e:
+            raise TwlogError(f"{e}{await suggest_topic(args.topic, source, options, reactor)}") from None
+        cleared = await _delete_offsets(zk, args.topic) if zk is not None else None
+    finally:
+        if zk is not None:
+            await zk.stop()
+    if getattr(args, "json", False):
+        print_json({"topic": deleted.topic, "deleted": True,
+                    "brokers": [{"broker": b, "address": address_text(*a)} for b, a in sorted(deleted.brokers.items())],
+                    "offsets_deleted_for_groups": cleared, "deregistered": deleted.deregistered})
+    else:
+        count = len(deleted.brokers)
+        ids = ", ".join(str(b) for b in sorted(deleted.brokers))
+        sentence = f"deleted {deleted.topic} on {count} broker{'s' if count != 1 else ''} ({ids})"
+        if cleared:
+            sentence += f"; and the committed offsets of group{'s' if len(cleared) != 1 else ''} {', '.join(cleared)}"
+        elif cleared is None:
+            sentence += "; committed offsets not looked at (no --zookeeper)"
+        print(sentence)
+    if not deleted.deregistered:
+        print(f"twlog: warning: a broker's registration of {deleted.topic} was still visible after "
+              f"{REGISTRATION_WAIT_S:g} s", file=sys.stderr)
+
+
+async def _groups_reading(zk, topic: str) -> dict[str, int]:
+    """Each group with live members subscribed to C{topic}, and how many."""
+    readers = {}
+    for group in await sorted_children(zk, paths.CONSUMERS):
+        members = await read_members(zk, group)
+        count = sum(1 for subscription in members.values() if subscription and topic in subscription)
+        if count:
+            readers[group] = count
+    return readers
+
+
+def _readers_text(readers: dict[str, int]) -> str:
+    """C{group demo (2 live members)}, or several."""
+    parts = [f"{group} ({n} live member{'s' if n != 1 else ''})" for group, n in readers.items()]
+    return ("group " if len(parts) == 1 else "groups ") + ", ".join(parts)
+
+
+async def _delete_offsets(zk, topic: str) -> list[str]:
+    """Delete every group's committed offsets of C{topic}; return the groups that had some."""
+    cleared = []
+    for group in await sorted_children(zk, paths.CONSUMERS):
+        path = paths.offset_path(group, topic)
+        partitions = await sorted_children(zk, path)
+        for partition in partitions:
+            with suppress(NoNodeError):
+                await zk.delete(paths.offset_path(group, topic, partition))
+        with suppress(NoNodeError, NotEmptyError):
+            await zk.delete(path)
+            cleared.append(group)
+    return cleared
 
 
 def _created_sentence(created: TopicCreated) -> str:
