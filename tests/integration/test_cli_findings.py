@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 
 from twisted.trial.unittest import TestCase
 
@@ -12,6 +13,7 @@ from tests.integration.test_cli import one_line, twlog
 from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.consumer.rebalance import encode_subscription
 from twlog.coord import paths
+from twlog.coord.probe import describe_answer
 
 
 class OneBrokerTests(TestCase):
@@ -45,6 +47,28 @@ class OneBrokerTests(TestCase):
             one_line(self, err)
             self.assertIn(b"topic 'clikcs' does not exist on 127.0.0.1:", err)
             self.assertTrue(err.endswith(b"; did you mean 'clicks'?\n"), err)
+
+    async def test_broker_port_given_as_zookeeper(self) -> None:
+        """A broker's port given as ZooKeeper's is named as a twlog broker's, not just a time-out."""
+        status, out, err = await twlog("consume", "-z", self.broker, "-t", "clicks")
+        self.assertEqual((status, out), (1, b""))
+        one_line(self, err)
+        self.assertIn(f"cannot reach ZooKeeper at {self.broker} within 5 s ({self.broker} answered, but as twlog "
+                      "broker 0, not as ZooKeeper (ZooKeeper's port is usually 2181))".encode(), err)
+
+    def test_probe_of_other_servers(self) -> None:
+        """A port that accepts and says nothing, and a port nobody listens on, are told apart."""
+        quiet = socket.socket()
+        quiet.bind(("127.0.0.1", 0))
+        quiet.listen(1)
+        self.addCleanup(quiet.close)
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        self.addCleanup(closed.close)  # bound, never listening: connections are refused
+        quiet_port, closed_port = quiet.getsockname()[1], closed.getsockname()[1]
+        self.assertEqual(describe_answer(f"127.0.0.1:{quiet_port},127.0.0.1:{closed_port}/chroot", 0.2),
+                         f"127.0.0.1:{quiet_port} accepts connections, but does not answer as ZooKeeper; "
+                         f"nothing listens on 127.0.0.1:{closed_port}: the connection is refused")
 
     async def test_describe(self) -> None:
         """topics describe (and topics -t) shows each partition's leader, earliest and latest offset and size."""
