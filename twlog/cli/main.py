@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "with an error naming its offsets (exit status 1)")
     consume.add_argument("--registry", default=None, metavar="URL",
                          help="decode Avro messages (Confluent's wire format) with this schema registry: one JSON "
-                         "line each")
+                         "line each (with --json, the record is the object in \"value\")")
     shown = consume.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true",
                        help="one JSON object per message: topic, partition, offset, value (text, or base64 with "
