@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 
+from twisted.internet import reactor
+from twisted.internet.utils import getProcessOutputAndValue
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker
@@ -14,6 +17,8 @@ from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.consumer.rebalance import encode_subscription
 from twlog.coord import paths
 from twlog.coord.probe import describe_answer
+
+ETL_EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "etl_parquet.py")
 
 
 class OneBrokerTests(TestCase):
@@ -141,3 +146,21 @@ class DeleteTopicTests(TestCase):
 
     def address(self, index: int) -> str:
         return f"127.0.0.1:{self.brokers[index].broker.port}"
+
+
+class ExampleTests(TestCase):
+    timeout = 120
+
+    async def test_etl_unreachable_broker_is_one_line(self) -> None:
+        """examples/etl_parquet.py with a broker nobody listens on: one line, exit 1, before Spark starts."""
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        self.addCleanup(closed.close)
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        argv = [ETL_EXAMPLE, "--brokers", address, "--topic", "clicks", "--output", self.mktemp()]
+        out, err, status = await getProcessOutputAndValue(sys.executable, argv, env=os.environ.copy(),
+                                                          reactor=reactor)
+        self.assertEqual((status, out), (1, b""))
+        one_line(self, err)
+        self.assertTrue(err.startswith(b"etl_parquet: "), err)
+        self.assertIn(address.encode(), err)
