@@ -44,17 +44,9 @@ from twisted.logger import Logger
 
 from twlog.config import BrokerConfig
 from twlog.coord import paths
+from twlog.coord import zk as zk_module
 from twlog.coord.cluster import parse_broker_address
-from twlog.coord.zk import (
-    CONNECTED,
-    LOST,
-    SUSPENDED,
-    IZooKeeper,
-    KazooException,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-)
+from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, KazooException, NodeExistsError, NoNodeError
 from twlog.errors import TwlogError
 from twlog.partition import address_text
 from twlog.statemachine import StateMachine, logged_by
@@ -256,7 +248,7 @@ class BrokerNodes:
         await self._delete_if_owned(paths.broker_topic_path(topic, self.broker_id), self._zk.session_id)
         try:
             await self._zk.delete(paths.broker_topic_path(topic))
-        except (NoNodeError, NotEmptyError):
+        except (NoNodeError, zk_module.NotEmptyError):
             pass  # gone already, or another broker still holds the topic (the last one deletes it)
 
     async def delete_owned(self, topics: list[str]) -> None:
