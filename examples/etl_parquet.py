@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from twlog.client.discovery import discover
 from twlog.client.sync import SyncConnection
+from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 
 OFFSETS_FILE = "_twlog_offsets.json"
@@ -194,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a payload that is not a JSON object: fail the run before writing (default), skip it, "
                         "or write it with a null field")
     args = parser.parse_args(argv)
+    try:  # an unreachable cluster, or no such topic, is one line before Spark starts (and prints its own lines)
+        discover([args.topic], brokers=args.brokers, zookeeper=args.zookeeper)
+    except TwlogError as e:
+        print(f"etl_parquet: {e}", file=sys.stderr)
+        return 1
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers import twlog
     from pyspark.sql import SparkSession
@@ -204,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             spark, args.topic, args.output, brokers=args.brokers, zookeeper=args.zookeeper, field=args.field,
             compression=args.compression, on_bad_json=args.on_bad_json,
         )
-    except BadPayload as e:
+    except (BadPayload, TwlogError) as e:  # (a broker lost between the check and the read, say)
         print(f"etl_parquet: {e}", file=sys.stderr)
         return 1
     finally:

@@ -202,11 +202,12 @@ class FakeConnection:
 
 
 class FakeLogs:
-    """The part of LogManager a registration uses: topics() and topic-creation listeners."""
+    """The part of LogManager a registration uses: topics() and topic-creation and deletion listeners."""
 
     def __init__(self, topics: dict[str, int] | None = None) -> None:
         self._topics = dict(topics or {})
         self._listeners: list[Callable[[str, int], object]] = []
+        self._delete_listeners: list[Callable[[str], object]] = []
 
     def topics(self) -> dict[str, int]:
         return dict(self._topics)
@@ -219,3 +220,12 @@ class FakeLogs:
         self._topics[topic] = count
         for listener in self._listeners:
             listener(topic, count)
+
+    def add_delete_listener(self, listener) -> None:
+        self._delete_listeners.append(listener)
+
+    def delete(self, topic: str) -> None:
+        """DELETE_TOPIC deleted C{topic} here."""
+        del self._topics[topic]
+        for listener in self._delete_listeners:
+            listener(topic)

@@ -188,6 +188,11 @@ class PartitionsOffline(LeaderNotAvailable):
         self.offline = list(offline)
         self.available = list(available)
 
+@_wire(18)
+class TopicDeleted(BrokerError):
+    """The topic was deleted on this broker (DELETE_TOPIC) while the request read or wrote it; a write
+    creates it again, empty."""
+
 
 class MalformedRequest(TwlogError):
     """The peer sent bytes that do not parse as a request or response (a protocol error, not a user error)."""
@@ -272,6 +277,9 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     # 0.7's code for "this broker does not hold that partition".
     NotLeader: WrongPartition,
     LeaderNotAvailable: BrokerError,
+    # The partition's log is gone: a 0.7 consumer resets its offset (autooffset.reset), as after a log
+    # directory removed by hand on a 0.7 broker, whose empty log put every offset out of range.
+    TopicDeleted: OffsetOutOfRange,
 }
 
 

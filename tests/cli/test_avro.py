@@ -11,6 +11,7 @@ from twlog.avro.serde import AvroDeserializer, encode
 from twlog.avro.wire import frame
 from twlog.cli import avro
 from twlog.cli.common import UsageError
+from twlog.cli.formats import message_formatter
 from twlog.errors import TwlogError
 
 SCHEMA = {"type": "record", "name": "U", "fields": [{"name": "name", "type": "string"},
@@ -44,6 +45,16 @@ class UsageTests(SynchronousTestCase):
 
 
 class LineTests(SynchronousTestCase):
+    def test_json_with_registry_nests_the_record(self) -> None:
+        """consume --registry --json puts the decoded record in "value" as a JSON object, not an escaped string."""
+        decode = avro.json_lines(AvroDeserializer(Namespace(schema=lambda schema_id: json.dumps(SCHEMA))))
+        payload = frame(3, encode(AvroSchema.parse(SCHEMA), {"name": "ann", "raw": b"\x00\xff"}))
+        line = message_formatter(Namespace(json=True, registry="http://r:8081"))("t", "0-1", 96, decode("t", payload))
+        self.assertEqual(json.loads(line), {"topic": "t", "partition": "0-1", "offset": 96,
+                                            "value": {"name": "ann", "raw": "AP8="}})
+        plain = message_formatter(Namespace(json=True, registry=None))("t", "0-1", 96, b"text")
+        self.assertEqual(json.loads(plain)["value"], "text")
+
     def test_json_lines(self) -> None:
         """Each decoded record is one line of JSON; bytes in base64."""
         self.assertIsNone(avro.deserializer(Namespace(registry=None), Clock()))

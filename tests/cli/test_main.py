@@ -44,6 +44,15 @@ class CommandLineTests(SynchronousTestCase):
         self.assertEqual(status, 2)
         self.assertIn("invalid choice", err)
 
+    def test_bare_twlog_lists_the_commands(self) -> None:
+        """A bare C{twlog} lists every command with its one line of help on stderr, and exits 2."""
+        status, out, err = run_main()
+        self.assertEqual((status, out), (2, ""))
+        self.assertIn("usage: twlog COMMAND", err)
+        for name in ("produce", "consume", "offsets", "groups", "topics", "broker", "local", "bench"):
+            self.assertRegex(err, rf"\n  {name} +\S")
+        self.assertIn("print a topic's messages", err)
+
     def test_crc_benchmark_table(self) -> None:
         """twlog bench crc prints a row for ISA-L (the hot path), zlib and crcmod's C extension."""
         status, out, _ = run_main("bench", "crc", "--count", "200")

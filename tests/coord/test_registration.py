@@ -89,6 +89,18 @@ class RegistrationStateTests(RegistrationTestCase):
         self.logs.create("fresh", 4)
         self.assertRegistered({"fresh": 4})
 
+    def test_deleted_topic(self) -> None:
+        """A topic deleted while REGISTERED loses its node, and its topic node once no broker's is left."""
+        self.started()
+        self.successResultOf(self.other.create(paths.broker_topic_path("views", 6), b"1", ephemeral=True))
+        self.logs.delete("clicks")
+        self.logs.delete("views")
+        self.assertIsNone(self.node(paths.broker_topic_path("clicks", 5)))
+        self.assertIsNone(self.node(paths.broker_topic_path("clicks")))
+        self.assertIsNone(self.node(paths.broker_topic_path("views", 5)))
+        self.assertEqual(self.node(paths.broker_topic_path("views", 6)), (b"1", self.other.session_id))
+        self.assertRegistered({})
+
     def test_id_in_use_by_another_live_broker(self) -> None:
         """REGISTERING -> STOPPED with BrokerIdInUse naming the holder; no topic registered."""
         self.successResultOf(self.other.create(paths.broker_id_path(5), b"10.0.0.9:9092", ephemeral=True,

@@ -57,14 +57,15 @@ from twlog.coord.zkserver import free_port, free_ports
 #: The blocks this module runs, by document and first line (tests/test_docs.py: every other one is marked).
 RUNS: dict[tuple[str, str], str] = {
     ("README.md", "./dev local --brokers 2"): "the cluster the other README blocks run against",
-    ("README.md", "seq 1 1000 | twlog produce --zookeeper localhost:2181 --topic clicks"): "the quickstart commands",
+    ("README.md", "twlog topics create --zookeeper localhost:2181 --topic clicks --partitions 4"):
+        "the quickstart commands",
     ("README.md", "from twisted.internet.task import react"): "Twisted producer and consumer",
     ("README.md", "from twlog import GroupConsumer"): "group consumer, stopped once it printed new messages",
     ("README.md", "from twlog import BlockingConsumer"): "blocking stream, stopped once it printed the topic",
     ("README.md", "export PYSPARK_PYTHON=$PWD/.venv/bin/python"): "set before the Spark snippet, in one shell",
     ("README.md", "from twlog.spark.source import register"): "the Spark batch read, counted",
-    ("README.md", ".venv/bin/python examples/etl_parquet.py --brokers localhost:9092 --topic clicks "
-                  "--output /tmp/clicks --on-bad-json skip"): "the ETL job on the topic",
+    ("README.md", "printf '{\"page\": \"/home\"}\\n{\"page\": \"/jobs\"}\\n{\"page\": \"/home\"}\\n' | twlog produce "
+                  "--zookeeper localhost:2181 --topic clicks"): "JSON clicks, then the ETL job on the topic",
     ("README.md", "from twisted.internet.defer import Deferred"): "the storage engine",
     ("README.md", MIRRORING): "a second twlog local, twlog mirror into it, consume and audit there",
     ("README.md", AVRO_REGISTRY): "twlog registry on the cluster, stopped with Ctrl-C after the Avro blocks",
@@ -225,7 +226,7 @@ class ReadmeTests(DocsTestCase):
                 self.assertIn(b'twlog_broker_info{broker_id="0"} 1.0', response.read())
 
     def quickstart(self, cluster: Cluster) -> None:
-        block = self.block(README, "seq 1 1000 | twlog produce --zookeeper localhost:2181 --topic clicks")
+        block = self.block(README, "twlog topics create --zookeeper localhost:2181 --topic clicks --partitions 4")
         numbers = sorted(str(i) for i in range(1, 1001))
         for raw in block.text.splitlines():
             documented = raw.split("  #")[0].strip()
@@ -242,6 +243,9 @@ class ReadmeTests(DocsTestCase):
             out, err = self.sh(line)
             if " produce " in line:
                 self.assertIn("sent 1,000 messages to clicks", err)
+                # Created first, the topic has every partition registered: the random batches reach all 8.
+                reached = {m["partition"] for m in self.whole_topic(cluster)}
+                self.assertEqual(reached, {f"{b}-{p}" for b in (0, 1) for p in range(4)})
             elif line.startswith("twlog groups"):
                 self.assertIn("group demo:", out)
                 for broker in sorted({m["partition"][0] for m in self.whole_topic(cluster)}):
@@ -296,12 +300,12 @@ class ReadmeTests(DocsTestCase):
         out, _ = self.sh(f"{export}\n{shlex.quote(sys.executable)} {shlex.quote(str(script))}", 120)
         self.assertIn(f"rows {expected}\n", out)
 
-        # The ETL job: some JSON objects among the non-JSON payloads already there.
-        self.sh("printf '{\"page\": \"/home\"}\\n{\"page\": \"/jobs\"}\\n{\"page\": \"/home\"}\\n' | "
-                f"twlog produce --zookeeper localhost:{cluster.ports[2181]} -t clicks")
-        etl = self.block(README, ".venv/bin/python examples/etl_parquet.py --brokers localhost:9092 --topic clicks "
-                                 "--output /tmp/clicks --on-bad-json skip")
-        out, _ = self.sh(f"{export}\n{self.command(cluster, etl.commands()[0])}", 120)
+        # The ETL job: the README's JSON clicks among the non-JSON payloads already there.
+        etl = self.block(README, "printf '{\"page\": \"/home\"}\\n{\"page\": \"/jobs\"}\\n{\"page\": \"/home\"}\\n' | "
+                                 "twlog produce --zookeeper localhost:2181 --topic clicks")
+        produce_json, run_etl = etl.commands()[:2]
+        self.sh(self.command(cluster, produce_json))
+        out, _ = self.sh(f"{export}\n{self.command(cluster, run_etl)}", 120)
         self.assertIn(f"wrote 3 rows to {self.tmp / 'clicks'}, partitioned by page\n", out)
         self.assertIn(f"{expected} payloads were not JSON objects: left out\n", out)
         stored = json.loads(re.search(r"^offsets stored: (.*)$", out, re.M).group(1))
@@ -356,15 +360,23 @@ class OperationsTests(DocsTestCase):
                 self.sh(f"seq 1 100 | twlog produce --zookeeper {zookeeper} --topic clicks --batch-size 1")
                 self.sh(f"twlog consume --zookeeper {zookeeper} --group etl --topic clicks -n 10")
                 prepared = True
+            if documented.startswith("twlog offsets") and "--time" in documented:
+                # Nothing was written before that time: no offsets, one line saying so, exit 1.
+                done = subprocess.run(["bash", "-c", self.command(cluster, documented)], capture_output=True,
+                                      timeout=30, cwd=ROOT, env=ENV)
+                self.assertEqual((done.returncode, done.stdout), (1, b""), done.stderr)
+                self.assertIn(b"no segment of partition 1-0 of 'clicks' was last modified before 2024-05-01T12:00:00 "
+                              b"UTC, so no offset is that old; its earliest offset is 0", done.stderr)
+                continue
             out, err = self.sh(self.command(cluster, documented))
             if documented.startswith("twlog topics create"):
                 listed, _ = self.sh(f"twlog topics --broker localhost:{cluster.ports[9093]}")
                 self.assertRegex(listed, r"clicks +0 \(127\.0\.0\.1:\d+\) +2 +0-0 \.\. 0-1")
                 self.assertRegex(listed, r"clicks +1 \(127\.0\.0\.1:\d+\) +2 +1-0 \.\. 1-1")
+            elif documented.startswith("twlog topics delete"):
+                self.assertEqual(out, "deleted clicks on 2 brokers (0, 1); and the committed offsets of group etl\n")
             elif documented.startswith("twlog topics"):
                 self.assertTrue(out or err, f"{documented} printed nothing")
-            elif documented.startswith("twlog offsets") and "--time" in documented:
-                self.assertEqual(err, "")  # nothing was written before that time: no offsets, no error
             elif documented.startswith("twlog offsets"):
                 self.assertIn("1-0", re.findall(r"^(\d+-\d+) ", out, re.M))
             elif documented.startswith("twlog groups reset"):

@@ -57,6 +57,7 @@ REQUEST_NAMES = {
     codec.CLUSTER_METADATA: "CLUSTER_METADATA",
     codec.CREATE_TOPIC: "CREATE_TOPIC",
     codec.BOUNDARIES: "BOUNDARIES",
+    codec.DELETE_TOPIC: "DELETE_TOPIC",
 }
 
 #: Upper bounds (seconds) of the request latency buckets: a waiting fetch may last up to

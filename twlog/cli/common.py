@@ -20,6 +20,7 @@ import traceback
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 
+from twlog.cli.suggest import suggest_topic
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
@@ -153,7 +154,8 @@ async def find_partitions(args, topic: str, reactor=None) -> list[PartitionLocat
     try:
         found = await discover_async([topic], options=options, reactor=reactor, **source)
     except UnknownTopic:
-        raise TwlogError(f"topic {topic!r} does not exist on {where(args)}") from None
+        hint = await suggest_topic(topic, source, options, reactor)
+        raise TwlogError(f"topic {topic!r} does not exist on {where(args)}{hint}") from None
     except PartitionsOffline as e:
         if wanted is not None:
             return [_one_of(e.available, e.offline, wanted)]

@@ -87,6 +87,12 @@ def json_line(topic: str, partition: str, offset: int, value: bytes) -> bytes:
     return json.dumps(message_json(topic, partition, offset, value), ensure_ascii=False).encode("utf-8") + b"\n"
 
 
+def record_json_line(topic: str, partition: str, offset: int, value: bytes) -> bytes:
+    """C{--json} with C{--registry}: the value is the decoded record's JSON, put in as an object, not a string."""
+    record = {"topic": topic, "partition": partition, "offset": offset, "value": json.loads(value)}
+    return json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
 def value_line(topic: str, partition: str, offset: int, value: bytes) -> bytes:
     """The default: the value and a newline."""
     return value + b"\n"
@@ -95,5 +101,5 @@ def value_line(topic: str, partition: str, offset: int, value: bytes) -> bytes:
 def message_formatter(args) -> Formatter:
     """The formatter C{--json} or C{--format} asks for (the value and a newline by default)."""
     if getattr(args, "json", False):
-        return json_line
+        return record_json_line if getattr(args, "registry", None) else json_line
     return getattr(args, "format", None) or value_line

@@ -12,20 +12,28 @@ the same as JSON for scripts.
 from __future__ import annotations
 
 import sys
+from contextlib import suppress
+from datetime import datetime, timezone
 
 from twisted.internet.threads import deferToThread
 
-from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, find_partitions
+from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, UsageError, find_partitions
 from twlog.cli.output import print_json, print_table
+from twlog.cli.suggest import suggest_topic
 from twlog.client.async_discovery import cluster_layout_async
 from twlog.client.discovery import log_problems
 from twlog.client.options import ClientOptions
 from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated
 from twlog.client.topics import create_topic as create_on_brokers
+from twlog.client.topics import delete_topic as delete_on_brokers
+from twlog.consumer.membership import read_members, sorted_children
 from twlog.consumer.simple import SimpleConsumer
+from twlog.coord import paths
 from twlog.coord.layout import PartitionLocation, describe_offline
-from twlog.errors import ConnectionFailed, TwlogError
+from twlog.coord.zk import NoNodeError, NotEmptyError, ZooKeeper
+from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
 from twlog.partition import address_text
+from twlog.protocol.codec import EARLIEST, LATEST
 
 
 async def offsets(reactor, args) -> None:
@@ -33,6 +41,8 @@ async def offsets(reactor, args) -> None:
     locations = await find_partitions(args, args.topic, reactor)  # (--partition: that one)
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
     answers: list[tuple[PartitionLocation, list[int]]] = []
+    #: With a time: the earliest offset of each partition that has no segment that old.
+    earliest: dict[str, int] = {}
     try:
         for location in locations:
             key = (location.host, location.port)
@@ -40,9 +50,13 @@ async def offsets(reactor, args) -> None:
                 consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
             found = await consumers[key].offsets(location.topic, location.name, args.time, args.max)
             answers.append((location, found))
+            if not found and args.time >= 0:
+                (earliest[location.name],) = await consumers[key].offsets(location.topic, location.name, EARLIEST, 1)
     finally:
         for consumer in consumers.values():
             await consumer.close()
+    if earliest and len(earliest) == len(answers) and not args.json:
+        raise TwlogError(_none_that_old(args.topic, args.time, earliest))
     if args.json:
         print_json([{"topic": loc.topic, "partition": loc.name, "broker": loc.address, "offsets": found}
                     for loc, found in answers])
@@ -51,16 +65,32 @@ async def offsets(reactor, args) -> None:
             print(offset)
     else:
         print_table(["partition", "broker", "offsets"],
-                    [(loc.name, loc.address, " ".join(str(o) for o in found) or "-") for loc, found in answers],
+                    [(loc.name, loc.address, " ".join(str(o) for o in found)
+                      or f"none that old (earliest {earliest[loc.name]})") for loc, found in answers],
                     title=f"{args.topic}: offsets, newest first")
+
+
+def _none_that_old(topic: str, time_ms: int, earliest: dict[str, int]) -> str:
+    """The one line of an OFFSETS by time that found no segment that old in any partition asked."""
+    when = datetime.fromtimestamp(time_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S UTC")
+    if len(earliest) == 1:
+        ((name, first),) = earliest.items()
+        where, starts = f"partition {name} of {topic!r}", f"its earliest offset is {first}"
+    else:
+        where = f"any partition of {topic!r}"
+        starts = "the earliest offsets are " + ", ".join(f"{name}: {first}" for name, first in earliest.items())
+    return (f"no segment of {where} was last modified before {when}, so no offset is that old; {starts} "
+            "(--time earliest)")
 
 
 async def topics(reactor, args) -> None:
     """Print each topic of the cluster with its partitions (C{<broker id>-<partition>}) and their brokers.
 
     A broker that is down (known to hold partitions, not registered) is listed as such, with its partitions,
-    and one stderr line says so.
+    and one stderr line says so.  With C{--topic}, describe that topic (L{describe_topic}).
     """
+    if args.topic is not None:
+        return await describe_topic(reactor, args)
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
     options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
     try:
@@ -93,6 +123,36 @@ async def topics(reactor, args) -> None:
     print_table(["topic", "broker", "partitions", "names"], rows, right=["partitions"])
 
 
+async def describe_topic(reactor, args) -> None:
+    """Print C{--topic}'s partitions: leader broker and address, earliest and latest offset, size in bytes of log."""
+    locations = await find_partitions(args, args.topic, reactor)
+    consumers: dict[tuple[str, int], SimpleConsumer] = {}
+    rows = []
+    try:
+        for location in locations:
+            key = (location.host, location.port)
+            if key not in consumers:
+                consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
+            (earliest,) = await consumers[key].offsets(location.topic, location.name, EARLIEST, 1)
+            (latest,) = await consumers[key].offsets(location.topic, location.name, LATEST, 1)
+            rows.append((location, earliest, latest))
+    finally:
+        for consumer in consumers.values():
+            await consumer.close()
+    if getattr(args, "json", False):
+        print_json({"topic": args.topic, "partitions": [
+            {"partition": loc.name, "leader": loc.leader, "broker": loc.address, "earliest": earliest,
+             "latest": latest, "size": latest - earliest} for loc, earliest, latest in rows]})
+        return
+    brokers = {loc.leader for loc, _, _ in rows}
+    title = (f"{args.topic}: {len(rows)} partition{'s' if len(rows) != 1 else ''} on {len(brokers)} "
+             f"broker{'s' if len(brokers) != 1 else ''}; size = latest - earliest, in bytes of log")
+    print_table(["partition", "leader", "earliest", "latest", "size"],
+                [(loc.name, f"{loc.leader} ({loc.address})", earliest, latest, latest - earliest)
+                 for loc, earliest, latest in rows],
+                title=title, right=["earliest", "latest", "size"])
+
+
 def _span(names: list[str]) -> str:
     """C{0-0 .. 0-3} for a run of partition names (all of one broker)."""
     return names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
@@ -113,6 +173,98 @@ async def create_topic(reactor, args) -> None:
     if not created.registered:
         print(f"twlog: warning: not every broker's registration of {created.topic} was visible within "
               f"{REGISTRATION_WAIT_S:g} s; producers may see only some partitions for a moment", file=sys.stderr)
+
+
+async def delete_topic(reactor, args) -> None:
+    """Delete C{--topic} on every broker that holds it, and its committed offsets; refused while a group reads it.
+
+    A group reads the topic when one of its live members (C{/consumers/<group>/ids/*}) is subscribed to it;
+    that needs ZooKeeper, so without C{--zookeeper} only C{--force} deletes.  With C{--zookeeper}, every
+    group's committed offsets of the topic (C{/consumers/<group>/offsets/<topic>}) go too: they are byte
+    positions in logs that no longer exist, and a topic made again under the name starts at offset 0.
+    """
+    source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
+    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    if not args.zookeeper and not args.force:
+        raise UsageError(f"deleting {args.topic!r} first checks that no consumer group reads it, in ZooKeeper: give "
+                         "--zookeeper HOST:PORT (or --force to delete without checking)")
+    zk = None
+    try:
+        if args.zookeeper:
+            zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
+            await zk.start()
+            readers = await _groups_reading(zk, args.topic)
+            if readers and not args.force:
+                raise TwlogError(f"topic {args.topic!r} is being read by {_readers_text(readers)}: stop "
+                                 f"{'them' if len(readers) > 1 else 'it'} first, or --force")
+        try:
+            deleted = await deferToThread(delete_on_brokers, args.topic, options=options, **source)
+        except UnknownTopic as e:
+            raise TwlogError(f"{e}{await suggest_topic(args.topic, source, options, reactor)}") from None
+        cleared = await _delete_offsets(zk, args.topic) if zk is not None else None
+        if zk is not None:
+            await _delete_held(zk, args.topic)
+    finally:
+        if zk is not None:
+            await zk.stop()
+    if getattr(args, "json", False):
+        print_json({"topic": deleted.topic, "deleted": True,
+                    "brokers": [{"broker": b, "address": address_text(*a)} for b, a in sorted(deleted.brokers.items())],
+                    "offsets_deleted_for_groups": cleared, "deregistered": deleted.deregistered})
+    else:
+        count = len(deleted.brokers)
+        ids = ", ".join(str(b) for b in sorted(deleted.brokers))
+        sentence = f"deleted {deleted.topic} on {count} broker{'s' if count != 1 else ''} ({ids})"
+        if cleared:
+            sentence += f"; and the committed offsets of group{'s' if len(cleared) != 1 else ''} {', '.join(cleared)}"
+        elif cleared is None:
+            sentence += "; committed offsets not looked at (no --zookeeper)"
+        print(sentence)
+    if not deleted.deregistered:
+        print(f"twlog: warning: a broker's registration of {deleted.topic} was still visible after "
+              f"{REGISTRATION_WAIT_S:g} s", file=sys.stderr)
+
+
+async def _groups_reading(zk, topic: str) -> dict[str, int]:
+    """Each group with live members subscribed to C{topic}, and how many."""
+    readers = {}
+    for group in await sorted_children(zk, paths.CONSUMERS):
+        members = await read_members(zk, group)
+        count = sum(1 for subscription in members.values() if subscription and topic in subscription)
+        if count:
+            readers[group] = count
+    return readers
+
+
+def _readers_text(readers: dict[str, int]) -> str:
+    """C{group demo (2 live members)}, or several."""
+    parts = [f"{group} ({n} live member{'s' if n != 1 else ''})" for group, n in readers.items()]
+    return ("group " if len(parts) == 1 else "groups ") + ", ".join(parts)
+
+
+async def _delete_offsets(zk, topic: str) -> list[str]:
+    """Delete every group's committed offsets of C{topic}; return the groups that had some."""
+    cleared = []
+    for group in await sorted_children(zk, paths.CONSUMERS):
+        path = paths.offset_path(group, topic)
+        partitions = await sorted_children(zk, path)
+        for partition in partitions:
+            with suppress(NoNodeError):
+                await zk.delete(paths.offset_path(group, topic, partition))
+        with suppress(NoNodeError, NotEmptyError):
+            await zk.delete(path)
+            cleared.append(group)
+    return cleared
+
+
+async def _delete_held(zk, topic: str) -> None:
+    """Delete what ZooKeeper remembers of which brokers held C{topic} (C{/twlog/held/<topic>}), down brokers'
+    included: the topic is gone, so their partitions are no longer missing."""
+    for broker in await sorted_children(zk, paths.held_path(topic)):
+        with suppress(NoNodeError):
+            await zk.delete(f"{paths.held_path(topic)}/{broker}")
+    with suppress(NoNodeError, NotEmptyError):
+        await zk.delete(paths.held_path(topic))
 
 
 def _created_sentence(created: TopicCreated) -> str:

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "with an error naming its offsets (exit status 1)")
     consume.add_argument("--registry", default=None, metavar="URL",
                          help="decode Avro messages (Confluent's wire format) with this schema registry: one JSON "
-                         "line each")
+                         "line each (with --json, the record is the object in \"value\")")
     shown = consume.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true",
                        help="one JSON object per message: topic, partition, offset, value (text, or base64 with "
@@ -160,10 +160,38 @@ def build_parser() -> argparse.ArgumentParser:
     add_group_commands(commands, debug_option, json_option, topic_option, partition_option_of)
 
     topics = client_command("topics", "twlog.cli.inspect:topics",
-                            "list the cluster's topics with their partitions and brokers, or create one",
-                            "With no action: list each topic of the cluster with its partitions and their brokers. "
-                            "`twlog topics create --help` creates a topic.")
+                            "list the cluster's topics, describe, create or delete one",
+                            "With no action: list each topic of the cluster with its partitions and their brokers "
+                            "(with --topic: describe that topic, as `twlog topics describe`). `twlog topics create "
+                            "--help` creates a topic, `twlog topics delete --help` deletes one.")
+    topics.add_argument("--topic", "-t", default=None, type=topic_name,
+                        help="describe only this topic (as `twlog topics describe --topic`)")
     json_option(topics)
+    actions = topics.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
+    describe = client_command(
+        "describe", "twlog.cli.inspect:describe_topic",
+        "one topic's partitions: leader broker and address, earliest and latest offset, size",
+        "Describe TOPIC: each partition with the broker that leads it (its id and address), its earliest and "
+        "latest (flushed end) offsets, and its size in bytes of log (latest - earliest: offsets are byte positions).",
+        parent=actions, inherit=True,
+    )
+    topic_option(describe)
+    describe.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                          help="print JSON (for scripts) instead of a table")
+    delete = client_command(
+        "delete", "twlog.cli.inspect:delete_topic",
+        "delete a topic: its logs on every broker that holds it, and its registrations",
+        "Delete TOPIC on every broker that holds it: each removes the topic's logs and its ZooKeeper registration. "
+        "Refused while a consumer group reads it (a live member subscribed to it), unless --force. Committed "
+        "offsets of the topic (/consumers/<group>/offsets/TOPIC) are deleted with it when --zookeeper is given, "
+        "so a topic created again under the same name starts its groups afresh.",
+        parent=actions, inherit=True,
+    )
+    topic_option(delete)
+    delete.add_argument("--force", action="store_true",
+                        help="delete even while a consumer group has live members subscribed to the topic")
+    delete.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON (for scripts) instead of a sentence")
     create = client_command(
         "create", "twlog.cli.inspect:create_topic",
         "create a topic with N partitions on each broker of the cluster",
@@ -171,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         "partitions on each: partitions are per broker, as in Kafka 0.7, so 2 brokers and --partitions 2 make 4 "
         "partitions in all. Each broker keeps the count across restarts and registers the topic in ZooKeeper. "
         "Asking again with the same N changes nothing; another N is refused.",
-        parent=topics.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser), inherit=True,
+        parent=actions, inherit=True,
     )
     topic_option(create)
     create.add_argument("--partitions", "-n", required=True, type=partition_count, metavar="N",
@@ -314,6 +342,17 @@ def reset_target(text: str) -> str | int | tuple[str, int]:
         ) from None
 
 
+def command_list(parser: argparse.ArgumentParser) -> str:
+    """What a bare C{twlog} prints: the usage line, then each command with its one line of help."""
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {choice.dest: choice.help for choice in commands._choices_actions}
+    width = max(map(len, helps))
+    lines = [f"usage: {parser.prog} COMMAND [options]   ({parser.prog} COMMAND --help lists a command's options)",
+             "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in helps.items()]
+    return "\n".join(lines)
+
+
 #: Runs a client command's coroutine under C{task.react} (L{twlog.cli.common.run}).
 RUNNER = "twlog.cli.common:run"
 
@@ -331,7 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _load("twlog.cli.broker:main")(argv[1:])
     if argv[:1] == ["registry"]:  # the same for twistd twlog-registry's options
         return _load("twlog.cli.registry:main")(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not argv:  # as git does: what there is to run, then a usage error's exit status
+        print(command_list(parser), file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     function = _load(args.run)
     if getattr(args, "react", False):
         return _load(RUNNER)(function, args)

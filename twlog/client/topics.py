@@ -1,5 +1,5 @@
 # -*- test-case-name: tests.client.test_topics,tests.integration.test_topics_create -*-
-"""Creating a topic on every broker of a cluster (blocking): what C{twlog topics create} does.
+"""Creating and deleting a topic on every broker of a cluster (blocking): C{twlog topics create} and C{delete}.
 
 Partitions are per broker, as in Kafka 0.7: C{create_topic("clicks", 2)} on a
 cluster of 3 brokers gives each broker 2 partitions, 6 in all.  The brokers are
@@ -23,9 +23,9 @@ from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
-from twlog.errors import BrokerTimeout, ConnectionFailed, InvalidRequest, TopicExists, raise_for
+from twlog.errors import BrokerTimeout, ConnectionFailed, InvalidRequest, TopicExists, UnknownTopic, raise_for
 from twlog.partition import address_text
-from twlog.protocol.codec import CreateTopicRequest
+from twlog.protocol.codec import CreateTopicRequest, DeleteTopicRequest
 from twlog.storage.manager import MAX_PARTITIONS, validate_topic
 
 #: How long L{create_topic} waits for every broker's registration of the new topic to be visible.
@@ -132,7 +132,8 @@ def create_topic(topic: str, partitions: int, *, brokers: str | Sequence[tuple[s
     return TopicCreated(topic, partitions, dict(cluster.brokers), frozenset(cluster.holders), registered)
 
 
-def _connect_all(topic: str, brokers: dict[int, tuple[str, int]], options: ClientOptions) -> dict[int, SyncConnection]:
+def _connect_all(topic: str, brokers: dict[int, tuple[str, int]], options: ClientOptions,
+                 action: str = "create") -> dict[int, SyncConnection]:
     """A connection to every broker, checked (METADATA answered by the right id); or an error naming all that failed."""
     connections: dict[int, SyncConnection] = {}
     problems = []
@@ -149,8 +150,8 @@ def _connect_all(topic: str, brokers: dict[int, tuple[str, int]], options: Clien
     if problems:
         for connection in connections.values():
             connection.close()
-        raise ConnectionFailed(f"cannot create topic {topic!r}: cannot reach " + "; ".join(problems)
-                               + "; nothing was created")
+        raise ConnectionFailed(f"cannot {action} topic {topic!r}: cannot reach " + "; ".join(problems)
+                               + f"; nothing was {action}d")
     return connections
 
 
@@ -167,4 +168,53 @@ def _wait_registered(topic: str, partitions: int, expected: set[int], brokers, z
             pass
         if time.monotonic() >= deadline:
             return False
+        time.sleep(_POLL_S)
+
+
+@attrs.frozen
+class TopicDeletion:
+    """What L{delete_topic} did: the brokers (id -> address) that held the topic and deleted it."""
+
+    topic: str
+    brokers: dict[int, tuple[str, int]]
+    #: Whether every broker's registration of the topic was seen gone within L{REGISTRATION_WAIT_S}.
+    deregistered: bool
+
+
+def delete_topic(topic: str, *, brokers: str | Sequence[tuple[str, int]] | None = None,
+                 zookeeper: str | None = None, options: ClientOptions | None = None,
+                 wait_s: float = REGISTRATION_WAIT_S) -> TopicDeletion:
+    """Delete C{topic} on every live broker that holds it (blocking): DELETE_TOPIC (type 11) to each.
+
+    Each broker removes the topic's logs and its recorded count, and drops its registration
+    C{/brokers/topics/<topic>/<id>}; this waits (boundedly) until the cluster shows no holder.
+    Consumer groups are not looked at here (C{twlog topics delete} does that).
+
+    @raise InvalidTopic: the name breaks the topic rules.
+    @raise UnknownTopic: no live broker holds the topic.
+    @raise ConnectionFailed: the cluster cannot be read, or a holder cannot be reached (naming each;
+        nothing is deleted).
+    """
+    validate_topic(topic)
+    options = ClientOptions.build(options)
+    cluster = read_cluster(topic, brokers=brokers, zookeeper=zookeeper, options=options)
+    holders = {b: cluster.brokers[b] for b in sorted(cluster.holders) if b in cluster.brokers}
+    if not holders:
+        raise UnknownTopic(f"topic {topic!r} does not exist on {cluster.source}")
+    connections = _connect_all(topic, holders, options, action="delete")
+    try:
+        for broker_id, connection in sorted(connections.items()):
+            connection.call(DeleteTopicRequest(topic))
+    finally:
+        for connection in connections.values():
+            connection.close()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if not read_cluster(topic, brokers=brokers, zookeeper=zookeeper, options=options).holders:
+                return TopicDeletion(topic, holders, True)
+        except ConnectionFailed:
+            pass
+        if time.monotonic() >= deadline:
+            return TopicDeletion(topic, holders, False)
         time.sleep(_POLL_S)

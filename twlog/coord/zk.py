@@ -34,6 +34,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
 
+from twlog.coord.probe import describe_answer
 from twlog.errors import TwlogError
 
 #: Session states handed to state listeners.
@@ -98,7 +99,9 @@ def _start_kazoo(client: KazooClient, hosts: str, timeout_s: float, create_chroo
     except Exception as e:
         client.stop()
         client.close()
-        raise ZooKeeperUnavailable(f"cannot reach ZooKeeper at {hosts} within {timeout_s:g} s ({e})") from None
+        answered = describe_answer(hosts)  # a broker's port given as ZooKeeper's, say
+        raise ZooKeeperUnavailable(f"cannot reach ZooKeeper at {hosts} within {timeout_s:g} s "
+                                   f"({answered or e})") from None
     servers, chroot = split_chroot(hosts)
     if not chroot or client.exists("/") is not None:
         return

@@ -8,7 +8,7 @@ tools share one codec.  A frame is what follows the C{int32} size prefix
   - request:  C{[int16 type][body]}
   - response: C{[int16 error][body]}
 
-Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-10 are twlog's.  Strings
+Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-11 are twlog's.  Strings
 are C{[int16 length][utf-8]}.  docs/protocol.md is the reference.  Readers take
 C{(buf, pos)} and return C{(value, next_pos)} (L{twlog.protocol.primitives});
 every malformed or truncated input raises L{MalformedRequest}, never
@@ -80,6 +80,7 @@ METADATA = 7
 CLUSTER_METADATA = 8
 CREATE_TOPIC = 9
 BOUNDARIES = 10
+DELETE_TOPIC = 11
 
 #: The most positions one BOUNDARIES request may ask about.
 MAX_BOUNDARY_POSITIONS = 1024
@@ -215,6 +216,17 @@ class BoundariesRequest:
     positions: tuple[int, ...]
 
 
+@attrs.frozen
+class DeleteTopicRequest:
+    """Type 11: delete C{topic} on this broker: its logs, its recorded count and its ZooKeeper registration.
+
+    Answered with an error code alone: 0 once the topic is deleted here (also when the broker did not
+    hold it), InvalidTopic, StorageFailed.  docs/protocol.md, type 11.
+    """
+
+    topic: str
+
+
 Request = (
     ProduceRequest
     | FetchRequest
@@ -227,6 +239,7 @@ Request = (
     | ClusterMetadataRequest
     | CreateTopicRequest
     | BoundariesRequest
+    | DeleteTopicRequest
 )
 
 
@@ -338,6 +351,9 @@ def decode_request(frame: bytes | memoryview) -> Request:
         request, pos = CreateTopicRequest(topic, _PARTITIONS.unpack_from(frame, pos)[0]), pos + _PARTITIONS.size
     elif kind == BOUNDARIES:
         request, pos = _read_boundaries(frame, pos)
+    elif kind == DELETE_TOPIC:
+        topic, pos = read_str(frame, pos)
+        request = DeleteTopicRequest(topic)
     else:
         raise MalformedRequest(f"unknown request type {kind}")
     done(frame, pos, "request")
@@ -387,6 +403,8 @@ def encode_request(request: Request) -> bytes:
         n = len(request.positions)
         return (I16.pack(BOUNDARIES) + write_str(request.topic) + _BOUNDARIES_HEAD.pack(request.partition, n)
                 + struct.pack(f">{n}q", *request.positions))
+    if isinstance(request, DeleteTopicRequest):
+        return I16.pack(DELETE_TOPIC) + write_str(request.topic)
     raise TypeError(f"not a request: {request!r}")
 
 
@@ -419,6 +437,8 @@ def describe_request(request: Request) -> str:
         return f"CREATE_TOPIC {request.topic} with {request.partitions} partitions"
     if isinstance(request, BoundariesRequest):
         return f"BOUNDARIES {request.topic}-{request.partition} at {len(request.positions)} positions"
+    if isinstance(request, DeleteTopicRequest):
+        return f"DELETE_TOPIC {request.topic}"
     return type(request).__name__
 
 
@@ -443,12 +463,13 @@ _RESPONSE_DECODERS = {
     ClusterMetadataRequest: decode_cluster_metadata_response,
     CreateTopicRequest: decode_error_response,
     BoundariesRequest: decode_boundaries_response,
+    DeleteTopicRequest: decode_error_response,
 }
 
 __all__ = [
     "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "BOUNDARIES", "MAX_BOUNDARY_POSITIONS",
     "BoundariesRequest", "BoundariesResponse", "decode_boundaries_response", "encode_boundaries_response",
-    "CLUSTER_METADATA", "CREATE_TOPIC", "EARLIEST", "FETCH",
+    "CLUSTER_METADATA", "CREATE_TOPIC", "DELETE_TOPIC", "DeleteTopicRequest", "EARLIEST", "FETCH",
     "LATEST",
     "METADATA",
     "MULTIFETCH", "MULTIPRODUCE", "OFFSETS", "PRODUCE", "WAIT_FETCH",

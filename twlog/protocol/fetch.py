@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
 from twlog.config import BrokerConfig
-from twlog.errors import NO_ERROR, BrokerError, InvalidFetchSize, OffsetOutOfRange, kafka07_code
+from twlog.errors import NO_ERROR, BrokerError, InvalidFetchSize, OffsetOutOfRange, TopicDeleted, kafka07_code
 from twlog.protocol import codec
 from twlog.protocol.codec import FetchRequest, MultiFetchRequest, WaitFetchRequest
 from twlog.protocol.handling import ErrorCounts, Response, check_partition
@@ -60,6 +60,8 @@ class FetchHandlers:
         try:
             check_partition(self._logs, fetch.topic, fetch.partition)
             log = self._logs.get_log(fetch.topic, fetch.partition)
+            if log is None and fetch.topic in self._logs.deleted:
+                raise TopicDeleted(f"topic {fetch.topic!r} was deleted on this broker")
             if log is None:  # nothing written yet: an empty log at offset 0
                 if fetch.max_bytes <= 0:
                     raise InvalidFetchSize(f"fetch size {fetch.max_bytes} must be positive")
@@ -122,6 +124,12 @@ class FetchHandlers:
         """A partition's flushed offset moved: answer the WAIT_FETCHes on it that now have enough data."""
         for waiter in list(self._waiting.get((topic, partition), ())):
             if self._ready(waiter.request):
+                self._wake(waiter)
+
+    def topic_deleted(self, topic: str) -> None:
+        """C{topic} was deleted here: answer the WAIT_FETCHes on it now (their parts on it get TopicDeleted)."""
+        for key in [key for key in self._waiting if key[0] == topic]:
+            for waiter in list(self._waiting.get(key, ())):
                 self._wake(waiter)
 
     def _wake(self, waiter: _WaitingFetch) -> None:

@@ -1,11 +1,11 @@
 # -*- test-case-name: tests.protocol.test_metadata,tests.protocol.test_cluster_metadata,tests.protocol.test_create_topic,tests.protocol.test_boundaries -*-  # noqa: E501
-"""The broker's metadata and admin handlers: OFFSETS, METADATA, CLUSTER_METADATA, CREATE_TOPIC and
-BOUNDARIES (L{MetadataHandlers}).
+"""The broker's metadata and admin handlers: OFFSETS, METADATA, CLUSTER_METADATA, CREATE_TOPIC,
+DELETE_TOPIC and BOUNDARIES (L{MetadataHandlers}).
 
 These answer questions about the logs rather than carry their messages:
 where a partition's offsets are (by time, or the message boundaries at
 positions), which topics and partitions this broker and its cluster hold,
-and the creation of a topic.  CLUSTER_METADATA reads the cluster from a
+and the creation and deletion of a topic.  CLUSTER_METADATA reads the cluster from a
 L{ClusterSource} (the broker's L{twlog.coord.cluster.ClusterView}), or
 describes this broker alone without one.
 """
@@ -27,6 +27,7 @@ from twlog.protocol.codec import (
     BoundariesRequest,
     ClusterMetadataRequest,
     CreateTopicRequest,
+    DeleteTopicRequest,
     MetadataRequest,
     OffsetsRequest,
     TopicMetadata,
@@ -180,6 +181,23 @@ class MetadataHandlers:
             return codec.encode_error_response(NO_ERROR)
 
         return d.addCallback(created)
+
+    def delete_topic(self, request: DeleteTopicRequest, peer: str = "?") -> Deferred[Response]:
+        """DELETE_TOPIC: delete the topic's logs and recorded count here; answer once the count is durably gone.
+
+        An error-only response: 0 (deleted, or not held here), InvalidTopic, StorageFailed (a partition's
+        directory could not be moved away), BrokerShuttingDown.  The registration in ZooKeeper is dropped
+        by the broker's registration, a delete listener of the logs.
+        """
+        d = self._logs.delete_topic(request.topic)
+
+        def deleted(count: int) -> bytes:
+            if count:
+                self._log.info("{peer} deleted topic {topic} ({count} partition logs)", peer=peer,
+                               topic=request.topic, count=count)
+            return codec.encode_error_response(NO_ERROR)
+
+        return d.addCallback(deleted)
 
     def boundaries(self, request: BoundariesRequest, peer: str = "?") -> Response | Deferred[Response]:
         """BOUNDARIES: the first message at or after each position (where a reader may start: split points).

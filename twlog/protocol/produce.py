@@ -14,7 +14,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from twlog.errors import NO_ERROR, BrokerError, RequestTimedOut, TooManyOpenFiles
+from twlog.errors import NO_ERROR, BrokerError, RequestTimedOut, TooManyOpenFiles, TopicDeleted
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, MultiProduceRequest, ProduceRequest, ProduceResult
 from twlog.protocol.handling import ErrorCounts, Response
@@ -89,8 +89,8 @@ class ProduceHandlers:
             flushed.addTimeout(timeout_s, self._clock)
             try:
                 offset = await flushed
-            except Exception as e:  # a timeout, a failed fsync, or no descriptor to open a directory for one
-                code = TooManyOpenFiles.code if isinstance(e, TooManyOpenFiles) else RequestTimedOut.code
+            except Exception as e:  # a timeout, a failed fsync, no descriptor to open a directory, a deleted topic
+                code = e.code if isinstance(e, (TooManyOpenFiles, TopicDeleted)) else RequestTimedOut.code
                 self._errors.count(codec.ACK_PRODUCE, code)
                 self._log.warn("acknowledged produce to {topic}: not flushed: {error}",
                                topic=results[index].topic, error=e)

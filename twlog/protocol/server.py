@@ -22,6 +22,7 @@ from twlog.protocol.codec import (
     BoundariesRequest,
     ClusterMetadataRequest,
     CreateTopicRequest,
+    DeleteTopicRequest,
     FetchRequest,
     MetadataRequest,
     MultiFetchRequest,
@@ -70,6 +71,8 @@ class Broker:
         self.offsets, self.metadata, self.cluster_metadata = (
             metadata.offsets, metadata.metadata, metadata.cluster_metadata)
         self.create_topic, self.boundaries = metadata.create_topic, metadata.boundaries
+        self.delete_topic = metadata.delete_topic
+        logs.add_delete_listener(fetching.topic_deleted)
         self.handlers: dict[type, Callable[..., Any]] = {
             ProduceRequest: self.produce,
             MultiProduceRequest: self.multiproduce,
@@ -82,6 +85,7 @@ class Broker:
             ClusterMetadataRequest: self.cluster_metadata,
             CreateTopicRequest: self.create_topic,
             BoundariesRequest: self.boundaries,
+            DeleteTopicRequest: self.delete_topic,
         }
 
     @property

@@ -93,12 +93,14 @@ from twlog.spark.avro import avro_batches, avro_schema, with_values
 from twlog.spark.envelope import envelope_schema, open_batches
 from twlog.spark.options import DEFAULT_FETCH_SIZE, OPTIONS, SourceOptions, check_options, resolve_offset
 from twlog.spark.split import split_ranges
+from twlog.spark.workers import WorkersCannotImportTwlog, check_workers_python
 from twlog.storage.message import CorruptMessage, iter_messages
 
 _logger = logging.getLogger(__name__)
 SCHEMA = "topic string, partition string, offset long, value binary, broker int"
 
-__all__ = ["DEFAULT_FETCH_SIZE", "OPTIONS", "SCHEMA", "TwlogDataSource", "check_options", "register", "UnknownTopic"]
+__all__ = ["DEFAULT_FETCH_SIZE", "OPTIONS", "SCHEMA", "TwlogDataSource", "UnknownTopic", "WorkersCannotImportTwlog",
+           "check_options", "register"]
 
 
 def register(spark) -> None:
@@ -108,12 +110,15 @@ def register(spark) -> None:
     imports the C{pyspark_*} packages it finds, here C{pyspark_twlog}): then this
     does nothing, since registering again would replace that source and make
     Spark warn "The data source twlog replaced a statically registered data source".
+
+    @raise WorkersCannotImportTwlog: the workers' Python (C{PYSPARK_PYTHON}) cannot import twlog.
     """
     try:  # the JVM's data source table (the lookup runs once per session); Spark Connect has no JVM here
         found = spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(TwlogDataSource.name())
     except Exception:
         found = False
-    if not found:
+    if not found:  # (the workers' Python lacks twlog, or the session predates it: say which, clearly)
+        check_workers_python(spark.sparkContext.pythonExec)
         spark.dataSource.register(TwlogDataSource)
 
 

@@ -144,6 +144,8 @@ class Flusher:
         self._flush_in_flight = False
         self._flush_again = False
         self._flush_waiters: list[Deferred[int]] = []
+        #: Why the log was deleted (L{abandon}), or None.
+        self.abandoned: Exception | None = None
         self._min_gap_s = config.flush_min_gap_ms / 1000
         #: When the last fsync started (clock seconds): a flush nobody waits for waits for the gap after it.
         self._last_start = float("-inf")
@@ -199,6 +201,8 @@ class Flusher:
         """
         if self.failed is not None:
             return fail(StorageFailed(f"{self.directory} failed ({self.failed})"))
+        if self.abandoned is not None:
+            return fail(self.abandoned)
         if not self._dirty and not self._flush_in_flight:
             return succeed(self.flushed_offset)
         d: Deferred[int] = Deferred()
@@ -246,6 +250,10 @@ class Flusher:
 
     def _flushed(self, _: object, target: int, waiters: list[Deferred[int]]) -> None:
         self._flush_in_flight = False
+        if self.abandoned is not None:
+            for waiter in waiters:
+                waiter.errback(self.abandoned)
+            return
         self._postponed = False  # descriptors were found again
         if target > self.flushed_offset:
             self.flushed_offset = target
@@ -258,6 +266,10 @@ class Flusher:
         self, failure: Failure, waiters: list[Deferred[int]], dirty: list[Segment], directories: list[str]
     ) -> None:
         self._flush_in_flight = False
+        if self.abandoned is not None:  # (its directory was moved away meanwhile: no fault of the disk)
+            for waiter in waiters:
+                waiter.errback(self.abandoned)
+            return
         if failure.check(TooManyOpenFiles):
             self._not_flushed(failure.value, waiters, dirty, directories)
             return
@@ -324,6 +336,15 @@ class Flusher:
         """Start no more flushes (one in flight still completes)."""
         self.closed = True
         self._cancel_timer()
+
+    def abandon(self, error: Exception) -> None:
+        """The log is being deleted: start no more flushes, and fail every flush waited for with C{error},
+        those whose fsync is in flight too (when it ends, quietly: its files may be gone by then)."""
+        self.abandoned = error
+        self.close()
+        waiters, self._flush_waiters = self._flush_waiters, []
+        for waiter in waiters:
+            waiter.errback(error)
 
     def _cancel_timer(self) -> None:
         """Cancel the interval timer and the group-commit call: a flush starts, or none may."""

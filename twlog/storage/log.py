@@ -292,6 +292,15 @@ class Log:
 
     # -- shutdown ----------------------------------------------------------
 
+    def abandon(self, error: Exception) -> None:
+        """The log is being deleted: stop its timers and fail the flushes waited for with C{error}.
+
+        Its segments stay open until nothing refers to them (as retention leaves a deleted
+        segment): a fetch response being sent from them still sends its bytes.
+        """
+        self.closed = True
+        self._flusher.abandon(error)
+
     def close(self) -> None:
         """Stop timers and close every segment.  Flush first to keep unflushed data."""
         self.closed = True

@@ -15,16 +15,17 @@ It does no network or ZooKeeper work.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from functools import partial
 
-from twisted.internet.defer import Deferred, FirstError, gatherResults
+from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 from twlog.config import LogConfig
-from twlog.errors import BrokerShuttingDown, InvalidTopic, WrongPartition
+from twlog.errors import BrokerShuttingDown, InvalidTopic, StorageFailed, TopicDeleted, WrongPartition
 from twlog.storage.directory import (
     CLEAN_SHUTDOWN_MARKER,
     LOCK_FILE,
@@ -63,6 +64,10 @@ class LogManager:
                                     config.retention_check_interval_ms / 1000)
         self._fsyncs = TimedRunner(run_in_thread, clock)
         self._flush_listeners: list = []
+        self._delete_listeners: list[Callable[[str], object]] = []
+        self._run_in_thread = run_in_thread
+        #: Topics deleted since the start and not made again since (a fetch of them gets TopicDeleted).
+        self.deleted: set[str] = set()
         self.recovered = False
 
     # -- lifecycle ---------------------------------------------------------
@@ -94,6 +99,9 @@ class LogManager:
         self._counts.load(validate_topic)
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
+            if name.startswith(DELETED_PREFIX) and os.path.isdir(path):  # a delete the last run did not finish
+                _remove_trees([path])
+                continue
             parsed = parse_partition_directory(name)
             if parsed is None or not os.path.isdir(path):
                 if not name.startswith(".") and os.path.isdir(path):
@@ -188,6 +196,7 @@ class LogManager:
         if os.path.dirname(os.path.realpath(path)) != root:  # defence in depth; validate_topic forbids this
             raise InvalidTopic(f"the topic name {topic!r} would leave the log directory")
         log = self._logs[(topic, partition)] = self._open_log(path, (topic, partition), recover=False)
+        self.deleted.discard(topic)
         self._counts.first_written(topic, count)
         return log
 
@@ -208,6 +217,7 @@ class LogManager:
         validate_topic(topic)
         existing = self._counts.check_create(topic, partitions)
         directories = self._open_partitions(topic, partitions) if existing is None else []
+        self.deleted.discard(topic)
         return self._counts.created(topic, partitions, directories, new=existing is None)
 
     def _open_partitions(self, topic: str, partitions: int) -> list[str]:
@@ -222,6 +232,58 @@ class LogManager:
                 log.close()
             raise
         return [self._logs[key].directory for key in keys]
+
+    def delete_topic(self, topic: str) -> Deferred[int]:
+        """Delete C{topic} here: its logs, its recorded count; fire with how many partition logs went.
+
+        At once (on the reactor): the logs leave the directory's table, so no request finds them any
+        more; each is abandoned (L{Log.abandon}: an acknowledged produce still waiting for its flush
+        gets L{TopicDeleted}); each directory is renamed out of the way (C{.deleted-<topic>-<n>-<ms>},
+        which a start skips and removes); the topic is remembered as deleted (L{deleted}: a fetch of
+        it gets L{TopicDeleted} until a write or CREATE_TOPIC makes it again); the delete listeners
+        are told (waiting fetches, the ZooKeeper registration).  Then, on the thread pool, the
+        renamed directories are removed, and the count is taken out of the L{TOPICS_FILE}; the
+        Deferred fires once that is durable.  A topic this broker does not hold fires with 0.
+
+        @raise InvalidTopic: the name is not a valid topic name.
+        @raise StorageFailed: a directory could not be renamed (the topic's other logs are deleted).
+        @raise BrokerShuttingDown: the directory is not open.
+        """
+        self._check_running()
+        validate_topic(topic)
+        keys = sorted(key for key in self._logs if key[0] == topic)
+        if not keys and topic not in self._counts.topics():
+            return succeed(0)
+        error = TopicDeleted(f"topic {topic!r} was deleted on this broker")
+        now_ms = int(self._clock.seconds() * 1000)
+        moved, failed = [], []
+        for key in keys:
+            log = self._logs.pop(key)
+            log.abandon(error)
+            trash = os.path.join(self.config.log_dir, f"{DELETED_PREFIX}{partition_directory(*key)}-{now_ms}")
+            try:
+                os.rename(log.directory, trash)
+                moved.append(trash)
+            except OSError as e:
+                failed.append(f"{log.directory} ({e.strerror or e})")
+        self.deleted.add(topic)
+        self._log.info("deleting topic {topic}: {count} partition logs", topic=topic, count=len(keys))
+        for listener in list(self._delete_listeners):
+            try:
+                listener(topic)
+            except Exception:
+                self._log.failure("topic delete listener failed")
+        d = self._run_in_thread(_remove_trees, moved)
+        d.addErrback(lambda f: self._log.failure("removing the logs of deleted topic {topic} failed", f,
+                                                 topic=topic))
+        d.addCallback(lambda _: self._counts.deleted(topic))
+
+        def done(_: object) -> int:
+            if failed:
+                raise StorageFailed(f"topic {topic!r}: could not move away {', '.join(failed)}")
+            return len(keys)
+
+        return d.addCallback(done)
 
     def _check_running(self) -> None:
         if not self.running:
@@ -253,6 +315,10 @@ class LogManager:
         """Call C{listener(topic, partition_count)} when a topic is created here (for registration)."""
         self._counts.add_listener(listener)
 
+    def add_delete_listener(self, listener: Callable[[str], object]) -> None:
+        """Call C{listener(topic)} when a topic is deleted here (its logs are gone from the table already)."""
+        self._delete_listeners.append(listener)
+
     def add_flush_listener(self, listener) -> None:
         """Call C{listener(topic, partition, log)} whenever a log's flushed offset moves (wakes waiting fetches)."""
         self._flush_listeners.append(listener)
@@ -264,6 +330,16 @@ class LogManager:
         False when it failed, or was put off for lack of descriptors.
         """
         self._fsyncs.observer = observer
+
+
+#: How a deleted topic's partition directories are renamed before they are removed.
+DELETED_PREFIX = ".deleted-"
+
+
+def _remove_trees(paths: list[str]) -> None:
+    """Remove the renamed directories of a deleted topic (blocking: on the thread pool, or at start)."""
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def thread_pool_runner(reactor) -> ThreadRunner:

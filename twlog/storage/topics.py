@@ -111,6 +111,15 @@ class TopicsFile:
         self.counts[topic] = count
         return self._lock.run(self._save, list(new_directories))
 
+    def forget(self, topic: str) -> Deferred[None]:
+        """Remove C{topic}'s count (a deleted topic) and save the file, if it recorded one.
+
+        @return: fires when the file is durable; fails with L{StorageFailed} when it could not be written.
+        """
+        if self.counts.pop(topic, None) is None:
+            return self.saved()
+        return self._lock.run(self._save, [])
+
     def _save(self, directories: list[str]) -> Deferred[None]:
         d = self._run_in_thread(write_topics_file, self.log_dir, dict(self.counts), directories)
 
@@ -201,6 +210,13 @@ class PartitionCounts:
         if new:
             d.addBoth(self._announce, list(self._listeners), topic, partitions)
         return d.addCallback(lambda _: new)
+
+    def deleted(self, topic: str) -> Deferred[None]:
+        """Forget C{topic} (deleted here): a write creates it again with the default count; fire once the
+        L{TOPICS_FILE} no longer records it."""
+        self._counts.pop(topic, None)
+        self._recorded.pop(topic, None)
+        return self._file.forget(topic)
 
     def add_listener(self, listener: TopicListener) -> None:
         """Call C{listener(topic, partition_count)} when a topic is created here (for registration)."""
