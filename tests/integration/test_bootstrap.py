@@ -62,14 +62,15 @@ class ClusterMetadataTests(ClusterTestCase):
             self.assertEqual(answer.topics, (TopicLayout(TOPIC, 0, ((0, 2), (1, 2))),))
 
     async def test_follows_brokers_leaving(self):
-        """A broker that stops leaves the others' answers (its registration goes with it)."""
+        """A broker that stops leaves the others' list of live brokers (its registration goes with it), and stays a
+        holder of its partitions with no address: they exist, and are offline (/twlog/held)."""
         _, brokers = await self.cluster()
         await brokers[1].stop()
         view = brokers[0].service.cluster
         await wait_until(lambda: 1 not in view.brokers)
         answer = await cluster_metadata(brokers[0].port)
         self.assertEqual([b.broker_id for b in answer.brokers], [0])
-        self.assertEqual(answer.topics, (TopicLayout(TOPIC, 0, ((0, 2),)),))
+        self.assertEqual(answer.topics, (TopicLayout(TOPIC, 0, ((0, 2), (1, 2))),))
 
     async def test_without_zookeeper(self):
         """A broker without ZooKeeper describes itself alone, and says so."""
