@@ -343,7 +343,7 @@ class LocalSupervisionTests(TestCase):
         while not registered_since(await registration(zk, 1) or b"", ports[1], killed_ms):  # its old session expires
             self.assertFalse(hand.ended.called, hand.output)
             await deferLater(reactor, 0.2, lambda: None)
-        status, _, err = await twlog("produce", "--zookeeper", f"127.0.0.1:{zookeeper}", "-t", "again",
+        status, _, err = await twlog("produce", "--zookeeper", f"127.0.0.1:{zookeeper}", "-t", "again", "-p", "1-0",
                                      stdin=b"x\n")
         self.assertEqual(status, 0, err)
         _, topics, _ = await twlog("topics", "-b", f"127.0.0.1:{ports[1]}")
