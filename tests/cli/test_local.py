@@ -5,9 +5,18 @@ from __future__ import annotations
 import os
 import socket
 
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.cli.local import LOCK_FILE, LocalError, check_ports, lock_data_directory, metrics_port_of, usage_text
+from twlog.cli.local import (
+    LOCK_FILE,
+    LocalError,
+    ZooKeeperWatch,
+    check_ports,
+    lock_data_directory,
+    metrics_port_of,
+    usage_text,
+)
 from twlog.cli.main import build_parser
 from twlog.coord.zkserver import bind_error, free_port, free_ports
 
@@ -138,3 +147,95 @@ class DataLockTests(SynchronousTestCase):
         self.addCleanup(os.close, fd)
         self.assertEqual(os.listdir(data), [LOCK_FILE])
         self.assertFalse(os.get_inheritable(fd))
+
+
+class FakeServerProcess:
+    """A ZooKeeper server process: running (poll None) until it ends with C{returncode}."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+class FakeServer:
+    """C{twlog local}'s ZooKeeperServer: its process, and a start that makes a new one (or fails)."""
+
+    connect_string = "127.0.0.1:2181"
+    log_path = "/d/zookeeper/zookeeper.out"
+
+    def __init__(self) -> None:
+        self.process: FakeServerProcess | None = FakeServerProcess(100)
+        self.start_error: Exception | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self) -> None:
+        if self.start_error is not None:
+            raise self.start_error
+        self.process = FakeServerProcess(self.pid_next())
+
+    def pid_next(self) -> int:
+        self._next = getattr(self, "_next", 100) + 1
+        return self._next
+
+
+class ZooKeeperWatchTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.server = FakeServer()
+        self.said: list[str] = []
+        self.failed: list[LocalError] = []
+        self.watch = ZooKeeperWatch(self.server, self.clock, self.said.append, self.server.start, self.failed.append)
+        self.watch.start()
+
+    def test_death_and_return_are_one_line_each(self) -> None:
+        """ZooKeeper killed: one line saying so and that it is started again; one line when it is back."""
+        self.clock.advance(5)
+        self.assertEqual(self.said, [])
+        self.server.process.returncode = -9
+        self.clock.advance(0.5)
+        self.assertEqual(self.said, [
+            "twlog local: ZooKeeper (127.0.0.1:2181, pid 100) died (signal 9); starting it again on the same port "
+            "and data (the brokers keep serving what they hold, and reconnect)",
+            "twlog local: ZooKeeper is back on 127.0.0.1:2181 (pid 101)",
+        ])
+        self.clock.advance(30)
+        self.assertEqual(len(self.said), 2)
+        self.server.process.returncode = 1
+        self.clock.advance(0.5)
+        self.assertIn("(127.0.0.1:2181, pid 101) died (exit status 1)", self.said[2])
+        self.assertEqual(self.failed, [])
+
+    def test_cannot_start_again(self) -> None:
+        """A ZooKeeper that cannot be started again stops the watch and is an error for twlog local."""
+        self.server.start_error = OSError("no space left on device")
+        self.server.process.returncode = -9
+        self.clock.advance(0.5)
+        self.assertEqual([str(e) for e in self.failed],
+                         ["ZooKeeper (127.0.0.1:2181) died (signal 9) and cannot be started again: no space left on "
+                          "device"])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_keeps_dying(self) -> None:
+        """A ZooKeeper that dies a fourth time within a minute is not started again."""
+        for _ in range(3):
+            self.server.process.returncode = 1
+            self.clock.advance(0.5)
+        self.assertEqual(self.failed, [])
+        self.server.process.returncode = 1
+        self.clock.advance(0.5)
+        self.assertEqual([str(e) for e in self.failed],
+                         ["ZooKeeper (127.0.0.1:2181) died (exit status 1), 4 times within 60 s; see "
+                          "/d/zookeeper/zookeeper.out"])
+
+    def test_stopped_watch_says_nothing(self) -> None:
+        """Once twlog local stops (Ctrl-C), ZooKeeper's end is no news."""
+        self.watch.stop()
+        self.server.process.returncode = 0
+        self.clock.advance(5)
+        self.assertEqual(self.said, [])

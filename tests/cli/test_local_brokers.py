@@ -3,15 +3,28 @@ that dies, and stopping them (SIGTERM, then SIGKILL after the timeout)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 
+from twisted.internet.defer import Deferred
 from twisted.internet.error import ProcessDone, ProcessExitedAlready, ProcessTerminated
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.cli.local_brokers import BrokerChild, LocalError, broker_argv, stop_children
+from tests.fakezk import FakeZooKeeper
+from twlog.cli.broker import parse
+from twlog.cli.local_brokers import (
+    BrokerChild,
+    LocalError,
+    broker_argv,
+    registered_since,
+    restart_command,
+    stop_children,
+    wait_registered,
+)
 from twlog.cli.main import build_parser
+from twlog.coord.registration import broker_value
 
 STARTED = (b"2026-01-01T00:00:00+0000 [twlog.broker.service.BrokerService#info] broker 1 listening on "
            b"127.0.0.1:9093\n")
@@ -72,7 +85,7 @@ class BrokerChildTests(SynchronousTestCase):
         child.childDataReceived(2, STARTED)
         self.end(child, None, signal=9)
         self.assertEqual(self.reported, ["twlog local: broker 1 (port 9093, metrics port 9193) died (signal 9); the "
-                                         "other brokers and ZooKeeper keep running; Ctrl-C stops them"])
+                                         "other brokers and ZooKeeper keep running"])
         self.assertIsNone(self.successResultOf(child.ended))
 
     def test_asked_stop_is_not_reported(self) -> None:
@@ -131,3 +144,86 @@ class ArgvTests(SynchronousTestCase):
         """twlog local defaults to group commit; --flush-policy timer is the paper's timer."""
         self.assertEqual(build_parser().parse_args(["local"]).flush_policy, "group")
         self.assertEqual(build_parser().parse_args(["local", "--flush-policy", "timer"]).flush_policy, "timer")
+
+
+class RestartCommandTests(SynchronousTestCase):
+    def test_command_has_the_cluster_settings(self) -> None:
+        """The command printed for a dead broker is twlog broker with exactly the child's settings, which twlog
+        broker parses to the same configuration (4 partitions, a 200 ms flush, not its own defaults of 1 and 1000)."""
+        argv = broker_argv(1, 9093, "/my data/broker-1", "127.0.0.1:2181", 4, 200, "group", 9193)
+        command = restart_command(argv)
+        self.assertEqual(command, "twlog broker --broker-id 1 --port 9093 --log-dir '/my data/broker-1' --zookeeper "
+                                  "127.0.0.1:2181 --num-partitions 4 --flush-interval-ms 200 --flush-policy group "
+                                  "--metrics-port 9193")
+        words = shlex.split(command)
+        self.assertEqual(words[:2], ["twlog", "broker"])
+        config = parse(words[2:]).config
+        self.assertEqual((config.broker_id, config.port, config.log.log_dir, config.zookeeper),
+                         (1, 9093, "/my data/broker-1", "127.0.0.1:2181"))
+        self.assertEqual((config.log.num_partitions, config.log.flush_interval_ms), (4, 200))
+        defaults = parse(["--log-dir", "d"]).config.log
+        self.assertNotEqual((defaults.num_partitions, defaults.flush_interval_ms), (4, 200))
+
+    def test_death_line_ends_with_the_command(self) -> None:
+        reported: list[str] = []
+        argv = broker_argv(1, 9093, "/d/broker-1", "127.0.0.1:2181", 4, 200, "group", None)
+        child = BrokerChild(1, 9093, None, lambda data: None, reported.append, restart=restart_command(argv))
+        child.makeConnection(FakeProcess())
+        child.childDataReceived(2, STARTED)
+        child.processEnded(Failure(ProcessTerminated(exitCode=None, signal=9)))
+        self.assertEqual(reported, ["twlog local: broker 1 (port 9093) died (signal 9); the other brokers and "
+                                    "ZooKeeper keep running; to start it again with the cluster's settings, run in "
+                                    "another terminal: " + restart_command(argv)])
+
+
+class ReadyTests(SynchronousTestCase):
+    """"Ready" waits for every broker's registration of this run, not for its "listening" line."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.zk = FakeZooKeeper()
+        self.zk.start()
+        self.children = [BrokerChild(n, 9092 + n, None, lambda data: None, lambda line: None, spawned_ms=5000)
+                         for n in (0, 1)]
+
+    def register(self, broker_id: int, created_ms: int) -> None:
+        value = broker_value("127.0.0.1", 9092 + broker_id, created_ms).encode()
+        path = f"/brokers/ids/{broker_id}"
+        if self.successResultOf(self.zk.exists(path)) is None:
+            self.successResultOf(self.zk.create(path, value, makepath=True))
+        else:
+            self.successResultOf(self.zk.set(path, value))
+
+    def wait(self, timeout_s: float = 60.0) -> Deferred:
+        return Deferred.fromCoroutine(wait_registered(self.zk, self.children, self.clock, timeout_s=timeout_s))
+
+    def test_registration_of_this_run(self) -> None:
+        self.assertTrue(registered_since(b"127.0.0.1-5000:127.0.0.1:9093", 9093, 5000))
+        self.assertFalse(registered_since(b"127.0.0.1-4999:127.0.0.1:9093", 9093, 5000))  # a previous run's
+        self.assertFalse(registered_since(b"127.0.0.1-6000:127.0.0.1:9094", 9093, 5000))  # another port
+        self.assertTrue(registered_since(b"[::1]-6000:[::1]:9093", 9093, 5000))
+        self.assertFalse(registered_since(b"garbage", 9093, 5000))
+
+    def test_waits_for_every_broker(self) -> None:
+        """A previous run's registration (its session not expired yet) does not count; ready once all are in."""
+        self.register(0, 4000)  # left by the previous run
+        self.register(1, 5100)
+        d = self.wait()
+        self.clock.advance(5)
+        self.assertNoResult(d)
+        self.register(0, 5200)  # broker 0's old session expired, and it registered
+        self.clock.advance(0.1)
+        self.successResultOf(d)
+
+    def test_not_registered_in_time(self) -> None:
+        self.register(0, 5100)
+        d = self.wait(timeout_s=10)
+        self.clock.advance(10.1)
+        error = self.failureResultOf(d, LocalError).value
+        self.assertEqual(str(error), "broker 1 (port 9093) did not register in ZooKeeper within 10 s")
+
+    def test_ended_before_registering(self) -> None:
+        d = self.wait()
+        self.children[1].ended.callback(1)
+        self.clock.advance(0.1)
+        self.assertIn("broker 1 (port 9093) ended before it registered", str(self.failureResultOf(d).value))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from twisted.internet.task import Clock
+from twisted.logger import Logger, LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
@@ -197,3 +199,67 @@ class ChrootTests(SynchronousTestCase):
         self.assertEqual(str(error), "ZooKeeper at localhost:2181 has no /twlog: did you mean localhost:2181 "
                          "(no chroot)? (a broker started with --zookeeper localhost:2181/twlog creates /twlog; "
                          "twlog local uses no chroot)")
+
+
+class ReconnectionLogTests(SynchronousTestCase):
+    """While ZooKeeper is down kazoo warns on every attempt to reconnect (every second or two): a session says once
+    that it lost ZooKeeper and why, and once that it is back, and kazoo's warnings are debug lines."""
+
+    def session(self) -> tuple[ZooKeeper, Clock, list[tuple[LogLevel, str]]]:
+        clock = Clock()
+        zk = ZooKeeper("127.0.0.1:1", reactor=clock)
+        lines: list[tuple[LogLevel, str]] = []
+        zk._log = Logger(namespace="twlog.coord.zk.ZooKeeper",
+                         observer=lambda event: lines.append((event["log_level"], formatEvent(event))))
+        return zk, clock, lines
+
+    def kazoo_lines(self) -> list[tuple[LogLevel, str]]:
+        """What kazoo's warnings become in Twisted's log."""
+        lines: list[tuple[LogLevel, str]] = []
+
+        def observe(event: dict) -> None:
+            if event.get("log_namespace") == "twlog.coord.zk._ToTwistedLog":
+                lines.append((event["log_level"], formatEvent(event)))
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+        return lines
+
+    def test_one_line_per_loss_and_return(self) -> None:
+        zk, clock, lines = self.session()
+        kazoo = self.kazoo_lines()
+        zk._client.logger.warning("Connection dropped: %s", "socket connection broken")
+        zk._client.logger.warning("Transition to CONNECTING")
+        zk._tell_state(SUSPENDED)
+        for _ in range(5):  # the attempts while the server is down
+            clock.advance(1.5)
+            zk._client.logger.warning("Connection dropped: %s", "socket connection error: Connection refused")
+        zk._tell_state(LOST)  # the session expired meanwhile: still the same loss
+        zk._tell_state(CONNECTED)
+        self.assertEqual(lines, [
+            (LogLevel.warn, "lost ZooKeeper at 127.0.0.1:1 (Connection dropped: socket connection broken); "
+                            "reconnecting"),
+            (LogLevel.info, "ZooKeeper at 127.0.0.1:1 is back, after 7.5 s"),
+        ])
+        self.assertEqual({level for level, _ in kazoo}, {LogLevel.debug})
+        self.assertEqual(len(kazoo), 7)
+        self.assertEqual(kazoo[0][1], "Connection dropped: socket connection broken")
+        # The next loss is said again, with its own reason.
+        zk._client.logger.warning("Connection time-out: %s", "timed out")
+        zk._tell_state(SUSPENDED)
+        self.assertEqual(lines[-1], (LogLevel.warn, "lost ZooKeeper at 127.0.0.1:1 (Connection time-out: timed out); "
+                                                    "reconnecting"))
+
+    def test_first_connection_and_stop_are_no_loss(self) -> None:
+        """Connecting the first time says nothing; neither does the end of a session closed by stop()."""
+        zk, clock, lines = self.session()
+        zk._tell_state(CONNECTED)
+        zk._closing = True  # (what stop() sets before closing the session)
+        zk._tell_state(LOST)
+        self.assertEqual(lines, [])
+
+    def test_other_kazoo_warnings_stay_warnings(self) -> None:
+        zk, _, _ = self.session()
+        kazoo = self.kazoo_lines()
+        zk._client.logger.warning("Cannot resolve %s: %s", "nowhere", "Name or service not known")
+        self.assertEqual(kazoo, [(LogLevel.warn, "Cannot resolve nowhere: Name or service not known")])

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
+import time
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -16,7 +18,9 @@ from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, readBody
 
 from tests.integration.test_cli import twlog
+from twlog.cli.local_brokers import registered_since
 from twlog.client.sync import SyncConnection
+from twlog.coord.zk import NoNodeError, ZooKeeper
 from twlog.coord.zkserver import four_letter_word, free_port, free_ports
 from twlog.protocol.codec import LATEST
 
@@ -248,3 +252,119 @@ class LocalChildrenTests(TestCase):
                                        rf"--log-dir .*broker-1 is a file, not a directory\n")
         self.assertNotIn(b"Traceback", err)
         self.assertEqual(four_letter_word(zookeeper), b"")
+
+
+class _Broker(ProcessProtocol):
+    """A `twlog broker` started by hand: its output and its end."""
+
+    def __init__(self) -> None:
+        self.output = b""
+        self.ended: Deferred = Deferred()
+
+    def outReceived(self, data: bytes) -> None:
+        self.output += data
+
+    errReceived = outReceived
+
+    def processEnded(self, reason) -> None:
+        self.ended.callback(None)
+
+
+async def said(local: LocalProcess, pattern: str, after: int = 0) -> re.Match:
+    """Wait until twlog local's output (from byte C{after}) matches C{pattern} (bounded by the test's timeout)."""
+    while True:
+        match = re.search(pattern, local.output[after:].decode(errors="replace"))
+        if match:
+            return match
+        if local.ended.called:
+            raise AssertionError(f"twlog local ended without saying {pattern!r}:\n{local.output.decode()}")
+        await deferLater(reactor, 0.05, lambda: None)
+
+
+async def registration(zk: ZooKeeper, broker_id: int) -> bytes | None:
+    try:
+        value, _ = await zk.get(f"/brokers/ids/{broker_id}")
+    except NoNodeError:
+        return None
+    return value
+
+
+class LocalSupervisionTests(TestCase):
+    timeout = 300
+
+    async def test_zookeeper_death_broker_restart_and_ready(self) -> None:
+        """With twlog local --brokers 2: ZooKeeper killed is one line, started again, and its return one more (the
+        brokers say it once each, not every second); a broker killed is one line ending with the command that
+        starts it again with the cluster's settings, and that command does (4 partitions a topic); and "ready" comes
+        only once every broker has registered, even while a previous run's registration has not expired."""
+        data = os.path.abspath(self.mktemp())
+        args = ("--brokers", "2", "--data", data, "--port", str(free_ports(2)), "--zookeeper-port", str(free_port()),
+                "--no-metrics")
+        local, transport = start_local(self, *args)
+        zookeeper, ports = banner_ports(await local.ready)
+        zk = ZooKeeper(f"127.0.0.1:{zookeeper}", reactor=reactor)
+        await zk.start()
+        self.addCleanup(lambda: zk.stop() if zk.connected else None)
+        for broker_id, port in enumerate(ports):  # registered when ready
+            self.assertTrue((await registration(zk, broker_id)).endswith(b":%d" % port))
+
+        # ZooKeeper dies: one line, started again, one line when back; each broker says the loss and return once.
+        java = [pid for pid in child_pids(transport.pid) if "java" in command_line(pid)[0]]
+        self.assertEqual(len(java), 1)
+        mark = len(local.output)
+        os.kill(java[0], signal.SIGKILL)
+        await said(local, rf"twlog local: ZooKeeper \(127\.0\.0\.1:{zookeeper}, pid {java[0]}\) died \(signal 9\); "
+                          "starting it again on the same port and data", mark)
+        await said(local, rf"twlog local: ZooKeeper is back on 127\.0\.0\.1:{zookeeper} \(pid \d+\)", mark)
+        while local.output[mark:].count(b"ZooKeeper at 127.0.0.1:%d is back" % zookeeper) < 2:
+            await said(local, "is back, after", mark)
+            await deferLater(reactor, 0.1, lambda: None)
+        await deferLater(reactor, 3, lambda: None)  # kazoo used to warn on every reconnection attempt
+        outage = local.output[mark:].decode()
+        self.assertEqual(outage.count("lost ZooKeeper at"), 2, outage)
+        self.assertNotIn("_ToTwistedLog#warn", outage)  # kazoo's warning on each attempt: "Connection dropped: ..."
+        self.assertEqual(outage.count("died"), 1, outage)
+
+        # A broker dies: the line ends with the command that starts it again with the cluster's settings.
+        brokers = {int(command_line(pid)[command_line(pid).index("--broker-id") + 1]): pid
+                   for pid in child_pids(transport.pid) if "--broker-id" in command_line(pid)}
+        child_settings = command_line(brokers[1])[3:]
+        os.kill(brokers[1], signal.SIGKILL)
+        killed_ms = int(time.time() * 1000)
+        line = await said(local, r"twlog local: broker 1 \(port \d+\) died \(signal 9\);.*run in another "
+                                 r"terminal: (twlog broker [^\n]*)\n")
+        command = shlex.split(line.group(1))
+        self.assertEqual(command[2:], child_settings)
+        self.assertEqual(command[command.index("--num-partitions") + 1], "4")
+        self.assertEqual(command[command.index("--flush-interval-ms") + 1], "200")
+        hand = _Broker()
+        argv = [sys.executable, "-m", "twlog.cli", *command[1:]]
+        hand_transport = reactor.spawnProcess(hand, sys.executable, argv, env=os.environ.copy())
+        self.addCleanup(lambda: None if hand.ended.called else (hand_transport.signalProcess("KILL"), hand.ended)[1])
+        while not registered_since(await registration(zk, 1) or b"", ports[1], killed_ms):  # its old session expires
+            self.assertFalse(hand.ended.called, hand.output)
+            await deferLater(reactor, 0.2, lambda: None)
+        status, _, err = await twlog("produce", "--zookeeper", f"127.0.0.1:{zookeeper}", "-t", "again", "-p", "1-0",
+                                     stdin=b"x\n")
+        self.assertEqual(status, 0, err)
+        _, topics, _ = await twlog("topics", "-b", f"127.0.0.1:{ports[1]}")
+        self.assertRegex(topics, rb"again +1 \(127\.0\.0\.1:\d+\) +4 +1-0 \.\. 1-3")  # the cluster's 4, not 1
+
+        # Killed, the hand-started broker leaves a registration behind for its session's timeout: the next twlog
+        # local is ready only once broker 1 has registered again (its "listening" line comes long before).
+        hand_transport.signalProcess("KILL")
+        await hand.ended
+        transport.signalProcess(signal.SIGINT)
+        await local.ended
+        await zk.stop()
+        started_ms = int(time.time() * 1000)
+        again, again_transport = start_local(self, *args)
+        await again.ready
+        zk = ZooKeeper(f"127.0.0.1:{zookeeper}", reactor=reactor)
+        await zk.start()
+        self.addCleanup(lambda: zk.stop() if zk.connected else None)
+        for broker_id, port in enumerate(ports):
+            self.assertTrue(registered_since(await registration(zk, broker_id) or b"", port, started_ms),
+                            again.output.decode())
+        again_transport.signalProcess(signal.SIGINT)
+        await again.ended

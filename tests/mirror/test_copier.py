@@ -86,20 +86,67 @@ class CopierTests(SynchronousTestCase):
         self.assertEqual(copier.in_flight, 0)
 
     def test_back_pressure_at_the_bound(self) -> None:
-        """At max_in_flight copy waits (the source stops being read), said once; it goes on once acknowledged."""
-        copier = self.copier()
+        """At max_in_flight copy waits (the source stops being read); it goes on once acknowledged.  A short pause
+        is no line of its own: it is counted, with its time, for the status line."""
+        copier = self.copier(long_pause_s=10.0)
         for n in range(4):
             copy(copier, message(n), self.feed)
         waiting = copy(copier, message(4), self.feed)
         more = copy(copier, message(5), self.feed)
         self.assertNoResult(waiting)
-        self.assertEqual(len(self.said), 1)
-        self.assertIn("fetching from the source paused", self.said[0])
+        self.assertTrue(copier.pauses.paused)
+        self.clock.advance(0.3)
         self.target.ack()
         self.assertTrue(self.successResultOf(waiting))
         self.assertTrue(self.successResultOf(more))
-        self.assertEqual(len(self.said), 2)
-        self.assertIn("fetching resumed", self.said[1])
+        self.assertFalse(copier.pauses.paused)
+        self.assertEqual(self.said, [])
+        self.assertEqual(copier.pauses.summary(), "paused once, 0.3 s in all, at --max-in-flight (4)")
+        self.assertEqual(copier.pauses.summary(), "")  # counted since the last summary
+
+    def test_many_short_pauses_are_one_count(self) -> None:
+        """A bulk copy pauses at the bound after every acknowledgement: no line each time, one count and total."""
+        copier = self.copier(batch_size=2, max_in_flight=2, long_pause_s=10.0)
+        copy(copier, message(0), self.feed)
+        copy(copier, message(1), self.feed)
+        for n in range(2, 42, 2):  # 20 rounds: the sources fill the room, wait 0.1 s, the target acknowledges
+            first, second = copy(copier, message(n), self.feed), copy(copier, message(n + 1), self.feed)
+            self.clock.advance(0.1)
+            self.target.ack()
+            self.successResultOf(first)
+            self.successResultOf(second)
+        self.assertEqual(self.said, [])
+        self.assertEqual(copier.pauses.summary(), "paused 20 times, 2.0 s in all, at --max-in-flight (2)")
+
+    def test_long_pause_is_one_line(self) -> None:
+        """A pause that lasts long_pause_s is said once, when it does; the status line then counts it."""
+        copier = self.copier(long_pause_s=10.0)
+        for n in range(5):
+            copy(copier, message(n), self.feed)
+        self.clock.advance(9.9)
+        self.assertEqual(self.said, [])
+        self.clock.advance(0.1)
+        self.assertEqual(self.said, ["mirror: fetching from the source paused for 10 s so far: the target has not "
+                                     "acknowledged 4 messages (the --max-in-flight bound); it resumes by itself once "
+                                     "it does"])
+        self.clock.advance(5)
+        self.assertEqual(copier.pauses.summary(), "paused once, 15.0 s in all, at --max-in-flight (4), paused now")
+        self.clock.advance(20)
+        self.assertEqual(len(self.said), 1)  # one line for the whole pause
+        self.target.ack()
+        self.assertEqual(copier.pauses.summary(), "paused once, 20.0 s in all, at --max-in-flight (4)")
+        self.clock.advance(0.05)  # the fifth message's batch goes out; no timer of the pause is left
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_pause_ended_by_stop(self) -> None:
+        """Stopping ends a pause (its long-pause line is not said afterwards)."""
+        copier = self.copier(long_pause_s=10.0)
+        for n in range(5):
+            copy(copier, message(n), self.feed)
+        copier.stop()
+        self.assertFalse(copier.pauses.paused)
+        self.clock.advance(60)
+        self.assertEqual(self.said, [])
 
     def test_target_down_retried_never_dropped(self) -> None:
         copier = self.copier()

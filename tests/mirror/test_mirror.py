@@ -107,3 +107,32 @@ class ConsumerOptionTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(stream.__anext__()).payload, b"original")
         self.assertEqual(self.successResultOf(stream.__anext__()).payload, b"plain")
         self.assertEqual(owned.consumed, 50)
+
+
+class StatusLineTests(SynchronousTestCase):
+    def test_pauses_are_part_of_the_status_line(self) -> None:
+        """The pauses at --max-in-flight since the last status line are counted in it, not lines of their own;
+        a pause longer than --status-interval is one line when it gets that long."""
+        clock, said = Clock(), []
+        mirror = Mirror(MirrorSettings(("127.0.0.1:1",), "127.0.0.1:2", status_s=5.0), reactor=clock, say=said.append)
+        self.assertEqual(mirror.copier.pauses.long_s, 5.0)
+
+        async def lag() -> int:
+            return 0
+
+        mirror.sources[0].lag = lag
+        report = mirror.copier.pauses
+        for _ in range(12):
+            report.begin(10_000)
+            clock.advance(0.1)
+            report.end()
+        self.successResultOf(Deferred.fromCoroutine(mirror._report()))
+        self.assertEqual(said, ["mirror status: copied 0 messages (0 B); 0 in flight, paused 12 times, 1.2 s in all, "
+                                "at --max-in-flight (10,000); lag 0 B behind 127.0.0.1:1"])
+        self.successResultOf(Deferred.fromCoroutine(mirror._report()))
+        self.assertEqual(said[-1], "mirror status: copied 0 messages (0 B); 0 in flight; lag 0 B behind 127.0.0.1:1")
+
+    def test_long_pause_without_status_lines(self) -> None:
+        """With --status-interval 0 (no status lines) a pause is said once it lasts 10 s."""
+        settings = MirrorSettings(("127.0.0.1:1",), "127.0.0.1:2", status_s=0)
+        self.assertEqual(Mirror(settings, reactor=Clock(), say=print).copier.pauses.long_s, 10.0)

@@ -6,8 +6,13 @@ ZooKeeper server (its own process, stopped by pid) and C{broker-<id>/} for each
 broker's partitions.  Each broker is a C{twlog broker} child process
 (L{twlog.cli.local_brokers}), registered in ZooKeeper like any other broker,
 so N brokers use N cores as N separate brokers do; their logs come out on
-stderr, and one that dies is reported at once.  Ctrl-C (or SIGTERM) stops the
-brokers cleanly (deregistration, flush, clean-shutdown marker), then ZooKeeper.
+stderr, and one that dies is reported at once, with the C{twlog broker}
+command that starts it again with the cluster's settings.  "Ready" (the
+banner) comes once every broker has registered in ZooKeeper.  ZooKeeper is
+watched too (L{ZooKeeperWatch}): if it dies it is said in one line and
+started again on the same port and data (the brokers' sessions survive a
+short outage), and its return is said in one more.  Ctrl-C (or SIGTERM) stops
+the brokers cleanly (deregistration, flush, clean-shutdown marker), then ZooKeeper.
 
 Each broker serves Prometheus metrics at C{http://127.0.0.1:<port>/metrics}
 (from C{--metrics-port}, by default C{--port} + 100: 9192, 9193, ...), listed
@@ -24,9 +29,12 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 
 from twisted.internet.defer import Deferred, DeferredList, FirstError
+from twisted.internet.task import LoopingCall
 from twisted.logger import (
     FilteringLogObserver,
     LogLevel,
@@ -35,10 +43,20 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
-from twlog.cli.local_brokers import START_TIMEOUT_S, BrokerChild, LocalError, broker_argv, stop_children
+from twlog.cli.local_brokers import (
+    START_TIMEOUT_S,
+    BrokerChild,
+    LocalError,
+    broker_argv,
+    restart_command,
+    stop_children,
+    wait_registered,
+)
+from twlog.coord.zk import ZooKeeper
 from twlog.coord.zkserver import PortInUse, ZooKeeperServer, bind_error
 
-__all__ = ["LocalError", "check_ports", "lock_data_directory", "metrics_port_of", "run_local", "usage_text"]
+__all__ = ["LocalError", "ZooKeeperWatch", "check_ports", "lock_data_directory", "metrics_port_of", "run_local",
+           "usage_text"]
 
 #: The lock file of C{--data}, held (flock) for the life of the C{twlog local} using it.
 LOCK_FILE = ".twlog-local.lock"
@@ -123,6 +141,66 @@ def metrics_port_of(args) -> int | None:
     return args.metrics_port if args.metrics_port is not None else args.port + 100
 
 
+class ZooKeeperWatch:
+    """Notices that C{twlog local}'s ZooKeeper server has died, says so in one line, starts it again (same port,
+    same data: the brokers' sessions survive an outage shorter than their session timeout), and says when it is back.
+
+    @param server: the L{ZooKeeperServer} (its C{process} is polled).
+    @param restart: starts the server again (blocking; raises if it cannot).
+    @param failed: called with a L{LocalError} when it cannot be started again, or keeps dying
+        (more than C{max_restarts} times in C{window_s}).
+    """
+
+    def __init__(self, server, clock, say: Callable[[str], object], restart: Callable[[], object],
+                 failed: Callable[[LocalError], object], interval_s: float = 0.5, max_restarts: int = 3,
+                 window_s: float = 60.0) -> None:
+        self._server = server
+        self._clock = clock
+        self._say = say
+        self._restart = restart
+        self._failed = failed
+        self._max_restarts = max_restarts
+        self._window_s = window_s
+        self._restarts: deque[float] = deque()
+        self._loop = LoopingCall(self.check)
+        self._loop.clock = clock
+        self._interval_s = interval_s
+
+    def start(self) -> None:
+        self._loop.start(self._interval_s, now=False)
+
+    def stop(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+
+    def check(self) -> None:
+        process = self._server.process
+        code = process.poll() if process is not None else None
+        if code is None:
+            return
+        where = self._server.connect_string
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        now = self._clock.seconds()
+        while self._restarts and self._restarts[0] <= now - self._window_s:
+            self._restarts.popleft()
+        if len(self._restarts) >= self._max_restarts:
+            self.stop()
+            self._failed(LocalError(f"ZooKeeper ({where}) died ({how}), {len(self._restarts) + 1} times within "
+                                    f"{self._window_s:g} s; see {self._server.log_path}"))
+            return
+        self._restarts.append(now)
+        self._say(f"twlog local: ZooKeeper ({where}, pid {process.pid}) died ({how}); starting it again on the "
+                  "same port and data (the brokers keep serving what they hold, and reconnect)")
+        self._server.process = None
+        try:
+            self._restart()
+        except Exception as e:
+            self.stop()
+            self._failed(LocalError(f"ZooKeeper ({where}) died ({how}) and cannot be started again: {e}"))
+            return
+        self._say(f"twlog local: ZooKeeper is back on {where} (pid {self._server.pid})")
+
+
 def usage_text(zookeeper: str, ports: list[int], data: str, metrics_urls: Sequence[str] = ()) -> str:
     """What to tell the user once the cluster is up."""
     brokers = ",".join(f"localhost:{p}" for p in ports)
@@ -174,11 +252,21 @@ async def _run_cluster(reactor, args, data: str) -> None:
     children: list[BrokerChild] = []
     stopped: Deferred = Deferred()
     stopping: list[bool] = []  # set once a stop has begun (Ctrl-C, SIGTERM, or a broker that cannot start)
+    errors: list[LocalError] = []  # why the cluster stopped by itself (ZooKeeper cannot be started again)
+
+    def zookeeper_failed(error: LocalError) -> None:
+        errors.append(error)
+        _say(f"twlog local: {error}; stopping the brokers")
+        shutdown(say=False)
+
+    watch = ZooKeeperWatch(zookeeper, reactor, _say, lambda: zookeeper.start(attempts=1), zookeeper_failed)
+    watch.start()
 
     def shutdown(say: bool = True) -> Deferred | None:
         if stopping:
             return None
         stopping.append(True)
+        watch.stop()
         d = stop_children(reactor, children)
 
         def zookeeper_down(_: object) -> None:
@@ -195,10 +283,11 @@ async def _run_cluster(reactor, args, data: str) -> None:
     try:
         for broker_id, port in enumerate(ports):
             metrics_port = None if first_metrics_port is None else first_metrics_port + broker_id
-            child = BrokerChild(broker_id, port, metrics_port, _write_stderr, _say)
             argv = broker_argv(broker_id, port, os.path.join(data, f"broker-{broker_id}"), zookeeper.connect_string,
                                args.num_partitions, args.flush_interval_ms, getattr(args, "flush_policy", "group"),
                                metrics_port)
+            child = BrokerChild(broker_id, port, metrics_port, _write_stderr, _say, restart=restart_command(argv),
+                                spawned_ms=int(time.time() * 1000))
             reactor.spawnProcess(child, sys.executable, argv, env=os.environ.copy(),
                                  childFDs={0: "w", 1: "r", 2: "r"})
             children.append(child)
@@ -208,6 +297,7 @@ async def _run_cluster(reactor, args, data: str) -> None:
             await DeferredList([c.started for c in children], fireOnOneErrback=True, consumeErrors=True)
         except FirstError as e:
             raise e.subFailure.value from None
+        await _registered(reactor, zookeeper.connect_string, children)
     except BaseException:
         if stopping:  # stopped by the user while starting: not an error
             await stopped
@@ -219,3 +309,15 @@ async def _run_cluster(reactor, args, data: str) -> None:
     print(usage_text(zookeeper.connect_string, ports, data, metrics_urls))
     sys.stdout.flush()
     await stopped
+    if errors:
+        raise errors[0]
+
+
+async def _registered(reactor, hosts: str, children: Sequence[BrokerChild]) -> None:
+    """Wait until every broker has registered in ZooKeeper (a broker listens before it has)."""
+    zk = ZooKeeper(hosts, reactor=reactor, connect_timeout_s=10.0)
+    await zk.start()
+    try:
+        await wait_registered(zk, children, reactor)
+    finally:
+        await zk.stop()

@@ -12,6 +12,12 @@ A child runs L{broker_child}: it asks Linux to SIGTERM it when C{twlog local}
 dies (so a killed C{twlog local} leaves no broker behind), leaves the
 terminal's process group (Ctrl-C reaches C{twlog local} alone, which stops the
 brokers before ZooKeeper), and runs C{twlog broker}.
+
+A broker counts as started once it says it listens, and as ready once its
+registration of this run is in ZooKeeper (L{wait_registered}: a registration
+left by a previous run, whose session has not expired yet, does not count).
+When one dies, the line that says so ends with the C{twlog broker} command
+that starts it again with the cluster's settings (L{restart_command}).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -26,9 +33,12 @@ from collections.abc import Callable, Sequence
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
 
 from twlog.cli.broker import main as broker_main
+from twlog.coord.paths import broker_id_path
+from twlog.coord.zk import IZooKeeper, KazooException
 from twlog.errors import TwlogError
 
 #: How long a broker may take to start (connect to ZooKeeper, register), and to stop cleanly.
@@ -38,6 +48,8 @@ STOP_TIMEOUT_S = 60.0
 _LISTENING = re.compile(rb"broker \d+ listening on ")
 #: twlog broker's one line when it cannot start.
 _CANNOT_START = re.compile(r"twlog broker: cannot start broker \d+ \([^)]*\): (.*)")
+#: A registration's value, C{<host>-<ms>:<host>:<port>} (0.7's C{Broker.getZKString}; IPv6 hosts in brackets).
+_REGISTRATION = re.compile(r"^(?:\[[^\]]*\]|[^:\[]*)-(\d+):.*:(\d+)$")
 
 
 class LocalError(TwlogError):
@@ -71,18 +83,64 @@ def broker_argv(broker_id: int, port: int, log_dir: str, zookeeper: str, num_par
     return argv
 
 
+def restart_command(argv: Sequence[str]) -> str:
+    """The C{twlog broker} command that runs the broker of the child command line C{argv} (L{broker_argv}) again
+    with the same settings, quoted for a POSIX shell."""
+    return "twlog broker " + shlex.join(argv[3:])
+
+
+def registered_since(value: bytes, port: int, since_ms: int) -> bool:
+    """Whether a C{/brokers/ids/<id>} value is the registration of a broker on C{port} started at C{since_ms} or
+    later (its creator id dates from its start; a previous run's registration is older)."""
+    match = _REGISTRATION.match(value.decode("utf-8", "replace"))
+    return match is not None and int(match.group(2)) == port and int(match.group(1)) >= since_ms
+
+
+async def wait_registered(zk: IZooKeeper, children: Sequence[BrokerChild], clock, timeout_s: float = START_TIMEOUT_S,
+                          poll_s: float = 0.1) -> None:
+    """Wait until every child's broker has registered itself in ZooKeeper (this run's registration, see
+    L{registered_since}).
+
+    @raise LocalError: one ended, or did not register within C{timeout_s}, named with its port.
+    """
+    waiting = list(children)
+    deadline = clock.seconds() + timeout_s
+    while True:
+        for child in list(waiting):
+            if child.ended.called:
+                raise LocalError(f"{child.describe()} ended before it registered in ZooKeeper")
+            try:
+                value, _ = await zk.get(broker_id_path(child.broker_id))
+            except KazooException:  # not registered yet (NoNodeError), or ZooKeeper unreachable for a moment
+                continue
+            if registered_since(value, child.port, child.spawned_ms):
+                waiting.remove(child)
+        if not waiting:
+            return
+        if clock.seconds() >= deadline:
+            names = ", ".join(child.describe() for child in waiting)
+            raise LocalError(f"{names} did not register in ZooKeeper within {timeout_s:g} s")
+        await deferLater(clock, poll_s, lambda: None)
+
+
 class BrokerChild(ProcessProtocol):
     """One broker's child process: started, relayed, reported if it dies, stopped on request.
 
     @param write: where the child's output goes once it has started (stderr).
     @param report: one line for the user when the child ends unasked.
+    @param restart: the command that starts this broker again with the same settings (L{restart_command}), given
+        in that line.
+    @param spawned_ms: when the child was started (ms since the epoch): its registration dates from then or later.
     """
 
     def __init__(self, broker_id: int, port: int, metrics_port: int | None,
-                 write: Callable[[bytes], object], report: Callable[[str], object]) -> None:
+                 write: Callable[[bytes], object], report: Callable[[str], object], restart: str | None = None,
+                 spawned_ms: int = 0) -> None:
         self.broker_id = broker_id
         self.port = port
         self.metrics_port = metrics_port
+        self.restart = restart
+        self.spawned_ms = spawned_ms
         self._write = write
         self._report = report
         #: Fires with this child once the broker has started; fails with a L{LocalError} if it cannot.
@@ -122,8 +180,10 @@ class BrokerChild(ProcessProtocol):
             why = match.group(1) if match else (lines[-1] if lines else f"it ended ({how})")
             self.started.errback(LocalError(f"{self.describe()} cannot start: {why}"))
         elif not self.stopping:
+            again = (f"; to start it again with the cluster's settings, run in another terminal: {self.restart}"
+                     if self.restart else "")
             self._report(f"twlog local: {self.describe()} died ({how}); the other brokers and ZooKeeper keep "
-                         "running; Ctrl-C stops them")
+                         f"running{again}")
         self.ended.callback(code)
 
     def stop(self) -> Deferred[int | None]:

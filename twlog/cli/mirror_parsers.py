@@ -85,7 +85,9 @@ def add_mirror_commands(commands, debug_option) -> None:
         "but --blacklist) into the --to cluster, with embedded group consumers (one group per source: --group, "
         "default named after the target), picking up topics created meanwhile. A source offset is committed only "
         "after the target flushed every message before it, so a mirror killed and restarted loses nothing "
-        "(at-least-once). When the target is slow or down the mirror stops fetching and says so once. Several "
+        "(at-least-once). When the target is down the mirror says so once, and once more when it takes messages "
+        "again. At --max-in-flight it stops fetching until the target acknowledges: those pauses, normal in a bulk "
+        "copy, are counted in the status line, and one that lasts longer than --status-interval is one line. Several "
         "mirrors with the same --group share the partitions. Runs until Ctrl-C or SIGTERM; prints a status line "
         "every --status-interval seconds.", react=True,
     )
@@ -104,10 +106,11 @@ def add_mirror_commands(commands, debug_option) -> None:
     positive_option(mirror, "--batch-size", default=200,
                         help="messages per produce request to the target")
     mirror.add_argument("--max-in-flight", type=positive_int, default=10_000, metavar="N",
-                        help="messages waiting for the target's acknowledgement at most; fetching pauses at the bound "
-                        "(default: 10,000)")
+                        help="messages waiting for the target's acknowledgement at most; fetching pauses at the bound, "
+                        "counted in the status line (default: 10,000)")
     mirror.add_argument("--status-interval", type=grace_option, default=10.0, metavar="S",
-                        help="seconds between status lines (0: none; default: 10)")
+                        help="seconds between status lines; a pause at --max-in-flight longer than this is a line of "
+                        "its own (0: no status lines, and pauses said after 10 s; default: 10)")
     debug_option(mirror)
 
     audit = subcommand(

@@ -45,16 +45,31 @@ LOST = "lost"  # the session expired: ephemeral nodes and watches are gone
 _STATES = {KazooState.CONNECTED: CONNECTED, KazooState.SUSPENDED: SUSPENDED, KazooState.LOST: LOST}
 
 
+#: kazoo's warnings on each failed attempt to reach the server: while ZooKeeper is down they repeat every second
+#: or two, so they are debug lines; the session says once that it lost ZooKeeper, and once that it is back.
+_RETRY_CHATTER = ("Connection dropped", "Connection time-out", "Transition to CONNECTING", "Session has expired")
+
+
 class _ToTwistedLog(logging.Handler):
-    """kazoo logs with the standard library: pass its warnings on to Twisted's log, under one namespace."""
+    """kazoo logs with the standard library: pass its warnings on to Twisted's log, under one namespace.
+
+    The warnings of its reconnection loop become debug lines; the last one is kept by the session that logged it
+    (L{ZooKeeper}, through a C{LoggerAdapter}) to say why it lost ZooKeeper.
+    """
 
     _log = Logger(namespace="kazoo")
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.WARNING:
-            self._log.warn("{message}", message=record.getMessage())
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING and message.startswith(_RETRY_CHATTER):
+            session = getattr(record, "twlog_session", None)
+            if session is not None and message.startswith(("Connection dropped", "Connection time-out")):
+                session.last_drop = message
+            self._log.debug("{kazoo_message}", kazoo_message=message)
+        elif record.levelno >= logging.WARNING:
+            self._log.warn("{kazoo_message}", kazoo_message=message)
         else:
-            self._log.debug("{message}", message=record.getMessage())
+            self._log.debug("{kazoo_message}", kazoo_message=message)
 
 
 _kazoo_logger = logging.getLogger("kazoo")
@@ -219,7 +234,13 @@ class ZooKeeper:
             client_id=client_id,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+            logger=logging.LoggerAdapter(_kazoo_logger, {"twlog_session": self}),
         )
+        #: kazoo's last reason for a dropped connection (set on its thread; read when the loss is said).
+        self.last_drop: str | None = None
+        #: When the connection was lost (reactor time), while it is.
+        self._lost_at: float | None = None
+        self._closing = False
         self._state_listeners: list[Callable[[str], Any]] = []
         self._client.add_listener(self._kazoo_state)
 
@@ -235,6 +256,7 @@ class ZooKeeper:
 
     def stop(self) -> Deferred[None]:
         """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""
+        self._closing = True
 
         def close() -> None:
             self._client.stop()
@@ -271,11 +293,25 @@ class ZooKeeper:
         self._reactor.callFromThread(self._tell_state, _STATES.get(state, state))
 
     def _tell_state(self, state: str) -> None:
+        self._log_state(state)
         for listener in list(self._state_listeners):
             try:
                 listener(state)
             except Exception:
                 self._log.failure("ZooKeeper state listener failed")
+
+    def _log_state(self, state: str) -> None:
+        """One line when the connection is lost, and one when it is back (not one per attempt in between)."""
+        if state in (SUSPENDED, LOST) and self._lost_at is None:
+            if self._closing:
+                return  # closed by stop(): not a loss
+            self._lost_at = self._reactor.seconds()
+            why = f" ({self.last_drop})" if self.last_drop else ""
+            self._log.warn("lost ZooKeeper at {hosts}{why}; reconnecting", hosts=self.hosts, why=why)
+        elif state == CONNECTED and self._lost_at is not None:
+            seconds, self._lost_at = self._reactor.seconds() - self._lost_at, None
+            self.last_drop = None
+            self._log.info("ZooKeeper at {hosts} is back, after {seconds:.1f} s", hosts=self.hosts, seconds=seconds)
 
     # -- operations ----------------------------------------------------------------
 

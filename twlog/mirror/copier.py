@@ -5,7 +5,10 @@ Messages taken from the source streams are queued per topic and sent to the
 target (ACK_PRODUCE, flushed) in batches of C{batch_size}, or after
 C{linger_s}.  At most C{max_in_flight} messages are queued or unacknowledged:
 at the bound, L{Copier.copy} waits, the source streams fill up and the
-source fetches stop (back-pressure, bounded memory).  A batch the target
+source fetches stop (back-pressure, bounded memory).  Such pauses are normal
+in a bulk copy (the target acknowledges a batch, the sources fill the room at
+once): they are counted (L{PauseCounter}) for the status line, and only a
+pause longer than C{long_pause_s} is a line of its own.  A batch the target
 cannot take (down, slow, a broker gone) is sent again after a backoff, never
 dropped; the first failure of an outage is said once, and so is the recovery.
 Once the target acknowledged a batch, each source partition's watermark
@@ -58,18 +61,83 @@ class Stats:
         self.bytes[topic] = self.bytes.get(topic, 0) + size
 
 
+class PauseCounter:
+    """How often, and how long, copying waited at the C{--max-in-flight} bound since the last L{summary}.
+
+    A pause lasts from the moment a message must wait for room until one can
+    go on.  One that lasts C{long_s} is said at once, in one line (C{say});
+    the others are only counted, for the status line.
+
+    @param long_s: how long a pause may last before it is said (0: never said).
+    """
+
+    def __init__(self, clock, say: Callable[[str], object], long_s: float, bound: int) -> None:
+        self._clock = clock
+        self._say = say
+        self.long_s = long_s
+        self.bound = bound
+        #: Pauses begun, and seconds spent paused, since the last summary.
+        self.count = 0
+        self.seconds = 0.0
+        self._since: float | None = None  # when the time of the current pause was last added up
+        self._long = None
+
+    @property
+    def paused(self) -> bool:
+        return self._since is not None
+
+    def begin(self, in_flight: int) -> None:
+        if self._since is not None:
+            return
+        self.count += 1
+        self._since = self._clock.seconds()
+        if self.long_s > 0:
+            self._long = self._clock.callLater(self.long_s, self._said_long, in_flight)
+
+    def end(self) -> None:
+        if self._since is None:
+            return
+        self.seconds += self._clock.seconds() - self._since
+        self._since = None
+        if self._long is not None and self._long.active():
+            self._long.cancel()
+        self._long = None
+
+    def _said_long(self, in_flight: int) -> None:
+        self._long = None
+        self._say(f"mirror: fetching from the source paused for {self.long_s:g} s so far: the target has not "
+                  f"acknowledged {in_flight:,} messages (the --max-in-flight bound); it resumes by itself once it does")
+
+    def summary(self) -> str:
+        """C{paused N times, S s in all, at --max-in-flight (B)} since the last summary (C{""} if none); resets."""
+        now = self._clock.seconds()
+        if self._since is not None:
+            self.seconds += now - self._since
+            self._since = now
+        if not self.count:
+            return ""
+        times = "once" if self.count == 1 else f"{self.count:,} times"
+        now_paused = ", paused now" if self.paused else ""
+        text = f"paused {times}, {self.seconds:.1f} s in all, at --max-in-flight ({self.bound:,}){now_paused}"
+        self.count = 1 if self.paused else 0  # a pause still going on counts again in the next summary
+        self.seconds = 0.0
+        return text
+
+
 class Copier:
     """Republishes source messages into the target through C{send(topic, payloads) -> Deferred} (acknowledged).
 
     @param say: C{(line) -> None}: tells the operator (once per outage and recovery).
     @param fatal: C{(exception) -> None}: a batch that can never be written (too large for the target).
+    @param long_pause_s: a pause at C{max_in_flight} that lasts this long is said (0: never); shorter ones are
+        only counted in L{pauses}.
     """
 
     _log = Logger()
 
     def __init__(self, send: Callable[[str, list[bytes]], Deferred], *, clock, say: Callable[[str], object],
                  fatal: Callable[[Exception], object], batch_size: int = 200, linger_s: float = 0.05,
-                 max_in_flight: int = 10_000, retry_max_s: float = 5.0) -> None:
+                 max_in_flight: int = 10_000, retry_max_s: float = 5.0, long_pause_s: float = 10.0) -> None:
         if batch_size < 1 or max_in_flight < batch_size:
             raise ValueError("batch_size must be positive and max_in_flight at least batch_size")
         self._send = send
@@ -85,8 +153,8 @@ class Copier:
         self.stats = Stats()
         #: Whether the target is failing now (said once per outage).
         self.target_down = False
-        #: Whether copying waits at the bound now (said once per episode).
-        self.paused = False
+        #: The pauses at the bound (counted; a long one said).
+        self.pauses = PauseCounter(clock, say, long_pause_s, max_in_flight)
         self._batches: dict[str, _Batch] = {}
         self._sending: set[Deferred] = set()
         self._room: list[Deferred] = []
@@ -96,13 +164,12 @@ class Copier:
         """Queue C{message} for the target, first waiting while C{max_in_flight} messages are in flight; False if
         the copier was stopped meanwhile (the message is not copied)."""
         while self.in_flight >= self.max_in_flight and not self._stopped:
-            if not self.paused:
-                self.paused = True
-                self._say(f"mirror: the target has not acknowledged {self.in_flight:,} messages; fetching from the "
-                          "source paused until it does")
+            self.pauses.begin(self.in_flight)
             waiting: Deferred[None] = Deferred()
             self._room.append(waiting)
             await waiting
+        if not self._room:  # (the last waiter has room: the pause is over)
+            self.pauses.end()
         if self._stopped:
             return False
         batch = self._batches.get(message.topic)
@@ -183,9 +250,6 @@ class Copier:
             if watermark is not None:
                 feed.acknowledge(mark.key, watermark)
         self.in_flight -= len(batch.payloads)
-        if self.paused and self.in_flight <= self.max_in_flight // 2:
-            self.paused = False
-            self._say("mirror: the target caught up; fetching resumed")
         self._wake()
 
     def _wake(self) -> None:
@@ -194,4 +258,4 @@ class Copier:
             d.callback(None)
 
 
-__all__ = ["Copier", "Feed", "Stats"]
+__all__ = ["Copier", "Feed", "PauseCounter", "Stats"]

@@ -65,6 +65,12 @@ class MirrorSettings:
     send_timeout_s: float = 30.0
 
     @property
+    def long_pause_s(self) -> float:
+        """How long a pause at C{max_in_flight} lasts before it is a line of its own: the status interval (10 s
+        without status lines); shorter pauses are counted in the status line."""
+        return self.status_s if self.status_s > 0 else 10.0
+
+    @property
     def group_name(self) -> str:
         return self.group or default_group(self.target)
 
@@ -272,7 +278,7 @@ class Mirror:
         self.target_zk = ZooKeeper(settings.target, reactor=reactor, connect_timeout_s=settings.connect_timeout_s)
         self.producer: Producer | None = None
         self.copier = Copier(self._send, clock=reactor, say=say, fatal=self._fatal, batch_size=settings.batch_size,
-                             max_in_flight=settings.max_in_flight)
+                             max_in_flight=settings.max_in_flight, long_pause_s=settings.long_pause_s)
         self.sources = [SourceCluster(hosts, self, reactor) for hosts in settings.sources]
         self.stopping = False
         #: Fires once the mirror has stopped (with the error that stopped it, if one did).
@@ -351,8 +357,10 @@ class Mirror:
         for source in self.sources:
             lag = await source.lag()
             lags.append(f"lag {'unknown' if lag is None else _size(lag)} behind {source.hosts}")
+        pauses = self.copier.pauses.summary()
         self.say(f"mirror status: copied {total:,} messages ({_size(size)})" + (f": {per_topic}" if per_topic else "")
-                 + f"; {self.copier.in_flight:,} in flight; " + "; ".join(lags))
+                 + f"; {self.copier.in_flight:,} in flight" + (f", {pauses}" if pauses else "") + "; "
+                 + "; ".join(lags))
 
     # -- stopping -----------------------------------------------------------------------
 
