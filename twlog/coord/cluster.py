@@ -186,7 +186,7 @@ class ClusterView:
         try:
             held = await self._values(held_path, await self._zk.children(held_path, watch=watch))
         except NoNodeError:
-            held = {}  # (no broker wrote it yet: its registration's watch reads it again)
+            held = {}  # (no broker wrote it yet: a broker writes it before its registration, whose watch reads it)
         if generation == self._generation:
             self._topic_values[topic] = values
             self._held_values[topic] = held

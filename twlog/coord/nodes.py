@@ -151,11 +151,13 @@ class BrokerNodes:
         raises if the work has become stale."""
         path = paths.broker_topic_path(topic, self.broker_id)
         value = str(count).encode("ascii")
+        check()
+        # The persistent record first: a reader woken by the registration's watch finds it there already.
+        await self._remember_topic(topic, value)
         for _ in range(5):
             check()
             held = await self._create_or_adopt(path, value)
             if held is _OURS:
-                await self._remember_topic(topic, value)
                 return
             if held is _GONE:
                 continue
