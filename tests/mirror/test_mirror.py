@@ -4,11 +4,13 @@ options it runs on (manual offsets, envelope stripping)."""
 from __future__ import annotations
 
 import re
+from unittest.mock import patch
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from twlog.consumer.admin import NOT_REGISTERED, BrokerProblem, GroupDescription, PartitionStatus
 from twlog.consumer.rebalancer import Consumption
 from twlog.consumer.stream import GroupStream, OwnedPartition
 from twlog.envelope import wrap
@@ -117,8 +119,8 @@ class StatusLineTests(SynchronousTestCase):
         mirror = Mirror(MirrorSettings(("127.0.0.1:1",), "127.0.0.1:2", status_s=5.0), reactor=clock, say=said.append)
         self.assertEqual(mirror.copier.pauses.long_s, 5.0)
 
-        async def lag() -> int:
-            return 0
+        async def lag() -> tuple[int, str]:
+            return 0, ""
 
         mirror.sources[0].lag = lag
         report = mirror.copier.pauses
@@ -131,6 +133,20 @@ class StatusLineTests(SynchronousTestCase):
                                 "at --max-in-flight (10,000); lag 0 B behind 127.0.0.1:1"])
         self.successResultOf(Deferred.fromCoroutine(mirror._report()))
         self.assertEqual(said[-1], "mirror status: copied 0 messages (0 B); 0 in flight; lag 0 B behind 127.0.0.1:1")
+
+    def test_lag_says_what_it_leaves_out(self) -> None:
+        """A source whose group has partitions on a down broker: the status line's lag says it leaves them out."""
+        clock, said = Clock(), []
+        mirror = Mirror(MirrorSettings(("127.0.0.1:1",), "127.0.0.1:2", status_s=5.0), reactor=clock, say=said.append)
+        group = GroupDescription("g", [], [
+            PartitionStatus("clicks", "0-0", None, 10, 30),
+            PartitionStatus("clicks", "1-0", None, 5, None, BrokerProblem(1, NOT_REGISTERED)),
+        ])
+        mirror.sources[0].zk = None
+        with patch("twlog.mirror.mirror.describe_groups", lambda *a, **k: succeed([group])):
+            self.successResultOf(Deferred.fromCoroutine(mirror._report()))
+        self.assertEqual(said[-1], "mirror status: copied 0 messages (0 B); 0 in flight; lag 20 B behind 127.0.0.1:1 "
+                         "(leaves out clicks:1-0: broker 1, which holds clicks:1-0, is not registered: down?)")
 
     def test_long_pause_without_status_lines(self) -> None:
         """With --status-interval 0 (no status lines) a pause is said once it lasts 10 s."""

@@ -38,7 +38,7 @@ from twlog.coord.zk import CONNECTED, ZooKeeper, split_chroot
 from twlog.errors import RebalanceFailed, TwlogError
 from twlog.mirror.copier import Copier
 from twlog.mirror.tracker import OffsetTracker
-from twlog.partition import TopicPartition
+from twlog.partition import TopicPartition, partition_ranges
 from twlog.producer import Producer
 
 
@@ -241,14 +241,21 @@ class SourceCluster:
         finally:
             self._picking = False
 
-    async def lag(self) -> int | None:
-        """Bytes the group's committed offsets are behind the source's latest offsets (None if unknown)."""
+    async def lag(self) -> tuple[int | None, str]:
+        """Bytes the group's committed offsets are behind the source's latest offsets (None if unknown), and
+        what that total leaves out (the partitions whose broker is down or did not answer), or C{""}."""
         try:
             groups = await describe_groups(self.zk, self.mirror.settings.group_name, reactor=self._reactor,
                                            timeout_s=2.0)
         except Exception:
-            return None
-        return groups[0].lag if groups else None
+            return None, ""
+        if not groups:
+            return None, ""
+        group = groups[0]
+        if not group.unknown:
+            return group.lag, ""
+        left_out = partition_ranges(p.topic_partition for p in group.unknown)
+        return group.lag, f" (leaves out {left_out}: {'; '.join(group.problems())})"
 
     async def close(self) -> None:
         self.zk.remove_state_listener(self.session_changed)
@@ -355,8 +362,8 @@ class Mirror:
         per_topic = ", ".join(f"{t} {stats.messages[t]:,} ({_size(stats.bytes[t])})" for t in sorted(stats.messages))
         lags = []
         for source in self.sources:
-            lag = await source.lag()
-            lags.append(f"lag {'unknown' if lag is None else _size(lag)} behind {source.hosts}")
+            lag, left_out = await source.lag()
+            lags.append(f"lag {'unknown' if lag is None else _size(lag)} behind {source.hosts}{left_out}")
         pauses = self.copier.pauses.summary()
         self.say(f"mirror status: copied {total:,} messages ({_size(size)})" + (f": {per_topic}" if per_topic else "")
                  + f"; {self.copier.in_flight:,} in flight" + (f", {pauses}" if pauses else "") + "; "
