@@ -12,12 +12,15 @@ import struct
 import sys
 
 from twisted.internet import reactor
+from twisted.internet.defer import gatherResults
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import RawClient, raw_connect, start_broker, wait_until
 from tests.integration.test_twistd import Twistd
-from twlog.errors import TooManyOpenFiles, error_for
+from twlog.client.connection import BrokerConnection
+from twlog.errors import TooManyConnections, TooManyConnectionsFromAddress, TooManyOpenFiles, error_for
 from twlog.protocol import codec
 from twlog.protocol.budget import READ_BYTES
 from twlog.protocol.codec import (
@@ -25,6 +28,7 @@ from twlog.protocol.codec import (
     AckProduceRequest,
     FetchRequest,
     MetadataRequest,
+    OffsetsRequest,
     ProduceRequest,
     WaitFetchRequest,
 )
@@ -119,24 +123,99 @@ class BufferedBoundTests(TestCase):
 
 
 class ConnectionCapTests(TestCase):
-    async def test_connections_past_the_cap_are_closed(self) -> None:
-        """Past --max-connections a new connection is accepted and closed at once, logged; a free slot is
-        used again."""
+    async def test_refused_connections_are_told_why(self) -> None:
+        """Past --max-connections, with no connection idle for --reap-idle-s, a new connection is refused: a
+        twlog request type gets TooManyConnections (19), which twlog's client raises typed and retriable; a
+        Kafka 0.7 request type gets a clean close with no bytes; a freed slot is used again."""
         service = await start_broker(self, max_connections=3)
         idle = [await raw_connect(self, service) for _ in range(3)]
         await wait_until(lambda: len(service.factory.connections) == 3)
-        extra = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", service.broker.port), RawClient())
-        await extra.closed
-        self.assertEqual(service.factory.refused, 1)
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", service.broker.port)
+        twlog_type = await connectProtocol(endpoint, RawClient())
+        twlog_type.send(MetadataRequest())
+        await twlog_type.closed
+        self.assertEqual(twlog_type.frames, [struct.pack(">h", TooManyConnections.code)])
+        kafka07_type = await connectProtocol(endpoint, RawClient())
+        kafka07_type.send(OffsetsRequest("t", 0, -1, 1))
+        await kafka07_type.closed
+        self.assertEqual((kafka07_type.frames, kafka07_type.buffer), ([], b""))
+        client = BrokerConnection("127.0.0.1", service.broker.port, reactor=reactor, connect_attempts=1)
+        self.addCleanup(client.close)
+        error = await self.assertFailure(client.request(MetadataRequest()), TooManyConnections)
+        self.assertTrue(error.retriable)
+        self.assertIn(f"broker 127.0.0.1:{service.broker.port} refused the connection", str(error))
+        self.assertIn("--max-connections", str(error))
+        self.assertEqual((service.factory.refused, service.factory.reaped), (3, 0))
         idle[0].send(MetadataRequest())
         (answer,) = await idle[0].responses(1)
         self.assertEqual(codec.decode_metadata_response(answer).error, 0)
         idle[1].transport.loseConnection()
         await idle[1].closed
         await wait_until(lambda: len(service.factory.connections) == 2)
-        again = await raw_connect(self, service)
-        again.send(MetadataRequest())
-        self.assertEqual(len(await again.responses(1)), 1)
+        response = await client.request(MetadataRequest())  # reconnects, into the free slot
+        self.assertEqual(response.error, 0)
+
+    async def test_per_address_cap(self) -> None:
+        """Past --max-connections-per-ip from one address, a new connection from it gets
+        TooManyConnectionsFromAddress (20), far below the global cap."""
+        service = await start_broker(self, max_connections_per_ip=2)
+        for _ in range(2):
+            await raw_connect(self, service)
+        await wait_until(lambda: len(service.factory.connections) == 2)
+        refused = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", service.broker.port), RawClient())
+        refused.send(MetadataRequest())
+        await refused.closed
+        self.assertEqual(refused.frames, [struct.pack(">h", TooManyConnectionsFromAddress.code)])
+        self.assertEqual(service.factory.refused_per_ip, 1)
+
+    async def test_newcomers_are_served_while_idle_connections_sit_at_the_cap(self) -> None:
+        """Issue 21's target: with 700 idle connections at a cap of 700, 20 of 20 newcomers are served, each
+        replacing one of the longest-idle connections (the issue measured 0 of 20 on the old main)."""
+        cap, newcomers = 700, 20
+        service = await start_broker(self, max_connections=cap, reap_idle_s=0.5)
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", service.broker.port)
+        idle = await gatherResults([connectProtocol(endpoint, RawClient()) for _ in range(cap)])
+
+        def close_idle():
+            for c in idle:
+                c.transport.loseConnection()
+            return gatherResults([c.closed for c in idle])
+
+        self.addCleanup(close_idle)
+        await wait_until(lambda: len(service.factory.connections) == cap)
+        await deferLater(reactor, 0.6, lambda: None)  # the idle ones pass --reap-idle-s
+        served = []
+        for _ in range(newcomers):
+            client = await raw_connect(self, service)
+            client.send(MetadataRequest())
+            (answer,) = await client.responses(1)
+            served.append(codec.decode_metadata_response(answer).error == 0)
+        self.assertEqual(served, [True] * newcomers)
+        self.assertEqual((service.factory.reaped, service.factory.refused), (newcomers, 0))
+        self.assertEqual(len(service.factory.connections), cap)
+        await wait_until(lambda: sum(not c.transport.connected for c in idle) == newcomers)
+
+    async def test_idle_connection_is_closed(self) -> None:
+        """A connection that sends no whole request for --idle-timeout-s is closed by the broker; one that
+        sends requests meanwhile is not."""
+        service = await start_broker(self, idle_timeout_s=0.3)
+        idle = await raw_connect(self, service)
+        busy = await raw_connect(self, service)
+        for _ in range(6):
+            busy.send(MetadataRequest())
+            await busy.responses(1)
+            busy.frames.clear()
+            await deferLater(reactor, 0.1, lambda: None)
+        await idle.closed
+        self.assertTrue(busy.transport.connected)
+        self.assertEqual(service.factory.idle_closed, 1)
+
+    async def test_listen_backlog(self) -> None:
+        """The listening socket takes --listen-backlog (1024 by default; Twisted's own default is 50)."""
+        service = await start_broker(self)
+        self.assertEqual(service.port.backlog, 1024)
+        other = await start_broker(self, listen_backlog=4096)
+        self.assertEqual(other.port.backlog, 4096)
 
 
 class DescriptorTests(TestCase):

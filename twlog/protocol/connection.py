@@ -358,11 +358,11 @@ class BrokerFactory(ServerFactory):
         interval = self.EVENT_LOG_INTERVAL_S
         self._refused = EventLog(
             clock, self._log, "refused {count} connection(s), the last from {peer}: {open} are open, the cap "
-            "(--max-connections) is {cap}, and none has been idle for {reap_s} s (--reap-idle-s)", interval)
+            "(--max-connections) is {cap}, and none has been idle for {reap_s:g} s (--reap-idle-s)", interval)
         self._refused_per_ip = EventLog(
             clock, self._log, "refused {count} connection(s) from an address at its cap, the last from {peer}: "
             "it holds {open}, the cap per address (--max-connections-per-ip) is {cap}, and none has been idle "
-            "for {reap_s} s (--reap-idle-s)", interval)
+            "for {reap_s:g} s (--reap-idle-s)", interval)
         self._reaped = EventLog(
             clock, self._log, "closed {count} idle connection(s) to make room at the cap (--max-connections) of "
             "{cap}, the last from {peer}, idle for {idle_s:.0f} s", interval)
