@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import struct
 import sys
 
@@ -281,3 +282,50 @@ class UncleanExitTests(TestCase):
         self.assertIn(b"stopped uncleanly", process.output)
         self.assertNotIn(b"stopped cleanly", process.output)
         self.assertFalse(os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)))
+
+
+#: twistd with 1,024 descriptors, soft and hard: the issue's broker (its default cap is then 704 connections).
+_FEW_DESCRIPTORS = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)); "
+                    "from twisted.scripts.twistd import run; run()")
+
+
+class IdleFloodTests(TestCase):
+    timeout = 120
+
+    async def test_idle_flood_at_the_default_cap(self) -> None:
+        """Issue 21, finding 1, as measured: a twistd broker limited to 1,024 descriptors (default cap 704),
+        704 idle connections: 20 of 20 new clients are served (each replacing an idle connection), where
+        every one used to be closed at once."""
+        process = Twistd()
+        argv = [sys.executable, "-c", _FEW_DESCRIPTORS, "-n", "--pidfile=", "twlog", "--port", "0", "--log-dir",
+                self.mktemp(), "--reap-idle-s", "1"]
+        transport = reactor.spawnProcess(process, sys.executable, argv, env=os.environ.copy(), path=os.getcwd())
+        self.addCleanup(lambda: None if process.ended.called else (transport.signalProcess("KILL"), process.ended)[1])
+        port = await process.port
+        cap = int(re.search(rb"at most (\d+) client connections \(open-files limit 1024\)", process.output)[1])
+        self.assertEqual(cap, 704)
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", port)
+        idle = await gatherResults([connectProtocol(endpoint, RawClient()) for _ in range(cap)])
+
+        def close_idle():
+            for c in idle:
+                c.transport.loseConnection()
+            return gatherResults([c.closed for c in idle])
+
+        self.addCleanup(close_idle)
+        await deferLater(reactor, 1.5, lambda: None)  # accepted (in order), and idle past --reap-idle-s
+        served = 0
+        for _ in range(20):  # each stays connected: the broker stays at its cap
+            client = await connectProtocol(endpoint, RawClient())
+            idle.append(client)  # closed at the end with the others
+            client.send(MetadataRequest())
+            (answer,) = await client.responses(1)
+            served += codec.decode_metadata_response(answer).error == 0
+        self.assertEqual(served, 20)
+        await wait_until(lambda: sum(not c.transport.connected for c in idle[:cap]) == 20)
+        self.assertIn(b"closed 1 idle connection(s) to make room at the cap (--max-connections) of 704",
+                      process.output)
+        self.assertNotIn(b"refused", process.output)
+        transport.signalProcess("TERM")
+        self.assertEqual(await process.ended, "SIGTERM", process.output.decode()[-2000:])
+        self.assertIn(b"closed 19 idle connection(s) to make room", process.output)  # the minute's count, at stop
