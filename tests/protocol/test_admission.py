@@ -176,11 +176,9 @@ class LimitsTestCase(BrokerTestMixin, SynchronousTestCase):
 
     def setUp(self) -> None:
         self.make_broker(**self.settings)
-        self.factory = BrokerFactory(self.broker)
         self.events: list[dict] = []
-        self.factory._log = Logger(observer=self.events.append)
-        # The factory's event logs were built with the class's logger: rebuild them on the test's.
-        self.factory.__init__(self.broker)
+        self.patch(BrokerFactory, "_log", Logger(observer=self.events.append))
+        self.factory = BrokerFactory(self.broker)
 
     def connect(self, host: str = "10.0.0.1", port: int = 5):
         protocol = self.factory.buildProtocol(IPv4Address("TCP", host, port))
