@@ -109,6 +109,16 @@ class BrokerConfig:
     #: Open client connections past which a new one is closed at once (None: derived at start from the
     #: descriptor limit, less a reserve for segment files).
     max_connections: int | None = None
+    #: Open client connections one address may hold; past it, a new one from that address replaces that
+    #: address's longest-idle connection or is refused (None: no cap but max_connections).
+    max_connections_per_ip: int | None = 1024
+    #: A connection that has sent no whole request frame for this long is closed (0: never).
+    idle_timeout_s: float = 600.0
+    #: At a connection cap, a new connection replaces the longest-idle one (no whole request frame, and no
+    #: request in progress, for at least this long); when none has been idle so long, it is refused.
+    reap_idle_s: float = 10.0
+    #: The listening socket's backlog: connections the kernel completes before the broker accepts them.
+    listen_backlog: int = 1024
     #: Requests awaiting their response on one connection before the broker stops reading from it.
     max_pending_requests: int = 128
     #: The longest a waiting fetch is held, whatever the client asks.
@@ -138,6 +148,14 @@ class BrokerConfig:
             problems.append("max_buffered_request_bytes must be at least max_request_bytes (the largest request fits)")
         if self.max_connections is not None and self.max_connections < 1:
             problems.append("max_connections must be at least 1")
+        if self.max_connections_per_ip is not None and self.max_connections_per_ip < 1:
+            problems.append("max_connections_per_ip must be at least 1")
+        if self.idle_timeout_s < 0:
+            problems.append("idle_timeout_s must not be negative")
+        if self.reap_idle_s < 0:
+            problems.append("reap_idle_s must not be negative")
+        if self.listen_backlog < 1:
+            problems.append("listen_backlog must be at least 1")
         if problems:
             raise ValueError("; ".join(problems))
 

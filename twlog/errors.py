@@ -238,6 +238,31 @@ class ConnectionLost(ConnectionFailed):
     """The connection broke after the request was written: the broker may or may not have acted on it."""
 
 
+@_wire(19)
+class TooManyConnections(BrokerError, ConnectionFailed):
+    """The broker is at its connection cap (--max-connections), none idle long enough to replace: retry later.
+
+    The broker refused the connection before reading any request on it (nothing was done); it replaces
+    its longest-idle connection instead when one has sent nothing for --reap-idle-s."""
+
+    retriable = True
+
+
+@_wire(20)
+class TooManyConnectionsFromAddress(BrokerError, ConnectionFailed):
+    """This address holds the most connections the broker allows one (--max-connections-per-ip): retry later.
+
+    The broker refused the connection before reading any request on it (nothing was done); it replaces
+    the address's longest-idle connection instead when one has sent nothing for --reap-idle-s."""
+
+    retriable = True
+
+
+#: The codes a broker writes on a connection it refuses, in place of the first request's answer
+#: (docs/protocol.md, "Connection limits"): the client fails every request on it with the typed error.
+CONNECTION_REFUSALS = frozenset((TooManyConnections.code, TooManyConnectionsFromAddress.code))
+
+
 class RebalanceFailed(TwlogError):
     """A group consumer could not claim its partitions within its rebalance retries: it consumes nothing
     until a later rebalance (the next change in the group or the cluster) succeeds."""
@@ -280,6 +305,10 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     # The partition's log is gone: a 0.7 consumer resets its offset (autooffset.reset), as after a log
     # directory removed by hand on a 0.7 broker, whose empty log put every offset out of range.
     TopicDeleted: OffsetOutOfRange,
+    # A refused connection: a 0.7 request type is never answered with these (the broker closes the
+    # connection without a response, as Kafka's does past max.connections.per.ip); listed for completeness.
+    TooManyConnections: BrokerError,
+    TooManyConnectionsFromAddress: BrokerError,
 }
 
 

@@ -8,6 +8,7 @@ import resource
 import signal
 
 from twisted.internet import reactor
+from twisted.internet.testing import MemoryReactor
 from twisted.logger import globalLogPublisher
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase, TestCase
@@ -68,6 +69,37 @@ class OptionTests(SynchronousTestCase):
                               "--max-buffered-request-bytes", "1024")
         self.assertIn("max_buffered_request_bytes must be at least max_request_bytes", str(e))
         self.assertRaises(usage.UsageError, self.parse, "--max-connections", "0")
+
+    def test_connection_limit_options(self) -> None:
+        """Issue 21: the per-address cap (1024 by default, "none" for no cap), the idle timeout (600 s), the
+        least idle time of a replaced connection (10 s) and the listen backlog (1024)."""
+        config = self.parse().config
+        self.assertEqual(
+            (config.max_connections_per_ip, config.idle_timeout_s, config.reap_idle_s, config.listen_backlog),
+            (1024, 600.0, 10.0, 1024),
+        )
+        config = self.parse("--max-connections-per-ip", "none", "--idle-timeout-s", "0", "--reap-idle-s", "0.5",
+                            "--listen-backlog", "4096").config
+        self.assertEqual(
+            (config.max_connections_per_ip, config.idle_timeout_s, config.reap_idle_s, config.listen_backlog),
+            (None, 0.0, 0.5, 4096),
+        )
+        self.assertEqual(self.parse("--max-connections-per-ip", "8").config.max_connections_per_ip, 8)
+        for argv, message in (
+            (("--max-connections-per-ip", "0"), "--max-connections-per-ip must be at least 1"),
+            (("--idle-timeout-s", "-1"), "--idle-timeout-s must be a number of seconds"),
+            (("--reap-idle-s", "soon"), "--reap-idle-s must be a number of seconds"),
+            (("--listen-backlog", "0"), "--listen-backlog must be at least 1"),
+        ):
+            e = self.assertRaises(usage.UsageError, self.parse, *argv)
+            self.assertIn(message, str(e))
+
+    def test_listen_backlog_reaches_the_endpoint(self) -> None:
+        """The listening port is opened with --listen-backlog (Twisted's default is 50)."""
+        memory = MemoryReactor()
+        service_module._endpoint(memory, "127.0.0.1", 0, 777).listen(object())
+        service_module._endpoint(memory, "::1", 0, 778).listen(object())
+        self.assertEqual([port[2] for port in memory.tcpServers], [777, 778])
 
     def test_twistd_exits_non_zero_on_an_unclean_stop(self) -> None:
         (service,) = makeService(self.parse("--port", "0"))

@@ -23,6 +23,7 @@ from twlog.broker.metrics import REQUEST_NAMES, BrokerMetrics, LatencyHistogram,
 from twlog.config import BrokerConfig, LogConfig
 from twlog.errors import InvalidMessage, InvalidRequest, OffsetOutOfRange, RequestTooLarge, WrongPartition
 from twlog.protocol import codec
+from twlog.protocol.admission import Refusal
 from twlog.protocol.codec import (
     ACK_APPENDED,
     AckProduceRequest,
@@ -118,6 +119,8 @@ class RegistryTests(MetricsTestCase):
             "twlog_network_sent_bytes": "counter", "twlog_sendfile_sent_bytes": "counter",
             "twlog_connections": "gauge", "twlog_connections_max": "gauge",
             "twlog_connections_accepted": "counter", "twlog_connections_refused": "counter",
+            "twlog_connections_max_per_ip": "gauge", "twlog_connections_idle_timeout_seconds": "gauge",
+            "twlog_connections_reaped": "counter", "twlog_connections_idle_closed": "counter",
             "twlog_buffered_request_bytes": "gauge", "twlog_buffered_request_bytes_limit": "gauge",
             "twlog_request_budget_stopped_connections": "gauge", "twlog_request_budget_stops": "counter",
             "twlog_waiting_fetches": "gauge", "twlog_flush_duration_seconds": "histogram",
@@ -247,13 +250,31 @@ class ConnectionTests(MetricsTestCase):
         self.start(max_connections=2)
         first, _ = self.connect()
         self.connect()
-        self.assertIsNone(self.factory.buildProtocol(None))
+        self.assertIsInstance(self.factory.buildProtocol(None), Refusal)
         self.assertEqual(value(self.registry, "twlog_connections"), 2)
         self.assertEqual(value(self.registry, "twlog_connections_max"), 2)
         self.assertEqual(value(self.registry, "twlog_connections_accepted_total"), 2)
-        self.assertEqual(value(self.registry, "twlog_connections_refused_total"), 1)
+        self.assertEqual(value(self.registry, "twlog_connections_refused_total", cap="max_connections"), 1)
+        self.assertEqual(value(self.registry, "twlog_connections_refused_total", cap="max_connections_per_ip"), 0)
         first.connectionLost(None)
         self.assertEqual(value(self.registry, "twlog_connections"), 1)
+
+    def test_limits_per_address_reaped_and_idle(self) -> None:
+        """The per-address cap and the idle timeout are gauges; refusals at the per-address cap, idle connections
+        replaced at each cap, and those closed by the idle timeout are counters."""
+        self.start(max_connections=3, max_connections_per_ip=2, reap_idle_s=5.0, idle_timeout_s=60.0)
+        self.assertEqual(value(self.registry, "twlog_connections_max_per_ip"), 2)
+        self.assertEqual(value(self.registry, "twlog_connections_idle_timeout_seconds"), 60)
+        self.connect()
+        self.connect()
+        self.assertIsInstance(self.factory.buildProtocol(None), Refusal)  # same address ("?"), none idle
+        self.clock.advance(5)
+        self.connect()  # replaces the address's longest-idle one
+        self.clock.advance(60)
+        self.assertEqual(value(self.registry, "twlog_connections_refused_total", cap="max_connections_per_ip"), 1)
+        self.assertEqual(value(self.registry, "twlog_connections_reaped_total", cap="max_connections_per_ip"), 1)
+        self.assertEqual(value(self.registry, "twlog_connections_reaped_total", cap="max_connections"), 0)
+        self.assertEqual(value(self.registry, "twlog_connections_idle_closed_total"), 2)
 
     def test_buffered_request_bytes(self) -> None:
         """Bytes of half-arrived frames are the budget's gauge; a connection the budget stops counts."""

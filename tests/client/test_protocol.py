@@ -22,6 +22,8 @@ from twlog.errors import (
     ConnectionLost,
     OffsetOutOfRange,
     ProtocolViolation,
+    TooManyConnections,
+    TooManyConnectionsFromAddress,
 )
 from twlog.protocol import codec
 from twlog.protocol.codec import (
@@ -109,6 +111,31 @@ class ClientProtocolTests(SynchronousTestCase):
         self.assertFalse(protocol.usable)
         protocol.dataReceived(framed(b"\x00\x00late"))  # a late answer goes nowhere
         self.failureResultOf(protocol.request(OFFSETS), ConnectionFailed)
+
+    def test_refused_connection_fails_every_request_typed(self) -> None:
+        """A broker that refused the connection at a cap answers the first request with a bare code 19 or 20:
+        every request on the connection fails with the typed, retriable error naming the cap, and the
+        connection is dropped (not a ProtocolViolation, and not a ConnectionLost that might have been acted
+        on)."""
+        for error_type, option in ((TooManyConnections, "--max-connections)"),
+                                   (TooManyConnectionsFromAddress, "--max-connections-per-ip)")):
+            protocol, transport, _ = connected()
+            first = protocol.request(WaitFetchRequest(0, 1, (FETCH,)))
+            second = protocol.request(MetadataRequest())
+            protocol.dataReceived(framed(codec.encode_error_response(error_type.code)))
+            for d in (first, second):
+                error = self.failureResultOf(d, error_type).value
+                self.assertTrue(error.retriable)
+                self.assertIn("broker h:1 refused the connection", str(error))
+                self.assertIn(option, str(error))
+            self.assertTrue(transport.disconnecting)
+            self.failureResultOf(protocol.request(OFFSETS), error_type)
+
+    def test_refusal_before_any_request(self) -> None:
+        """A refusal code arriving while no request waits is the typed error too, not a ProtocolViolation."""
+        protocol, _, _ = connected()
+        protocol.dataReceived(framed(codec.encode_error_response(TooManyConnections.code)))
+        self.failureResultOf(protocol.request(OFFSETS), TooManyConnections)
 
     def test_waiting_fetch_timeout_includes_max_wait(self) -> None:
         """A waiting fetch, and a request queued behind it, may take the broker's hold time on top of the timeout."""

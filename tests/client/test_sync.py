@@ -13,6 +13,7 @@ from twlog.errors import (
     NotLeader,
     OffsetNotOnBoundary,
     ProtocolViolation,
+    TooManyConnections,
 )
 from twlog.partition import TopicPartition
 from twlog.protocol import codec
@@ -120,3 +121,13 @@ class BlockingDriverTests(SynchronousTestCase):
         self.assertEqual(read(old, reader, refresh).next_offset, 33)
         self.assertEqual([type(e.error) for e in refreshes], [NotLeader])
         self.assertEqual(sockets[0].requests[0].fetches[0].offset, 0)
+
+    def test_refused_connection(self) -> None:
+        """A broker at its connection cap answers the first request with the bare code 19: the typed, retriable
+        TooManyConnections naming the cap, and the socket is closed (the next call connects again)."""
+        c, sockets = connection(codec.encode_error_response(TooManyConnections.code), wait_frame(SET))
+        error = self.assertRaises(TooManyConnections, c.fetch, "t", 0, 0, 100)
+        self.assertTrue(error.retriable)
+        self.assertIn("broker h:1 refused the connection", str(error))
+        self.assertIn("--max-connections", str(error))
+        self.assertTrue(sockets[0].closed)

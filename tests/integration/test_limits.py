@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import struct
 import sys
 
 from twisted.internet import reactor
+from twisted.internet.defer import gatherResults
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import RawClient, raw_connect, start_broker, wait_until
 from tests.integration.test_twistd import Twistd
-from twlog.errors import TooManyOpenFiles, error_for
+from twlog.client.connection import BrokerConnection
+from twlog.errors import TooManyConnections, TooManyConnectionsFromAddress, TooManyOpenFiles, error_for
 from twlog.protocol import codec
 from twlog.protocol.budget import READ_BYTES
 from twlog.protocol.codec import (
@@ -25,6 +29,7 @@ from twlog.protocol.codec import (
     AckProduceRequest,
     FetchRequest,
     MetadataRequest,
+    OffsetsRequest,
     ProduceRequest,
     WaitFetchRequest,
 )
@@ -119,24 +124,99 @@ class BufferedBoundTests(TestCase):
 
 
 class ConnectionCapTests(TestCase):
-    async def test_connections_past_the_cap_are_closed(self) -> None:
-        """Past --max-connections a new connection is accepted and closed at once, logged; a free slot is
-        used again."""
+    async def test_refused_connections_are_told_why(self) -> None:
+        """Past --max-connections, with no connection idle for --reap-idle-s, a new connection is refused: a
+        twlog request type gets TooManyConnections (19), which twlog's client raises typed and retriable; a
+        Kafka 0.7 request type gets a clean close with no bytes; a freed slot is used again."""
         service = await start_broker(self, max_connections=3)
         idle = [await raw_connect(self, service) for _ in range(3)]
         await wait_until(lambda: len(service.factory.connections) == 3)
-        extra = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", service.broker.port), RawClient())
-        await extra.closed
-        self.assertEqual(service.factory.refused, 1)
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", service.broker.port)
+        twlog_type = await connectProtocol(endpoint, RawClient())
+        twlog_type.send(MetadataRequest())
+        await twlog_type.closed
+        self.assertEqual(twlog_type.frames, [struct.pack(">h", TooManyConnections.code)])
+        kafka07_type = await connectProtocol(endpoint, RawClient())
+        kafka07_type.send(OffsetsRequest("t", 0, -1, 1))
+        await kafka07_type.closed
+        self.assertEqual((kafka07_type.frames, kafka07_type.buffer), ([], b""))
+        client = BrokerConnection("127.0.0.1", service.broker.port, reactor=reactor, connect_attempts=1)
+        self.addCleanup(client.close)
+        error = await self.assertFailure(client.request(MetadataRequest()), TooManyConnections)
+        self.assertTrue(error.retriable)
+        self.assertIn(f"broker 127.0.0.1:{service.broker.port} refused the connection", str(error))
+        self.assertIn("--max-connections", str(error))
+        self.assertEqual((service.factory.refused, service.factory.reaped), (3, 0))
         idle[0].send(MetadataRequest())
         (answer,) = await idle[0].responses(1)
         self.assertEqual(codec.decode_metadata_response(answer).error, 0)
         idle[1].transport.loseConnection()
         await idle[1].closed
         await wait_until(lambda: len(service.factory.connections) == 2)
-        again = await raw_connect(self, service)
-        again.send(MetadataRequest())
-        self.assertEqual(len(await again.responses(1)), 1)
+        response = await client.request(MetadataRequest())  # reconnects, into the free slot
+        self.assertEqual(response.error, 0)
+
+    async def test_per_address_cap(self) -> None:
+        """Past --max-connections-per-ip from one address, a new connection from it gets
+        TooManyConnectionsFromAddress (20), far below the global cap."""
+        service = await start_broker(self, max_connections_per_ip=2)
+        for _ in range(2):
+            await raw_connect(self, service)
+        await wait_until(lambda: len(service.factory.connections) == 2)
+        refused = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", service.broker.port), RawClient())
+        refused.send(MetadataRequest())
+        await refused.closed
+        self.assertEqual(refused.frames, [struct.pack(">h", TooManyConnectionsFromAddress.code)])
+        self.assertEqual(service.factory.refused_per_ip, 1)
+
+    async def test_newcomers_are_served_while_idle_connections_sit_at_the_cap(self) -> None:
+        """Issue 21's target: with 700 idle connections at a cap of 700, 20 of 20 newcomers are served, each
+        replacing one of the longest-idle connections (the issue measured 0 of 20 on the old main)."""
+        cap, newcomers = 700, 20
+        service = await start_broker(self, max_connections=cap, reap_idle_s=0.5)
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", service.broker.port)
+        idle = await gatherResults([connectProtocol(endpoint, RawClient()) for _ in range(cap)])
+
+        def close_idle():
+            for c in idle:
+                c.transport.loseConnection()
+            return gatherResults([c.closed for c in idle])
+
+        self.addCleanup(close_idle)
+        await wait_until(lambda: len(service.factory.connections) == cap)
+        await deferLater(reactor, 0.6, lambda: None)  # the idle ones pass --reap-idle-s
+        served = []
+        for _ in range(newcomers):
+            client = await raw_connect(self, service)
+            client.send(MetadataRequest())
+            (answer,) = await client.responses(1)
+            served.append(codec.decode_metadata_response(answer).error == 0)
+        self.assertEqual(served, [True] * newcomers)
+        self.assertEqual((service.factory.reaped, service.factory.refused), (newcomers, 0))
+        self.assertEqual(len(service.factory.connections), cap)
+        await wait_until(lambda: sum(not c.transport.connected for c in idle) == newcomers)
+
+    async def test_idle_connection_is_closed(self) -> None:
+        """A connection that sends no whole request for --idle-timeout-s is closed by the broker; one that
+        sends requests meanwhile is not."""
+        service = await start_broker(self, idle_timeout_s=0.3)
+        idle = await raw_connect(self, service)
+        busy = await raw_connect(self, service)
+        for _ in range(6):
+            busy.send(MetadataRequest())
+            await busy.responses(1)
+            busy.frames.clear()
+            await deferLater(reactor, 0.1, lambda: None)
+        await idle.closed
+        self.assertTrue(busy.transport.connected)
+        self.assertEqual(service.factory.idle_closed, 1)
+
+    async def test_listen_backlog(self) -> None:
+        """The listening socket takes --listen-backlog (1024 by default; Twisted's own default is 50)."""
+        service = await start_broker(self)
+        self.assertEqual(service.port.backlog, 1024)
+        other = await start_broker(self, listen_backlog=4096)
+        self.assertEqual(other.port.backlog, 4096)
 
 
 class DescriptorTests(TestCase):
@@ -202,3 +282,50 @@ class UncleanExitTests(TestCase):
         self.assertIn(b"stopped uncleanly", process.output)
         self.assertNotIn(b"stopped cleanly", process.output)
         self.assertFalse(os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)))
+
+
+#: twistd with 1,024 descriptors, soft and hard: the issue's broker (its default cap is then 704 connections).
+_FEW_DESCRIPTORS = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)); "
+                    "from twisted.scripts.twistd import run; run()")
+
+
+class IdleFloodTests(TestCase):
+    timeout = 120
+
+    async def test_idle_flood_at_the_default_cap(self) -> None:
+        """Issue 21, finding 1, as measured: a twistd broker limited to 1,024 descriptors (default cap 704),
+        704 idle connections: 20 of 20 new clients are served (each replacing an idle connection), where
+        every one used to be closed at once."""
+        process = Twistd()
+        argv = [sys.executable, "-c", _FEW_DESCRIPTORS, "-n", "--pidfile=", "twlog", "--port", "0", "--log-dir",
+                self.mktemp(), "--reap-idle-s", "1"]
+        transport = reactor.spawnProcess(process, sys.executable, argv, env=os.environ.copy(), path=os.getcwd())
+        self.addCleanup(lambda: None if process.ended.called else (transport.signalProcess("KILL"), process.ended)[1])
+        port = await process.port
+        cap = int(re.search(rb"at most (\d+) client connections \(open-files limit 1024\)", process.output)[1])
+        self.assertEqual(cap, 704)
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", port)
+        idle = await gatherResults([connectProtocol(endpoint, RawClient()) for _ in range(cap)])
+
+        def close_idle():
+            for c in idle:
+                c.transport.loseConnection()
+            return gatherResults([c.closed for c in idle])
+
+        self.addCleanup(close_idle)
+        await deferLater(reactor, 1.5, lambda: None)  # accepted (in order), and idle past --reap-idle-s
+        served = 0
+        for _ in range(20):  # each stays connected: the broker stays at its cap
+            client = await connectProtocol(endpoint, RawClient())
+            idle.append(client)  # closed at the end with the others
+            client.send(MetadataRequest())
+            (answer,) = await client.responses(1)
+            served += codec.decode_metadata_response(answer).error == 0
+        self.assertEqual(served, 20)
+        await wait_until(lambda: sum(not c.transport.connected for c in idle[:cap]) == 20)
+        self.assertIn(b"closed 1 idle connection(s) to make room at the cap (--max-connections) of 704",
+                      process.output)
+        self.assertNotIn(b"refused", process.output)
+        transport.signalProcess("TERM")
+        self.assertEqual(await process.ended, "SIGTERM", process.output.decode()[-2000:])
+        self.assertIn(b"closed 19 idle connection(s) to make room", process.output)  # the minute's count, at stop

@@ -1,5 +1,5 @@
-"""Unit tests for the shared bound on buffered request bytes (twlog.protocol.budget) and the connection cap,
-through real BrokerProtocols on StringTransports."""
+"""Unit tests for the shared bound on buffered request bytes (twlog.protocol.budget), through real
+BrokerProtocols on StringTransports.  The connection limits are tested in test_admission."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import struct
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
-from twisted.logger import Logger
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.protocol.budget import BUDGET, RequestBudget
@@ -169,41 +168,3 @@ class BrokerBudgetTests(BrokerTestMixin, SynchronousTestCase):
         protocol.dataReceived(struct.pack(">ih", 2, 99) + b"x" * 100)
         self.assertTrue(transport.disconnecting)
         self.assertEqual(self.factory.budget.total, 0)
-
-
-class ConnectionCapTests(BrokerTestMixin, SynchronousTestCase):
-    def setUp(self) -> None:
-        self.make_broker(max_connections=2)
-        self.factory = BrokerFactory(self.broker)
-        self.events: list[dict] = []
-        self.factory._log = Logger(observer=self.events.append)
-
-    def connect_one(self):
-        protocol = self.factory.buildProtocol(IPv4Address("TCP", "10.0.0.1", 5))
-        if protocol is not None:
-            protocol.makeConnection(StringTransport())
-        return protocol
-
-    def test_past_the_cap_is_refused(self) -> None:
-        """Past max_connections, buildProtocol answers None (the port closes the socket); one log line per
-        interval counts the refusals; a closed connection makes room."""
-        first, second = self.connect_one(), self.connect_one()
-        self.assertIsNotNone(first)
-        self.assertIsNotNone(second)
-        self.assertIsNone(self.connect_one())
-        self.assertIsNone(self.connect_one())
-        self.assertEqual(self.factory.refused, 2)
-        self.assertEqual(len(self.events), 1)
-        self.clock.advance(BrokerFactory.REFUSED_LOG_INTERVAL_S)
-        self.assertIsNone(self.connect_one())
-        self.assertEqual(len(self.events), 2)
-        self.assertEqual(self.events[1]["count"], 2)
-        first.connectionLost(None)
-        self.assertIsNotNone(self.connect_one())
-
-    def test_no_cap(self) -> None:
-        """Without a cap (None), every connection is taken."""
-        factory = BrokerFactory(self.broker)
-        factory.max_connections = None
-        for _ in range(5):
-            self.assertIsNotNone(factory.buildProtocol(None))

@@ -208,8 +208,23 @@ class _BrokerCollector:
         yield _gauge("twlog_connections_max", "The connection cap (--max-connections).",
                      factory.max_connections if factory.max_connections is not None else float("nan"))
         yield _counter("twlog_connections_accepted", "Client connections accepted.", factory.accepted)
-        yield _counter("twlog_connections_refused", "Client connections closed at once because the cap was "
-                       "reached.", factory.refused)
+        yield _gauge("twlog_connections_max_per_ip", "The cap on one address's connections "
+                     "(--max-connections-per-ip).",
+                     factory.max_connections_per_ip if factory.max_connections_per_ip is not None else float("nan"))
+        yield _gauge("twlog_connections_idle_timeout_seconds", "Connections idle this long are closed "
+                     "(--idle-timeout-s; 0: never).", factory.idle_timeout_s)
+        refused = CounterMetricFamily("twlog_connections_refused", "Client connections refused at a cap (none "
+                                      "idle long enough to replace), by cap.", labels=["cap"])
+        refused.add_metric(["max_connections"], factory.refused)
+        refused.add_metric(["max_connections_per_ip"], factory.refused_per_ip)
+        yield refused
+        reaped = CounterMetricFamily("twlog_connections_reaped", "Idle client connections closed to make room "
+                                     "for a new one at a cap, by cap.", labels=["cap"])
+        reaped.add_metric(["max_connections"], factory.reaped)
+        reaped.add_metric(["max_connections_per_ip"], factory.reaped_per_ip)
+        yield reaped
+        yield _counter("twlog_connections_idle_closed", "Client connections closed after --idle-timeout-s without "
+                       "a whole request.", factory.idle_closed)
         yield _gauge("twlog_buffered_request_bytes", "Bytes of requests buffered over all connections.",
                      budget.total)
         yield _gauge("twlog_buffered_request_bytes_limit", "The bound on buffered request bytes "

@@ -126,8 +126,13 @@ class BrokerService(Service):
         if self.factory.max_connections is None:
             segments = sum(len(log.segments) for log in self.logs.logs().values())
             self.factory.max_connections = default_max_connections(open_files, segments)
-        self._log.info("broker {id}: at most {cap} client connections (open-files limit {limit})",
-                       id=self.config.broker_id, cap=self.factory.max_connections, limit=open_files)
+        config = self.config
+        self._log.info(
+            "broker {id}: at most {cap} client connections (open-files limit {limit}), {per_ip} per address; "
+            "{idle}", id=config.broker_id, cap=self.factory.max_connections,
+            limit=open_files, per_ip=config.max_connections_per_ip or "any number",
+            idle=f"idle ones closed after {config.idle_timeout_s:g} s" if config.idle_timeout_s else "idle ones kept",
+        )
         self._log.info(
             "broker {id}: {count} partitions under {log_dir}{recovered}",
             id=self.config.broker_id, count=len(self.logs.logs()), log_dir=self.config.log.log_dir,
@@ -137,7 +142,7 @@ class BrokerService(Service):
         d.addCallbacks(lambda _: self._listen(), self._cannot_serve_metrics)
 
     def _listen(self) -> None:
-        endpoint = _endpoint(self._reactor, self.config.interface, self.config.port)
+        endpoint = _endpoint(self._reactor, self.config.interface, self.config.port, self.config.listen_backlog)
         d = endpoint.listen(self.factory)
         d.addCallbacks(self._listening, self._cannot_listen)
 
@@ -298,10 +303,10 @@ class BrokerService(Service):
         at_exit(exit_now, code)
 
 
-def _endpoint(reactor, interface: str, port: int):
-    """A TCP server endpoint on C{interface} (IPv6 when it has a colon) and C{port}."""
+def _endpoint(reactor, interface: str, port: int, backlog: int = 50):
+    """A TCP server endpoint on C{interface} (IPv6 when it has a colon) and C{port}, with a listen C{backlog}."""
     endpoint_class = TCP6ServerEndpoint if ":" in interface else TCP4ServerEndpoint
-    return endpoint_class(reactor, port, interface=interface)
+    return endpoint_class(reactor, port, backlog=backlog, interface=interface)
 
 
 def log_dir_error(log_dir: str, error: OSError) -> str:

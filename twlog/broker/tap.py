@@ -32,6 +32,25 @@ def _int(name: str, minimum: int | None = None):
     return parse
 
 
+def _seconds(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value < float("inf"):
+            raise usage.UsageError(f"--{name} must be a number of seconds, 0 or more, not {text!r}")
+        return value
+
+    return parse
+
+
+def _per_ip_cap(text: str) -> int | None:
+    if str(text).strip().lower() in ("none", "off"):
+        return None
+    return _int("max-connections-per-ip", 1)(text)
+
+
 def _gap_ms(text: str) -> float:
     try:
         value = float(text)
@@ -109,8 +128,22 @@ class Options(usage.Options):
          "connections with the largest frames still to come stop reading until space frees.",
          _int("max-buffered-request-bytes", 1024)],
         ["max-connections", None, None,
-         "Client connections past which a new one is closed at once (default: the open-files limit, raised to "
-         "its hard limit at start, less a reserve for segment files).", _int("max-connections", 1)],
+         "Client connections the broker holds (default: the open-files limit, raised to its hard limit at start, "
+         "less a reserve for segment files); past it, a new one replaces the longest-idle connection, or is "
+         "refused with TooManyConnections (19, retriable).", _int("max-connections", 1)],
+        ["max-connections-per-ip", None, 1024,
+         "Client connections one address may hold (\"none\": no cap but --max-connections); past it, a new one "
+         "from that address replaces its longest-idle connection, or is refused with TooManyConnectionsFromAddress "
+         "(20, retriable).", _per_ip_cap],
+        ["idle-timeout-s", None, 600.0,
+         "Close a connection that has sent no whole request for this many seconds (0: never).",
+         _seconds("idle-timeout-s")],
+        ["reap-idle-s", None, 10.0,
+         "At a connection cap, a new connection replaces the longest-idle one if it has sent no whole request, "
+         "and has none in progress, for this many seconds; else the new one is refused.", _seconds("reap-idle-s")],
+        ["listen-backlog", None, 1024,
+         "Backlog of the listening socket: connections the kernel completes before the broker accepts them "
+         "(the kernel caps it at net.core.somaxconn).", _int("listen-backlog", 1)],
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
@@ -149,6 +182,10 @@ class Options(usage.Options):
                 max_request_bytes=self["max-request-bytes"],
                 max_buffered_request_bytes=self["max-buffered-request-bytes"],
                 max_connections=self["max-connections"],
+                max_connections_per_ip=self["max-connections-per-ip"],
+                idle_timeout_s=self["idle-timeout-s"],
+                reap_idle_s=self["reap-idle-s"],
+                listen_backlog=self["listen-backlog"],
                 zookeeper=self["zookeeper"],
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],

@@ -8,7 +8,9 @@ PRODUCE) never enter the FIFO.  Anything that could break the pairing (a
 timeout, a response nobody asked for, an oversized frame) aborts the connection
 and fails every waiter, because a late answer would otherwise be given to the
 wrong request; a broker's response nobody asked for or an oversized one is a
-L{ProtocolViolation}.  L{twlog.client.connection.BrokerConnection} reconnects it.
+L{ProtocolViolation}.  A broker that refused the connection at a cap answers
+with a bare refusal code (19 or 20): every waiter fails with its typed,
+retriable error (L{twlog.errors.TooManyConnections}).  L{twlog.client.connection.BrokerConnection} reconnects it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from typing_extensions import override
 from zope.interface import implementer
 
 from twlog.client.options import DEFAULT_MAX_RESPONSE_BYTES
-from twlog.errors import BrokerTimeout, ConnectionFailed, ConnectionLost, ProtocolViolation, TwlogError
+from twlog.errors import (
+    CONNECTION_REFUSALS,
+    BrokerTimeout,
+    ConnectionFailed,
+    ConnectionLost,
+    ProtocolViolation,
+    TwlogError,
+    error_for,
+)
 from twlog.protocol import codec
 from twlog.protocol.codec import Request, describe_request
 from twlog.protocol.framing import PREFIX_BYTES, FrameReceiver
@@ -174,6 +184,12 @@ class ClientProtocol(FrameReceiver):
     def stringReceived(self, frame: bytes) -> None:
         if not self.usable:
             return  # aborted: whatever still arrives belongs to requests already failed
+        if len(frame) == 2 and int.from_bytes(frame, "big", signed=True) in CONNECTION_REFUSALS:
+            # The broker refused the connection at a cap (docs/protocol.md, "Connection limits"): it read
+            # no request, so every one sent on it fails with the typed, retriable error.
+            code = int.from_bytes(frame, "big", signed=True)
+            self._abort(error_for(code, f"broker {self.peer} refused the connection"))
+            return
         if not self._waiting:
             self._log.error(
                 "broker {peer} sent a {size}-byte response while no request was waiting; dropping the connection",

@@ -24,6 +24,7 @@ from twlog.client.options import ClientOptions
 from twlog.client.reader import BATCH, Fetched, PartitionReader, Refresh, SizeProbe
 from twlog.client.reader import Request as ReaderRequest
 from twlog.errors import (
+    CONNECTION_REFUSALS,
     BrokerError,
     BrokerTimeout,
     ConnectionFailed,
@@ -31,6 +32,7 @@ from twlog.errors import (
     InvalidTopic,
     ProtocolViolation,
     check,
+    error_for,
     error_message,
 )
 from twlog.partition import TopicPartition
@@ -129,7 +131,12 @@ class SyncConnection:
         sock = self._connect()
         try:
             sock.sendall(frame(encode_request(request)))
-            response = decode_response(request, self._receive_frame(sock))
+            answer = self._receive_frame(sock)
+            if len(answer) == 2 and int.from_bytes(answer, "big", signed=True) in CONNECTION_REFUSALS:
+                # Refused at a cap (docs/protocol.md, "Connection limits"): the broker closes the connection.
+                raise error_for(int.from_bytes(answer, "big", signed=True),
+                                f"broker {self.address} refused the connection")
+            response = decode_response(request, answer)
         except FrameTooLarge as e:
             self.close()
             raise ProtocolViolation(
