@@ -22,11 +22,24 @@ a second by a log taking 1,000 messages a second).  A flush someone waits for
 after the one in flight.  The fsync runs
 on a pool thread, never on the reactor, one at a time per log; only when it is
 done does the flushed offset, which bounds what readers and OFFSETS see, move.
-A failed write or fsync fails the log for good: only a restart (recovery) is
-safe then.  Running out of descriptors to open a directory for its fsync does
-not: the directories are opened before anything is fsynced, so nothing
-failed, and the flush is tried again later (by the interval timer, not at
-once, under either policy).
+
+What a failure does, and what those waiting for a flush are told (each answer true):
+  - A failed write (disk full, no inodes, quota, read-only, I/O error), or a
+    failed roll, damages nothing: the file is cut back to where it was, and the
+    write buffer is dropped, so nothing of a set refused gets into the file later
+    (not even at close).  Flushes waited for by those sets fail with
+    L{StorageFailed} ("nothing written"); the rest of the file is fsynced as
+    usual.  The log then refuses appends for C{storage_retry_s}, after which the
+    next append tries the disk again (L{suspended}).
+  - A failed fsync fails the log for good: only a restart (recovery) is safe
+    then (an fsync retried after an error can report lost data as safe).  The
+    sets already in the file may or may not survive: their waiters get
+    L{OutcomeUnknown}; those still in the buffer (dropped) get L{StorageFailed}.
+    So does a write whose cut-back failed too (the file may end in part of a set).
+  - Running out of descriptors to open a directory for its fsync fails nothing:
+    the directories are opened before anything is fsynced, and the flush is tried
+    again later (by the interval timer, not at once, under either policy); those
+    waiting keep waiting (bounded by their own timeouts).
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
-from twlog.errors import StorageFailed, TooManyOpenFiles
+from twlog.errors import BrokerError, OutcomeUnknown, StorageFailed, TooManyOpenFiles
 from twlog.storage.segment import Segment, descriptors_error, out_of_descriptors
 
 #: Runs a blocking callable on a pool thread and returns a Deferred of its result.
@@ -143,7 +156,16 @@ class Flusher:
         self._postponed = False
         self._flush_in_flight = False
         self._flush_again = False
-        self._flush_waiters: list[Deferred[int]] = []
+        #: Each flush waited for, with the end offset its caller needs flushed (its set's next offset).
+        self._flush_waiters: list[tuple[Deferred[int], int]] = []
+        #: Set after a write or a roll failed without damaging the files (disk full, no inodes, ...): appends
+        #: are refused until C{storage_retry_s} later, then the next one tries the disk again.
+        self.suspended: Exception | None = None
+        self._retry_at = 0.0
+        #: Appends were let through again after a suspension: the next write that succeeds says so.
+        self._probing = False
+        #: What the last failed write answered for the sets it dropped.
+        self.last_write_error: BrokerError | None = None
         #: Why the log was deleted (L{abandon}), or None.
         self.abandoned: Exception | None = None
         self._min_gap_s = config.flush_min_gap_ms / 1000
@@ -206,7 +228,7 @@ class Flusher:
         if not self._dirty and not self._flush_in_flight:
             return succeed(self.flushed_offset)
         d: Deferred[int] = Deferred()
-        self._flush_waiters.append(d)
+        self._flush_waiters.append((d, self._end_offset()))
         if self._flush_in_flight:
             self._flush_again = True
         else:
@@ -229,15 +251,12 @@ class Flusher:
 
     def _start_flush(self) -> None:
         self._cancel_timer()
-        waiters, self._flush_waiters = self._flush_waiters, []
         try:
-            for segment in self._dirty:
-                segment.write_out()  # on the reactor thread: the pool thread only fsyncs
-        except OSError as e:
-            self.fail(e)
-            for waiter in waiters:
-                waiter.errback(StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}"))
-            return
+            self._write_out()  # on the reactor thread: the pool thread only fsyncs
+        except BrokerError:  # the waiters whose sets were not written are told; the rest is fsynced
+            if self.failed is not None:
+                return
+        waiters, self._flush_waiters = self._flush_waiters, []
         target = self._end_offset()
         dirty, self._dirty = self._dirty, []
         directories, self._sync_directories = sorted(self._sync_directories), set()
@@ -248,49 +267,48 @@ class Flusher:
         d.addCallbacks(self._flushed, self._flush_failed, callbackArgs=(target, waiters),
                        errbackArgs=(waiters, dirty, directories))
 
-    def _flushed(self, _: object, target: int, waiters: list[Deferred[int]]) -> None:
+    def _flushed(self, _: object, target: int, waiters: list[tuple[Deferred[int], int]]) -> None:
         self._flush_in_flight = False
         if self.abandoned is not None:
-            for waiter in waiters:
+            for waiter, _end in waiters:
                 waiter.errback(self.abandoned)
             return
         self._postponed = False  # descriptors were found again
         if target > self.flushed_offset:
             self.flushed_offset = target
             self._on_flushed()
-        for waiter in waiters:
+        for waiter, _end in waiters:
             waiter.callback(self.flushed_offset)
         self._after_flush()
 
     def _flush_failed(
-        self, failure: Failure, waiters: list[Deferred[int]], dirty: list[Segment], directories: list[str]
+        self, failure: Failure, waiters: list[tuple[Deferred[int], int]], dirty: list[Segment], directories: list[str]
     ) -> None:
         self._flush_in_flight = False
         if self.abandoned is not None:  # (its directory was moved away meanwhile: no fault of the disk)
-            for waiter in waiters:
+            for waiter, _end in waiters:
                 waiter.errback(self.abandoned)
             return
         if failure.check(TooManyOpenFiles):
             self._not_flushed(failure.value, waiters, dirty, directories)
             return
-        self.fail(failure.value)
-        for waiter in waiters + self._flush_waiters:
-            waiter.errback(StorageFailed(f"fsync failed in {self.directory}: {failure.getErrorMessage()}"))
-        self._flush_waiters = []
+        # Every set this fsync covered is in the file: it may or may not survive.
+        self._flush_waiters = waiters + self._flush_waiters
+        self.fail(failure.value, f"fsync failed in {self.directory}: {describe(failure.value)}")
 
     def _not_flushed(
-        self, error: TooManyOpenFiles, waiters: list[Deferred[int]], dirty: list[Segment], directories: list[str]
+        self, error: TooManyOpenFiles, waiters: list[tuple[Deferred[int], int]], dirty: list[Segment],
+        directories: list[str],
     ) -> None:
-        """Out of descriptors before any fsync: keep everything to flush, fail the waiters (retriable), retry later."""
+        """Out of descriptors before any fsync: keep everything to flush and everyone waiting for it (their
+        sets are appended: the retry flushes them, unless their own timeouts end first), retry later."""
         self._log.warn("{directory}: flush postponed: {error}", directory=self.directory, error=error)
         self._dirty = [s for s in dirty if s not in self._dirty] + self._dirty
         self._sync_directories.update(directories)
         self._flush_again = False
         self._postponed = True
         self._cancel_soon()
-        for waiter in waiters + self._flush_waiters:
-            waiter.errback(TooManyOpenFiles(str(error)))
-        self._flush_waiters = []
+        self._flush_waiters = waiters + self._flush_waiters
         if not self.closed and self._flush_timer is None:
             self._flush_timer = self._clock.callLater(max(self._config.flush_interval_ms, 100) / 1000,
                                                       self._timed_flush)
@@ -306,31 +324,117 @@ class Flusher:
                 self._start_after_gap()
             elif self._flush_waiters:
                 waiters, self._flush_waiters = self._flush_waiters, []
-                for waiter in waiters:
+                for waiter, _end in waiters:
                     waiter.callback(self.flushed_offset)
 
-    def fail(self, error: Exception) -> None:
-        """Stop taking appends and stop moving the flushed offset: only a restart (recovery) is safe now."""
+    # -- failures ----------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Raise unless the log may take an append now; after a suspension, let the next one try the disk.
+
+        @raise StorageFailed: the log failed (until a restart), or is suspended for a while yet.
+        """
+        if self.failed is not None:
+            raise StorageFailed(f"{self.directory} failed ({self.failed}); restart the broker to recover it")
+        if self.suspended is not None:
+            wait = self._retry_at - self._clock.seconds()
+            if wait > 0:
+                raise StorageFailed(f"{self.directory}: writes refused for {wait:.1f} s more after: "
+                                    f"{describe(self.suspended)}")
+            self.suspended = None
+            self._probing = True
+
+    def write_failed(self, segment: Segment, error: OSError, what: str) -> BrokerError:
+        """A write to C{segment}, or the creation of a new segment after it, failed with C{error}: drop the
+        write buffer, tell those waiting for a flush of what it held that it was not written, and refuse
+        appends for C{storage_retry_s}.  Returns the error for the set being written (C{what}: the attempt).
+
+        A write whose cut-back failed (L{Segment.damaged}) fails the log for good instead.
+        """
+        if segment.damaged:
+            message = f"{what} failed ({describe(error)}) and could not be cut back"
+            self.fail(error, message, all_unknown=True)
+            self.last_write_error = OutcomeUnknown(f"{message}: the set may be stored in part; restart the broker "
+                                                   "to recover it")
+            return self.last_write_error
+        segment.discard_pending()
+        end = self._end_offset()
+        message = f"{what} failed: {describe(error)}"
+        not_written = StorageFailed(f"{message}; nothing of this set was written")
+        waiters = self._flush_waiters  # those whose sets are in the file still get their fsync
+        self._flush_waiters = [(waiter, needed) for waiter, needed in waiters if needed <= end]
+        for waiter, needed in waiters:
+            if needed > end:
+                waiter.errback(not_written)
+        self.suspended = error
+        self._retry_at = self._clock.seconds() + self._config.storage_retry_s
+        self._probing = False
+        self._log.warn(
+            "{directory}: {message}; refusing writes for {retry} s, then trying again",
+            directory=self.directory, message=message, retry=self._config.storage_retry_s,
+        )
+        self.last_write_error = StorageFailed(
+            f"{message}; nothing of this set was written, the partition takes writes again "
+            f"{self._config.storage_retry_s:g} s later if the disk has room")
+        return self.last_write_error
+
+    def wrote(self) -> None:
+        """A write reached the file: after a suspension, say once that the disk takes writes again."""
+        if self._probing:
+            self._probing = False
+            self._log.info("{directory}: writes succeed again", directory=self.directory)
+
+    def fail(self, error: Exception, message: str | None = None, all_unknown: bool = False) -> None:
+        """Stop taking appends and stop moving the flushed offset: only a restart (recovery) is safe now.
+
+        The write buffers are dropped, so that nothing unwritten gets into the file later, and those waiting
+        for a flush are told: L{OutcomeUnknown} for sets in the file (they may or may not survive),
+        L{StorageFailed} for sets only in a buffer (never written); with C{all_unknown} (a write that could not
+        be cut back: the file may end in part of any of them), L{OutcomeUnknown} for all.
+        """
+        message = message or f"{self.directory}: {describe(error)}"
         if self.failed is None:
             self.failed = error
             self._log.critical(
-                "{directory}: a write or fsync failed ({error}); the partition takes no more messages and "
-                "its unflushed data stays invisible; restart the broker to recover it",
-                directory=self.directory, error=error,
+                "{message}; the partition takes no more messages and its unflushed data stays invisible; "
+                "restart the broker to recover it",
+                message=message,
             )
         self._cancel_timer()
+        for segment in self._dirty:
+            segment.discard_pending()
+        unknown = OutcomeUnknown(f"{message}: the set is in the file but not known to be on disk")
+        if all_unknown:
+            self._fail_waiters(-1, unknown, unknown)
+        else:
+            self._fail_waiters(self._end_offset(), unknown, StorageFailed(f"{message}; the set was not written"))
+
+    def _fail_waiters(self, written_end: int, in_file: BrokerError, not_written: BrokerError) -> None:
+        """Fail every flush waited for: with C{in_file} when its set lies before C{written_end}, else with
+        C{not_written}; keep none."""
+        waiters, self._flush_waiters = self._flush_waiters, []
+        for waiter, end in waiters:
+            waiter.errback(in_file if end <= written_end else not_written)
+
+    def _write_out(self) -> None:
+        """Write the write buffers into the files.
+
+        @raise StorageFailed: a write failed (see L{write_failed}); those waiting for it are told.
+        """
+        for segment in self._dirty:
+            try:
+                segment.write_out()
+            except OSError as e:
+                raise self.write_failed(segment, e, f"writing to {segment.path}") from None
+        self.wrote()
 
     def write_out(self) -> None:
         """Put everything appended into the file (page cache), not yet fsynced.
 
-        @raise StorageFailed: the write failed.
+        @raise StorageFailed: the write failed; nothing of the buffered sets was written.
+        @raise OutcomeUnknown: the write failed and could not be cut back.
         """
-        try:
-            for segment in self._dirty:
-                segment.write_out()
-        except OSError as e:
-            self.fail(e)
-            raise StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}") from None
+        self._write_out()
 
     def close(self) -> None:
         """Start no more flushes (one in flight still completes)."""
@@ -343,7 +447,7 @@ class Flusher:
         self.abandoned = error
         self.close()
         waiters, self._flush_waiters = self._flush_waiters, []
-        for waiter in waiters:
+        for waiter, _end in waiters:
             waiter.errback(error)
 
     def _cancel_timer(self) -> None:
@@ -357,3 +461,10 @@ class Flusher:
         if self._soon is not None:
             self._soon.cancel()
             self._soon = None
+
+
+def describe(error: BaseException) -> str:
+    """An OS error in one line (C{"[Errno 28] No space left on device"}), any other error as itself."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return f"[Errno {error.errno}] {error.strerror}"
+    return str(error)
