@@ -370,8 +370,8 @@ class Flusher:
         self._retry_at = self._clock.seconds() + self._config.storage_retry_s
         self._probing = False
         self._log.warn(
-            "{directory}: {message}; refusing writes for {retry} s, then trying again",
-            directory=self.directory, message=message, retry=self._config.storage_retry_s,
+            "{directory}: {cause}; refusing writes for {retry} s, then trying again",
+            directory=self.directory, cause=message, retry=self._config.storage_retry_s,
         )
         self.last_write_error = StorageFailed(
             f"{message}; nothing of this set was written, the partition takes writes again "
@@ -396,9 +396,9 @@ class Flusher:
         if self.failed is None:
             self.failed = error
             self._log.critical(
-                "{message}; the partition takes no more messages and its unflushed data stays invisible; "
+                "{cause}; the partition takes no more messages and its unflushed data stays invisible; "
                 "restart the broker to recover it",
-                message=message,
+                cause=message,
             )
         self._cancel_timer()
         for segment in self._dirty:
