@@ -14,8 +14,8 @@ from __future__ import annotations
 import errno
 import os
 
-from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.storage.test_log import LogTestMixin
