@@ -124,9 +124,11 @@ class CorruptLog(TwlogError):
 
 @_wire(9)
 class RequestTimedOut(BrokerError):
-    """The broker could not do what the request asked (an acknowledged flush) within its timeout; an
-    acknowledged produce's set was appended and is most likely flushed and shown soon after (a resend
-    stores it twice)."""
+    """The broker could not do what the request asked (an acknowledged flush) within its timeout.
+
+    An acknowledged produce's set was appended, and is most likely flushed and shown soon after: a resend
+    would store it twice.
+    """
 
     retriable = True
 
@@ -145,9 +147,11 @@ class BrokerShuttingDown(BrokerError):
 
 @_wire(13)
 class StorageFailed(BrokerError):
-    """The partition's log could not be written (disk full, no inodes, quota, read-only, I/O error): nothing
-    of this set was stored.  After a failed write or roll the partition takes writes again after the broker's
-    --storage-retry-s, once the disk has room; after a failed fsync only a restart recovers it."""
+    """The partition's log could not be written (disk full, no inodes, quota, read-only, I/O): nothing was stored.
+
+    After a failed write or segment roll the partition refuses writes for the broker's --storage-retry-s, then
+    takes them again once the disk has room; after a failed fsync only a restart recovers it.
+    """
 
 
 @_wire(14)
@@ -160,8 +164,10 @@ class TooManyOpenFiles(BrokerError):
 
 @_wire(23)
 class OutcomeUnknown(BrokerError):
-    """The set was appended but its flush failed: it may or may not be stored (and reappear after a restart);
-    the partition takes no more writes until a restart.  A resend may store it twice."""
+    """The set was appended but its flush failed: it may or may not be stored, and a resend may store it twice.
+
+    It may reappear after the broker restarts.  The partition takes no more writes until then.
+    """
 
     retriable = True
 

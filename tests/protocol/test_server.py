@@ -340,7 +340,7 @@ class Kafka07CodeTests(SynchronousTestCase):
             "InvalidTopic": -1, "MessageSizeTooLarge": 2, "FetchSizeTooSmall": 4, "OffsetNotOnBoundary": 1,
             "RequestTimedOut": -1, "RequestTooLarge": -1, "InvalidRequest": -1, "BrokerShuttingDown": -1,
             "StorageFailed": -1, "TooManyOpenFiles": -1, "TopicExists": -1, "NotLeader": 3,
-            "LeaderNotAvailable": -1, "TopicDeleted": 1,
+            "LeaderNotAvailable": -1, "TopicDeleted": 1, "OutcomeUnknown": -1,
         })
         self.assertEqual(kafka07_code(99), UNKNOWN)
 
