@@ -22,6 +22,7 @@ from tests.storage.test_log import LogTestMixin
 from twlog.config import LogConfig
 from twlog.errors import OutcomeUnknown, StorageFailed
 from twlog.storage.log import Log
+from twlog.storage.manager import LogManager
 from twlog.storage.message import encode_message_set
 from twlog.storage.segment import segment_name
 
@@ -193,3 +194,26 @@ class RetryTests(StorageErrorMixin, SynchronousTestCase):
         self.assertEqual(disk.creates_refused, 3)
         disk.heal()
         self.assertEqual(log.append(encode_message_set(payloads(1, 10))).offset, 10 * ENTRY)
+
+
+class NewPartitionTests(SynchronousTestCase):
+    def test_partition_that_cannot_be_created(self) -> None:
+        """A first write to a partition whose first segment cannot be created (no inodes left): StorageFailed
+        in one line, not an OSError (Unknown, with a traceback); the disk is not tried again for that
+        partition before storage_retry_s, and the partition is created once it can be."""
+        clock = Clock()
+        log_dir = self.mktemp()
+        logs = LogManager(LogConfig(log_dir, storage_retry_s=5), clock, run_now)
+        logs.start()
+        self.addCleanup(logs.close)
+        disk = FaultyDisk(self, os.path.join(log_dir, "t-0"))
+        disk.create_error = errno.ENOSPC
+        e = self.assertRaises(StorageFailed, logs.get_or_create_log, "t", 0)
+        self.assertIn("No space left on device", str(e))
+        self.assertRaises(StorageFailed, logs.get_or_create_log, "t", 0)
+        self.assertEqual(disk.creates_refused, 1)
+        self.assertIsNone(logs.get_log("t", 0))
+        disk.heal()
+        clock.advance(5)
+        self.assertEqual(logs.get_or_create_log("t", 0).append(encode_message_set(payloads(1))).offset, 0)
+        self.assertEqual(self.flushLoggedErrors(), [])
