@@ -125,7 +125,7 @@ class DiscoveryTests(SynchronousTestCase):
         strict, connections, _ = make_producer(ack="flushed", retries=0)
         connections["b0"].responses.append(unknown)
         failure = self.failureResultOf(strict.send("t", b"a"), OutcomeUnknown)
-        self.assertIn("may or may not have stored", str(failure.value))
+        self.assertIn("the batch for t:0-0 may or may not be stored: OutcomeUnknown (error 23)", str(failure.value))
 
     def test_refused_resend_after_an_unknown_outcome_stays_unknown(self) -> None:
         """A resend refused with "not written" (StorageFailed) says nothing of the first attempt, which may

@@ -30,7 +30,7 @@ What a failure does, and what those waiting for a flush are told (each answer tr
     (not even at close).  Flushes waited for by those sets fail with
     L{StorageFailed} ("nothing written"); the rest of the file is fsynced as
     usual.  The log then refuses appends for C{storage_retry_s}, after which the
-    next append tries the disk again (L{suspended}).
+    next append tries the disk again (L{Suspension}).
   - A failed fsync fails the log for good: only a restart (recovery) is safe
     then (an fsync retried after an error can report lost data as safe).  The
     sets already in the file may or may not survive: their waiters get
@@ -54,6 +54,7 @@ from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
 from twlog.errors import BrokerError, OutcomeUnknown, StorageFailed, TooManyOpenFiles
+from twlog.storage.failures import FlushWaiters, Suspension, describe
 from twlog.storage.segment import Segment, descriptors_error, out_of_descriptors
 
 #: Runs a blocking callable on a pool thread and returns a Deferred of its result.
@@ -142,8 +143,8 @@ class Flusher:
         self._on_flushed = on_flushed
         #: The offset up to which everything is fsynced: what readers may see.
         self.flushed_offset = end_offset()
-        #: Set when a write or fsync failed: the log takes no more appends and its flushed
-        #: offset no longer moves (a retried fsync can succeed for data the kernel dropped).
+        #: Set when an fsync failed (or a write that could not be cut back): the log takes no more appends and
+        #: its flushed offset no longer moves (a retried fsync can succeed for data the kernel dropped).
         self.failed: Exception | None = None
         self.closed = False
         self._unflushed_messages = 0
@@ -156,14 +157,9 @@ class Flusher:
         self._postponed = False
         self._flush_in_flight = False
         self._flush_again = False
-        #: Each flush waited for, with the end offset its caller needs flushed (its set's next offset).
-        self._flush_waiters: list[tuple[Deferred[int], int]] = []
-        #: Set after a write or a roll failed without damaging the files (disk full, no inodes, ...): appends
-        #: are refused until C{storage_retry_s} later, then the next one tries the disk again.
-        self.suspended: Exception | None = None
-        self._retry_at = 0.0
-        #: Appends were let through again after a suspension: the next write that succeeds says so.
-        self._probing = False
+        self._flush_waiters = FlushWaiters()
+        #: After a write or a roll failed without damaging the files (disk full, no inodes, ...).
+        self.suspension = Suspension(directory, clock, config.storage_retry_s)
         #: What the last failed write answered for the sets it dropped.
         self.last_write_error: BrokerError | None = None
         #: Why the log was deleted (L{abandon}), or None.
@@ -227,8 +223,7 @@ class Flusher:
             return fail(self.abandoned)
         if not self._dirty and not self._flush_in_flight:
             return succeed(self.flushed_offset)
-        d: Deferred[int] = Deferred()
-        self._flush_waiters.append((d, self._end_offset()))
+        d = self._flush_waiters.add(self._end_offset())
         if self._flush_in_flight:
             self._flush_again = True
         else:
@@ -256,7 +251,7 @@ class Flusher:
         except BrokerError:  # the waiters whose sets were not written are told; the rest is fsynced
             if self.failed is not None:
                 return
-        waiters, self._flush_waiters = self._flush_waiters, []
+        waiters = self._flush_waiters.take()
         target = self._end_offset()
         dirty, self._dirty = self._dirty, []
         directories, self._sync_directories = sorted(self._sync_directories), set()
@@ -293,7 +288,7 @@ class Flusher:
             self._not_flushed(failure.value, waiters, dirty, directories)
             return
         # Every set this fsync covered is in the file: it may or may not survive.
-        self._flush_waiters = waiters + self._flush_waiters
+        self._flush_waiters.put_back(waiters)
         self.fail(failure.value, f"fsync failed in {self.directory}: {describe(failure.value)}")
 
     def _not_flushed(
@@ -308,7 +303,7 @@ class Flusher:
         self._flush_again = False
         self._postponed = True
         self._cancel_soon()
-        self._flush_waiters = waiters + self._flush_waiters
+        self._flush_waiters.put_back(waiters)
         if not self.closed and self._flush_timer is None:
             self._flush_timer = self._clock.callLater(max(self._config.flush_interval_ms, 100) / 1000,
                                                       self._timed_flush)
@@ -323,34 +318,24 @@ class Flusher:
             elif self._dirty:
                 self._start_after_gap()
             elif self._flush_waiters:
-                waiters, self._flush_waiters = self._flush_waiters, []
-                for waiter, _end in waiters:
+                for waiter, _end in self._flush_waiters.take():
                     waiter.callback(self.flushed_offset)
 
     # -- failures ----------------------------------------------------------
 
     def check_writable(self) -> None:
-        """Raise unless the log may take an append now; after a suspension, let the next one try the disk.
+        """Raise unless the log may take an append now (after a suspension, the next one tries the disk).
 
         @raise StorageFailed: the log failed (until a restart), or is suspended for a while yet.
         """
         if self.failed is not None:
             raise StorageFailed(f"{self.directory} failed ({self.failed}); restart the broker to recover it")
-        if self.suspended is not None:
-            wait = self._retry_at - self._clock.seconds()
-            if wait > 0:
-                raise StorageFailed(f"{self.directory}: writes refused for {wait:.1f} s more after: "
-                                    f"{describe(self.suspended)}")
-            self.suspended = None
-            self._probing = True
+        self.suspension.check()
 
     def write_failed(self, segment: Segment, error: OSError, what: str) -> BrokerError:
-        """A write to C{segment}, or the creation of a new segment after it, failed with C{error}: drop the
-        write buffer, tell those waiting for a flush of what it held that it was not written, and refuse
-        appends for C{storage_retry_s}.  Returns the error for the set being written (C{what}: the attempt).
-
-        A write whose cut-back failed (L{Segment.damaged}) fails the log for good instead.
-        """
+        """C{what} (a write to C{segment}, or a roll after it) failed: drop the write buffer, fail the flushes
+        waited for by what it held, suspend appends; or, if the file could not be cut back (L{Segment.damaged}),
+        fail the log.  Returns the error for the set being written."""
         if segment.damaged:
             message = f"{what} failed ({describe(error)}) and could not be cut back"
             self.fail(error, message, all_unknown=True)
@@ -358,31 +343,10 @@ class Flusher:
                                                    "to recover it")
             return self.last_write_error
         segment.discard_pending()
-        end = self._end_offset()
         message = f"{what} failed: {describe(error)}"
-        not_written = StorageFailed(f"{message}; nothing of this set was written")
-        waiters = self._flush_waiters  # those whose sets are in the file still get their fsync
-        self._flush_waiters = [(waiter, needed) for waiter, needed in waiters if needed <= end]
-        for waiter, needed in waiters:
-            if needed > end:
-                waiter.errback(not_written)
-        self.suspended = error
-        self._retry_at = self._clock.seconds() + self._config.storage_retry_s
-        self._probing = False
-        self._log.warn(
-            "{directory}: {cause}; refusing writes for {retry} s, then trying again",
-            directory=self.directory, cause=message, retry=self._config.storage_retry_s,
-        )
-        self.last_write_error = StorageFailed(
-            f"{message}; nothing of this set was written, the partition takes writes again "
-            f"{self._config.storage_retry_s:g} s later if the disk has room")
+        self._flush_waiters.fail_past(self._end_offset(), StorageFailed(f"{message}; nothing of this set was written"))
+        self.last_write_error = self.suspension.start(error, message)
         return self.last_write_error
-
-    def wrote(self) -> None:
-        """A write reached the file: after a suspension, say once that the disk takes writes again."""
-        if self._probing:
-            self._probing = False
-            self._log.info("{directory}: writes succeed again", directory=self.directory)
 
     def fail(self, error: Exception, message: str | None = None, all_unknown: bool = False) -> None:
         """Stop taking appends and stop moving the flushed offset: only a restart (recovery) is safe now.
@@ -395,26 +359,14 @@ class Flusher:
         message = message or f"{self.directory}: {describe(error)}"
         if self.failed is None:
             self.failed = error
-            self._log.critical(
-                "{cause}; the partition takes no more messages and its unflushed data stays invisible; "
-                "restart the broker to recover it",
-                cause=message,
-            )
+            self._log.critical("{cause}; the partition takes no more messages and its unflushed data stays "
+                               "invisible; restart the broker to recover it", cause=message)
         self._cancel_timer()
         for segment in self._dirty:
             segment.discard_pending()
         unknown = OutcomeUnknown(f"{message}: the set is in the file but not known to be on disk")
-        if all_unknown:
-            self._fail_waiters(-1, unknown, unknown)
-        else:
-            self._fail_waiters(self._end_offset(), unknown, StorageFailed(f"{message}; the set was not written"))
-
-    def _fail_waiters(self, written_end: int, in_file: BrokerError, not_written: BrokerError) -> None:
-        """Fail every flush waited for: with C{in_file} when its set lies before C{written_end}, else with
-        C{not_written}; keep none."""
-        waiters, self._flush_waiters = self._flush_waiters, []
-        for waiter, end in waiters:
-            waiter.errback(in_file if end <= written_end else not_written)
+        not_written = unknown if all_unknown else StorageFailed(f"{message}; the set was not written")
+        self._flush_waiters.fail_all(self._end_offset(), unknown, not_written)
 
     def _write_out(self) -> None:
         """Write the write buffers into the files.
@@ -426,7 +378,7 @@ class Flusher:
                 segment.write_out()
             except OSError as e:
                 raise self.write_failed(segment, e, f"writing to {segment.path}") from None
-        self.wrote()
+        self.suspension.wrote()
 
     def write_out(self) -> None:
         """Put everything appended into the file (page cache), not yet fsynced.
@@ -446,8 +398,7 @@ class Flusher:
         those whose fsync is in flight too (when it ends, quietly: its files may be gone by then)."""
         self.abandoned = error
         self.close()
-        waiters, self._flush_waiters = self._flush_waiters, []
-        for waiter, _end in waiters:
+        for waiter, _end in self._flush_waiters.take():
             waiter.errback(error)
 
     def _cancel_timer(self) -> None:
@@ -462,9 +413,3 @@ class Flusher:
             self._soon.cancel()
             self._soon = None
 
-
-def describe(error: BaseException) -> str:
-    """An OS error in one line (C{"[Errno 28] No space left on device"}), any other error as itself."""
-    if isinstance(error, OSError) and error.errno is not None:
-        return f"[Errno {error.errno}] {error.strerror}"
-    return str(error)

@@ -178,7 +178,7 @@ class Log:
         except OSError as e:
             raise self._flusher.write_failed(active, e, f"writing to {active.path}") from None
         if active.size == active.written:  # in the file already
-            self._flusher.wrote()
+            self._flusher.suspension.wrote()
         next_offset = active.end_offset
         self._flusher.appended(active, count)  # may start a flush, whose write may fail and drop the buffer
         if active.end_offset < next_offset:
@@ -221,7 +221,7 @@ class Log:
     def suspended(self) -> Exception | None:
         """Set for a while after a write or a roll failed (disk full, ...): appends are refused until
         C{storage_retry_s} after it, then the next one tries the disk again."""
-        return self._flusher.suspended
+        return self._flusher.suspension.error
 
     @property
     def unflushed_messages(self) -> int:

@@ -37,7 +37,8 @@ from twlog.storage.directory import (
     partition_directory,
     validate_topic,
 )
-from twlog.storage.flush import TimedRunner, describe
+from twlog.storage.failures import describe
+from twlog.storage.flush import TimedRunner
 from twlog.storage.log import Log, ThreadRunner
 from twlog.storage.retention import Retention
 from twlog.storage.topics import MAX_PARTITIONS, TOPICS_FILE, PartitionCounts, TopicsFile
@@ -185,9 +186,7 @@ class LogManager:
         @raise InvalidTopic: the name is unsafe as a directory name.
         @raise WrongPartition: C{partition} is outside the topic's partitions.
         @raise TooManyOpenFiles: no descriptor for its first segment (nothing created; retry).
-        @raise StorageFailed: its directory or first segment could not be created (disk full, no inodes, quota,
-            read-only, I/O error), or could not within the last C{storage_retry_s} (the disk is not tried again
-            before then).
+        @raise StorageFailed: it could not be created (disk full, ...), now or in the last C{storage_retry_s}.
         """
         log = self._logs.get((topic, partition))
         if log is not None:
@@ -207,8 +206,7 @@ class LogManager:
         return log
 
     def _create_log(self, path: str, key: tuple[str, int]) -> Log:
-        """Open a new partition's log at C{path}; an OS error (other than out of descriptors) is StorageFailed,
-        logged in one line, and the disk is not tried again for that partition for C{storage_retry_s}."""
+        """Open a new partition's log; an OS error is StorageFailed in one line, not retried for a while."""
         wait = self._create_retry_at.get(key, 0.0) - self._clock.seconds()
         if wait > 0:
             raise StorageFailed(f"{path} could not be created; not trying again for {wait:.1f} s")
@@ -217,10 +215,8 @@ class LogManager:
         except OSError as e:
             self._create_retry_at[key] = self._clock.seconds() + self.config.storage_retry_s
             message = f"creating {path} failed: {describe(e)}"
-            self._log.warn("{cause}; trying again in {retry} s at the earliest", cause=message,
-                           retry=self.config.storage_retry_s)
+            self._log.warn("{cause}; trying again in {retry} s", cause=message, retry=self.config.storage_retry_s)
             raise StorageFailed(f"{message}; nothing was written") from None
-        self._create_retry_at.pop(key, None)
         return log
 
     def create_topic(self, topic: str, partitions: int) -> Deferred[bool]:
