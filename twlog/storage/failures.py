@@ -60,7 +60,7 @@ class Suspension:
         self.error = error
         self._retry_at = self._clock.seconds() + self.retry_s
         self._probing = False
-        self._log.warn("{directory}: {cause}; refusing writes for {retry} s, then trying again",
+        self._log.warn("{directory}: {cause}; refusing writes for {retry:g} s, then trying again",
                        directory=self.directory, cause=message, retry=self.retry_s)
         return StorageFailed(f"{message}; nothing of this set was written, the partition takes writes again "
                              f"{self.retry_s:g} s later if the disk has room")
