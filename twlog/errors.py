@@ -150,8 +150,12 @@ class StorageFailed(BrokerError):
     """The partition's log could not be written (disk full, no inodes, quota, read-only, I/O): nothing was stored.
 
     After a failed write or segment roll the partition refuses writes for the broker's --storage-retry-s, then
-    takes them again once the disk has room; after a failed fsync only a restart recovers it.
+    takes them again once the disk has room; after a failed fsync only a restart recovers it.  Retriable, as
+    Kafka's KafkaStorageException: nothing was stored, so a later resend (or one to another partition) cannot
+    store it twice.
     """
+
+    retriable = True
 
 
 @_wire(14)

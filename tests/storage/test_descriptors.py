@@ -75,13 +75,13 @@ class DescriptorTests(LogTestMixin, SynchronousTestCase):
         self.assertEqual(read_all(log), payloads(11))
 
     def test_other_open_errors_are_storage_failed(self) -> None:
-        """A roll refused for any other reason is StorageFailed (not retriable by a client as such), typed."""
+        """A roll refused for any other reason is StorageFailed, typed (retriable: nothing was written)."""
         log = self.open_log()
         log.append(encode_message_set(payloads(10)))
         self.fail_segment_opens(1, errno.EACCES)
         e = self.assertRaises(StorageFailed, log.append, encode_message_set(payloads(1, 10)))
         self.assertIn("Permission denied", str(e))
-        self.assertFalse(StorageFailed.retriable)
+        self.assertTrue(StorageFailed.retriable)
 
     def test_opening_a_partition_without_descriptors(self) -> None:
         """A new partition whose first segment cannot be opened: TooManyOpenFiles, and it opens next time."""
