@@ -1,9 +1,11 @@
-"""Issue 21, findings 5 and 6, end to end: a broker whose log directory is a small tmpfs, written until the
-disk is full, over real TCP with twlog's producer.
+"""Issue 21, findings 4 to 6, end to end: a broker whose log directory is a small tmpfs, written until the
+disk is full (or its inodes are all taken), over real TCP.
 
   - the producer gets StorageFailed (13), not RequestTimedOut, and it is true: every set acknowledged is
     in the log, and no set refused is, not even after the broker restarts;
-  - once space is freed the partition takes writes again after --storage-retry-s, without a restart.
+  - once space is freed the partition takes writes again after --storage-retry-s, without a restart;
+  - a segment roll that finds no inode left fails only its part of an ACK_PRODUCE with StorageFailed, in
+    one log line without a traceback; the request's other parts are stored and say so.
 
 The tmpfs is mounted in a temporary directory and unmounted after; without the right to mount one (not
 root, no CAP_SYS_ADMIN) the test is skipped, saying so.
@@ -19,12 +21,14 @@ from twisted.internet.task import Clock, deferLater
 from twisted.logger import formatEvent, globalLogPublisher
 from twisted.trial.unittest import SkipTest, TestCase
 
-from tests.integration.broker import start_broker
+from tests.integration.broker import raw_connect, start_broker
 from twlog.config import LogConfig
 from twlog.errors import StorageFailed
 from twlog.producer import Producer
+from twlog.protocol import codec
+from twlog.protocol.codec import ACK_APPENDED, AckProduceRequest, ProduceRequest
 from twlog.storage.log import Log
-from twlog.storage.message import iter_messages
+from twlog.storage.message import encode_message_set, iter_messages
 
 TOPIC = "full"
 #: The tmpfs: 1 MiB, of which FILLER bytes are taken by a file the test deletes to free space.
@@ -35,11 +39,12 @@ BATCH = 20
 MAX_BATCHES = 400  # bounds the loop: 1 MiB holds about 250 batches at most
 
 
-def mount_tmpfs(testcase) -> str:
+def mount_tmpfs(testcase, inodes: int = 64) -> str:
     """A fresh 1 MiB tmpfs, unmounted when the test ends; SkipTest when mounting is not allowed here."""
     directory = os.path.abspath(testcase.mktemp())
     os.makedirs(directory)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES},nr_inodes=64", "tmpfs", directory],
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES},nr_inodes={inodes}", "tmpfs",
+                             directory],
                             capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
         raise SkipTest(f"cannot mount a tmpfs to fill ({result.stderr.strip() or result.returncode}): needs root")
@@ -116,3 +121,49 @@ class DiskFullTests(TestCase):
         await service.stopService()
         # Exactly what was acknowledged is stored: nothing refused reappears after a restart.
         self.assertEqual(stored_payloads(os.path.join(log_dir, f"{TOPIC}-0")), acknowledged)
+
+    async def test_roll_without_inodes_fails_only_its_part(self) -> None:
+        mount = mount_tmpfs(self, inodes=200)
+        events: list[dict] = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        service = await start_broker(self, os.path.join(mount, "logs"), segment_bytes=1024, num_partitions=2,
+                                     storage_retry_s=0.5)
+        client = await raw_connect(self, service)
+
+        def produce(*parts: tuple[int, bytes]) -> AckProduceRequest:
+            return AckProduceRequest(ACK_APPENDED, 1000, tuple(ProduceRequest(TOPIC, partition, encode_message_set(
+                [payload])) for partition, payload in parts))
+
+        async def answer(request: AckProduceRequest, count: int) -> list[tuple[int, int]]:
+            client.send(request)
+            frame = (await client.responses(count))[-1]
+            return [(r.error, r.offset) for r in codec.decode_ack_produce_response(frame).results]
+
+        # Partition 0's segment is full (1,019 of 1,024 bytes): its next set needs a new segment file.
+        self.assertEqual(await answer(produce((0, b"x" * 1010), (1, b"a")), 1), [(0, 0), (0, 0)])
+        fillers = []
+        for n in range(1000):  # take every inode left
+            try:
+                fillers.append(open(os.path.join(mount, f"inode-{n}"), "x"))
+            except OSError:
+                break
+            fillers[-1].close()
+        self.assertLess(len(fillers), 1000)
+
+        parts = await answer(produce((1, b"b"), (0, b"c"), (1, b"d")), 2)
+        self.assertEqual(parts, [(0, 10), (StorageFailed.code, -1), (0, 20)])
+        self.assertEqual(service.logs.get_log(TOPIC, 0).end_offset, 1019)
+        self.assertEqual(service.logs.get_log(TOPIC, 1).end_offset, 30)
+        causes = [formatEvent(e) for e in events if "No space left on device" in formatEvent(e)]
+        self.assertEqual(len(causes), 1, causes)
+        self.assertIn("to a new segment", causes[0])
+        self.assertFalse([e for e in events if "log_failure" in e])
+
+        # An inode is free again: after --storage-retry-s the roll succeeds, without a restart.
+        os.remove(fillers[-1].name)
+        await deferLater(reactor, 0.6, lambda: None)
+        self.assertEqual(await answer(produce((0, b"c")), 3), [(0, 1019)])
+        self.assertEqual(len(service.logs.get_log(TOPIC, 0).segments), 2)
+        for filler in fillers[:-1]:  # room for the clean-shutdown marker when the broker stops
+            os.remove(filler.name)
