@@ -41,6 +41,9 @@ class LogConfig:
     #: A flush nobody waits for starts no sooner than this after the log's previous fsync started
     #: (group commit's batching floor; 0: back to back).
     flush_min_gap_ms: float = 2.0
+    #: After a write or a roll failed (disk full, no inodes, quota, read-only, I/O error), a partition refuses
+    #: appends for this many seconds, then tries the disk again.
+    storage_retry_s: float = 10.0
     #: Segments last modified longer ago than this are deleted.
     retention_ms: int = 168 * HOUR_MS
     #: Oldest segments are deleted while a partition is larger than this (-1: no cap).
@@ -72,6 +75,8 @@ class LogConfig:
             problems.append("flush_min_gap_ms must be between 0 and 1000")
         if self.flush_policy not in FLUSH_POLICIES:
             problems.append(f"flush_policy must be one of {', '.join(FLUSH_POLICIES)}, not {self.flush_policy!r}")
+        if not 0 <= self.storage_retry_s <= 86_400:
+            problems.append("storage_retry_s must be between 0 and 86400")
         if self.retention_ms < 0:
             problems.append("retention_ms must not be negative")
         if self.retention_check_interval_ms <= 0:

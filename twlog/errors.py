@@ -124,7 +124,11 @@ class CorruptLog(TwlogError):
 
 @_wire(9)
 class RequestTimedOut(BrokerError):
-    """The broker could not do what the request asked (an acknowledged flush) within its timeout."""
+    """The broker could not do what the request asked (an acknowledged flush) within its timeout.
+
+    An acknowledged produce's set was appended, and is most likely flushed and shown soon after: a resend
+    would store it twice.
+    """
 
     retriable = True
 
@@ -143,14 +147,31 @@ class BrokerShuttingDown(BrokerError):
 
 @_wire(13)
 class StorageFailed(BrokerError):
-    """The partition's log could not be written or fsynced; the broker stops using it until a restart
-    recovers it (retrying an fsync after an error can report success for data that was lost)."""
+    """The partition's log could not be written (disk full, no inodes, quota, read-only, I/O): nothing was stored.
+
+    After a failed write or segment roll the partition refuses writes for the broker's --storage-retry-s, then
+    takes them again once the disk has room; after a failed fsync only a restart recovers it.  Retriable, as
+    Kafka's KafkaStorageException: nothing was stored, so a later resend (or one to another partition) cannot
+    store it twice.
+    """
+
+    retriable = True
 
 
 @_wire(14)
 class TooManyOpenFiles(BrokerError):
     """The broker is out of file descriptors (EMFILE/ENFILE) and could not open a segment file or directory;
     nothing was written, and the partition takes appends again once descriptors free up: retry."""
+
+    retriable = True
+
+
+@_wire(23)
+class OutcomeUnknown(BrokerError):
+    """The set was appended but its flush failed: it may or may not be stored, and a resend may store it twice.
+
+    It may reappear after the broker restarts.  The partition takes no more writes until then.
+    """
 
     retriable = True
 
@@ -296,6 +317,7 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     InvalidRequest: BrokerError,
     BrokerShuttingDown: BrokerError,
     StorageFailed: BrokerError,
+    OutcomeUnknown: BrokerError,
     TooManyOpenFiles: BrokerError,
     # Only CREATE_TOPIC (type 9, twlog's) answers it; listed so that every twlog code has its 0.7 code.
     TopicExists: BrokerError,

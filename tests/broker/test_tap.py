@@ -62,6 +62,14 @@ class OptionsTests(SynchronousTestCase):
             e = self.assertRaises(usage.UsageError, parse, option, value)
             self.assertEqual(str(e), f"{option} must be at least {minimum}")
 
+    def test_storage_retry_s(self) -> None:
+        """--storage-retry-s (default 10) reaches the log config; a value that is not 0-86400 seconds is one line."""
+        self.assertEqual(parse().config.log.storage_retry_s, 10.0)
+        self.assertEqual(parse("--storage-retry-s", "2.5").config.log.storage_retry_s, 2.5)
+        for bad in ("-1", "soon", "100000"):
+            e = self.assertRaises(usage.UsageError, parse, "--storage-retry-s", bad)
+            self.assertEqual(str(e), f"--storage-retry-s must be a number of seconds from 0 to 86400, not {bad!r}")
+
     def test_config_errors_are_usage_errors(self) -> None:
         """What only the config checks (a port above 65535) is a usage error too, not a ValueError."""
         e = self.assertRaises(usage.UsageError, parse, "--port", "70000")

@@ -16,7 +16,9 @@ from twlog.errors import (
     ConnectionLost,
     InvalidTopic,
     MessageSizeTooLarge,
+    OutcomeUnknown,
     QueueFull,
+    StorageFailed,
 )
 from twlog.partition import TopicPartition
 from twlog.producer import Producer, hash_partitioner
@@ -109,6 +111,42 @@ class DiscoveryTests(SynchronousTestCase):
         strict, connections, _ = make_producer(ack="appended", retries=0)
         connections["b0"].responses.append(ConnectionLost("lost"))
         self.failureResultOf(strict.send("t", b"a"), ConnectionLost)
+
+    def test_outcome_unknown_resends_under_retries(self) -> None:
+        """OutcomeUnknown (23: appended, flush failed) is an unknown outcome like a lost connection: resent
+        under C{retries} (at-least-once: it may be stored twice), raised as itself with retries=0."""
+        unknown = codec.encode_ack_produce_response(0, [ProduceResult("t", 0, OutcomeUnknown.code, 0, 10)])
+        producer, connections, _ = make_producer(ack="flushed")
+        self.successResultOf(producer.partitions("t"))
+        connections["b0"].responses.append(unknown)
+        self.assertEqual(self.successResultOf(producer.send("t", b"a")).error, 0)
+        self.assertEqual(len([r for r in connections["b0"].requests if isinstance(r, AckProduceRequest)]), 2)
+        self.assertTrue(OutcomeUnknown.retriable)
+        strict, connections, _ = make_producer(ack="flushed", retries=0)
+        connections["b0"].responses.append(unknown)
+        failure = self.failureResultOf(strict.send("t", b"a"), OutcomeUnknown)
+        self.assertIn("the batch for t:0-0 may or may not be stored: OutcomeUnknown (error 23)", str(failure.value))
+
+    def test_refused_resend_after_an_unknown_outcome_stays_unknown(self) -> None:
+        """A resend refused with "not written" (StorageFailed) says nothing of the first attempt, which may
+        be stored: the send fails with OutcomeUnknown, not StorageFailed."""
+        producer, connections, _ = make_producer(ack="flushed")
+        self.successResultOf(producer.partitions("t"))
+        connections["b0"].responses += [
+            codec.encode_ack_produce_response(0, [ProduceResult("t", 0, OutcomeUnknown.code, 0, 10)]),
+            codec.encode_ack_produce_response(0, [ProduceResult("t", 0, StorageFailed.code, -1, -1)]),
+        ]
+        failure = self.failureResultOf(producer.send("t", b"a"), OutcomeUnknown)
+        self.assertIn("the resend was refused", str(failure.value))
+
+    def test_storage_failed_is_not_resent(self) -> None:
+        """StorageFailed (nothing written) is raised at once: no resend, so no duplicate."""
+        producer, connections, _ = make_producer(ack="appended", retries=3)
+        self.successResultOf(producer.partitions("t"))
+        connections["b0"].responses.append(
+            codec.encode_ack_produce_response(0, [ProduceResult("t", 0, StorageFailed.code, -1, -1)]))
+        self.failureResultOf(producer.send("t", b"a"), StorageFailed)
+        self.assertEqual(len([r for r in connections["b0"].requests if isinstance(r, AckProduceRequest)]), 1)
 
 
 class PartitioningTests(SynchronousTestCase):

@@ -341,7 +341,7 @@ class Kafka07CodeTests(SynchronousTestCase):
             "RequestTimedOut": -1, "RequestTooLarge": -1, "InvalidRequest": -1, "BrokerShuttingDown": -1,
             "StorageFailed": -1, "TooManyOpenFiles": -1, "TopicExists": -1, "NotLeader": 3,
             "LeaderNotAvailable": -1, "TopicDeleted": 1, "TooManyConnections": -1,
-            "TooManyConnectionsFromAddress": -1,
+            "TooManyConnectionsFromAddress": -1, "OutcomeUnknown": -1,
         })
         self.assertEqual(kafka07_code(99), UNKNOWN)
 

@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.storage.test_log import LogTestMixin
 from twlog.config import LogConfig
-from twlog.errors import StorageFailed, TooManyOpenFiles
+from twlog.errors import OutcomeUnknown, StorageFailed, TooManyOpenFiles
 from twlog.storage import flush as flush_module
 from twlog.storage.log import Log
 from twlog.storage.manager import LogManager
@@ -74,11 +74,14 @@ class DescriptorTests(LogTestMixin, SynchronousTestCase):
         self.successResultOf(log.flush())
         self.assertEqual(read_all(log), payloads(11))
 
-    def test_other_open_errors_are_not_retriable(self) -> None:
+    def test_other_open_errors_are_storage_failed(self) -> None:
+        """A roll refused for any other reason is StorageFailed, typed (retriable: nothing was written)."""
         log = self.open_log()
         log.append(encode_message_set(payloads(10)))
         self.fail_segment_opens(1, errno.EACCES)
-        self.assertRaises(PermissionError, log.append, encode_message_set(payloads(1, 10)))
+        e = self.assertRaises(StorageFailed, log.append, encode_message_set(payloads(1, 10)))
+        self.assertIn("Permission denied", str(e))
+        self.assertTrue(StorageFailed.retriable)
 
     def test_opening_a_partition_without_descriptors(self) -> None:
         """A new partition whose first segment cannot be opened: TooManyOpenFiles, and it opens next time."""
@@ -115,8 +118,9 @@ class DescriptorTests(LogTestMixin, SynchronousTestCase):
         self.assertEqual([s.fd for s in opened], [-1, -1])
 
     def test_directory_fsync_without_descriptors(self) -> None:
-        """No descriptor to open the directory for its fsync: nothing was fsynced, so the flush fails with
-        TooManyOpenFiles (retriable), the partition is not failed, and a later flush makes it all visible."""
+        """No descriptor to open the directory for its fsync: nothing was fsynced, the partition is not
+        failed, and a later flush makes it all visible.  Whoever waits for the flush keeps waiting (its set
+        is appended: TooManyOpenFiles, "nothing written, retry", would be false) and gets the later flush."""
         runner = ManualRunner()
         log = self.open_log(runner)
         log.append(encode_message_set(payloads(10)))
@@ -125,12 +129,13 @@ class DescriptorTests(LogTestMixin, SynchronousTestCase):
         self.patch(flush_module, "os", SimpleNamespace(**{**vars(os), "open": failing}))
         d = log.flush()
         runner.run_one()
-        self.failureResultOf(d, TooManyOpenFiles)
+        self.assertNoResult(d)
         self.assertIsNone(log.failed)
         self.assertEqual(log.flushed_offset, 0)
         self.clock.advance(1)  # the flush is tried again
         runner.run_all()
         self.assertEqual(log.flushed_offset, 12 * ENTRY)
+        self.assertEqual(self.successResultOf(d), 12 * ENTRY)
         self.assertGreater(failing.calls, 1)
         self.assertEqual(read_all(log), payloads(12))
 
@@ -140,8 +145,9 @@ class DescriptorTests(LogTestMixin, SynchronousTestCase):
         log.append(encode_message_set(payloads(1)))
         d = log.flush()
         runner.fail_one(OSError(errno.EIO, "Input/output error"))
-        self.failureResultOf(d, StorageFailed)
+        self.failureResultOf(d, OutcomeUnknown)  # the set is in the file: maybe on disk, maybe not
         self.assertIsNotNone(log.failed)
+        self.assertRaises(StorageFailed, log.append, encode_message_set(payloads(1)))
 
     def test_stop_reports_a_failed_flush(self) -> None:
         """LogManager.stop fires True after a clean stop, False (never failing) when a flush failed."""
@@ -154,7 +160,7 @@ class DescriptorTests(LogTestMixin, SynchronousTestCase):
         runner.fail_one(OSError(errno.EIO, "Input/output error"))
         self.assertIs(self.successResultOf(d), False)
         self.assertFalse(logs.running)
-        self.assertEqual(len(self.flushLoggedErrors(StorageFailed)), 1)
+        self.assertEqual(len(self.flushLoggedErrors(OutcomeUnknown)), 1)
         self.assertFalse(os.path.exists(os.path.join(log_dir, ".twlog-clean-shutdown")))
         again = LogManager(LogConfig(log_dir), Clock(), run_now)
         again.start()

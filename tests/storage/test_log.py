@@ -11,6 +11,7 @@ from twlog.config import LogConfig
 from twlog.errors import (
     InvalidMessage,
     MessageSizeTooLarge,
+    OutcomeUnknown,
     StorageFailed,
 )
 from twlog.storage.log import Log
@@ -188,13 +189,14 @@ class FlushTests(LogTestMixin, SynchronousTestCase):
 
     def test_fsync_failure_fails_the_partition(self) -> None:
         """A failed fsync keeps the data invisible for good: no retry (it could report lost data as safe),
-        no more appends, and a StorageFailed that tells the operator to restart (recovery)."""
+        no more appends, and a StorageFailed that tells the operator to restart (recovery).  The set it
+        covered is in the file: whoever waited for it is told OutcomeUnknown, not "not written"."""
         runner = ManualRunner()
         log = self.open_log(runner)
         log.append(encode_message(b"a"))
         d = log.flush()
         runner.fail_one(OSError(5, "Input/output error"))
-        self.assertIn("Input/output error", str(self.failureResultOf(d, StorageFailed).value))
+        self.assertIn("Input/output error", str(self.failureResultOf(d, OutcomeUnknown).value))
         self.assertEqual(log.flushed_offset, 0)
         self.assertIsInstance(log.failed, OSError)
         e = self.assertRaises(StorageFailed, log.append, encode_message(b"b"))
@@ -204,8 +206,9 @@ class FlushTests(LogTestMixin, SynchronousTestCase):
         self.assertEqual((runner.pending, log.flushed_offset), ([], 0))
 
     def test_failed_write_keeps_offsets_true(self) -> None:
-        """A write that fails (disk full) appends nothing: the file is cut back, earlier data is kept,
-        and offsets still match file positions."""
+        """A write that fails (disk full) appends nothing: the file is cut back, and the buffered sets it
+        was writing are dropped (never answered as written, never written later), so offsets still match file
+        positions; appends are refused for a while after."""
         log = self.open_log(segment_bytes=1024 * 1024)
         log.append(encode_message_set(payloads(3)))  # buffered
         real_write = os.write
@@ -220,9 +223,11 @@ class FlushTests(LogTestMixin, SynchronousTestCase):
 
         self.patch(os, "write", full_disk)
         self.assertRaises(StorageFailed, log.append, encode_message(b"x" * 70_000))
-        self.assertEqual(log.end_offset, 327)
+        self.assertEqual(log.end_offset, 0)
         self.assertEqual(os.path.getsize(os.path.join(self.directory, segment_name(0))), 0)
         self.assertRaises(StorageFailed, log.append, encode_message(b"y"))
+        log.close()
+        self.assertEqual(os.path.getsize(os.path.join(self.directory, segment_name(0))), 0)
 
     def test_append_acknowledged_is_in_the_file(self) -> None:
         """write_out puts buffered appends in the file, so an appended-ack survives a process crash."""

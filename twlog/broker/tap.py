@@ -61,6 +61,16 @@ def _gap_ms(text: str) -> float:
     return value
 
 
+def _storage_retry_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86_400:
+        raise usage.UsageError(f"--storage-retry-s must be a number of seconds from 0 to 86400, not {text!r}")
+    return value
+
+
 def _flush_policy(text: str) -> str:
     if text not in FLUSH_POLICIES:
         raise usage.UsageError(f"--flush-policy must be one of {', '.join(FLUSH_POLICIES)}, not {text!r}")
@@ -111,6 +121,10 @@ class Options(usage.Options):
         ["flush-min-gap-ms", None, 2.0,
          "Start no fsync nobody waits for sooner than this after the partition's previous one (group commit's "
          "batching floor: fewer fsyncs, less CPU, at most this much more latency; 0: back to back).", _gap_ms],
+        ["storage-retry-s", None, 10.0,
+         "After a write or a segment roll fails (disk full, no inodes, quota, read-only), refuse the partition's "
+         "writes for this many seconds, then try the disk again (a failed fsync needs a restart).",
+         _storage_retry_s],
         ["retention-hours", None, 168, "Delete segments last modified longer ago than this.",
          _int("retention-hours", 0)],
         ["retention-bytes", None, -1, "Delete the oldest segments while a partition is larger (-1: no cap).",
@@ -166,6 +180,7 @@ class Options(usage.Options):
                 flush_interval_ms=self["flush-interval-ms"],
                 flush_policy=self["flush-policy"],
                 flush_min_gap_ms=self["flush-min-gap-ms"],
+                storage_retry_s=self["storage-retry-s"],
                 retention_ms=self["retention-hours"] * HOUR_MS,
                 retention_bytes=self["retention-bytes"],
                 retention_check_interval_ms=self["retention-check-interval-ms"],

@@ -30,11 +30,28 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import IZooKeeper
 from twlog.deprecation import renamed
 from twlog.envelope import AUDIT_TOPIC, AuditSettings, audit_trail
-from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, MessageSizeTooLarge, ProtocolViolation, check
+from twlog.errors import (
+    ClientClosed,
+    ConnectionFailed,
+    ConnectionLost,
+    MessageSizeTooLarge,
+    OutcomeUnknown,
+    ProtocolViolation,
+    check,
+    error_for,
+)
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
 from twlog.producer.router import Partitioner, Router, hash_partitioner
-from twlog.protocol.codec import ACK_APPENDED, ACK_FLUSHED, ACK_NONE, AckProduceRequest, ProduceRequest, ProduceResult
+from twlog.protocol.codec import (
+    ACK_APPENDED,
+    ACK_FLUSHED,
+    ACK_NONE,
+    AckProduceRequest,
+    AckProduceResponse,
+    ProduceRequest,
+    ProduceResult,
+)
 from twlog.storage.message import CODEC_NAMES, CODEC_NONE, encode_message_set
 
 ACK_MODES = {"none": ACK_NONE, "appended": ACK_APPENDED, "flushed": ACK_FLUSHED}
@@ -65,6 +82,19 @@ def _codec_number(codec: int | str) -> int:
     return codec
 
 
+def _raise_unknown(response: AckProduceResponse, context: str) -> AckProduceResponse:
+    """C{response}, unless it answers its one set with L{OutcomeUnknown} (the batch may be stored): raised."""
+    if len(response.results) == 1 and response.results[0].error == OutcomeUnknown.code:
+        raise error_for(OutcomeUnknown.code, f"{context} may or may not be stored")
+    return response
+
+
+def _raise_if_resend_refused(result: ProduceResult, uncertain: Exception | None, context: str) -> None:
+    """After an unknown outcome, a resend refused ("not written": true of the resend only) is still unknown."""
+    if result.error != 0 and uncertain is not None:
+        raise OutcomeUnknown(f"{uncertain}; the resend was refused: {error_for(result.error, context)}")
+
+
 class Producer:
     """Sends message batches to the partitions of topics, over reconnecting broker connections.
 
@@ -83,10 +113,10 @@ class Producer:
     @param max_queued_messages: the async queue's bound (messages queued or in flight).
     @param on_full: C{"block"} or C{"drop"}: what L{send} does when the async queue is full.
     @param ack_timeout_ms: how long the broker may take to flush, with C{ack="flushed"}.
-    @param retries: how many times a batch is resent after its connection broke
-        (L{ConnectionLost}): at-least-once, since the broker may have stored it
-        before the connection broke.  Failures to connect are not retried here:
-        each request already waits C{connect_attempts} attempts with backoff.
+    @param retries: how many times a batch whose outcome is unknown is resent (L{ConnectionLost}
+        after the write, L{OutcomeUnknown}): at-least-once, a resend may store it twice (docs/protocol.md,
+        ACK_PRODUCE).  Failures to connect are not retried here: each request already waits
+        C{connect_attempts} attempts with backoff.
     @param options: the L{ClientOptions} of the broker connections; its fields may also be given
         as keywords (C{timeout_s=5}), replacing those of C{options}.
     @param connection_factory: C{(host, port) -> IBrokerConnection} (tests); default L{BrokerConnection}.
@@ -276,7 +306,7 @@ class Producer:
             self._router.forget(topic)
             raise ConnectionFailed(f"broker {self._router.leader(target)} left the cluster: cannot write {target}")
         produce = ProduceRequest(topic, target.number, encode_message_set(payloads, self.codec))
-        attempt = 0
+        attempt, uncertain = 0, None  # uncertain: why an earlier attempt may have stored the batch
         while True:
             try:
                 if self._ack == ACK_NONE:
@@ -284,14 +314,15 @@ class Producer:
                     return None
                 request = AckProduceRequest(self._ack, self.ack_timeout_ms, (produce,))
                 timeout_s = self.options.timeout_s + self.ack_timeout_ms / 1000
-                response = await connection.request(request, timeout_s=timeout_s)
+                response = _raise_unknown(await connection.request(request, timeout_s=timeout_s),
+                                          f"broker {connection.address}, the batch for {target}")
                 break
-            except ConnectionLost as e:
+            except (ConnectionLost, OutcomeUnknown) as e:
                 if attempt >= self.retries:
                     self._router.forget(topic)
                     raise
-                attempt += 1
-                self._log.info("resending a batch to {partition}: {error}", partition=str(target), error=e)
+                attempt, uncertain = attempt + 1, e
+                self._log.info("resending a batch to {p} (may store it twice): {error}", p=str(target), error=e)
             except ConnectionFailed:
                 self._router.forget(topic)  # ask the brokers again next time: one may be gone, or back
                 raise
@@ -306,6 +337,7 @@ class Producer:
         if len(results) != 1:
             raise ProtocolViolation(f"broker {connection.address} answered one produce with {len(results)} results")
         context = f"broker {connection.address} did not take the batch for {target}"
+        _raise_if_resend_refused(results[0], uncertain, context)
         if results[0].error == MessageSizeTooLarge.code:  # it carries the size and the broker's limit
             raise results[0].size_error(context)
         return check(results[0], context)

@@ -5,16 +5,22 @@ PRODUCE and MULTIPRODUCE are fire-and-forget, as in Kafka 0.7: a refused
 set is logged and counted, never answered.  ACK_PRODUCE answers with the
 offsets each set got, once the set is in the file (C{ack=appended}) or, when
 asked, once it is fsynced (C{ack=flushed}, bounded by the request's timeout).
+
+Each set of a request is answered on its own, and every answer is true: a set
+refused or not written (L{StorageFailed}: a full disk, a failed roll) has no
+byte stored, whatever happened to the other sets of the request; a set that
+was appended but whose flush failed is L{OutcomeUnknown}, and one whose flush
+did not end in time L{RequestTimedOut}.
 """
 
 from __future__ import annotations
 
 import attrs
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from twlog.errors import NO_ERROR, BrokerError, RequestTimedOut, TooManyOpenFiles, TopicDeleted
+from twlog.errors import NO_ERROR, BrokerError, OutcomeUnknown, RequestTimedOut, StorageFailed
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, MultiProduceRequest, ProduceRequest, ProduceResult
 from twlog.protocol.handling import ErrorCounts, Response
@@ -39,6 +45,8 @@ class ProduceHandlers:
 
     def _refused(self, kind: int, peer: str, request: ProduceRequest, error: BrokerError) -> None:
         self._errors.count(kind, error.code)
+        if isinstance(error, StorageFailed):  # the storage logged its cause once; a full disk is not a line a request
+            return
         self._log.warn(
             "rejected a produce from {peer} to {topic}-{partition}: {error}",
             peer=peer, topic=request.topic, partition=request.partition, error=error,
@@ -76,7 +84,7 @@ class ProduceHandlers:
                     log.write_out()  # "appended" means in the file: a process crash cannot lose it
                 except BrokerError as e:
                     self._errors.count(codec.ACK_PRODUCE, e.code)
-                    results[-1] = attrs.evolve(results[-1], error=e.code)
+                    results[-1] = _failed(results[-1], e.code)
         if request.ack != ACK_FLUSHED or not flushes:
             return codec.encode_ack_produce_response(NO_ERROR, results)
         return Deferred.fromCoroutine(self._await_flushes(request, results, flushes))
@@ -89,13 +97,34 @@ class ProduceHandlers:
             flushed.addTimeout(timeout_s, self._clock)
             try:
                 offset = await flushed
-            except Exception as e:  # a timeout, a failed fsync, no descriptor to open a directory, a deleted topic
-                code = e.code if isinstance(e, (TooManyOpenFiles, TopicDeleted)) else RequestTimedOut.code
+            except Exception as e:  # a timeout, a failed write or fsync, a deleted topic
+                code = _flush_error_code(e)
                 self._errors.count(codec.ACK_PRODUCE, code)
-                self._log.warn("acknowledged produce to {topic}: not flushed: {error}",
-                               topic=results[index].topic, error=e)
-                results[index] = attrs.evolve(results[index], error=code)
+                if code != StorageFailed.code:  # (the storage logged its cause once)
+                    self._log.warn("acknowledged produce to {topic}: not flushed: {error}",
+                                   topic=results[index].topic, error=e)
+                results[index] = _failed(results[index], code)
                 continue
             if offset < results[index].next_offset:  # pragma: no cover - flush() covers all appended data
                 results[index] = attrs.evolve(results[index], error=RequestTimedOut.code)
         return codec.encode_ack_produce_response(NO_ERROR, results)
+
+
+def _failed(result: ProduceResult, code: int) -> ProduceResult:
+    """C{result} answering C{code}: a set not written (L{StorageFailed}) has no offsets; one that may be stored
+    (L{OutcomeUnknown}, L{RequestTimedOut}) keeps those it got, where it is if it is."""
+    if code == StorageFailed.code:
+        return attrs.evolve(result, error=code, offset=-1, next_offset=-1)
+    return attrs.evolve(result, error=code)
+
+
+def _flush_error_code(error: Exception) -> int:
+    """What an ACK_PRODUCE set answers when the flush it waited for did not succeed: the storage's own error
+    (L{StorageFailed}: not written; L{OutcomeUnknown}: in the file, not known to be on disk; L{TopicDeleted}),
+    L{RequestTimedOut} when the request's timeout ended it, and L{OutcomeUnknown} for anything else (the set
+    was appended: the broker cannot say that it was not stored)."""
+    if isinstance(error, BrokerError):
+        return error.code
+    if isinstance(error, (TimeoutError, CancelledError)):
+        return RequestTimedOut.code
+    return OutcomeUnknown.code

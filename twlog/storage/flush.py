@@ -22,11 +22,24 @@ a second by a log taking 1,000 messages a second).  A flush someone waits for
 after the one in flight.  The fsync runs
 on a pool thread, never on the reactor, one at a time per log; only when it is
 done does the flushed offset, which bounds what readers and OFFSETS see, move.
-A failed write or fsync fails the log for good: only a restart (recovery) is
-safe then.  Running out of descriptors to open a directory for its fsync does
-not: the directories are opened before anything is fsynced, so nothing
-failed, and the flush is tried again later (by the interval timer, not at
-once, under either policy).
+
+What a failure does, and what those waiting for a flush are told (each answer true):
+  - A failed write (disk full, no inodes, quota, read-only, I/O error), or a
+    failed roll, damages nothing: the file is cut back to where it was, and the
+    write buffer is dropped, so nothing of a set refused gets into the file later
+    (not even at close).  Flushes waited for by those sets fail with
+    L{StorageFailed} ("nothing written"); the rest of the file is fsynced as
+    usual.  The log then refuses appends for C{storage_retry_s}, after which the
+    next append tries the disk again (L{Suspension}).
+  - A failed fsync fails the log for good: only a restart (recovery) is safe
+    then (an fsync retried after an error can report lost data as safe).  The
+    sets already in the file may or may not survive: their waiters get
+    L{OutcomeUnknown}; those still in the buffer (dropped) get L{StorageFailed}.
+    So does a write whose cut-back failed too (the file may end in part of a set).
+  - Running out of descriptors to open a directory for its fsync fails nothing:
+    the directories are opened before anything is fsynced, and the flush is tried
+    again later (by the interval timer, not at once, under either policy); those
+    waiting keep waiting (bounded by their own timeouts).
 """
 
 from __future__ import annotations
@@ -40,7 +53,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
-from twlog.errors import StorageFailed, TooManyOpenFiles
+from twlog.errors import BrokerError, OutcomeUnknown, StorageFailed, TooManyOpenFiles
+from twlog.storage.failures import FlushWaiters, Suspension, describe
 from twlog.storage.segment import Segment, descriptors_error, out_of_descriptors
 
 #: Runs a blocking callable on a pool thread and returns a Deferred of its result.
@@ -129,8 +143,8 @@ class Flusher:
         self._on_flushed = on_flushed
         #: The offset up to which everything is fsynced: what readers may see.
         self.flushed_offset = end_offset()
-        #: Set when a write or fsync failed: the log takes no more appends and its flushed
-        #: offset no longer moves (a retried fsync can succeed for data the kernel dropped).
+        #: Set when an fsync failed (or a write that could not be cut back): the log takes no more appends and
+        #: its flushed offset no longer moves (a retried fsync can succeed for data the kernel dropped).
         self.failed: Exception | None = None
         self.closed = False
         self._unflushed_messages = 0
@@ -143,7 +157,11 @@ class Flusher:
         self._postponed = False
         self._flush_in_flight = False
         self._flush_again = False
-        self._flush_waiters: list[Deferred[int]] = []
+        self._flush_waiters = FlushWaiters()
+        #: After a write or a roll failed without damaging the files (disk full, no inodes, ...).
+        self.suspension = Suspension(directory, clock, config.storage_retry_s)
+        #: What the last failed write answered for the sets it dropped.
+        self.last_write_error: BrokerError | None = None
         #: Why the log was deleted (L{abandon}), or None.
         self.abandoned: Exception | None = None
         self._min_gap_s = config.flush_min_gap_ms / 1000
@@ -205,8 +223,7 @@ class Flusher:
             return fail(self.abandoned)
         if not self._dirty and not self._flush_in_flight:
             return succeed(self.flushed_offset)
-        d: Deferred[int] = Deferred()
-        self._flush_waiters.append(d)
+        d = self._flush_waiters.add(self._end_offset())
         if self._flush_in_flight:
             self._flush_again = True
         else:
@@ -229,15 +246,12 @@ class Flusher:
 
     def _start_flush(self) -> None:
         self._cancel_timer()
-        waiters, self._flush_waiters = self._flush_waiters, []
         try:
-            for segment in self._dirty:
-                segment.write_out()  # on the reactor thread: the pool thread only fsyncs
-        except OSError as e:
-            self.fail(e)
-            for waiter in waiters:
-                waiter.errback(StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}"))
-            return
+            self._write_out()  # on the reactor thread: the pool thread only fsyncs
+        except BrokerError:  # the waiters whose sets were not written are told; the rest is fsynced
+            if self.failed is not None:
+                return
+        waiters = self._flush_waiters.take()
         target = self._end_offset()
         dirty, self._dirty = self._dirty, []
         directories, self._sync_directories = sorted(self._sync_directories), set()
@@ -248,49 +262,48 @@ class Flusher:
         d.addCallbacks(self._flushed, self._flush_failed, callbackArgs=(target, waiters),
                        errbackArgs=(waiters, dirty, directories))
 
-    def _flushed(self, _: object, target: int, waiters: list[Deferred[int]]) -> None:
+    def _flushed(self, _: object, target: int, waiters: list[tuple[Deferred[int], int]]) -> None:
         self._flush_in_flight = False
         if self.abandoned is not None:
-            for waiter in waiters:
+            for waiter, _end in waiters:
                 waiter.errback(self.abandoned)
             return
         self._postponed = False  # descriptors were found again
         if target > self.flushed_offset:
             self.flushed_offset = target
             self._on_flushed()
-        for waiter in waiters:
+        for waiter, _end in waiters:
             waiter.callback(self.flushed_offset)
         self._after_flush()
 
     def _flush_failed(
-        self, failure: Failure, waiters: list[Deferred[int]], dirty: list[Segment], directories: list[str]
+        self, failure: Failure, waiters: list[tuple[Deferred[int], int]], dirty: list[Segment], directories: list[str]
     ) -> None:
         self._flush_in_flight = False
         if self.abandoned is not None:  # (its directory was moved away meanwhile: no fault of the disk)
-            for waiter in waiters:
+            for waiter, _end in waiters:
                 waiter.errback(self.abandoned)
             return
         if failure.check(TooManyOpenFiles):
             self._not_flushed(failure.value, waiters, dirty, directories)
             return
-        self.fail(failure.value)
-        for waiter in waiters + self._flush_waiters:
-            waiter.errback(StorageFailed(f"fsync failed in {self.directory}: {failure.getErrorMessage()}"))
-        self._flush_waiters = []
+        # Every set this fsync covered is in the file: it may or may not survive.
+        self._flush_waiters.put_back(waiters)
+        self.fail(failure.value, f"fsync failed in {self.directory}: {describe(failure.value)}")
 
     def _not_flushed(
-        self, error: TooManyOpenFiles, waiters: list[Deferred[int]], dirty: list[Segment], directories: list[str]
+        self, error: TooManyOpenFiles, waiters: list[tuple[Deferred[int], int]], dirty: list[Segment],
+        directories: list[str],
     ) -> None:
-        """Out of descriptors before any fsync: keep everything to flush, fail the waiters (retriable), retry later."""
+        """Out of descriptors before any fsync: keep everything to flush and everyone waiting for it (their
+        sets are appended: the retry flushes them, unless their own timeouts end first), retry later."""
         self._log.warn("{directory}: flush postponed: {error}", directory=self.directory, error=error)
         self._dirty = [s for s in dirty if s not in self._dirty] + self._dirty
         self._sync_directories.update(directories)
         self._flush_again = False
         self._postponed = True
         self._cancel_soon()
-        for waiter in waiters + self._flush_waiters:
-            waiter.errback(TooManyOpenFiles(str(error)))
-        self._flush_waiters = []
+        self._flush_waiters.put_back(waiters)
         if not self.closed and self._flush_timer is None:
             self._flush_timer = self._clock.callLater(max(self._config.flush_interval_ms, 100) / 1000,
                                                       self._timed_flush)
@@ -305,32 +318,75 @@ class Flusher:
             elif self._dirty:
                 self._start_after_gap()
             elif self._flush_waiters:
-                waiters, self._flush_waiters = self._flush_waiters, []
-                for waiter in waiters:
+                for waiter, _end in self._flush_waiters.take():
                     waiter.callback(self.flushed_offset)
 
-    def fail(self, error: Exception) -> None:
-        """Stop taking appends and stop moving the flushed offset: only a restart (recovery) is safe now."""
+    # -- failures ----------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Raise unless the log may take an append now (after a suspension, the next one tries the disk).
+
+        @raise StorageFailed: the log failed (until a restart), or is suspended for a while yet.
+        """
+        if self.failed is not None:
+            raise StorageFailed(f"{self.directory} failed ({self.failed}); restart the broker to recover it")
+        self.suspension.check()
+
+    def write_failed(self, segment: Segment, error: OSError, what: str) -> BrokerError:
+        """C{what} (a write to C{segment}, or a roll after it) failed: drop the write buffer, fail the flushes
+        waited for by what it held, suspend appends; or, if the file could not be cut back (L{Segment.damaged}),
+        fail the log.  Returns the error for the set being written."""
+        if segment.damaged:
+            message = f"{what} failed ({describe(error)}) and could not be cut back"
+            self.fail(error, message, all_unknown=True)
+            self.last_write_error = OutcomeUnknown(f"{message}: the set may be stored in part; restart the broker "
+                                                   "to recover it")
+            return self.last_write_error
+        segment.discard_pending()
+        message = f"{what} failed: {describe(error)}"
+        self._flush_waiters.fail_past(self._end_offset(), StorageFailed(f"{message}; nothing of this set was written"))
+        self.last_write_error = self.suspension.start(error, message)
+        return self.last_write_error
+
+    def fail(self, error: Exception, message: str | None = None, all_unknown: bool = False) -> None:
+        """Stop taking appends and stop moving the flushed offset: only a restart (recovery) is safe now.
+
+        The write buffers are dropped, so that nothing unwritten gets into the file later, and those waiting
+        for a flush are told: L{OutcomeUnknown} for sets in the file (they may or may not survive),
+        L{StorageFailed} for sets only in a buffer (never written); with C{all_unknown} (a write that could not
+        be cut back: the file may end in part of any of them), L{OutcomeUnknown} for all.
+        """
+        message = message or f"{self.directory}: {describe(error)}"
         if self.failed is None:
             self.failed = error
-            self._log.critical(
-                "{directory}: a write or fsync failed ({error}); the partition takes no more messages and "
-                "its unflushed data stays invisible; restart the broker to recover it",
-                directory=self.directory, error=error,
-            )
+            self._log.critical("{cause}; the partition takes no more messages and its unflushed data stays "
+                               "invisible; restart the broker to recover it", cause=message)
         self._cancel_timer()
+        for segment in self._dirty:
+            segment.discard_pending()
+        unknown = OutcomeUnknown(f"{message}: the set is in the file but not known to be on disk")
+        not_written = unknown if all_unknown else StorageFailed(f"{message}; the set was not written")
+        self._flush_waiters.fail_all(self._end_offset(), unknown, not_written)
+
+    def _write_out(self) -> None:
+        """Write the write buffers into the files.
+
+        @raise StorageFailed: a write failed (see L{write_failed}); those waiting for it are told.
+        """
+        for segment in self._dirty:
+            try:
+                segment.write_out()
+            except OSError as e:
+                raise self.write_failed(segment, e, f"writing to {segment.path}") from None
+        self.suspension.wrote()
 
     def write_out(self) -> None:
         """Put everything appended into the file (page cache), not yet fsynced.
 
-        @raise StorageFailed: the write failed.
+        @raise StorageFailed: the write failed; nothing of the buffered sets was written.
+        @raise OutcomeUnknown: the write failed and could not be cut back.
         """
-        try:
-            for segment in self._dirty:
-                segment.write_out()
-        except OSError as e:
-            self.fail(e)
-            raise StorageFailed(f"writing to {self.directory} failed: {e.strerror or e}") from None
+        self._write_out()
 
     def close(self) -> None:
         """Start no more flushes (one in flight still completes)."""
@@ -342,8 +398,7 @@ class Flusher:
         those whose fsync is in flight too (when it ends, quietly: its files may be gone by then)."""
         self.abandoned = error
         self.close()
-        waiters, self._flush_waiters = self._flush_waiters, []
-        for waiter in waiters:
+        for waiter, _end in self._flush_waiters.take():
             waiter.errback(error)
 
     def _cancel_timer(self) -> None:
@@ -357,3 +412,4 @@ class Flusher:
         if self._soon is not None:
             self._soon.cancel()
             self._soon = None
+

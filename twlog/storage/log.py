@@ -23,7 +23,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from twlog.config import LogConfig
-from twlog.errors import MessageSizeTooLarge, StorageFailed
+from twlog.errors import MessageSizeTooLarge, TooManyOpenFiles
 from twlog.storage.flush import Flusher, ThreadRunner
 from twlog.storage.log_reader import EARLIEST_TIME, LATEST_TIME, LogReader
 from twlog.storage.recovery import Truncation, recover_segment
@@ -154,11 +154,14 @@ class Log:
         @raise MessageSizeTooLarge: the set cannot fit in one segment.
         @raise TooManyOpenFiles: a new segment was due and no descriptor was free; nothing is written,
             and the log takes appends again once descriptors free up.
+        @raise StorageFailed: nothing of the set is written: the log failed (until a restart), or a write or a
+            roll failed (disk full, no inodes, quota, read-only, I/O error), or did a short while ago
+            (appends are refused for C{storage_retry_s} after one, then tried again).
+        @raise OutcomeUnknown: the write failed and the file could not be cut back (the log fails).
         """
         if self.closed:
             raise RuntimeError(f"{self.directory} is closed")
-        if self.failed is not None:
-            raise StorageFailed(f"{self.directory} failed ({self.failed}); restart the broker to recover it")
+        self._flusher.check_writable()
         size = len(message_set)
         if size > self._config.segment_bytes:
             raise set_too_large(size, self._config.segment_bytes)
@@ -173,14 +176,30 @@ class Log:
         try:
             active.append(message_set)
         except OSError as e:
-            self._flusher.fail(e)
-            raise StorageFailed(f"writing to {active.path} failed: {e.strerror or e}") from None
-        self._flusher.appended(active, count)
-        return AppendResult(offset, active.end_offset, count)
+            raise self._flusher.write_failed(active, e, f"writing to {active.path}") from None
+        if active.size == active.written:  # in the file already
+            self._flusher.suspension.wrote()
+        next_offset = active.end_offset
+        self._flusher.appended(active, count)  # may start a flush, whose write may fail and drop the buffer
+        if active.end_offset < next_offset:
+            assert self._flusher.last_write_error is not None
+            raise self._flusher.last_write_error
+        return AppendResult(offset, next_offset, count)
 
     def _roll(self) -> Segment:
-        """Start a new active segment at the current end (TooManyOpenFiles without a descriptor: nothing changed)."""
-        segment = self._segments.roll()
+        """Start a new active segment at the current end.
+
+        @raise TooManyOpenFiles: no descriptor for the new file; nothing changed.
+        @raise StorageFailed: the buffered tail could not be written, or the new file created (see
+            L{Flusher.write_failed}): the buffer is dropped, and the log refuses appends for a while.
+        """
+        try:
+            segment = self._segments.roll()
+        except TooManyOpenFiles:
+            raise
+        except OSError as e:
+            raise self._flusher.write_failed(self._segments.active, e, f"rolling {self.directory} to a new segment") \
+                from None
         self._flusher.sync_directory(self.directory)
         self._log.info("rolled {path}", path=segment.path)
         return segment
@@ -194,8 +213,15 @@ class Log:
 
     @property
     def failed(self) -> Exception | None:
-        """Set when a write or fsync failed: the log takes no more appends and its flushed offset stays."""
+        """Set when an fsync failed (or a write that could not be cut back): the log takes no more appends
+        until a restart, and its flushed offset stays."""
         return self._flusher.failed
+
+    @property
+    def suspended(self) -> Exception | None:
+        """Set for a while after a write or a roll failed (disk full, ...): appends are refused until
+        C{storage_retry_s} after it, then the next one tries the disk again."""
+        return self._flusher.suspension.error
 
     @property
     def unflushed_messages(self) -> int:

@@ -37,6 +37,7 @@ from twlog.storage.directory import (
     partition_directory,
     validate_topic,
 )
+from twlog.storage.failures import describe
 from twlog.storage.flush import TimedRunner
 from twlog.storage.log import Log, ThreadRunner
 from twlog.storage.retention import Retention
@@ -57,6 +58,8 @@ class LogManager:
         self.config = config
         self._clock = clock
         self._logs: dict[tuple[str, int], Log] = {}
+        #: Partitions whose log could not be created (disk full, ...): not tried again before this clock time.
+        self._create_retry_at: dict[tuple[str, int], float] = {}
         self._lock = DirectoryLock(config.log_dir)
         self._marker = CleanShutdownMarker(config.log_dir)
         self._counts = PartitionCounts(config, TopicsFile(config.log_dir, run_in_thread))
@@ -182,6 +185,8 @@ class LogManager:
 
         @raise InvalidTopic: the name is unsafe as a directory name.
         @raise WrongPartition: C{partition} is outside the topic's partitions.
+        @raise TooManyOpenFiles: no descriptor for its first segment (nothing created; retry).
+        @raise StorageFailed: it could not be created (disk full, ...), now or in the last C{storage_retry_s}.
         """
         log = self._logs.get((topic, partition))
         if log is not None:
@@ -195,9 +200,23 @@ class LogManager:
         root = os.path.realpath(self.config.log_dir)
         if os.path.dirname(os.path.realpath(path)) != root:  # defence in depth; validate_topic forbids this
             raise InvalidTopic(f"the topic name {topic!r} would leave the log directory")
-        log = self._logs[(topic, partition)] = self._open_log(path, (topic, partition), recover=False)
+        log = self._logs[(topic, partition)] = self._create_log(path, (topic, partition))
         self.deleted.discard(topic)
         self._counts.first_written(topic, count)
+        return log
+
+    def _create_log(self, path: str, key: tuple[str, int]) -> Log:
+        """Open a new partition's log; an OS error is StorageFailed in one line, not retried for a while."""
+        wait = self._create_retry_at.get(key, 0.0) - self._clock.seconds()
+        if wait > 0:
+            raise StorageFailed(f"{path} could not be created; not trying again for {wait:.1f} s")
+        try:
+            log = self._open_log(path, key, recover=False)
+        except OSError as e:
+            self._create_retry_at[key] = self._clock.seconds() + self.config.storage_retry_s
+            message = f"creating {path} failed: {describe(e)}"
+            self._log.warn("{cause}; trying again in {retry} s", cause=message, retry=self.config.storage_retry_s)
+            raise StorageFailed(f"{message}; nothing was written") from None
         return log
 
     def create_topic(self, topic: str, partitions: int) -> Deferred[bool]:

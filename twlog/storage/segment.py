@@ -67,6 +67,8 @@ class Segment:
         #: Bytes in the file; the write buffer holds the rest of L{size}.
         self.written = size
         self._pending = bytearray()
+        #: A failed write could not be cut back (ftruncate failed too): the file may end in part of a set.
+        self.damaged = False
         #: Message starts about every few KB (L{twlog.storage.index}); what was on disk at open is indexed later.
         self.index = PositionIndex(size)
 
@@ -81,7 +83,12 @@ class Segment:
         path = os.path.join(directory, segment_name(base_offset))
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
-        return cls(path, base_offset, fd, os.fstat(fd).st_size)
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        return cls(path, base_offset, fd, size)
 
     @property
     def end_offset(self) -> int:
@@ -122,6 +129,15 @@ class Segment:
             self._write(bytes(self._pending))  # a copy: the buffer stays resizable if the write fails
             self._pending = bytearray()
 
+    def discard_pending(self) -> int:
+        """Drop the write buffer (after a failed write: what was never in the file never gets there, not even
+        at close); return how many bytes were dropped.  The segment ends at L{written} again."""
+        dropped = len(self._pending)
+        if dropped:
+            self._pending = bytearray()
+            self.index.truncate(self.written)
+        return dropped
+
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         start = self.written
         view = memoryview(data)
@@ -132,7 +148,7 @@ class Segment:
             try:
                 os.ftruncate(self.fd, start)  # drop a partial write: never leave half a message
             except OSError:
-                pass
+                self.damaged = True
             raise
         self.written = start + len(data)
 
