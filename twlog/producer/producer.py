@@ -30,7 +30,15 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import IZooKeeper
 from twlog.deprecation import renamed
 from twlog.envelope import AUDIT_TOPIC, AuditSettings, audit_trail
-from twlog.errors import ClientClosed, ConnectionFailed, ConnectionLost, MessageSizeTooLarge, ProtocolViolation, check
+from twlog.errors import (
+    ClientClosed,
+    ConnectionFailed,
+    ConnectionLost,
+    MessageSizeTooLarge,
+    PartitionsOffline,
+    ProtocolViolation,
+    check,
+)
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
 from twlog.producer.router import Partitioner, Router, hash_partitioner
@@ -186,6 +194,14 @@ class Producer:
         counts), else chosen by the partitioner from C{key}, else at random.
         C{partition=} is the deprecated name of C{partition_index=}.
 
+        Indices and keys count over every partition known, offline ones included
+        (L{partitions} with C{offline=True}): when the partition they pick is on a
+        broker that is down, the send fails (L{PartitionsOffline}, or the
+        L{ConnectionFailed} of reaching it) and is never sent elsewhere.  A random
+        batch whose broker cannot be reached is sent to a partition of another
+        live broker (with L{ConnectionLost}, one that may have stored it: at least
+        once), and random batches avoid that broker for a while.
+
         Without batching the Deferred fires once the request is written
         (C{ack="none"}: with None) or acknowledged (with the L{ProduceResult}:
         the offset of the first message and the next offset).  With batching
@@ -195,6 +211,7 @@ class Producer:
         @raise QueueFull: async mode with C{on_full="drop"} and no room.
         @raise ConnectionFailed: no broker could be reached.
         @raise BrokerError: the broker rejected the batch (acknowledged modes).
+        @raise PartitionsOffline: the partition the index or key picks is on a broker that is down.
         """
         partition = renamed("partition", "partition_index", partition, partition_index)
         if self.serializer is not None and topic != AUDIT_TOPIC and not isinstance(messages, _Serialized):
@@ -218,10 +235,15 @@ class Producer:
             return self._track(Deferred.fromCoroutine(self._send_now(topic, payloads, key, partition)))
         return self._track(Deferred.fromCoroutine(self._enqueue(topic, payloads, key, partition)))
 
-    def partitions(self, topic: str) -> Deferred[list[TopicPartition]]:
-        """The partitions of C{topic}, ordered by (broker id, partition), asking the brokers (or ZooKeeper)
-        if not known yet."""
-        return Deferred.fromCoroutine(self._router.partitions(topic))
+    def partitions(self, topic: str, *, offline: bool = False) -> Deferred[list[TopicPartition]]:
+        """The live partitions of C{topic}, ordered by (broker id, partition), asking the brokers (or ZooKeeper)
+        if not known yet; with C{offline}, every partition known, those of brokers that are down included:
+        what C{partition_index=} and keys count over."""
+        return Deferred.fromCoroutine(self._partitions(topic, offline))
+
+    async def _partitions(self, topic: str, offline: bool) -> list[TopicPartition]:
+        live = await self._router.partitions(topic)
+        return self._router.numbered(topic, live) if offline else live
 
     def flush(self) -> Deferred[None]:
         """Send everything queued now, and fire once all of it has been delivered.
@@ -246,7 +268,7 @@ class Producer:
             return None
         try:
             target = self._router.choose(topic, partitions, key, index)
-        except ValueError as e:
+        except (ValueError, PartitionsOffline) as e:
             return fail(e)
         connection = self._pool.get(self._router.leader(target))
         protocol = connection.ready() if connection is not None else None
@@ -257,17 +279,32 @@ class Producer:
     async def _send_now(
         self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None
     ) -> ProduceResult | None:
-        target = self._router.choose(topic, await self._router.partitions(topic), key, index)
-        try:
-            return await self._deliver(target, payloads)
-        except ConnectionFailed:
-            if index is not None or not self._router.broker_left(self._router.leader(target)):
-                raise
-        # With ZooKeeper: the broker left the cluster meanwhile.  Choose again among the live ones.
-        self._log.info("broker {broker} left; sending the batch for {topic} to another partition",
-                       broker=self._router.leader(target), topic=topic)
-        target = self._router.choose(topic, await self._router.partitions(topic), key, None)
-        return await self._deliver(target, payloads)
+        tried: set[int] = set()
+        last: ConnectionFailed | None = None
+        while True:
+            try:
+                target = self._router.choose(topic, await self._router.partitions(topic), key, index, avoid=tried)
+            except ConnectionFailed:
+                if last is None:
+                    raise
+                raise last from None  # no other broker is left to try: the last one's error
+            broker = self._router.leader(target)
+            try:
+                result = await self._deliver(target, payloads)
+            except ConnectionFailed as e:
+                self._router.failed(broker)
+                if index is not None or key is not None:
+                    # Pinned: never elsewhere.  Say that its partition is offline, if the cluster knows it now.
+                    self._router.choose(topic, await self._router.partitions(topic), key, index)
+                    raise
+                # Unpinned: to a partition of another broker, while one is left to try.
+                tried.add(broker)
+                last = e
+                self._log.info("broker {broker} could not take a batch for {topic} ({error}); sending it to another "
+                               "partition", broker=broker, topic=topic, error=str(e))
+                continue
+            self._router.reached(broker)
+            return result
 
     async def _deliver(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
         topic = target.topic

@@ -29,7 +29,14 @@ partitions of a broker that left are not chosen any more (Kafka 0.7's
 ZKBrokerPartitionInfo).
 
 A batch goes to the partition given by index, else the one the partitioner
-picks for its key, else a random one.
+picks for its key, else a random one.  Indices and keys count over every
+partition the router knows of, offline ones included (a dead broker's, from
+the layout, or one this router has seen live before), so that a broker going
+down does not silently move keys to other partitions: a key (or index) whose
+partition is offline fails with L{PartitionsOffline}.  A random batch goes to
+a live partition, avoiding a broker a delivery has just failed to reach for
+L{DOWN_S} (with ZooKeeper a killed broker stays registered until its session
+expires).
 """
 
 from __future__ import annotations
@@ -44,9 +51,9 @@ from twisted.python.failure import Failure
 
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
-from twlog.coord.layout import ClusterLayout
+from twlog.coord.layout import ClusterLayout, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
-from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, raise_for
+from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, PartitionsOffline, raise_for
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import ClusterMetadataRequest
 from twlog.protocol.responses import (
@@ -63,6 +70,9 @@ _PREFERENCE = [VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE, VIEW_STARTING]
 
 #: Static mode: how long partitions including bootstrap ones (a broker not holding the topic yet) are kept.
 PROVISIONAL_S = 1.0
+
+#: How long random batches avoid a broker that a delivery could not reach (unless no other broker is left).
+DOWN_S = 10.0
 
 #: A partitioning function: C{(key, number of partitions) -> partition index}.
 Partitioner = Callable[[bytes, int], int]
@@ -116,6 +126,12 @@ class Router:
         self._static_layout = ClusterLayout()
         #: The problems of readings already logged (each distinct one is logged once).
         self._reported: set[str] = set()
+        #: Every partition of each topic seen live: one no longer live is offline (keys and indices keep it).
+        self._seen: dict[str, set[TopicPartition]] = {}
+        #: Static mode: each topic's partitions the answers named on brokers that are not live.
+        self._static_offline: dict[str, list[TopicPartition]] = {}
+        #: Brokers a delivery could not reach, and until when random batches avoid them.
+        self._down: dict[int, float] = {}
         self._closed = False
 
     @property
@@ -139,17 +155,59 @@ class Router:
         self._topics.pop(topic, None)
 
     def choose(self, topic: str, partitions: list[TopicPartition], key: bytes | None,
-               index: int | None) -> TopicPartition:
-        """The partition at C{index}, else the partitioner's for C{key}, else a random one.
+               index: int | None, avoid: frozenset[int] | set[int] = frozenset()) -> TopicPartition:
+        """The partition at C{index}, else the partitioner's for C{key}, else a random live one.
+
+        C{partitions} are the live ones (L{partitions}).  C{index} and C{key} count over L{numbered} (the live
+        and the offline ones), so a broker going down does not move keys; a random batch goes to a partition
+        whose broker is neither in C{avoid} nor recently failed (L{failed}), if there is one.
 
         @raise ValueError: C{index} is outside the partitions.
+        @raise PartitionsOffline: the partition C{index} or C{key} picks is offline.
         """
-        n = len(partitions)
+        if index is None and key is None:
+            now = self._reactor.seconds()
+            layout = self.layout()
+            brokers = {tp: layout.leader(tp) if tp.fixed_leader is None else tp.fixed_leader for tp in partitions}
+            usable = [tp for tp in partitions if brokers[tp] not in avoid and self._down.get(brokers[tp], now) <= now]
+            if not usable:
+                usable = [tp for tp in partitions if brokers[tp] not in avoid]
+            if not usable:
+                raise ConnectionFailed(f"no live partition of topic {topic!r} is left to try: brokers "
+                                       f"{', '.join(map(str, sorted(avoid)))} could not be reached")
+            return usable[self._rng.randrange(len(usable))]
+        numbered = self.numbered(topic, partitions)
+        n = len(numbered)
+        pinned = ("the partition asked for" if index is not None
+                  else "its key's partition (a key is never moved to another one)")
         if index is None:
-            index = self._rng.randrange(n) if key is None else self._partitioner(key, n)
+            index = self._partitioner(key, n)
         if not 0 <= index < n:
             raise ValueError(f"partition index {index} is outside topic {topic!r}'s partitions [0, {n - 1}]")
-        return partitions[index]
+        target = numbered[index]
+        if target not in partitions:
+            raise PartitionsOffline(f"cannot write to {target}, {pinned}: {describe_offline([target])}",
+                                    offline=[target], available=partitions)
+        return target
+
+    def numbered(self, topic: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Every partition of C{topic} known: the live C{partitions} and the offline ones (the layout's, and
+        those seen live before that are not now), sorted; what partition indices and keys count over."""
+        seen = self._seen.setdefault(topic, set())
+        seen.update(partitions)
+        if self._view is not None:
+            offline = self._view.layout().offline_partitions(topic)
+        else:
+            offline = self._static_offline.get(topic, ())
+        return sorted(seen.union(offline))
+
+    def failed(self, broker_id: int) -> None:
+        """A delivery could not reach C{broker_id}: random batches avoid it for L{DOWN_S}."""
+        self._down[broker_id] = self._reactor.seconds() + DOWN_S
+
+    def reached(self, broker_id: int) -> None:
+        """A delivery reached C{broker_id}: it is a target of random batches again."""
+        self._down.pop(broker_id, None)
 
     def layout(self) -> ClusterLayout:
         """The cluster as the router knows it now: the view's, with ZooKeeper; else what the brokers described."""
@@ -205,6 +263,7 @@ class Router:
         waiters = self._discovering.pop(topic, [])
         if not isinstance(result, Failure):
             self._topics[topic] = result
+            self._seen.setdefault(topic, set()).update(result)
         for d in waiters:
             if isinstance(result, Failure):
                 d.errback(result.value)
@@ -248,6 +307,7 @@ class Router:
                            problems="; ".join(problems))
         live: dict[int, tuple[str, int]] = {}
         registered: set[tuple[int, int]] = set()
+        offline: set[TopicPartition] = set()
         for n, answer in enumerate(cluster):
             # One broker that follows ZooKeeper describes everything; each other one that answered is live and
             # says what it holds itself (a view may lag behind a broker that has just registered).
@@ -258,6 +318,8 @@ class Router:
             layout = self._read(ClusterLayout.from_metadata(answer))
             registered.update((tp.fixed_leader, tp.number) for tp in layout.topic_partitions(topic)
                               if whole or tp.fixed_leader == answer.broker_id)
+            if whole:
+                offline.update(layout.offline_partitions(topic))
             for broker_id, address in layout.brokers.items():
                 if whole or broker_id == answer.broker_id:
                     live.setdefault(broker_id, address)
@@ -265,6 +327,7 @@ class Router:
             raise ConnectionFailed(f"no broker gave partitions for topic {topic!r}: " + "; ".join(problems))
         self._pool.add(live)
         self._static_layout = ClusterLayout(live)
+        self._static_offline[topic] = sorted(tp for tp in offline if tp.fixed_leader not in live)
         # Every live broker is a target: one that does not hold the topic yet gets partition 0 (it creates
         # the log on the first write), as Kafka 0.7's producer bootstraps a new topic.
         holders = {b for b, _ in registered}
@@ -327,6 +390,7 @@ class Router:
         for topic in list(self._topics):
             try:
                 self._topics[topic] = self._zk_partitions(topic)
+                self._seen.setdefault(topic, set()).update(self._topics[topic])
             except ConnectionFailed:
                 del self._topics[topic]  # no broker: the next send says so
 
