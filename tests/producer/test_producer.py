@@ -495,3 +495,15 @@ class DeadBrokerTests(SynchronousTestCase):
         for _ in range(10):
             self.successResultOf(producer.send("t", b"r"))
         self.assertEqual(len(connections["b0"].produced_payloads()) + len(connections["b2"].produced_payloads()), 11)
+
+    def test_resend_that_cannot_connect_may_still_be_stored(self) -> None:
+        """A batch written before its connection broke, whose resend then cannot connect, fails with
+        ConnectionLost (it may be stored), not a plain ConnectionFailed that reads as "nothing written"."""
+        producer, connections, _ = make_producer(ack="appended", retries=1)
+        self.successResultOf(producer.partitions("t"))
+        connections["b0"].responses.extend([ConnectionLost("connection to b0:9092 was lost"),
+                                            ConnectionFailed("cannot connect to broker b0:9092: refused")])
+        failure = self.failureResultOf(producer.send("t", b"m", partition_index=0), ConnectionLost)
+        self.assertEqual(str(failure.value), "cannot connect to broker b0:9092: refused, after the connection broke "
+                                             "once the batch was written (connection to b0:9092 was lost): it may "
+                                             "be stored")

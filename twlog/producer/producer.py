@@ -314,6 +314,7 @@ class Producer:
             raise ConnectionFailed(f"broker {self._router.leader(target)} left the cluster: cannot write {target}")
         produce = ProduceRequest(topic, target.number, encode_message_set(payloads, self.codec))
         attempt = 0
+        lost: ConnectionLost | None = None  # an earlier attempt was written, then its connection broke
         while True:
             try:
                 if self._ack == ACK_NONE:
@@ -328,14 +329,19 @@ class Producer:
                     self._router.forget(topic)
                     raise
                 attempt += 1
+                lost = e
                 self._log.info("resending a batch to {partition}: {error}", partition=str(target), error=e)
-            except ConnectionFailed:
+            except ConnectionFailed as e:
                 self._router.forget(topic)  # ask the brokers again next time: one may be gone, or back
+                if lost is not None:  # then the batch may be stored: say so (not "could not connect" alone)
+                    raise ConnectionLost(f"{e}, after the connection broke once the batch was written ({lost}): it "
+                                         "may be stored") from None
                 raise
             except ClientClosed:
                 if not self._router.broker_left(self._router.leader(target)):
                     raise
-                raise ConnectionFailed(
+                # (It may have been written before the connection was retired: it may be stored.)
+                raise ConnectionLost(
                     f"broker {self._router.leader(target)} left the cluster before the batch for {target} was sent "
                     "or answered"
                 ) from None
