@@ -5,6 +5,12 @@ By default every batch is acknowledged once flushed (C{--ack flushed}), so
 when the command returns, consumers can read everything it sent; several
 batches are in flight at once, so the fsyncs overlap.  C{--no-wait} sends
 fire-and-forget.  On a terminal, a progress line shows the count and rate.
+
+A batch whose broker is down goes to a live broker's partition unless C{--partition}
+or a key pins it (L{twlog.producer.router}).  When a batch fails, nothing more is
+sent, and once the batches in flight are answered the command stops with one line
+giving the longest prefix of the input that was acknowledged (L{Ledger}), which
+C{--skip-lines} resumes from.
 """
 
 from __future__ import annotations
