@@ -66,12 +66,16 @@ class ProduceTests(SynchronousTestCase):
 
 
 class _Lines:
-    """An input reader over lists of lines given up front (as the reader thread hands them over)."""
+    """An input reader over lists of lines given up front (as the reader thread hands them over); with
+    C{more}, a pipe that then sends nothing (its next read never returns)."""
 
-    def __init__(self, *chunks: list[bytes]) -> None:
+    def __init__(self, *chunks: list[bytes], more: bool = False) -> None:
         self._chunks = list(chunks)
+        self._more = more
 
     def next(self):
+        if not self._chunks and self._more:
+            return Deferred()
         return succeed(self._chunks.pop(0) if self._chunks else None)
 
 
@@ -196,6 +200,20 @@ class ProduceRunTests(SynchronousTestCase):
                                          "--skip-lines 2"), error)
         self.assertIn("cannot write to t:1-0, its key's partition (a key is never moved to another one)", error)
         self.assertNotIn(b"c", [m for batch in connections["b0"].produced_payloads() for m in batch])
+
+    def test_failure_stops_waiting_for_a_slow_input(self) -> None:
+        """Once a batch fails, the command stops without waiting for more of an input that is still open."""
+        producer, connections, _ = make_producer([(0, {"t": 1}), (1, {"t": 1})], ack="flushed", retries=0)
+        connections["b1"].hold_requests = True
+        reader = _Lines([b"a", b"b", b"c", b"d"], more=True)
+        running = Deferred.fromCoroutine(produce(None, produce_args("-p", "1-0", "--batch-size", "2"), reader=reader,
+                                                 producer=producer))
+        connections["b1"].held[0].callback(None)
+        self.assertNoResult(running)
+        connections["b1"].held[1].errback(ConnectionFailed("cannot connect to broker b1:9092: refused"))
+        error = self.failureResultOf(running, TwlogError).value
+        self.assertTrue(str(error).startswith("stopped after 2 of the input's lines were acknowledged (resume with "
+                                              "--skip-lines 2): cannot connect"), error)
 
     def test_skip_lines_past_the_end(self) -> None:
         producer, _, _ = make_producer([(0, {"t": 1})], ack="flushed")

@@ -25,7 +25,7 @@ import attrs
 from rich.console import Console
 from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.python.failure import Failure
 
 from twlog.cli import avro
@@ -286,12 +286,26 @@ async def produce(reactor, args, reader: InputReader | None = None, producer: Pr
     bar = progress_bar()
     task = bar.add_task("produce", total=None) if bar is not None else None
 
+    stopping: Deferred[None] = Deferred()  # fires at the first failure: stop waiting for more input
+
     def settled(result, batch: _Batch):
         if isinstance(result, Failure):
             ledger.failed(batch, result.value)
             failures.append(result.value)
+            if not stopping.called:
+                stopping.callback(None)
         else:
             ledger.acknowledged(batch)
+
+    async def next_lines() -> list[bytes] | None:
+        """The next lines of the input; None at its end, or once a batch failed (a pipe may be slow to
+        send more: the command stops without waiting for it)."""
+        coming = reader.next()
+        if not coming.called:
+            await DeferredList([coming, stopping], fireOnOneCallback=True, fireOnOneErrback=True)
+            if not coming.called:
+                return None
+        return await coming
 
     async def send_chunk(chunk: list[bytes], first: int) -> None:
         """Send lines C{first}.. (C{chunk}) as one batch per key."""
@@ -325,7 +339,7 @@ async def produce(reactor, args, reader: InputReader | None = None, producer: Pr
             if bar is not None:
                 bar.start()
             queued: list[bytes] = []
-            while (lines := await reader.next()) is not None:
+            while (lines := await next_lines()) is not None:
                 if read + len(lines) <= skip:
                     read += len(lines)
                     continue
@@ -344,8 +358,10 @@ async def produce(reactor, args, reader: InputReader | None = None, producer: Pr
         finally:
             if bar is not None:
                 bar.stop()
-            while in_flight:  # (each settles into the ledger: none fails)
-                await in_flight.popleft()
+            # Each settles into the ledger (none fails).  (A DeferredList, not an await of each: this may run
+            # inside the callbacks of the batch whose failure stopped the input.)
+            await DeferredList(list(in_flight))
+            in_flight.clear()
         if failures:
             error = ledger.first_error()
             raise TwlogError(ledger.report(_where(error, args), acknowledged=not args.no_wait)) from None
