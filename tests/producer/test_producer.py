@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import zlib
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
@@ -507,3 +508,17 @@ class DeadBrokerTests(SynchronousTestCase):
         self.assertEqual(str(failure.value), "cannot connect to broker b0:9092: refused, after the connection broke "
                                              "once the batch was written (connection to b0:9092 was lost): it may "
                                              "be stored")
+
+    def test_pinned_batch_that_may_be_stored_says_so(self) -> None:
+        """A pinned batch whose connection broke after it was written fails with ConnectionLost even once its
+        partition is known offline: that it may be stored is not lost behind PartitionsOffline."""
+        producer, connections, _ = make_producer([(0, {"t": 1}), (1, {"t": 1})], ack="appended", retries=0)
+        self.successResultOf(producer.partitions("t"))
+        answer: Deferred = Deferred()
+        connections["b1"].responses.append(answer)
+        sending = producer.send("t", b"m", partition_index=1)
+        connections["b1"].down = True  # (so the rediscovery finds 1-0 offline)
+        answer.errback(ConnectionLost("connection to b1:9092 was lost"))
+        self.assertIs(type(self.failureResultOf(sending).value), ConnectionLost)
+        self.assertIs(type(self.failureResultOf(producer.send("t", b"m", partition_index=1)).value),
+                      PartitionsOffline)

@@ -294,8 +294,10 @@ class Producer:
             except ConnectionFailed as e:
                 self._router.failed(broker)
                 if index is not None or key is not None:
-                    # Pinned: never elsewhere.  Say that its partition is offline, if the cluster knows it now.
-                    self._router.choose(topic, await self._router.partitions(topic), key, index)
+                    # Pinned: never elsewhere.  Say that its partition is offline, if the cluster knows it now
+                    # (unless the batch may be stored: that must not be lost from the error).
+                    if not isinstance(e, ConnectionLost):
+                        self._router.choose(topic, await self._router.partitions(topic), key, index)
                     raise
                 # Unpinned: to a partition of another broker, while one is left to try.
                 tried.add(broker)
