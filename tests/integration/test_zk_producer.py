@@ -20,7 +20,7 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerIdInUse
 from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zkserver import free_port
-from twlog.errors import ConnectionFailed
+from twlog.errors import ConnectionFailed, PartitionsOffline
 from twlog.partition import TopicPartition
 from twlog.producer import Producer, hash_partitioner
 
@@ -211,9 +211,11 @@ class ZooKeeperProducerTests(TestCase):
         self.assertEqual(sum(v for k, v in ends(brokers, "t").items() if k[0] != 1), before)
 
     async def test_send_waiting_on_a_broker_that_leaves_goes_elsewhere(self) -> None:
-        """A send waiting to reach an unreachable broker is sent to a live one once that broker deregisters."""
+        """A random send waiting to reach an unreachable broker is sent to a live one once that broker
+        deregisters; a keyed one is not moved: it fails naming its partition, now offline."""
         hosts, brokers = await self.cluster(2)
-        producer = self.producer(hosts, connect_attempts=20)
+        # (seeded: its first random choice is index 1, broker 1's partition)
+        producer = self.producer(hosts, connect_attempts=20, rng=random.Random(0))
         for index in range(2):
             await producer.send("t", b"hello", partition_index=index)
         await partitions_until(producer, "t", lambda ps: len(producer.cluster.partitions("t")) == 2)
@@ -223,10 +225,14 @@ class ZooKeeperProducerTests(TestCase):
         await gone.port.stopListening()
         gone.port = None
         gone.factory.disconnect_all()
-        sending = producer.send("t", b"rerouted", key=key)
+        sending = producer.send("t", b"rerouted")
+        keyed = producer.send("t", b"keyed", key=key)
         await gone.registration.stop()
         result = await sending
         self.assertEqual((result.partition, result.offset), (0, 14))
+        with self.assertRaises(PartitionsOffline) as caught:
+            await keyed
+        self.assertIn("cannot write to t:1-0, its key's partition", str(caught.exception))
         self.assertEqual(ends(brokers, "t"), {(0, 0): 31, (1, 0): 14})
 
     async def test_no_live_broker(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import zlib
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
@@ -17,12 +18,13 @@ from twlog.errors import (
     InvalidTopic,
     MessageSizeTooLarge,
     OutcomeUnknown,
+    PartitionsOffline,
     QueueFull,
     StorageFailed,
 )
 from twlog.partition import TopicPartition
 from twlog.producer import Producer, hash_partitioner
-from twlog.producer.router import PROVISIONAL_S
+from twlog.producer.router import DOWN_S, PROVISIONAL_S
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_APPENDED,
@@ -436,3 +438,125 @@ class BootstrapTests(SynchronousTestCase):
         clock.advance(10 * PROVISIONAL_S)
         self.successResultOf(producer.send("t", b"m"))
         self.assertEqual(asked(codec.ClusterMetadataRequest(("t",))), 2)
+
+
+class DeadBrokerTests(SynchronousTestCase):
+    """A broker that cannot be reached: random batches go to a live one, keys and indices are never moved."""
+
+    def sent_to(self, connections) -> dict[str, int]:
+        return {name: len([r for r in c.requests if isinstance(r, AckProduceRequest)]) for name, c in
+                connections.items()}
+
+    def test_random_batch_goes_to_a_live_broker_and_the_dead_one_is_avoided(self) -> None:
+        """A random batch whose broker cannot be reached (still described live, as a killed broker is until its
+        ZooKeeper session expires) is delivered by another broker; later random batches avoid the dead one for
+        DOWN_S, then try it again."""
+        connections: dict[str, FakeConnection] = {}
+
+        def factory(host: str, port: int) -> FakeConnection:
+            connections[host] = FakeConnection(host, port, int(host[1:]), {})
+            return connections[host]
+
+        clock = Clock()
+        producer = Producer([("b0", 9092)], connection_factory=factory, reactor=clock, ack="appended",
+                            rng=random.Random(3))
+        connections["b0"].cluster = codec.ClusterMetadataResponse(
+            0, VIEW_CURRENT, (BrokerAddress(0, "b0", 9092), BrokerAddress(1, "b1", 9092)),
+            (TopicLayout("t", 0, ((0, 1), (1, 1))),))
+        self.successResultOf(producer.partitions("t"))
+        connections["b1"].down = True
+        for i in range(20):
+            self.successResultOf(producer.send("t", b"m%d" % i))
+        self.assertEqual(sum(len(p) for p in connections["b0"].produced_payloads()), 20)
+        self.assertEqual(self.sent_to(connections)["b1"], 1)  # one failed attempt, then avoided
+        connections["b1"].down = False
+        clock.advance(DOWN_S)
+        for i in range(20):
+            self.successResultOf(producer.send("t", b"n%d" % i))
+        self.assertGreater(self.sent_to(connections)["b1"], 1)
+
+    def test_no_live_broker_left_fails_with_the_last_error(self) -> None:
+        """When every broker is down, a random batch fails with the connection error, not a generic one."""
+        producer, connections, _ = make_producer([(0, {"t": 1}), (1, {"t": 1})], ack="appended")
+        self.successResultOf(producer.partitions("t"))
+        connections["b0"].responses.append(ConnectionFailed("cannot connect to broker b0:9092: refused"))
+        connections["b1"].responses.append(ConnectionFailed("cannot connect to broker b1:9092: refused"))
+        connections["b0"].down = connections["b1"].down = True
+        failure = self.failureResultOf(producer.send("t", b"m"), ConnectionFailed)
+        self.assertIn("cannot connect to broker", str(failure.value))
+
+    def test_key_of_a_dead_broker_is_not_moved(self) -> None:
+        """Keys keep counting over the partitions seen before: a key whose broker went down fails naming
+        its partition, it is never written to another one; keys of live partitions still work."""
+        producer, connections, _ = make_producer([(0, {"t": 2}), (1, {"t": 2})], ack="appended")
+        partitions = self.successResultOf(producer.partitions("t"))
+        keys = [b"k%d" % i for i in range(40)]
+        dead = next(k for k in keys if partitions[hash_partitioner(k, 4)].fixed_leader == 1)
+        alive = next(k for k in keys if partitions[hash_partitioner(k, 4)].fixed_leader == 0)
+        connections["b1"].down = True
+        failure = self.failureResultOf(producer.send("t", b"x", key=dead), PartitionsOffline)
+        # The brokers were asked again: b1 does not answer, so only b0's partitions are live.
+        self.assertEqual([p.name for p in self.successResultOf(producer.partitions("t"))], ["0-0", "0-1"])
+        self.assertEqual(self.successResultOf(producer.partitions("t", offline=True)), partitions)
+        self.assertIs(type(self.failureResultOf(producer.send("t", b"y", key=dead)).value), PartitionsOffline)
+        target = partitions[hash_partitioner(dead, 4)]
+        self.assertEqual(failure.value.offline, [target])
+        self.assertIn(f"cannot write to {target}, its key's partition (a key is never moved to another one): "
+                      "broker 1", str(failure.value))
+        self.failureResultOf(producer.send("t", b"z", partition_index=3), PartitionsOffline)
+        self.successResultOf(producer.send("t", b"w", key=alive))
+        self.assertEqual(connections["b0"].produced_payloads(), [[b"w"]])
+
+    def test_offline_holder_counts_for_keys_and_indices(self) -> None:
+        """A holder the cluster's answer gives no address for (a broker that is down) keeps its partitions'
+        indices: an index or key picking one fails with PartitionsOffline; random batches use the live ones."""
+        connections: dict[str, FakeConnection] = {}
+
+        def factory(host: str, port: int) -> FakeConnection:
+            connections[host] = FakeConnection(host, port, int(host[1:]), {})
+            return connections[host]
+
+        producer = Producer([("b0", 9092)], connection_factory=factory, reactor=Clock(), ack="appended",
+                            rng=random.Random(5))
+        connections["b0"].cluster = codec.ClusterMetadataResponse(
+            0, VIEW_CURRENT, (BrokerAddress(0, "b0", 9092), BrokerAddress(2, "b2", 9092)),
+            (TopicLayout("t", 0, ((0, 1), (1, 2), (2, 1))),))
+        self.assertEqual([p.name for p in self.successResultOf(producer.partitions("t", offline=True))],
+                         ["0-0", "1-0", "1-1", "2-0"])
+        self.assertEqual([p.name for p in self.successResultOf(producer.partitions("t"))], ["0-0", "2-0"])
+        failure = self.failureResultOf(producer.send("t", b"m", partition_index=2), PartitionsOffline)
+        self.assertIn("cannot write to t:1-1, the partition asked for: broker 1, which holds t:1-1, is not "
+                      "registered: down?", str(failure.value))
+        self.successResultOf(producer.send("t", b"m", partition_index=3))
+        self.assertEqual(connections["b2"].produced_payloads(), [[b"m"]])
+        key = next(k for k in (b"k%d" % i for i in range(40)) if hash_partitioner(k, 4) in (1, 2))
+        self.failureResultOf(producer.send("t", b"m", key=key), PartitionsOffline)
+        for _ in range(10):
+            self.successResultOf(producer.send("t", b"r"))
+        self.assertEqual(len(connections["b0"].produced_payloads()) + len(connections["b2"].produced_payloads()), 11)
+
+    def test_resend_that_cannot_connect_may_still_be_stored(self) -> None:
+        """A batch written before its connection broke, whose resend then cannot connect, fails with
+        ConnectionLost (it may be stored), not a plain ConnectionFailed that reads as "nothing written"."""
+        producer, connections, _ = make_producer(ack="appended", retries=1)
+        self.successResultOf(producer.partitions("t"))
+        connections["b0"].responses.extend([ConnectionLost("connection to b0:9092 was lost"),
+                                            ConnectionFailed("cannot connect to broker b0:9092: refused")])
+        failure = self.failureResultOf(producer.send("t", b"m", partition_index=0), ConnectionLost)
+        self.assertEqual(str(failure.value), "cannot connect to broker b0:9092: refused, after the connection broke "
+                                             "once the batch was written (connection to b0:9092 was lost): it may "
+                                             "be stored")
+
+    def test_pinned_batch_that_may_be_stored_says_so(self) -> None:
+        """A pinned batch whose connection broke after it was written fails with ConnectionLost even once its
+        partition is known offline: that it may be stored is not lost behind PartitionsOffline."""
+        producer, connections, _ = make_producer([(0, {"t": 1}), (1, {"t": 1})], ack="appended", retries=0)
+        self.successResultOf(producer.partitions("t"))
+        answer: Deferred = Deferred()
+        connections["b1"].responses.append(answer)
+        sending = producer.send("t", b"m", partition_index=1)
+        connections["b1"].down = True  # (so the rediscovery finds 1-0 offline)
+        answer.errback(ConnectionLost("connection to b1:9092 was lost"))
+        self.assertIs(type(self.failureResultOf(sending).value), ConnectionLost)
+        self.assertIs(type(self.failureResultOf(producer.send("t", b"m", partition_index=1)).value),
+                      PartitionsOffline)

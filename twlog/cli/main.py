@@ -30,6 +30,17 @@ from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
 
 
+def _line_count(text: str) -> int:
+    """C{--skip-lines}: a whole number of lines, 0 or more (C{12,000} and C{12_000} too)."""
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = Parser(
@@ -92,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="each line is KEY SEP VALUE: send VALUE, partitioned by KEY (lines without SEP: --key)")
     partition_option_of(produce, "send every message to this partition")
     positive_option(produce, "--batch-size", default=200, help="messages per request")
+    produce.add_argument("--skip-lines", type=_line_count, default=0, metavar="N",
+                         help="skip the input's first N lines: resume where a failed run says it stopped")
     produce.add_argument("--ack", choices=["appended", "flushed"], default="flushed",
                          help="what each batch waits for: flushed (visible to consumers; default) or appended")
     produce.add_argument("--no-wait", action="store_true",

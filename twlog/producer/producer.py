@@ -34,21 +34,16 @@ from twlog.errors import (
     ClientClosed,
     ConnectionFailed,
     ConnectionLost,
-    MessageSizeTooLarge,
-    OutcomeUnknown,
-    ProtocolViolation,
-    check,
-    error_for,
+    PartitionsOffline,
 )
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
+from twlog.producer.delivery import deliver
 from twlog.producer.router import Partitioner, Router, hash_partitioner
 from twlog.protocol.codec import (
     ACK_APPENDED,
     ACK_FLUSHED,
     ACK_NONE,
-    AckProduceRequest,
-    AckProduceResponse,
     ProduceRequest,
     ProduceResult,
 )
@@ -80,19 +75,6 @@ def _codec_number(codec: int | str) -> int:
             raise ValueError(f"codec must be one of {', '.join(CODEC_NAMES)}, not {codec!r}")
         return CODEC_NAMES[codec]
     return codec
-
-
-def _raise_unknown(response: AckProduceResponse, context: str) -> AckProduceResponse:
-    """C{response}, unless it answers its one set with L{OutcomeUnknown} (the batch may be stored): raised."""
-    if len(response.results) == 1 and response.results[0].error == OutcomeUnknown.code:
-        raise error_for(OutcomeUnknown.code, f"{context} may or may not be stored")
-    return response
-
-
-def _raise_if_resend_refused(result: ProduceResult, uncertain: Exception | None, context: str) -> None:
-    """After an unknown outcome, a resend refused ("not written": true of the resend only) is still unknown."""
-    if result.error != 0 and uncertain is not None:
-        raise OutcomeUnknown(f"{uncertain}; the resend was refused: {error_for(result.error, context)}")
 
 
 class Producer:
@@ -216,6 +198,14 @@ class Producer:
         counts), else chosen by the partitioner from C{key}, else at random.
         C{partition=} is the deprecated name of C{partition_index=}.
 
+        Indices and keys count over every partition known, offline ones included
+        (L{partitions} with C{offline=True}): when the partition they pick is on a
+        broker that is down, the send fails (L{PartitionsOffline}, or the
+        L{ConnectionFailed} of reaching it) and is never sent elsewhere.  A random
+        batch whose broker cannot be reached is sent to a partition of another
+        live broker (with L{ConnectionLost}, one that may have stored it: at least
+        once), and random batches avoid that broker for a while.
+
         Without batching the Deferred fires once the request is written
         (C{ack="none"}: with None) or acknowledged (with the L{ProduceResult}:
         the offset of the first message and the next offset).  With batching
@@ -225,6 +215,7 @@ class Producer:
         @raise QueueFull: async mode with C{on_full="drop"} and no room.
         @raise ConnectionFailed: no broker could be reached.
         @raise BrokerError: the broker rejected the batch (acknowledged modes).
+        @raise PartitionsOffline: the partition the index or key picks is on a broker that is down.
         """
         partition = renamed("partition", "partition_index", partition, partition_index)
         if self.serializer is not None and topic != AUDIT_TOPIC and not isinstance(messages, _Serialized):
@@ -248,10 +239,15 @@ class Producer:
             return self._track(Deferred.fromCoroutine(self._send_now(topic, payloads, key, partition)))
         return self._track(Deferred.fromCoroutine(self._enqueue(topic, payloads, key, partition)))
 
-    def partitions(self, topic: str) -> Deferred[list[TopicPartition]]:
-        """The partitions of C{topic}, ordered by (broker id, partition), asking the brokers (or ZooKeeper)
-        if not known yet."""
-        return Deferred.fromCoroutine(self._router.partitions(topic))
+    def partitions(self, topic: str, *, offline: bool = False) -> Deferred[list[TopicPartition]]:
+        """The live partitions of C{topic}, ordered by (broker id, partition), asking the brokers (or ZooKeeper)
+        if not known yet; with C{offline}, every partition known, those of brokers that are down included:
+        what C{partition_index=} and keys count over."""
+        return Deferred.fromCoroutine(self._partitions(topic, offline))
+
+    async def _partitions(self, topic: str, offline: bool) -> list[TopicPartition]:
+        live = await self._router.partitions(topic)
+        return self._router.numbered(topic, live) if offline else live
 
     def flush(self) -> Deferred[None]:
         """Send everything queued now, and fire once all of it has been delivered.
@@ -276,7 +272,7 @@ class Producer:
             return None
         try:
             target = self._router.choose(topic, partitions, key, index)
-        except ValueError as e:
+        except (ValueError, PartitionsOffline) as e:
             return fail(e)
         connection = self._pool.get(self._router.leader(target))
         protocol = connection.ready() if connection is not None else None
@@ -287,60 +283,37 @@ class Producer:
     async def _send_now(
         self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None
     ) -> ProduceResult | None:
-        target = self._router.choose(topic, await self._router.partitions(topic), key, index)
-        try:
-            return await self._deliver(target, payloads)
-        except ConnectionFailed:
-            if index is not None or not self._router.broker_left(self._router.leader(target)):
-                raise
-        # With ZooKeeper: the broker left the cluster meanwhile.  Choose again among the live ones.
-        self._log.info("broker {broker} left; sending the batch for {topic} to another partition",
-                       broker=self._router.leader(target), topic=topic)
-        target = self._router.choose(topic, await self._router.partitions(topic), key, None)
-        return await self._deliver(target, payloads)
-
-    async def _deliver(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
-        topic = target.topic
-        connection = self._pool.get(self._router.leader(target))
-        if connection is None:
-            self._router.forget(topic)
-            raise ConnectionFailed(f"broker {self._router.leader(target)} left the cluster: cannot write {target}")
-        produce = ProduceRequest(topic, target.number, encode_message_set(payloads, self.codec))
-        attempt, uncertain = 0, None  # uncertain: why an earlier attempt may have stored the batch
+        tried: set[int] = set()
+        last: ConnectionFailed | None = None
         while True:
             try:
-                if self._ack == ACK_NONE:
-                    await connection.send(produce)
-                    return None
-                request = AckProduceRequest(self._ack, self.ack_timeout_ms, (produce,))
-                timeout_s = self.options.timeout_s + self.ack_timeout_ms / 1000
-                response = _raise_unknown(await connection.request(request, timeout_s=timeout_s),
-                                          f"broker {connection.address}, the batch for {target}")
-                break
-            except (ConnectionLost, OutcomeUnknown) as e:
-                if attempt >= self.retries:
-                    self._router.forget(topic)
-                    raise
-                attempt, uncertain = attempt + 1, e
-                self._log.info("resending a batch to {p} (may store it twice): {error}", p=str(target), error=e)
+                target = self._router.choose(topic, await self._router.partitions(topic), key, index, avoid=tried)
             except ConnectionFailed:
-                self._router.forget(topic)  # ask the brokers again next time: one may be gone, or back
-                raise
-            except ClientClosed:
-                if not self._router.broker_left(self._router.leader(target)):
+                if last is None:
                     raise
-                raise ConnectionFailed(
-                    f"broker {self._router.leader(target)} left the cluster before the batch for {target} was sent "
-                    "or answered"
-                ) from None
-        results = response.results
-        if len(results) != 1:
-            raise ProtocolViolation(f"broker {connection.address} answered one produce with {len(results)} results")
-        context = f"broker {connection.address} did not take the batch for {target}"
-        _raise_if_resend_refused(results[0], uncertain, context)
-        if results[0].error == MessageSizeTooLarge.code:  # it carries the size and the broker's limit
-            raise results[0].size_error(context)
-        return check(results[0], context)
+                raise last from None  # no other broker is left to try: the last one's error
+            broker = self._router.leader(target)
+            try:
+                result = await self._deliver(target, payloads)
+            except ConnectionFailed as e:
+                self._router.down.failed(broker)
+                if index is not None or key is not None:
+                    # Pinned: never elsewhere.  Say that its partition is offline, if the cluster knows it now
+                    # (unless the batch may be stored: that must not be lost from the error).
+                    if not isinstance(e, ConnectionLost):
+                        self._router.choose(topic, await self._router.partitions(topic), key, index)
+                    raise
+                # Unpinned: to a partition of another broker, while one is left to try.
+                tried.add(broker)
+                last = e
+                self._log.info("broker {broker} could not take a batch for {topic} ({error}); sending it to another "
+                               "partition", broker=broker, topic=topic, error=str(e))
+                continue
+            self._router.down.reached(broker)
+            return result
+
+    async def _deliver(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
+        return await deliver(self, target, payloads)
 
     def _publish_audit(self, events: list[bytes]) -> None:
         self.send(AUDIT_TOPIC, events).addErrback(lambda f: self._log.failure("publishing audit events failed", f))

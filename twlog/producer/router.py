@@ -29,7 +29,14 @@ partitions of a broker that left are not chosen any more (Kafka 0.7's
 ZKBrokerPartitionInfo).
 
 A batch goes to the partition given by index, else the one the partitioner
-picks for its key, else a random one.
+picks for its key, else a random one.  Indices and keys count over every
+partition the router knows of, offline ones included (a dead broker's, from
+the layout, or one this router has seen live before), so that a broker going
+down does not silently move keys to other partitions: a key (or index) whose
+partition is offline fails with L{PartitionsOffline}.  A random batch goes to
+a live partition, avoiding a broker a delivery has just failed to reach for
+L{DOWN_S} (with ZooKeeper a killed broker stays registered until its session
+expires).
 """
 
 from __future__ import annotations
@@ -44,9 +51,9 @@ from twisted.python.failure import Failure
 
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
-from twlog.coord.layout import ClusterLayout
+from twlog.coord.layout import ClusterLayout, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
-from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, raise_for
+from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, PartitionsOffline, raise_for
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import ClusterMetadataRequest
 from twlog.protocol.responses import (
@@ -63,6 +70,9 @@ _PREFERENCE = [VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE, VIEW_STARTING]
 
 #: Static mode: how long partitions including bootstrap ones (a broker not holding the topic yet) are kept.
 PROVISIONAL_S = 1.0
+
+#: How long random batches avoid a broker that a delivery could not reach (unless no other broker is left).
+DOWN_S = 10.0
 
 #: A partitioning function: C{(key, number of partitions) -> partition index}.
 Partitioner = Callable[[bytes, int], int]
@@ -98,10 +108,8 @@ class Router:
         self._reactor = reactor
         self._partitioner = partitioner or hash_partitioner
         self._rng = rng or random.Random()
-        self._zk: IZooKeeper | None = None
         self._own_zk = isinstance(zookeeper, str)
-        if zookeeper is not None:
-            self._zk = ZooKeeper(zookeeper, reactor=reactor) if isinstance(zookeeper, str) else zookeeper
+        self._zk: IZooKeeper | None = ZooKeeper(zookeeper, reactor=reactor) if self._own_zk else zookeeper
         self._zk_started = not self._own_zk
         self._view: ClusterView | None = None
         self._view_waiters: list[Deferred[ClusterView]] = []
@@ -116,6 +124,12 @@ class Router:
         self._static_layout = ClusterLayout()
         #: The problems of readings already logged (each distinct one is logged once).
         self._reported: set[str] = set()
+        #: Every partition of each topic seen live: one no longer live is offline (keys and indices keep it).
+        self._seen: dict[str, set[TopicPartition]] = {}
+        #: Static mode: each topic's partitions the answers named on brokers that are not live.
+        self._static_offline: dict[str, list[TopicPartition]] = {}
+        #: Brokers deliveries could not reach lately (L{DownBrokers}).
+        self.down = DownBrokers(self._reactor)
         self._closed = False
 
     @property
@@ -139,17 +153,44 @@ class Router:
         self._topics.pop(topic, None)
 
     def choose(self, topic: str, partitions: list[TopicPartition], key: bytes | None,
-               index: int | None) -> TopicPartition:
-        """The partition at C{index}, else the partitioner's for C{key}, else a random one.
+               index: int | None, avoid: frozenset[int] | set[int] = frozenset()) -> TopicPartition:
+        """The partition at C{index}, else the partitioner's for C{key}, else a random live one.
+
+        C{partitions} are the live ones (L{partitions}).  C{index} and C{key} count over L{numbered} (the live
+        and the offline ones), so a broker going down does not move keys; a random batch goes to a partition
+        whose broker is neither in C{avoid} nor recently failed (L{failed}), if there is one.
 
         @raise ValueError: C{index} is outside the partitions.
+        @raise PartitionsOffline: the partition C{index} or C{key} picks is offline.
         """
-        n = len(partitions)
+        if index is None and key is None:
+            layout = self.layout()
+            leaders = {tp: layout.leader(tp) if tp.fixed_leader is None else tp.fixed_leader for tp in partitions}
+            return self.down.pick(topic, partitions, leaders, avoid, self._rng)
+        numbered = self.numbered(topic, partitions)
+        n = len(numbered)
+        pinned = ("the partition asked for" if index is not None
+                  else "its key's partition (a key is never moved to another one)")
         if index is None:
-            index = self._rng.randrange(n) if key is None else self._partitioner(key, n)
+            index = self._partitioner(key, n)
         if not 0 <= index < n:
             raise ValueError(f"partition index {index} is outside topic {topic!r}'s partitions [0, {n - 1}]")
-        return partitions[index]
+        target = numbered[index]
+        if target not in partitions:
+            raise PartitionsOffline(f"cannot write to {target}, {pinned}: {describe_offline([target])}",
+                                    offline=[target], available=partitions)
+        return target
+
+    def numbered(self, topic: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Every partition of C{topic} known: the live C{partitions} and the offline ones (the layout's, and
+        those seen live before that are not now), sorted; what partition indices and keys count over."""
+        seen = self._seen.setdefault(topic, set())
+        seen.update(partitions)
+        if self._view is not None:
+            offline = self._view.layout().offline_partitions(topic)
+        else:
+            offline = self._static_offline.get(topic, ())
+        return sorted(seen.union(offline))
 
     def layout(self) -> ClusterLayout:
         """The cluster as the router knows it now: the view's, with ZooKeeper; else what the brokers described."""
@@ -205,6 +246,7 @@ class Router:
         waiters = self._discovering.pop(topic, [])
         if not isinstance(result, Failure):
             self._topics[topic] = result
+            self._seen.setdefault(topic, set()).update(result)
         for d in waiters:
             if isinstance(result, Failure):
                 d.errback(result.value)
@@ -246,25 +288,12 @@ class Router:
         if problems and cluster and cluster[0].view not in (VIEW_CURRENT, VIEW_STALE):
             self._log.warn("producing to topic {topic} without the partitions of {problems}", topic=topic,
                            problems="; ".join(problems))
-        live: dict[int, tuple[str, int]] = {}
-        registered: set[tuple[int, int]] = set()
-        for n, answer in enumerate(cluster):
-            # One broker that follows ZooKeeper describes everything; each other one that answered is live and
-            # says what it holds itself (a view may lag behind a broker that has just registered).
-            whole = n == 0 or cluster[0].view not in (VIEW_CURRENT, VIEW_STALE)
-            refused = answer.layout(topic)
-            if refused is not None:
-                raise_for(refused.error, f"broker {answer.broker_id} refuses topic {topic!r}")
-            layout = self._read(ClusterLayout.from_metadata(answer))
-            registered.update((tp.fixed_leader, tp.number) for tp in layout.topic_partitions(topic)
-                              if whole or tp.fixed_leader == answer.broker_id)
-            for broker_id, address in layout.brokers.items():
-                if whole or broker_id == answer.broker_id:
-                    live.setdefault(broker_id, address)
+        live, registered, offline = _read_answers(cluster, topic, self._read)
         if not live:
             raise ConnectionFailed(f"no broker gave partitions for topic {topic!r}: " + "; ".join(problems))
         self._pool.add(live)
         self._static_layout = ClusterLayout(live)
+        self._static_offline[topic] = sorted(tp for tp in offline if tp.fixed_leader not in live)
         # Every live broker is a target: one that does not hold the topic yet gets partition 0 (it creates
         # the log on the first write), as Kafka 0.7's producer bootstraps a new topic.
         holders = {b for b, _ in registered}
@@ -327,6 +356,7 @@ class Router:
         for topic in list(self._topics):
             try:
                 self._topics[topic] = self._zk_partitions(topic)
+                self._seen.setdefault(topic, set()).update(self._topics[topic])
             except ConnectionFailed:
                 del self._topics[topic]  # no broker: the next send says so
 
@@ -353,3 +383,64 @@ class Router:
         holders = {b for b, _ in registered}
         pending = {(b, 0) for b in self._bootstrap.get(topic, ()) if b in live and b not in holders}
         return [TopicPartition.on_broker(topic, b, p) for b, p in sorted(set(registered) | pending)]
+
+
+class DownBrokers:
+    """Brokers a delivery could not reach lately: random batches avoid each for L{DOWN_S} (with ZooKeeper a
+    killed broker stays registered until its session expires)."""
+
+    def __init__(self, clock) -> None:
+        self._clock = clock
+        self._until: dict[int, float] = {}
+
+    def failed(self, broker_id: int) -> None:
+        """A delivery could not reach C{broker_id}: random batches avoid it for L{DOWN_S}."""
+        self._until[broker_id] = self._clock.seconds() + DOWN_S
+
+    def reached(self, broker_id: int) -> None:
+        """A delivery reached C{broker_id}: it is a target of random batches again."""
+        self._until.pop(broker_id, None)
+
+    def pick(self, topic: str, partitions: list[TopicPartition], leaders: dict[TopicPartition, int],
+             avoid: frozenset[int] | set[int], rng) -> TopicPartition:
+        """A random one of C{partitions} whose leader is neither in C{avoid} nor recently failed (else one not in
+        C{avoid}).
+
+        @raise ConnectionFailed: every partition's leader is in C{avoid}.
+        """
+        now = self._clock.seconds()
+        usable = [tp for tp in partitions if leaders[tp] not in avoid and self._until.get(leaders[tp], now) <= now]
+        if not usable:
+            usable = [tp for tp in partitions if leaders[tp] not in avoid]
+        if not usable:
+            raise ConnectionFailed(f"no live partition of topic {topic!r} is left to try: brokers "
+                                   f"{', '.join(map(str, sorted(avoid)))} could not be reached")
+        return usable[rng.randrange(len(usable))]
+
+
+def _read_answers(cluster: list[ClusterMetadataResponse], topic: str, read: Callable[..., ClusterLayout]
+                  ) -> tuple[dict[int, tuple[str, int]], set[tuple[int, int]], set[TopicPartition]]:
+    """What static brokers' CLUSTER_METADATA answers (best view first) say of C{topic}: the live brokers, the
+    registered C{(broker id, partition)} and the offline partitions.  One broker that follows ZooKeeper describes
+    everything; each other one that answered is live and says what it holds itself (a view may lag behind a
+    broker that has just registered).  C{read} turns a reading into its layout, logging its problems.
+
+    @raise BrokerError: a broker refuses the topic (InvalidTopic).
+    """
+    live: dict[int, tuple[str, int]] = {}
+    registered: set[tuple[int, int]] = set()
+    offline: set[TopicPartition] = set()
+    for n, answer in enumerate(cluster):
+        whole = n == 0 or cluster[0].view not in (VIEW_CURRENT, VIEW_STALE)
+        refused = answer.layout(topic)
+        if refused is not None:
+            raise_for(refused.error, f"broker {answer.broker_id} refuses topic {topic!r}")
+        layout = read(ClusterLayout.from_metadata(answer))
+        registered.update((tp.fixed_leader, tp.number) for tp in layout.topic_partitions(topic)
+                          if whole or tp.fixed_leader == answer.broker_id)
+        if whole:
+            offline.update(layout.offline_partitions(topic))
+        for broker_id, address in layout.brokers.items():
+            if whole or broker_id == answer.broker_id:
+                live.setdefault(broker_id, address)
+    return live, registered, offline
