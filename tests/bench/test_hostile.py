@@ -11,7 +11,7 @@ import time
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.bench import hostile
-from twlog.bench.attacks import FrameCounter, await_answers, closed_by_peer, stalled_body
+from twlog.bench.attacks import FrameCounter, answer_error, await_answers, closed_by_peer, stalled_body
 from twlog.bench.hostile import AttackRow, format_hostile_table, rss_bytes, select_options
 from twlog.bench.verdicts import BigFrames, Burst, HalfSent, HealthyFetches, IdleFlood, Pipelined, percentile
 from twlog.cli.main import build_parser
@@ -217,7 +217,7 @@ class WireTests(SynchronousTestCase):
         """One answer each: answered, closed by the other end, nothing in time, or failed before sending."""
         pairs = [socket.socketpair() for _ in range(3)]
         try:
-            pairs[0][1].sendall(frame(b"answer"))
+            pairs[0][1].sendall(frame(b"\x00\x00answer"))
             pairs[1][1].close()
             outcome = await_answers([p[0] for p in pairs] + ["reset by the broker"], time.monotonic() + 0.2)
         finally:
@@ -238,3 +238,22 @@ class WireTests(SynchronousTestCase):
                 a.close()
                 b.close()
 
+
+
+class AnswerErrorTests(SynchronousTestCase):
+    def test_answer_error(self) -> None:
+        """An answer with error 0 serves; an error answer (a broker refusing a newcomer in words) does not."""
+        self.assertIsNone(answer_error(b"\x00\x00\x00\x00\x00\x00"))
+        self.assertEqual(answer_error(b"\x00\x0e"), "error 14 (TooManyOpenFiles)")
+        self.assertEqual(answer_error(b"\x00"), "an answer too short to hold an error code")
+
+    def test_error_answer_is_not_served(self) -> None:
+        """await_answers says which error an answer carried instead of counting it as served."""
+        a, b = socket.socketpair()
+        try:
+            b.sendall(frame(b"\x00\x0e"))
+            (outcome,) = await_answers([a], time.monotonic() + 1)
+        finally:
+            a.close()
+            b.close()
+        self.assertEqual(outcome, "error 14 (TooManyOpenFiles)")

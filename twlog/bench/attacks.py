@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from twlog.bench.healthy import FRAME_SIZE, HOST, TOPIC, call, connect, framed
 from twlog.bench.verdicts import BigFrames, Burst, HalfSent, IdleFlood, Pipelined
+from twlog.errors import error_for
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_APPENDED,
@@ -37,6 +38,7 @@ BIG_TOPIC = "big"
 UNSENT_BYTES = 64 * 1024
 #: Payload bytes of each message of the large produces (under the broker's default --max-message-bytes).
 MESSAGE_BYTES = 900_000
+FRAME_ERROR = struct.Struct(">h")
 #: What an attack calls as it goes: (done, description or None).
 Report = Callable[[float, "str | None"], object]
 
@@ -59,6 +61,8 @@ class FrameCounter:
     def __init__(self) -> None:
         self._buffer = b""
         self.frames = 0
+        #: The first whole answer's body, once it has come.
+        self.first: bytes | None = None
 
     def feed(self, data: bytes) -> int:
         """Add C{data}; the frames it completed."""
@@ -69,6 +73,8 @@ class FrameCounter:
             (size,) = unpack(buf, pos)
             if end - pos - 4 < size:
                 break
+            if self.first is None:
+                self.first = bytes(buf[pos + 4 : pos + 4 + size])
             pos += 4 + size
             self.frames += 1
         self._buffer = buf[pos:]
@@ -100,11 +106,19 @@ def await_answers(socks: Sequence[socket.socket | str], deadline: float) -> list
                     if not data:
                         outcome[i] = "closed by the broker"
                 if data and counters[i].feed(data):
-                    outcome[i] = time.monotonic()
-                if not data or isinstance(outcome[i], float):
+                    outcome[i] = answer_error(counters[i].first) or time.monotonic()
+                if not data or counters[i].frames:
                     selector.unregister(key.fileobj)
                     del counters[i]
     return outcome
+
+
+def answer_error(body: bytes | None) -> str | None:
+    """The error an answer carries (every answer starts with its int16 error code), in words; None if none."""
+    if body is None or len(body) < 2:
+        return "an answer too short to hold an error code"
+    (code,) = FRAME_ERROR.unpack_from(body)
+    return None if code == 0 else f"error {code} ({type(error_for(code)).__name__})"
 
 
 def _why(error: OSError) -> str:
@@ -254,7 +268,7 @@ def half_sent_frames(port: int, stalled: int, frame_bytes: int, produce_bytes: i
     def legitimate() -> None:
         try:
             with connect(port, hold_s + answer_timeout_s) as sock:
-                answer["sent"] = time.monotonic()
+                answer["sock"], answer["sent"] = sock, time.monotonic()
                 (result,) = codec.decode_ack_produce_response(call(sock, produce)).results
                 answer["at"], answer["error"] = time.monotonic(), result.error
         except (OSError, RuntimeError) as e:
@@ -281,6 +295,9 @@ def half_sent_frames(port: int, stalled: int, frame_bytes: int, produce_bytes: i
         for s in stallers:
             s.close()
     producer.join(1)
+    if producer.is_alive() and "sock" in answer:  # still waiting for its answer: give up on it
+        answer["sock"].close()
+        producer.join(5)
     by_broker = [s.closed_by_broker_at for s in stallers if s.closed_by_broker_at is not None]
     freed_at = min([*by_broker, *([freed_by_bench_at] if freed_by_bench_at is not None else [])], default=None)
     at = answer.get("at")
@@ -302,6 +319,7 @@ def pipelined_flood(port: int, flooders: int, requests_each: int, seconds: float
     socks = [connect(port) for _ in range(flooders)]
     sent = [0] * flooders
     counters = [FrameCounter() for _ in range(flooders)]
+    failures: list[str] = []
     began = time.monotonic()
     deadline = began + seconds
     try:
@@ -320,6 +338,11 @@ def pipelined_flood(port: int, flooders: int, requests_each: int, seconds: float
                             sent[i] += sock.send(blob[sent[i] : sent[i] + chunk])
                         except BlockingIOError:
                             pass
+                        except OSError as e:  # the broker closed us
+                            failures.append(_why(e))
+                            selector.unregister(sock)
+                            open_ -= 1
+                            continue
                         if sent[i] == len(blob):
                             selector.modify(sock, selectors.EVENT_READ, i)
                     if events & selectors.EVENT_READ:
@@ -327,6 +350,9 @@ def pipelined_flood(port: int, flooders: int, requests_each: int, seconds: float
                             data = sock.recv(1024 * 1024)
                         except BlockingIOError:
                             continue
+                        except OSError as e:
+                            data = b""
+                            failures.append(_why(e))
                         counters[i].feed(data)
                         if not data or counters[i].frames >= requests_each:
                             selector.unregister(sock)
@@ -341,7 +367,7 @@ def pipelined_flood(port: int, flooders: int, requests_each: int, seconds: float
         _close_all(socks)
     size = len(_offsets_request())
     return Pipelined(flooders, requests_each, sum(s // size for s in sent), sum(c.frames for c in counters),
-                     time.monotonic() - began)
+                     time.monotonic() - began, failures[0] if failures else None)
 
 
 def big_frames(port: int, clients: int, frame_bytes: int, frames_each: int, seconds: float,
@@ -421,9 +447,9 @@ def connection_burst(port: int, count: int, timeout_s: float, report: Report = _
                         data = sock.recv(65536)
                     except OSError:
                         data = b""
-                    if data and counters[i].feed(data):
+                    if data and counters[i].feed(data) and answer_error(counters[i].first) is None:
                         answered[i] = now - began
-                    if not data or answered[i] is not None:
+                    if not data or counters[i].frames:
                         selector.unregister(sock)
                         pending -= 1
                 report(time.monotonic() - began, f"connection burst: {sum(a is not None for a in answered):,} "

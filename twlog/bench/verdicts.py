@@ -133,11 +133,14 @@ class Pipelined:
     sent: int
     answered: int
     seconds: float
+    #: How the first flooder the broker closed was closed (the broker may close a flooder; that is no failure).
+    closed: str | None = None
 
     def figure(self) -> str:
         rate = self.answered / self.seconds if self.seconds > 0 else 0.0
-        return (f"{self.answered:,} of {self.flooders * self.requests_each:,} OFFSETS answered in "
+        text = (f"{self.answered:,} of {self.flooders * self.requests_each:,} OFFSETS answered in "
                 f"{self.seconds:.1f} s ({rate:,.0f} /s)")
+        return text if self.closed is None else f"{text}; a flooder was closed: {self.closed}"
 
     def target(self) -> str:
         return f"fetch p99 <= {P99_TARGET_S * 1e3:g} ms"
