@@ -135,7 +135,8 @@ def format_hostile_table(rows: Sequence[AttackRow], fetch_bytes: int = 64 * 1024
         f"twlog hostile-clients benchmark: a broker process per attack, loopback TCP; a healthy client (its own "
         f"process) fetches {fetch_bytes // 1024} KiB from offset 0 in a loop beside each attack",
         [Column.label("attack"), Column("healthy fetches", "count"), Column("healthy fetch p50", "ms"),
-         Column("healthy fetch p99", "ms"), Column("broker peak RSS", "MB"), Column.label("the attack's figure"),
+         Column("healthy fetch p99", "ms"), Column("healthy fetch max", "ms"), Column("broker peak RSS", "MB"),
+         Column.label("the attack's figure"),
          Column.label("target"), Column.label("result")])
     for row in rows:
         label = row.label
@@ -147,9 +148,9 @@ def format_hostile_table(rows: Sequence[AttackRow], fetch_bytes: int = 64 * 1024
             label += " " + table.footnote("the benchmark's own target (issue 21 gives none for this attack)")
         h = row.healthy
         if h.fetch_s:
-            p50, p99 = f"{h.p(.5) * 1e3:,.2f}", f"{h.p(.99) * 1e3:,.2f}"
+            p50, p99, top = (f"{h.p(fraction) * 1e3:,.2f}" for fraction in (.5, .99, 1.0))
         else:
-            p50 = p99 = table.missing("the healthy client got no answer beside this attack")
+            p50 = p99 = top = table.missing("the healthy client got no answer beside this attack")
         if row.verdict is None:
             figure = table.missing("no attack: the baseline")
             target = result = table.missing("no target for the baseline")
@@ -159,8 +160,8 @@ def format_hostile_table(rows: Sequence[AttackRow], fetch_bytes: int = 64 * 1024
         if h.errors:
             result += " " + table.footnote(f"{label}: the healthy client's fetches failed {h.errors:,} times; "
                                            f"first: {h.first_error}")
-        table.add_row(label, f"{len(h.fetch_s):,}", p50, p99, f"{row.peak_rss_bytes / 1e6:,.1f}", figure, target,
-                      result)
+        table.add_row(label, f"{len(h.fetch_s):,}", p50, p99, top, f"{row.peak_rss_bytes / 1e6:,.1f}", figure,
+                      target, result)
     table.note("(ms: milliseconds; MB = 10^6 bytes, MiB = 2^20; RSS sampled from /proc/<pid>/status every 20 ms; "
                "times in the half-sent row count from the stalled senders' start)")
     for line in notes:

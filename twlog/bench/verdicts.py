@@ -17,7 +17,7 @@ import attrs
 
 from twlog.errors import error_for
 
-#: The healthy client's fetch p99 under a pipelined flood (issue 21), also asked of the big frames.
+#: The healthy client's fetch p99 under a pipelined flood (issue 21); beside big frames, its slowest fetch.
 P99_TARGET_S = 0.050
 #: A legitimate produce is answered within this long of the request timeout freeing the budget (issue 21).
 ANSWER_MARGIN_S = 1.0
@@ -54,6 +54,12 @@ class HealthyFetches:
     @property
     def p99_met(self) -> bool:
         return bool(self.fetch_s) and self.p(0.99) <= P99_TARGET_S
+
+    @property
+    def max_met(self) -> bool:
+        """Not one fetch slower than the target: a frame that holds the broker's reactor delays one fetch of
+        a client that fetches one at a time, too few for its p99 to show."""
+        return bool(self.fetch_s) and max(self.fetch_s) <= P99_TARGET_S
 
 
 @attrs.frozen
@@ -166,10 +172,10 @@ class BigFrames:
         return text if self.failure is None else f"{text}; first failure: {self.failure}"
 
     def target(self) -> str:
-        return f"fetch p99 <= {P99_TARGET_S * 1e3:g} ms"
+        return f"fetch max <= {P99_TARGET_S * 1e3:g} ms"
 
     def passed(self, healthy: HealthyFetches) -> bool:
-        return healthy.p99_met and self.failure is None
+        return healthy.max_met and self.failure is None
 
 
 @attrs.frozen
