@@ -167,7 +167,8 @@ def idle_flood(port: int, idle: int, newcomers: int, answer_timeout_s: float, re
             if i % 50 == 0:
                 report(i, None)
         report(idle, f"idle flood: {idle:,} idle connections open; {newcomers} newcomers")
-        refused = closed_by_peer(flood, 0.5)  # the broker's own closes, before the newcomers came
+        threading.Event().wait(0.5)  # for the broker to take them all in
+        refused = closed_by_peer(flood)  # those it closed, before the newcomers came
         request = _offsets_request()
         for _ in range(newcomers):
             try:

@@ -328,7 +328,7 @@ def main_hostile(args) -> int:
     try:
         with BenchProgress() as progress:
             rows = run_attacks(args, root, progress)
-    except RuntimeError as e:
+    except (RuntimeError, OSError) as e:
         lines = str(e).strip().splitlines() or [type(e).__name__]
         print(f"twlog: bench hostile: {lines[0]}{': ' + lines[-1] if len(lines) > 1 else ''}", file=sys.stderr)
         return 1
