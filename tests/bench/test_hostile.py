@@ -183,7 +183,8 @@ class OptionTests(SynchronousTestCase):
                                           "--request-timeout-s", "1.5"])
         plans = {p.key: p for p in hostile._plans(args)}
         self.assertEqual(list(plans), ["baseline", "idle", "half-sent", "pipelined", "big-frames", "burst"])
-        self.assertEqual(plans["idle"].wanted, (("--max-connections", 31), ("--max-connections-per-ip", 36)))
+        self.assertEqual(plans["idle"].wanted, (("--max-connections", 31), ("--max-connections-per-ip", 36),
+                                                ("--reap-idle-s", "1")))
         self.assertEqual(plans["half-sent"].wanted, (("--max-buffered-request-bytes", 4 << 20),
                                                      ("--max-request-bytes", 3 << 20),
                                                      ("--request-timeout-s", "1.5")))
@@ -252,6 +253,7 @@ class AnswerErrorTests(SynchronousTestCase):
         """An answer with error 0 serves; an error answer (a broker refusing a newcomer in words) does not."""
         self.assertIsNone(answer_error(b"\x00\x00\x00\x00\x00\x00"))
         self.assertEqual(answer_error(b"\x00\x0e"), "error 14 (TooManyOpenFiles)")
+        self.assertEqual(answer_error(b"\x7f\x00"), "error 32512")  # a code this client does not know
         self.assertEqual(answer_error(b"\x00"), "an answer too short to hold an error code")
 
     def test_error_answer_is_not_served(self) -> None:

@@ -9,7 +9,7 @@ from twisted.trial.unittest import TestCase
 from tests.integration.test_cli import one_line, twlog
 
 #: Every attack, small: well under a minute in all (the half-sent frames hold for 1 + 1 + 4 s).
-TINY = ["--seconds", "2", "--answer-timeout-s", "2", "--idle-connections", "40", "--newcomers", "4",
+TINY = ["--seconds", "2", "--answer-timeout-s", "2", "--idle-connections", "40", "--newcomers", "4", "--idle-s", "1",
         "--stalled-mb", "1.5", "--produce-mb", "2", "--max-buffered-mb", "4", "--request-timeout-s", "1",
         "--flooders", "3", "--pipeline", "2000", "--big-clients", "2", "--big-frame-mb", "2", "--big-frames", "2",
         "--burst", "60"]

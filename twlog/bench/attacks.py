@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from twlog.bench.healthy import FRAME_SIZE, HOST, TOPIC, call, connect, framed
-from twlog.bench.verdicts import BigFrames, Burst, HalfSent, IdleFlood, Pipelined
-from twlog.errors import error_for
+from twlog.bench.verdicts import BigFrames, Burst, HalfSent, IdleFlood, Pipelined, error_name
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_APPENDED,
@@ -118,7 +117,7 @@ def answer_error(body: bytes | None) -> str | None:
     if body is None or len(body) < 2:
         return "an answer too short to hold an error code"
     (code,) = FRAME_ERROR.unpack_from(body)
-    return None if code == 0 else f"error {code} ({type(error_for(code)).__name__})"
+    return None if code == 0 else error_name(code)
 
 
 def _why(error: OSError) -> str:
@@ -155,10 +154,10 @@ def _close_all(socks: Sequence[socket.socket | str]) -> None:
 # -- the attacks ----------------------------------------------------------------------------------------------
 
 
-def idle_flood(port: int, idle: int, newcomers: int, answer_timeout_s: float, report: Report = _no_report
-               ) -> IdleFlood:
-    """C{idle} connections that send nothing, then C{newcomers} new clients each asking for an offset;
-    how many of those are answered within C{answer_timeout_s}, and how many idle ones the broker closed."""
+def idle_flood(port: int, idle: int, newcomers: int, idle_s: float, answer_timeout_s: float,
+               report: Report = _no_report) -> IdleFlood:
+    """C{idle} connections that send nothing, for C{idle_s}; then C{newcomers} new clients each asking for an
+    offset: how many of those are answered within C{answer_timeout_s}, and how many idle ones the broker closed."""
     flood: list[socket.socket] = []
     new: list[socket.socket | str] = []
     try:
@@ -167,7 +166,7 @@ def idle_flood(port: int, idle: int, newcomers: int, answer_timeout_s: float, re
             if i % 50 == 0:
                 report(i, None)
         report(idle, f"idle flood: {idle:,} idle connections open; {newcomers} newcomers")
-        threading.Event().wait(0.5)  # for the broker to take them all in
+        threading.Event().wait(idle_s)  # idle, and time for the broker to take them all in
         refused = closed_by_peer(flood)  # those it closed, before the newcomers came
         request = _offsets_request()
         for _ in range(newcomers):

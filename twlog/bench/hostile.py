@@ -189,10 +189,11 @@ def _plans(args) -> list[_Plan]:
     for key in args.attacks:
         if key == "idle":
             n = args.idle_connections
-            wanted = [("--max-connections", n + 1), ("--max-connections-per-ip", n + args.newcomers + 2)]
-            plans.append(_Plan(key, tuple(wanted), n, "conn", n / 100 + answer_s + 30,
+            wanted = [("--max-connections", n + 1), ("--max-connections-per-ip", n + args.newcomers + 2),
+                      ("--reap-idle-s", f"{args.idle_s / 2:g}")]
+            plans.append(_Plan(key, tuple(wanted), n, "conn", n / 100 + args.idle_s + answer_s + 30,
                                lambda port, report: attacks.idle_flood(port, args.idle_connections, args.newcomers,
-                                                                       answer_s, report)))
+                                                                       args.idle_s, answer_s, report)))
         elif key == "half-sent":
             stalled, produce = int(args.stalled_mb * MIB), int(args.produce_mb * MIB)
             wanted: list[tuple[str, object]] = []
@@ -292,7 +293,8 @@ def _settings(args) -> list[str]:
     for key in args.attacks:
         if key == "idle":
             lines.append(f"idle flood: {args.idle_connections:,} connections sending nothing, the broker's "
-                         f"--max-connections {args.idle_connections + 1:,} (them and the healthy client); then "
+                         f"--max-connections {args.idle_connections + 1:,} (them and the healthy client), for "
+                         f"{args.idle_s:g} s (the broker's --reap-idle-s, if it has it: half that); then "
                          f"{args.newcomers} newcomers each asking for an offset, answered within "
                          f"{args.answer_timeout_s:g} s or not served")
         elif key == "half-sent":

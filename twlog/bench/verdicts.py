@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from twlog.errors import error_for
+from twlog.errors import ERRORS
 
 #: The healthy client's fetch p99 under a pipelined flood (issue 21); beside big frames, its slowest fetch.
 P99_TARGET_S = 0.050
@@ -34,6 +34,11 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     rank = math.ceil(fraction * len(ordered) - 1e-9)  # the smallest value with this fraction at or below it
     return ordered[min(len(ordered), max(1, rank)) - 1]
+
+
+def error_name(code: int) -> str:
+    """A wire error code in words: C{error 3 (WrongPartition)}; a code this client does not know, bare."""
+    return f"error {code} ({ERRORS[code].__name__})" if code in ERRORS else f"error {code}"
 
 
 def _ms(seconds: float) -> str:
@@ -116,7 +121,7 @@ class HalfSent:
             return f"no answer: {self.failure or 'none in time'}"
         text = f"answered at {self.answered_since_stall_s:.2f} s"
         if self.error:
-            text += f" with error {self.error} ({type(error_for(self.error)).__name__})"
+            text += f" with {error_name(self.error)}"
         if self.freed_since_stall_s is not None:
             text += (f", {self.answered_since_stall_s - self.freed_since_stall_s:.2f} s after the {self.freed_by} "
                      f"closed a stalled sender at {self.freed_since_stall_s:.2f} s")

@@ -284,6 +284,9 @@ def _add_hostile(benches) -> None:
                     help="connections that send nothing; the broker's --max-connections is set to them plus one "
                     "(the healthy client), so they fill it")
     positive_option(group, "--newcomers", default=20, help="new clients after the idle ones")
+    group.add_argument("--idle-s", type=_positive_float, default=2.0,
+                       help="how long the idle connections sit before the newcomers come; a broker that replaces "
+                       "only connections idle for --reap-idle-s gets half of it (default: 2)")
     group = hostile.add_argument_group("half-sent frames")
     positive_option(group, "--stalled-clients", default=2, help="connections sending most of a frame, then nothing")
     group.add_argument("--stalled-mb", type=_positive_float, default=95.0,
