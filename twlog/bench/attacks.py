@@ -1,10 +1,10 @@
 # -*- test-case-name: tests.bench.test_hostile,tests.integration.test_bench_hostile -*-
 """The five attacks of C{twlog bench hostile} (the healthy client is L{twlog.bench.healthy}).
 
-Each attack (L{idle_flood}, L{half_sent_frames},
-L{pipelined_flood}, L{big_frames}, L{connection_burst}) is bounded in count and
-in time, talks only to 127.0.0.1 and closes everything it opened before it
-returns its figures (L{twlog.bench.verdicts}).
+Each attack (L{idle_flood}, L{half_sent_frames}, L{pipelined_flood}, L{big_frames}, L{connection_burst}) is
+bounded in count and in time, talks only to 127.0.0.1 and closes everything it opened before it returns its
+figures (L{twlog.bench.verdicts}).  They run in the benchmark's process, on blocking sockets in threads or on
+non-blocking ones under a selector.
 """
 
 from __future__ import annotations
