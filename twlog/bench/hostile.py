@@ -240,7 +240,8 @@ def _wait(seconds: float, report: attacks.Report) -> None:
 
 
 def run_attacks(args, root: str, progress: BenchProgress) -> list[AttackRow]:
-    """Each plan against a broker process of its own (its data under C{root}/KEY, removed after)."""
+    """Each plan against a broker process of its own (its data under C{root}/KEY, removed after unless
+    C{--dir} was given)."""
     available = broker_option_names(args.broker_source)
     rows = []
     plans = _plans(args)
@@ -264,7 +265,8 @@ def run_attacks(args, root: str, progress: BenchProgress) -> list[AttackRow]:
                 sampler.stop()
         finally:
             broker.stop()
-            shutil.rmtree(log_dir, ignore_errors=True)
+            if not args.dir:  # a --dir given is kept, each attack's broker log (broker.out) in it
+                shutil.rmtree(log_dir, ignore_errors=True)
         rows.append(AttackRow(label, fetches, verdict, sampler.peak, tuple(missing)))
         progress.log(f"{label}: done")
     return rows
