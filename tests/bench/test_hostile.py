@@ -139,6 +139,8 @@ class TableTests(SynchronousTestCase):
         self.assertIn("the healthy client got no answer beside this attack", text)
         self.assertIn("the benchmark's own target", text)
         self.assertRegex(text, r"half-sent frames \[\d\]")
+        self.assertIn("times in the half-sent row count from the stalled senders' start", text)
+        self.assertNotIn("half-sent", format_hostile_table(self.rows()[:2]).text())
 
 
 class OptionTests(SynchronousTestCase):

@@ -162,8 +162,9 @@ def format_hostile_table(rows: Sequence[AttackRow], fetch_bytes: int = 64 * 1024
                                            f"first: {h.first_error}")
         table.add_row(label, f"{len(h.fetch_s):,}", p50, p99, top, f"{row.peak_rss_bytes / 1e6:,.1f}", figure,
                       target, result)
-    table.note("(ms: milliseconds; MB = 10^6 bytes, MiB = 2^20; RSS sampled from /proc/<pid>/status every 20 ms; "
-               "times in the half-sent row count from the stalled senders' start)")
+    half_sent = any(row.label == ATTACKS["half-sent"] for row in rows)
+    table.note("(ms: milliseconds; MB = 10^6 bytes, MiB = 2^20; RSS sampled from /proc/<pid>/status every 20 ms"
+               + ("; times in the half-sent row count from the stalled senders' start)" if half_sent else ")"))
     for line in notes:
         table.note(line)
     return table
