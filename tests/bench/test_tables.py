@@ -14,11 +14,12 @@ from twlog.bench.common import BenchTable, Column
 from twlog.bench.compare import Result, render_table, summary
 from twlog.bench.crc import format_crc_table
 from twlog.bench.frames import FrameRow, format_frames_table
-from twlog.bench.hostile import PhaseRow, format_hostile_table
+from twlog.bench.hostile import BASELINE, AttackRow, format_hostile_table
 from twlog.bench.latency import FlushStats, LatencyRow, latency_table
 from twlog.bench.local import LocalRow, local_table
 from twlog.bench.rebalance import rebalance_table
 from twlog.bench.storage import StorageRow, format_storage_table
+from twlog.bench.verdicts import HealthyFetches, Pipelined
 
 
 class TableRules:
@@ -106,10 +107,10 @@ class EveryTableTests(TableRules, SynchronousTestCase):
         self.assertEqual(table.rows[1][3], "n/a [1]")  # nothing to compare with: said, not left blank
 
     def test_hostile(self) -> None:
-        rows = [PhaseRow("alone", (0.001,) * 10, (0.002,) * 10, 40_000_000),
-                PhaseRow("8 dribbling", (), (), 250_000_000, 400_000_000)]
-        text = self.assertWellFormed(format_hostile_table(rows, 268_435_456, 251_000_000, 42), 2)
-        self.assertIn("no answer in this phase", text)
+        rows = [AttackRow(BASELINE, HealthyFetches((0.002,) * 10), None, 40_000_000),
+                AttackRow("pipelined flood", HealthyFetches(()), Pipelined(2, 10, 20, 20, 1.0), 250_000_000)]
+        text = self.assertWellFormed(format_hostile_table(rows), 2)
+        self.assertIn("no answer beside this attack", text)
 
     def test_rebalance(self) -> None:
         args = argparse.Namespace(consumers=3, partitions=6, brokers=2, backoff_ms=500, runs=2,

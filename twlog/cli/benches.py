@@ -12,6 +12,7 @@ from twlog.cli.parsing import (
     Parser,
     flush_policies,
     int_list,
+    name_list,
     peer_systems,
     positive_int,
     positive_option,
@@ -140,22 +141,7 @@ def add_bench_commands(commands) -> None:
                         help="MB sent at each size, in as many frames as that takes")
     frames.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
 
-    hostile = _benchmark(
-        benches, "hostile", "a healthy client's latency while other clients dribble huge frames they never finish",
-        "Start a broker process with the default --max-buffered-request-bytes; one healthy client "
-        "produces and fetches in a loop, alone and then while --clients clients each send most of a "
-        "--frame-mb MB acknowledged produce and never finish it; print the healthy client's produce and fetch "
-        "latency (p50, p99, max) for both phases and the broker's peak RSS against the bound.",
-    )
-    positive_option(hostile, "--clients", default=8, help="dribbling clients")
-    hostile.add_argument("--frame-mb", type=positive_int, default=95,
-                         help="MiB of the frame each dribbling client announces; it sends all but the last "
-                         "64 KiB (default: 95)")
-    hostile.add_argument("--seconds", type=float, default=20.0,
-                         help="how long each phase lasts; the dribbling clients then close (default: 20)")
-    hostile.add_argument("--max-buffered-mb", type=positive_int, default=None,
-                         help="the broker's --max-buffered-request-bytes in MiB (default: the broker's default)")
-    hostile.add_argument("--dir", help="directory for the broker's data (default: a temporary one, removed after)")
+    _add_hostile(benches)
 
     _add_latency(benches)
     _add_local(benches)
@@ -257,3 +243,77 @@ def _add_local(benches) -> None:
                        help="also run twlog local from the twlog source tree DIR (e.g. a 'git worktree' of an older "
                        "commit), alternating with this one, to compare versions")
     _dir_option(local, "where the clusters keep their data")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
+    return value
+
+
+#: The attacks of C{twlog bench hostile}, in the order they run by default.
+HOSTILE_ATTACKS = ["idle", "half-sent", "pipelined", "big-frames", "burst"]
+
+
+def _add_hostile(benches) -> None:
+    """C{twlog bench hostile} (issue 21): a healthy client's fetch latency beside five attacks."""
+    hostile = _benchmark(
+        benches, "hostile", "a healthy client's fetch p50/p99 beside five attacks (idle flood, half-sent frames, "
+        "pipelined flood, big frames, connection burst), each attack's own figure against its target",
+        "For each attack, start a broker process, a healthy client (a process of its own fetching 64 KiB in a "
+        "loop) and the attack; print a table of the healthy client's fetch p50 and p99 beside each attack, the "
+        "broker's peak RSS, the attack's own figure (newcomers served, when a legitimate produce is answered, "
+        "OFFSETS answered, frames answered, connect times), its target and pass or FAIL. Every attack is bounded "
+        "in count and time and talks only to 127.0.0.1. Broker options an older broker lacks are left out and "
+        "named in a footnote.",
+    )
+    hostile.add_argument("--attacks", type=name_list("attacks", HOSTILE_ATTACKS), default=list(HOSTILE_ATTACKS),
+                         help=f"comma-separated, run in this order (default: {','.join(HOSTILE_ATTACKS)})")
+    hostile.add_argument("--seconds", type=float, default=20.0,
+                         help="the longest the pipelined flood and the big frames last (default: 20)")
+    positive_option(hostile, "--fetch-bytes", default=64 * 1024, help="bytes of each healthy fetch")
+    positive_option(hostile, "--answer-timeout-s", default=5,
+                    help="how long a newcomer, a burst's connection or the legitimate produce (once the stalled "
+                    "senders are closed) may wait for its answer, in seconds")
+    group = hostile.add_argument_group("idle flood")
+    positive_option(group, "--idle-connections", default=700,
+                    help="connections that send nothing; the broker's --max-connections is set to them plus one "
+                    "(the healthy client), so they fill it")
+    positive_option(group, "--newcomers", default=20, help="new clients after the idle ones")
+    group.add_argument("--idle-s", type=_positive_float, default=2.0,
+                       help="how long the idle connections sit before the newcomers come; a broker that replaces "
+                       "only connections idle for --reap-idle-s gets half of it (default: 2)")
+    group = hostile.add_argument_group("half-sent frames")
+    positive_option(group, "--stalled-clients", default=2, help="connections sending most of a frame, then nothing")
+    group.add_argument("--stalled-mb", type=_positive_float, default=95.0,
+                       help="MiB of each stalled frame; all but its last 64 KiB is sent (default: 95)")
+    group.add_argument("--produce-mb", type=_positive_float, default=69.0,
+                       help="MiB of the legitimate produce sent once they stall; it must not fit the budget they "
+                       "leave (default: 69, with 2 x 95 of the broker's default 256)")
+    group.add_argument("--max-buffered-mb", type=_positive_float, default=None,
+                       help="the broker's --max-buffered-request-bytes in MiB (default: the broker's)")
+    group.add_argument("--request-timeout-s", type=_positive_float, default=5.0,
+                       help="the broker's --request-timeout-s, if it has it; the target is an answer within it "
+                       "plus 1 s (default: 5)")
+    group = hostile.add_argument_group("pipelined flood")
+    positive_option(group, "--flooders", default=20, help="connections pipelining OFFSETS requests")
+    positive_option(group, "--pipeline", default=100_000, help="OFFSETS requests each flooder pipelines")
+    group.add_argument("--max-inflight", type=positive_int, default=None,
+                       help="the broker's --max-inflight-per-connection, if it has it (default: the broker's)")
+    group = hostile.add_argument_group("big frames")
+    positive_option(group, "--big-clients", default=2, help="connections sending big frames")
+    group.add_argument("--big-frame-mb", type=_positive_float, default=50.0,
+                       help="MB (10^6 bytes) of each big frame, an acknowledged produce (default: 50)")
+    positive_option(group, "--big-frames", default=4, help="big frames each of those connections sends")
+    group = hostile.add_argument_group("connection burst")
+    positive_option(group, "--burst", default=1000, help="connections started at once")
+    group.add_argument("--listen-backlog", type=positive_int, default=None,
+                       help="the broker's --listen-backlog, if it has it (default: the broker's)")
+    hostile.add_argument("--broker-source", metavar="DIR", default=None,
+                         help="run the brokers from the twlog source tree DIR (put first on their PYTHONPATH), e.g. "
+                         "a 'git worktree' of an older commit, for a before/after comparison")
+    hostile.add_argument("--dir", help="directory for the brokers' data (default: a temporary one, removed after)")
