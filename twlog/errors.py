@@ -243,7 +243,15 @@ class QueueFull(TwlogError):
 
 
 class ClientClosed(TwlogError):
-    """The producer, consumer or connection was closed before (or while) the call was made."""
+    """The producer, consumer or connection was closed before (or while) the call was made.
+
+    C{written}: the request had been written to the connection when it was closed (its outcome is unknown);
+    False when it was closed before the request could be written.
+    """
+
+    def __init__(self, message: str = "", *, written: bool = False) -> None:
+        super().__init__(message)
+        self.written = written
 
 
 class ProtocolViolation(ConnectionFailed, MalformedRequest):

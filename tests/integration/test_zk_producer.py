@@ -10,7 +10,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from tests.integration.broker import start_broker
+from tests.integration.broker import start_broker, wait_until
 from tests.integration.test_registration import node_until
 from tests.integration.zookeeper import connect, expire_session, fresh_connect_string
 from twlog.broker.service import BrokerService
@@ -225,6 +225,10 @@ class ZooKeeperProducerTests(TestCase):
         await gone.port.stopListening()
         gone.port = None
         gone.factory.disconnect_all()
+        # (once the producer has seen its connection to broker 1 go: a batch written into the dying connection
+        # would be "may be stored", rightly, which is another test's case)
+        connection = producer._pool.get(1)
+        await wait_until(lambda: connection.current is None or not connection.current.usable)
         sending = producer.send("t", b"rerouted")
         keyed = producer.send("t", b"keyed", key=key)
         await gone.registration.stop()

@@ -171,13 +171,13 @@ class BrokerConnection:
         if not self._service.running:
             return succeed(None)
         if self.current is not None and self.current.usable:
-            self.current.prepare_close(ClientClosed(f"connection to broker {self.address} was closed"))
+            self.current.prepare_close(ClientClosed(f"connection to broker {self.address} was closed", written=True))
         stopped = self._service.stopService()
 
         def abort(result: object, after: float) -> None:
             current = self.current
             if current is not None and current.transport is not None:
-                current.abort(ClientClosed(f"connection to broker {self.address} closed"))
+                current.abort(ClientClosed(f"connection to broker {self.address} closed", written=True))
                 current.transport.abortConnection()
 
         stopped.addTimeout(self.options.timeout_s, self._reactor, onTimeoutCancel=abort)

@@ -82,10 +82,13 @@ async def deliver(producer: Producer, target: TopicPartition, payloads: list[byt
                        else "the outcome of an earlier attempt was unknown")
                 raise ConnectionLost(f"{e}, after {why} ({uncertain}): it may be stored") from None
             raise
-        except ClientClosed:
+        except ClientClosed as e:
             if not producer._router.broker_left(producer._router.leader(target)):
                 raise
-            # (It may have been written before the connection was retired: it may be stored.)
+            if not e.written and uncertain is None:  # closed before the batch was written: nothing stored
+                raise ConnectionFailed(f"broker {producer._router.leader(target)} left the cluster before the batch "
+                                       f"for {target} was sent") from None
+            # (It was written before the connection was retired: it may be stored.)
             raise ConnectionLost(
                 f"broker {producer._router.leader(target)} left the cluster before the batch for {target} was sent "
                 "or answered"
