@@ -362,19 +362,30 @@ class GroupConsumer:
             self._suspicion.cancel()
         self._suspicion = None
         if state == SUSPENDED:
-            # The server expires the session after its timeout without contact: stop delivering by then,
-            # since other members may own our partitions once it has.
+            # Until the session expires its owner nodes stay, so no other member can claim our partitions:
+            # keep delivering (as Kafka's high-level consumer kept fetching).  The server expires the session
+            # after its timeout without contact: stop delivering by then, since others may own them once it has.
             self._suspicion = self._reactor.callLater(self.session_timeout_s, self._lose_session, False)
         elif state == LOST:
             self._lose_session(True)
-        elif state != CONNECTED:
-            return
-        elif self.state is GroupState.FAILED:
+        elif state == CONNECTED:
+            self._logged(Deferred.fromCoroutine(self._reconnected()), "resuming after a lost connection")
+
+    async def _reconnected(self) -> None:
+        """The session is connected again.  First commit what was consumed meanwhile: in the same session the
+        partitions are still this member's (after an expiry it has forgotten them, and commits nothing).
+        Then watch the group again, rejoin it, or retry a failed rebalance."""
+        consumption = self.rebalancer.consumption
+        if consumption.uncommitted():
+            await consumption.commit()
+        if not self.zookeeper.connected:
+            return  # lost again meanwhile: the next reconnection goes on from here
+        if self.state is GroupState.FAILED:
             self.rebalancer.request()  # a rebalance may have failed for want of a connection
         elif self.state is GroupState.STABLE:
-            self._logged(self.rebalancer.rewatch(), "watching the group")  # the watch went with the connection
+            await self.rebalancer.rewatch()  # the watch went with the connection
         elif self.state is GroupState.SESSION_LOST:
-            self._logged(Deferred.fromCoroutine(self._rejoin()), "rejoining")
+            await self._rejoin()
 
     def _logged(self, d: Deferred, what: str) -> None:
         d.addErrback(lambda f: self._log.failure("consumer {consumer}: {what} failed", f, consumer=self.consumer_id,
@@ -401,8 +412,8 @@ class GroupConsumer:
             self.rebalancer.rejoined()
 
     def _autocommit_tick(self) -> Deferred[None] | None:
-        if self.state is not GroupState.STABLE:
-            return None
+        if self.state is not GroupState.STABLE or not self.zookeeper.connected:
+            return None  # (out of touch: the offsets are committed first thing when the session is back)
         return self.commit().addErrback(lambda f: self._log.failure("autocommit failed", f))
 
     # -- closing --------------------------------------------------------------------------
@@ -426,6 +437,8 @@ class GroupConsumer:
             await self._bounded(self.when_stable())
         if previous is not GroupState.SESSION_LOST and self._subscription and self.zookeeper.connected:
             await self._bounded(Deferred.fromCoroutine(self._leave(owned)))
+        elif owned and self.zookeeper.connected:  # out of touch, then back in the same session: still its own
+            await self._bounded(Deferred.fromCoroutine(consumption.commit(owned)))
         consumption.owned = {}
         await consumption.closed()
         if self._own_session and self._started:
@@ -433,7 +446,14 @@ class GroupConsumer:
 
     async def _leave(self, owned) -> None:
         """Commit, release the owner nodes, deregister."""
-        await self.rebalancer.consumption.commit(owned)
+        consumption = self.rebalancer.consumption
+        await consumption.commit(owned)
+        uncommitted = consumption.uncommitted()
+        if uncommitted:  # leaving anyway: the next owner delivers these partitions again from the last commit
+            self._log.warn("consumer {consumer} closing without committing {partitions}: they will be delivered "
+                           "again from their last committed offset", consumer=self.consumer_id,
+                           partitions=partition_ranges(p.tp for p in uncommitted))
+            consumption.forget()
         await self.rebalancer.release()
         await deregister_member(self.zookeeper, self.group, self.consumer_id)
 
