@@ -13,7 +13,9 @@ with jitter and tries again, at most C{rebalance_max_retries} times; then the
 streams raise L{RebalanceFailed}.  A consumer delivers a partition's messages
 only while it holds its owner node, so no partition is consumed by two members
 of a group at once, and offsets are committed before ownership is released:
-delivery is at-least-once, in order within a partition.
+delivery is at-least-once, in order within a partition.  Offsets are written
+only in the session that claimed the partitions, and first thing when a lost
+connection comes back (docs/coordination.md, "Through a ZooKeeper loss").
 
 Each time the partitions a member reads change (a rebalance ends with others,
 the session is lost, a rebalance fails), it logs one info line
@@ -156,9 +158,12 @@ class GroupConsumer:
     @param max_wait_ms: how long the broker holds a fetch that found no data
         (and so the longest a partition whose full stream drained waits to be
         fetched again, when another fetch is held on its broker).
-    @param session_timeout_s: the ZooKeeper session timeout; out of touch with
-        ZooKeeper this long, the consumer stops delivering (others may own its
-        partitions by then) until it has rejoined.
+    @param session_timeout_s: the ZooKeeper session timeout.  Disconnected, the
+        consumer keeps delivering (its owner nodes are its own until the session
+        expires); out of touch this long, it stops (others may own its partitions
+        by then) until it has rejoined.  When the session is back it first commits
+        what it delivered meanwhile; after an expiry it commits nothing of the old
+        session.
     @param on_corrupt: C{"fail"}: a corrupt message is raised by its stream, in its partition's
         place after the messages before it (L{twlog.storage.message.CorruptMessage}, naming the
         offsets), and the partition is not fetched any more; C{"skip"}: it is logged with its
