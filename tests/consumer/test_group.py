@@ -605,19 +605,25 @@ class ZooKeeperLossTests(GroupTestCase):
         return [(op, p) for op, p in zk.operations if p == path and op in ("set", "create")]
 
     def test_commits_first_when_the_connection_is_back(self) -> None:
-        """Disconnected, the member keeps delivering and tries no commit; reconnected, its first request is the
-        commit of what it delivered meanwhile, before it reads the group again."""
+        """Disconnected, the member hands nothing out (it could not commit it) and tries no commit; fetched
+        messages wait in the stream.  Reconnected, its first request is the commit of what it handed out before
+        the loss, before it reads the group again; then the waiting messages are handed out."""
         consumer, streams = self.joined(auto_commit_interval_ms=1000)
         [stream] = streams["t"]
+        self.consume(consumer, stream, upto=2)  # consumed 20, not committed yet
         self.zk.suspend()
         self.zk.operations.clear()
-        self.consume(consumer, stream, upto=2)  # still delivering: its owner nodes are its own until expiry
+        owned = self.fetchers[0].partitions[0]
+        stream.deliver(owned, (MessageAndOffset(20, 30, b"z"),))  # fetching goes on
+        waiting = stream.__anext__()
         self.clock.advance(3)  # three autocommit periods, out of touch
-        self.assertEqual(self.zk.operations, [])
+        self.assertNoResult(waiting)
+        self.assertEqual((self.zk.operations, stream.queued, owned.consumed), ([], 1, 20))
         self.zk.reconnect()
         self.assertEqual(self.zk.operations[0], ("set", paths.offset_path("g", "t", "0-0")))
         self.assertIn(("children", paths.consumer_ids_path("g")), self.zk.operations[1:])
         self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"20")
+        self.assertEqual(self.successResultOf(waiting).offset, 20)
         self.assertIs(consumer.state, S.STABLE)
 
     def test_out_of_touch_then_the_same_session(self) -> None:

@@ -13,9 +13,10 @@ with jitter and tries again, at most C{rebalance_max_retries} times; then the
 streams raise L{RebalanceFailed}.  A consumer delivers a partition's messages
 only while it holds its owner node, so no partition is consumed by two members
 of a group at once, and offsets are committed before ownership is released:
-delivery is at-least-once, in order within a partition.  Offsets are written
-only in the session that claimed the partitions, and first thing when a lost
-connection comes back (docs/coordination.md, "Through a ZooKeeper loss").
+delivery is at-least-once, in order within a partition.  A member hands
+messages out only while connected, writes offsets only in the session that
+claimed the partitions, and commits first thing when a lost connection comes
+back (docs/coordination.md, "Through a ZooKeeper loss").
 
 Each time the partitions a member reads change (a rebalance ends with others,
 the session is lost, a rebalance fails), it logs one info line
@@ -159,11 +160,11 @@ class GroupConsumer:
         (and so the longest a partition whose full stream drained waits to be
         fetched again, when another fetch is held on its broker).
     @param session_timeout_s: the ZooKeeper session timeout.  Disconnected, the
-        consumer keeps delivering (its owner nodes are its own until the session
-        expires); out of touch this long, it stops (others may own its partitions
-        by then) until it has rejoined.  When the session is back it first commits
-        what it delivered meanwhile; after an expiry it commits nothing of the old
-        session.
+        consumer hands nothing out (it could not commit it) but goes on fetching;
+        out of touch this long, it stops fetching and drops what it fetched (others
+        may own its partitions by then) until it has rejoined.  When the session is
+        back it first commits, then hands messages out again; after an expiry it
+        commits nothing of the old session.
     @param on_corrupt: C{"fail"}: a corrupt message is raised by its stream, in its partition's
         place after the messages before it (L{twlog.storage.message.CorruptMessage}, naming the
         offsets), and the partition is not fetched any more; C{"skip"}: it is logged with its
@@ -367,9 +368,12 @@ class GroupConsumer:
             self._suspicion.cancel()
         self._suspicion = None
         if state == SUSPENDED:
-            # Until the session expires its owner nodes stay, so no other member can claim our partitions:
-            # keep delivering (as Kafka's high-level consumer kept fetching).  The server expires the session
-            # after its timeout without contact: stop delivering by then, since others may own them once it has.
+            # Hand nothing out while disconnected: what is handed out now cannot be committed, and if the session
+            # expires before it is back, the next owner delivers it again.  Fetching goes on (as Kafka's
+            # high-level consumer kept fetching), so the queued messages are handed out at once if it is back.
+            self.rebalancer.consumption.pause()
+            # The server expires the session after its timeout without contact: stop fetching and drop what was
+            # fetched by then, since other members may own our partitions once it has.
             self._suspicion = self._reactor.callLater(self.session_timeout_s, self._lose_session, False)
         elif state == LOST:
             self._lose_session(True)
@@ -377,14 +381,16 @@ class GroupConsumer:
             self._logged(Deferred.fromCoroutine(self._reconnected()), "resuming after a lost connection")
 
     async def _reconnected(self) -> None:
-        """The session is connected again.  First commit what was consumed meanwhile: in the same session the
-        partitions are still this member's (after an expiry it has forgotten them, and commits nothing).
-        Then watch the group again, rejoin it, or retry a failed rebalance."""
+        """The session is connected again.  First commit what was consumed and not committed before the loss: in
+        the same session the partitions are still this member's (after an expiry it has forgotten them, and
+        commits nothing).  Then hand messages out again, and watch the group again, rejoin it, or retry a
+        failed rebalance."""
         consumption = self.rebalancer.consumption
         if consumption.uncommitted():
             await consumption.commit()
         if not self.zookeeper.connected:
             return  # lost again meanwhile: the next reconnection goes on from here
+        consumption.resume()
         if self.state is GroupState.FAILED:
             self.rebalancer.request()  # a rebalance may have failed for want of a connection
         elif self.state is GroupState.STABLE:

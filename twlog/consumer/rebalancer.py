@@ -183,6 +183,18 @@ class Consumption:
             if p.tp == partition and (p.consumed is None or next_offset > p.consumed):
                 p.consumed = next_offset
 
+    def pause(self) -> None:
+        """Hand nothing out (fetching goes on, into the bounded queues) until L{resume}."""
+        for streams in self._streams.values():
+            for stream in streams:
+                stream.pause()
+
+    def resume(self) -> None:
+        """Hand messages out again."""
+        for streams in self._streams.values():
+            for stream in streams:
+                stream.resume()
+
     def set_error(self, error: Exception | None) -> None:
         """Every stream raises C{error} once (None: forget an error not raised yet)."""
         for streams in self._streams.values():
@@ -270,7 +282,8 @@ class Rebalancer:
         C{expired}: the session is gone, and its owner nodes with it: the consumed offsets are forgotten
         (another member may own those partitions now; writing them could move its offsets either way).
         Otherwise (out of touch for the session timeout: it may have expired, or not) they are kept, and
-        L{GroupConsumer} commits them first if the same session comes back, when they are still its own.
+        L{GroupConsumer} commits them first if the same session comes back, when they are still its own
+        (it handed nothing out since the connection was lost: see L{Consumption.pause}).
         @return: whether the member moved (False: it was SESSION_LOST already).
         """
         if expired:
