@@ -690,6 +690,24 @@ class ZooKeeperLossTests(GroupTestCase):
         self.assertIsNone(self.value(paths.offset_path("g", "t", "0-0")))
         self.assertIs(consumer.state, S.STABLE)
 
+    def test_acknowledged_while_out_of_touch(self) -> None:
+        """With manual offsets, a message handed out before the loss and acknowledged while the member is out of
+        touch (its target answered late) is committed when the same session is back; after an expiry such an
+        acknowledgement is ignored."""
+        consumer, streams = self.joined(manual_offsets=True)
+        [stream] = streams["t"]
+        self.consume(consumer, stream, upto=2)  # handed out, not acknowledged yet
+        [partition] = [tp for tp in consumer.rebalancer.consumption.owned if tp.name == "0-0"]
+        self.zk.suspend()
+        self.clock.advance(6)  # SESSION_LOST, the offsets kept
+        consumer.acknowledge_offset(partition, 20)
+        self.zk.reconnect()
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"20")
+        self.zk.expire()
+        consumer.acknowledge_offset(partition, 30)
+        self.zk.reconnect()
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"20")
+
     def test_rebalance_while_disconnected_keeps_the_offsets(self) -> None:
         """A rebalance that runs while ZooKeeper is out of reach cannot commit, so it releases nothing and
         forgets no offset: reconnected, the member commits them first, and fetches from there."""

@@ -178,10 +178,15 @@ class Consumption:
 
     def acknowledge(self, partition: TopicPartition, next_offset: int) -> None:
         """With C{manual_offsets}: everything of C{partition} before C{next_offset} is done, so commits may
-        write C{next_offset} while this generation owns it (a lower one is ignored)."""
-        for p in self.active():
-            if p.tp == partition and (p.consumed is None or next_offset > p.consumed):
-                p.consumed = next_offset
+        write C{next_offset} while this generation owns it (a lower one is ignored).
+
+        A partition that stopped being delivered but is still held (out of touch with ZooKeeper, or a
+        rebalance that has not committed yet) takes it too: it was handed out while owned, and is committed
+        if the same session comes back; after an expiry the partitions are forgotten and it is ignored.
+        """
+        p = self.owned.get(partition)
+        if p is not None and (p.consumed is None or next_offset > p.consumed):
+            p.consumed = next_offset
 
     def pause(self) -> None:
         """Hand nothing out (fetching goes on, into the bounded queues) until L{resume}."""
@@ -485,6 +490,8 @@ class Rebalancer:
             mostly): the partitions and their nodes are kept, so that the offsets are written, while still
             owned, before the next attempt releases them.
         """
+        if self.consumption.uncommitted():  # (acknowledged since the commit, with manual offsets) commit once more
+            await self.consumption.commit()
         uncommitted = self.consumption.uncommitted()
         if uncommitted:
             raise UncommittedOffsets(f"the offsets of {len(uncommitted)} partition(s) are not committed yet")
