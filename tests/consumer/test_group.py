@@ -586,3 +586,143 @@ class AssignmentReportTests(GroupTestCase):
             "now reading t:0-0..0-3 (4 partitions)",  # e left
             "now reading no partitions, gave up t:0-0..0-3 (the ZooKeeper session was lost)",
         ])
+
+
+class ZooKeeperLossTests(GroupTestCase):
+    """Offsets through a lost connection or session: committed first thing when the same session is back,
+    never written after the session expired (another member may own the partitions by then)."""
+
+    def consume(self, consumer: GroupConsumer, stream, name: str = "0-0", upto: int = 2) -> None:
+        """Deliver C{upto} messages of 10 bytes to partition C{name} and take them (consumed: upto * 10)."""
+        owned = consumer.rebalancer.consumption.owned[next(tp for tp in consumer.rebalancer.consumption.owned
+                                                          if tp.name == name)]
+        stream.deliver(owned, tuple(MessageAndOffset(n * 10, n * 10 + 10, b"x") for n in range(upto)))
+        for _ in range(upto):
+            self.successResultOf(stream.__anext__())
+
+    def offset_writes(self, zk: FakeZooKeeper, name: str = "0-0") -> list[tuple[str, str]]:
+        path = paths.offset_path("g", "t", name)
+        return [(op, p) for op, p in zk.operations if p == path and op in ("set", "create")]
+
+    def test_commits_first_when_the_connection_is_back(self) -> None:
+        """Disconnected, the member hands nothing out (it could not commit it) and tries no commit; fetched
+        messages wait in the stream.  Reconnected, its first request is the commit of what it handed out before
+        the loss, before it reads the group again; then the waiting messages are handed out."""
+        consumer, streams = self.joined(auto_commit_interval_ms=1000)
+        [stream] = streams["t"]
+        self.consume(consumer, stream, upto=2)  # consumed 20, not committed yet
+        self.zk.suspend()
+        self.zk.operations.clear()
+        owned = self.fetchers[0].partitions[0]
+        stream.deliver(owned, (MessageAndOffset(20, 30, b"z"),))  # fetching goes on
+        waiting = stream.__anext__()
+        self.clock.advance(3)  # three autocommit periods, out of touch
+        self.assertNoResult(waiting)
+        self.assertEqual((self.zk.operations, stream.queued, owned.consumed), ([], 1, 20))
+        self.zk.reconnect()
+        self.assertEqual(self.zk.operations[0], ("set", paths.offset_path("g", "t", "0-0")))
+        self.assertIn(("children", paths.consumer_ids_path("g")), self.zk.operations[1:])
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"20")
+        self.assertEqual(self.successResultOf(waiting).offset, 20)
+        self.assertIs(consumer.state, S.STABLE)
+
+    def test_out_of_touch_then_the_same_session(self) -> None:
+        """Out of touch for the session timeout: it stops delivering and drops what was queued, but keeps the
+        consumed offsets; the same session back, they are committed before it rebalances, and fetching
+        resumes there."""
+        consumer, streams = self.joined()
+        [stream] = streams["t"]
+        self.consume(consumer, stream, upto=3)
+        self.zk.suspend()
+        stream.deliver(self.fetchers[0].partitions[1], (MessageAndOffset(0, 10, b"y"),))
+        self.clock.advance(6)
+        self.assertIs(consumer.state, S.SESSION_LOST)
+        self.assertEqual((consumer.owned(), stream.queued), ({}, 0))
+        self.zk.operations.clear()
+        self.zk.reconnect()
+        self.assertEqual(self.zk.operations[0], ("set", paths.offset_path("g", "t", "0-0")))
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"30")
+        self.assertIs(consumer.state, S.STABLE)
+        offsets = {p.name: p.fetch_offset for p in self.fetchers[-1].partitions}
+        self.assertEqual(offsets, {"0-0": 30, "0-1": None, "0-2": None, "0-3": None})
+
+    def test_nothing_committed_after_expiry(self) -> None:
+        """Out of touch, then its session expired: the partitions went to the other member, which commits its
+        own offsets.  Back in a new session the member writes none of the offsets it consumed before: it
+        rejoins and fetches from what the other member committed."""
+        a, streams = self.joined("a")
+        [stream] = streams["t"]
+        other = FakeZooKeeper(self.server)
+        other.start()
+        b = self.consumer("b", zk=other)
+        [b_stream] = self.successResultOf(b.create_message_streams({"t": 1}))["t"]
+        self.assertEqual(sorted(a.owned()["t"]), ["0-0", "0-1"])
+        self.consume(a, stream, upto=3)  # consumed 30, not committed
+        self.zk.suspend()
+        self.clock.advance(6)  # out of touch for the session timeout: stops, keeps the offsets
+        self.zk.expire()  # and the server expires the session: a's owner nodes go; b takes everything
+        self.assertEqual(sorted(b.owned()["t"]), ["0-0", "0-1", "0-2", "0-3"])
+        self.consume(b, b_stream, upto=1)
+        self.successResultOf(b.commit())
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"10")
+        self.zk.operations.clear()
+        self.zk.reconnect()  # a new session: a rejoins, and b hands 0-0..0-1 back
+        self.successResultOf(a.commit())
+        self.assertIs(a.state, S.STABLE)
+        self.assertEqual(sorted(a.owned()["t"]), ["0-0", "0-1"])
+        self.assertEqual(self.offset_writes(self.zk), [])
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"10")
+        self.assertEqual({p.name: p.fetch_offset for p in self.fetchers[-1].partitions if p.name == "0-0"},
+                         {"0-0": 10})
+
+    def test_expired_while_disconnected(self) -> None:
+        """The session expires before the member noticed it was out of touch too long: nothing of the old
+        session is committed either."""
+        consumer, streams = self.joined()
+        [stream] = streams["t"]
+        self.consume(consumer, stream, upto=2)
+        self.zk.suspend()
+        self.clock.advance(2)
+        self.zk.expire()
+        self.zk.operations.clear()
+        self.zk.reconnect()
+        self.assertEqual(self.offset_writes(self.zk), [])
+        self.assertIsNone(self.value(paths.offset_path("g", "t", "0-0")))
+        self.assertIs(consumer.state, S.STABLE)
+
+    def test_acknowledged_while_out_of_touch(self) -> None:
+        """With manual offsets, a message handed out before the loss and acknowledged while the member is out of
+        touch (its target answered late) is committed when the same session is back; after an expiry such an
+        acknowledgement is ignored."""
+        consumer, streams = self.joined(manual_offsets=True)
+        [stream] = streams["t"]
+        self.consume(consumer, stream, upto=2)  # handed out, not acknowledged yet
+        [partition] = [tp for tp in consumer.rebalancer.consumption.owned if tp.name == "0-0"]
+        self.zk.suspend()
+        self.clock.advance(6)  # SESSION_LOST, the offsets kept
+        consumer.acknowledge_offset(partition, 20)
+        self.zk.reconnect()
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"20")
+        self.zk.expire()
+        consumer.acknowledge_offset(partition, 30)
+        self.zk.reconnect()
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"20")
+
+    def test_rebalance_while_disconnected_keeps_the_offsets(self) -> None:
+        """A rebalance that runs while ZooKeeper is out of reach cannot commit, so it releases nothing and
+        forgets no offset: reconnected, the member commits them first, and fetches from there."""
+        consumer, streams = self.joined()
+        [stream] = streams["t"]
+        self.consume(consumer, stream, upto=2)
+        self.zk.suspend()
+        consumer.rebalancer.request()  # as a change seen just before the connection dropped
+        for _ in range(4):
+            self.clock.advance(1)
+        self.assertIs(consumer.state, S.FAILED)
+        self.zk.operations.clear()
+        self.zk.reconnect()
+        self.assertEqual(self.zk.operations[0], ("set", paths.offset_path("g", "t", "0-0")))
+        self.assertIs(consumer.state, S.STABLE)
+        self.assertEqual(self.value(paths.offset_path("g", "t", "0-0")), b"20")
+        self.assertEqual({p.name: p.fetch_offset for p in self.fetchers[-1].partitions if p.name == "0-0"},
+                         {"0-0": 20})

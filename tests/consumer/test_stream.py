@@ -62,6 +62,29 @@ class GroupStreamTests(SynchronousTestCase):
         self.assertNoResult(self.stream.__anext__())
         self.assertEqual(self.owned.consumed, 0)
 
+    def test_paused(self) -> None:
+        """Paused, a stream hands nothing out, to calls waiting or new, and its partition's consumed offset stays;
+        fetched messages are queued (and count against the bound); resumed, the waiting calls get them first, in
+        order."""
+        self.stream.pause()
+        waiting = self.stream.__anext__()
+        self.stream.deliver(self.owned, messages([b"a", b"b"]))
+        later = self.stream.__anext__()
+        self.assertNoResult(waiting)
+        self.assertNoResult(later)
+        self.assertEqual((self.stream.queued, self.owned.consumed), (2, 0))
+        self.stream.resume()
+        self.assertEqual((self.successResultOf(waiting).payload, self.successResultOf(later).payload), (b"a", b"b"))
+        self.assertEqual(self.stream.queued, 0)
+        consumed = self.owned.consumed
+        self.stream.pause()
+        batch = messages([b"c"], consumed)
+        self.stream.deliver(self.owned, batch)
+        waiting = self.stream.__anext__()
+        self.assertEqual(self.owned.consumed, consumed)
+        self.stream.resume()
+        self.assertEqual((self.successResultOf(waiting).payload, self.owned.consumed), (b"c", batch[-1].next_offset))
+
     def test_error_raised_once(self) -> None:
         """A failed rebalance is raised once (to the waiting call), and later calls wait again."""
         waiting = self.stream.__anext__()

@@ -97,7 +97,7 @@ class ConsumerOptionTests(SynchronousTestCase):
         consumption.acknowledge(TopicPartition("t", "0-0"), 6)
         consumption.acknowledge(TopicPartition("t", "0-1"), 99)
         self.assertEqual(owned.consumed, 12)
-        owned.active = False  # a later generation owns it now
+        consumption.owned = {}  # released: a later generation, or another member, owns it now
         consumption.acknowledge(TopicPartition("t", "0-0"), 24)
         self.assertEqual(owned.consumed, 12)
 

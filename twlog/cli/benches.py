@@ -116,6 +116,24 @@ def add_bench_commands(commands) -> None:
     rebalance.add_argument("--scenario", type=scenarios, default=["start", "join"],
                            help="comma-separated: start (all join at once), join (default: start,join)")
 
+    outage = subcommand(
+        benches, "zk-outage", "twlog.bench.zk_outage:main_zk_outage",
+        "messages a consumer group delivers twice when ZooKeeper is stopped for a while (local ZooKeeper)",
+        "Start a local ZooKeeper, an in-process broker and two group members reading a topic that a producer "
+        "writes at a steady rate; stop ZooKeeper for each outage length in turn and start it again; print the "
+        "messages produced, delivered, delivered twice and never delivered.",
+    )
+    outage.add_argument("--outages", type=int_list, default=[20, 60],
+                        help="comma-separated outage lengths in seconds, one run each (default: 20,60)")
+    positive_option(outage, "--rate", default=1000, help="messages produced a second")
+    outage.add_argument("--session-timeout-s", type=float, default=6.0,
+                        help="the members' and the broker's ZooKeeper session timeout (default: 6, the members' "
+                        "default)")
+    outage.add_argument("--before-s", type=float, default=8.0,
+                        help="seconds of traffic before ZooKeeper stops (default: 8)")
+    outage.add_argument("--after-s", type=float, default=8.0,
+                        help="seconds of traffic after it is back, before the producer stops (default: 8)")
+
     spark = _benchmark(
         benches, "spark", "Spark batch reads of a topic (count and Parquet) beside Spark's JSON-lines reader",
         "Write N messages to a broker process and as JSON lines, then time a local[2] Spark session "

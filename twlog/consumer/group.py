@@ -13,7 +13,10 @@ with jitter and tries again, at most C{rebalance_max_retries} times; then the
 streams raise L{RebalanceFailed}.  A consumer delivers a partition's messages
 only while it holds its owner node, so no partition is consumed by two members
 of a group at once, and offsets are committed before ownership is released:
-delivery is at-least-once, in order within a partition.
+delivery is at-least-once, in order within a partition.  A member hands
+messages out only while connected, writes offsets only in the session that
+claimed the partitions, and commits first thing when a lost connection comes
+back (docs/coordination.md, "Through a ZooKeeper loss").
 
 Each time the partitions a member reads change (a rebalance ends with others,
 the session is lost, a rebalance fails), it logs one info line
@@ -156,9 +159,12 @@ class GroupConsumer:
     @param max_wait_ms: how long the broker holds a fetch that found no data
         (and so the longest a partition whose full stream drained waits to be
         fetched again, when another fetch is held on its broker).
-    @param session_timeout_s: the ZooKeeper session timeout; out of touch with
-        ZooKeeper this long, the consumer stops delivering (others may own its
-        partitions by then) until it has rejoined.
+    @param session_timeout_s: the ZooKeeper session timeout.  Disconnected, the
+        consumer hands nothing out (it could not commit it) but goes on fetching;
+        out of touch this long, it stops fetching and drops what it fetched (others
+        may own its partitions by then) until it has rejoined.  When the session is
+        back it first commits, then hands messages out again; after an expiry it
+        commits nothing of the old session.
     @param on_corrupt: C{"fail"}: a corrupt message is raised by its stream, in its partition's
         place after the messages before it (L{twlog.storage.message.CorruptMessage}, naming the
         offsets), and the partition is not fetched any more; C{"skip"}: it is logged with its
@@ -362,19 +368,35 @@ class GroupConsumer:
             self._suspicion.cancel()
         self._suspicion = None
         if state == SUSPENDED:
-            # The server expires the session after its timeout without contact: stop delivering by then,
-            # since other members may own our partitions once it has.
+            # Hand nothing out while disconnected: what is handed out now cannot be committed, and if the session
+            # expires before it is back, the next owner delivers it again.  Fetching goes on (as Kafka's
+            # high-level consumer kept fetching), so the queued messages are handed out at once if it is back.
+            self.rebalancer.consumption.pause()
+            # The server expires the session after its timeout without contact: stop fetching and drop what was
+            # fetched by then, since other members may own our partitions once it has.
             self._suspicion = self._reactor.callLater(self.session_timeout_s, self._lose_session, False)
         elif state == LOST:
             self._lose_session(True)
-        elif state != CONNECTED:
-            return
-        elif self.state is GroupState.FAILED:
+        elif state == CONNECTED:
+            self._logged(Deferred.fromCoroutine(self._reconnected()), "resuming after a lost connection")
+
+    async def _reconnected(self) -> None:
+        """The session is connected again.  First commit what was consumed and not committed before the loss: in
+        the same session the partitions are still this member's (after an expiry it has forgotten them, and
+        commits nothing).  Then hand messages out again, and watch the group again, rejoin it, or retry a
+        failed rebalance."""
+        consumption = self.rebalancer.consumption
+        if consumption.uncommitted():
+            await consumption.commit()
+        if not self.zookeeper.connected:
+            return  # lost again meanwhile: the next reconnection goes on from here
+        consumption.resume()
+        if self.state is GroupState.FAILED:
             self.rebalancer.request()  # a rebalance may have failed for want of a connection
         elif self.state is GroupState.STABLE:
-            self._logged(self.rebalancer.rewatch(), "watching the group")  # the watch went with the connection
+            await self.rebalancer.rewatch()  # the watch went with the connection
         elif self.state is GroupState.SESSION_LOST:
-            self._logged(Deferred.fromCoroutine(self._rejoin()), "rejoining")
+            await self._rejoin()
 
     def _logged(self, d: Deferred, what: str) -> None:
         d.addErrback(lambda f: self._log.failure("consumer {consumer}: {what} failed", f, consumer=self.consumer_id,
@@ -401,8 +423,8 @@ class GroupConsumer:
             self.rebalancer.rejoined()
 
     def _autocommit_tick(self) -> Deferred[None] | None:
-        if self.state is not GroupState.STABLE:
-            return None
+        if self.state is not GroupState.STABLE or not self.zookeeper.connected:
+            return None  # (out of touch: the offsets are committed first thing when the session is back)
         return self.commit().addErrback(lambda f: self._log.failure("autocommit failed", f))
 
     # -- closing --------------------------------------------------------------------------
@@ -426,6 +448,8 @@ class GroupConsumer:
             await self._bounded(self.when_stable())
         if previous is not GroupState.SESSION_LOST and self._subscription and self.zookeeper.connected:
             await self._bounded(Deferred.fromCoroutine(self._leave(owned)))
+        elif owned and self.zookeeper.connected:  # out of touch, then back in the same session: still its own
+            await self._bounded(Deferred.fromCoroutine(consumption.commit(owned)))
         consumption.owned = {}
         await consumption.closed()
         if self._own_session and self._started:
@@ -433,7 +457,14 @@ class GroupConsumer:
 
     async def _leave(self, owned) -> None:
         """Commit, release the owner nodes, deregister."""
-        await self.rebalancer.consumption.commit(owned)
+        consumption = self.rebalancer.consumption
+        await consumption.commit(owned)
+        uncommitted = consumption.uncommitted()
+        if uncommitted:  # leaving anyway: the next owner delivers these partitions again from the last commit
+            self._log.warn("consumer {consumer} closing without committing {partitions}: they will be delivered "
+                           "again from their last committed offset", consumer=self.consumer_id,
+                           partitions=partition_ranges(p.tp for p in uncommitted))
+            consumption.forget()
         await self.rebalancer.release()
         await deregister_member(self.zookeeper, self.group, self.consumer_id)
 

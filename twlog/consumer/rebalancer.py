@@ -72,6 +72,10 @@ GROUP_MOVES: dict[GroupState, set[GroupState]] = {
 _SETTLED = (GroupState.STABLE, GroupState.FAILED, GroupState.CLOSED)
 
 
+class UncommittedOffsets(Exception):
+    """Owner nodes are not released while offsets consumed from their partitions are not written."""
+
+
 class Superseded(Exception):
     """The rebalance's generation is over (the session was lost, the consumer closed, or a newer attempt began)."""
 
@@ -84,6 +88,8 @@ class Consumption:
         (L{twlog.consumer.stream.BrokerFetcher.connect} with the member's options).
     """
 
+    _log = Logger()
+
     def __init__(self, zk: IZooKeeper, group: str, streams: dict[str, list[GroupStream]],
                  fetcher_factory: Callable[..., object]) -> None:
         self._zk = zk
@@ -94,6 +100,8 @@ class Consumption:
         self.owned: dict[TopicPartition, OwnedPartition] = {}
         #: The fetch loops of this generation.
         self.fetchers: list = []
+        #: The session in which this generation's partitions were claimed (their offsets are written only in it).
+        self.session: int | None = None
         self._closing: set[Deferred] = set()
 
     def active(self) -> list[OwnedPartition]:
@@ -124,6 +132,7 @@ class Consumption:
               layout: ClusterLayout) -> None:
         """Fetch each partition of C{plan} (partition -> stream id) from its committed offset, one loop per
         leader (as C{layout} says)."""
+        self.session = self._zk.session_id
         by_id = {(s.topic, s.stream_id): s for streams in self._streams.values() for s in streams}
         by_broker: dict[int, list[OwnedPartition]] = {}
         for tp, stream_id in sorted(plan.items()):
@@ -136,22 +145,60 @@ class Consumption:
             fetcher.start()
 
     async def commit(self, partitions: list[OwnedPartition] | None = None) -> None:
-        """Write the consumed offset of C{partitions} (default: all of this generation) where it moved."""
+        """Write the consumed offset of C{partitions} (default: all of this generation) where it moved.
+
+        Only in the session that claimed them: after an expiry their owner nodes are gone and another member
+        may own them, so nothing is written (and they are forgotten).  A write that fails leaves the partition
+        L{uncommitted}.
+        """
         if partitions is None:
             partitions = list(self.owned.values())
+        if self._zk.session_id is None or self._zk.session_id != self.session:
+            if self.owned:
+                self._log.info("group {group}: not committing {count} partition(s) claimed in an expired session",
+                               group=self.group, count=len(self.owned))
+            self.forget()
+            return
         due = [(p, p.consumed) for p in partitions if p.consumed is not None and p.consumed != p.committed]
+        if not due:
+            return
         written = await write_offsets(self._zk, self.group,
                                       [(p.tp, v) for p, v in due])
         for (p, value), ok in zip(due, written):
             if ok:
                 p.committed = value
 
+    def uncommitted(self) -> list[OwnedPartition]:
+        """This generation's partitions whose consumed offset is not written yet."""
+        return [p for p in self.owned.values() if p.consumed is not None and p.consumed != p.committed]
+
+    def forget(self) -> None:
+        """The session that claimed this generation's partitions expired: forget them and their offsets."""
+        self.owned = {}
+
     def acknowledge(self, partition: TopicPartition, next_offset: int) -> None:
         """With C{manual_offsets}: everything of C{partition} before C{next_offset} is done, so commits may
-        write C{next_offset} while this generation owns it (a lower one is ignored)."""
-        for p in self.active():
-            if p.tp == partition and (p.consumed is None or next_offset > p.consumed):
-                p.consumed = next_offset
+        write C{next_offset} while this generation owns it (a lower one is ignored).
+
+        A partition that stopped being delivered but is still held (out of touch with ZooKeeper, or a
+        rebalance that has not committed yet) takes it too: it was handed out while owned, and is committed
+        if the same session comes back; after an expiry the partitions are forgotten and it is ignored.
+        """
+        p = self.owned.get(partition)
+        if p is not None and (p.consumed is None or next_offset > p.consumed):
+            p.consumed = next_offset
+
+    def pause(self) -> None:
+        """Hand nothing out (fetching goes on, into the bounded queues) until L{resume}."""
+        for streams in self._streams.values():
+            for stream in streams:
+                stream.pause()
+
+    def resume(self) -> None:
+        """Hand messages out again."""
+        for streams in self._streams.values():
+            for stream in streams:
+                stream.resume()
 
     def set_error(self, error: Exception | None) -> None:
         """Every stream raises C{error} once (None: forget an error not raised yet)."""
@@ -234,18 +281,23 @@ class Rebalancer:
         self.request()
 
     def lose_session(self, expired: bool) -> bool:
-        """-> SESSION_LOST: stop delivering, since other members may own our partitions by now.
+        """-> SESSION_LOST: stop delivering, since other members may own our partitions by now, and drop what
+        was fetched but not handed out.
 
-        C{expired}: the session is gone, and its owner nodes with it.
+        C{expired}: the session is gone, and its owner nodes with it: the consumed offsets are forgotten
+        (another member may own those partitions now; writing them could move its offsets either way).
+        Otherwise (out of touch for the session timeout: it may have expired, or not) they are kept, and
+        L{GroupConsumer} commits them first if the same session comes back, when they are still its own
+        (it handed nothing out since the connection was lost: see L{Consumption.pause}).
         @return: whether the member moved (False: it was SESSION_LOST already).
         """
         if expired:
             self.ownership.forget()
+            self.consumption.forget()
         if self.state is GroupState.SESSION_LOST:
             return False
         self._machine.move(GroupState.SESSION_LOST)
         self.consumption.stop()
-        self.consumption.owned = {}
         self.supersede()
         return True
 
@@ -361,7 +413,7 @@ class Rebalancer:
             except Superseded:
                 return
             except Exception as e:  # ZooKeeper errors (connection loss...) are retried like conflicts
-                if not isinstance(e, KazooException):
+                if not isinstance(e, (KazooException, UncommittedOffsets)):
                     self._log.failure("consumer {consumer}: rebalance attempt broke", consumer=self.consumer_id)
                 problem = describe_error(e)
             if problem is None:
@@ -432,7 +484,17 @@ class Rebalancer:
         return None
 
     async def release(self, generation: int | None = None) -> None:
-        """Forget this generation's partitions and delete the owner nodes this session holds."""
+        """Forget this generation's partitions and delete the owner nodes this session holds.
+
+        @raise UncommittedOffsets: an offset consumed could not be written (ZooKeeper is out of touch,
+            mostly): the partitions and their nodes are kept, so that the offsets are written, while still
+            owned, before the next attempt releases them.
+        """
+        if self.consumption.uncommitted():  # (acknowledged since the commit, with manual offsets) commit once more
+            await self.consumption.commit()
+        uncommitted = self.consumption.uncommitted()
+        if uncommitted:
+            raise UncommittedOffsets(f"the offsets of {len(uncommitted)} partition(s) are not committed yet")
         self.consumption.owned = {}
         try:
             await self.ownership.release()

@@ -141,6 +141,8 @@ class GroupStream:
         self._waiters: deque[Deferred[GroupMessage]] = deque()
         self._error: Exception | None = None
         self._closed = False
+        #: Nothing is handed out (messages are still queued): the consumer is out of touch with ZooKeeper.
+        self.paused = False
         self._room_listeners: list[Callable[[], object]] = []
 
     def __repr__(self) -> str:
@@ -161,7 +163,7 @@ class GroupStream:
         if self._error is not None:
             error, self._error = self._error, None
             return fail(error)
-        if self._chunks and not self._waiters:
+        if self._chunks and not self._waiters and not self.paused:
             return self._take()
         d: Deferred[GroupMessage] = Deferred(canceller=self._forget)
         self._waiters.append(d)
@@ -182,6 +184,15 @@ class GroupStream:
         if owned.active and not self._closed:
             self._chunks.append(_Chunk(owned, error=error))
             self._hand_out()
+
+    def pause(self) -> None:
+        """Hand nothing out until L{resume} (fetched messages stay queued, up to the bound)."""
+        self.paused = True
+
+    def resume(self) -> None:
+        """Hand messages out again, to the calls waiting first."""
+        self.paused = False
+        self._hand_out()
 
     def add_room_listener(self, listener: Callable[[], object]) -> None:
         """Call C{listener()} whenever the stream goes from full to having room."""
@@ -222,7 +233,7 @@ class GroupStream:
             self._waiters.remove(d)
 
     def _hand_out(self) -> None:
-        while self._waiters and self._chunks:
+        while self._waiters and self._chunks and not self.paused:
             waiter = self._waiters.popleft()
             self._take().chainDeferred(waiter)
 
