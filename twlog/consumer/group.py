@@ -44,10 +44,11 @@ from twlog.client.serde import Deserializer
 from twlog.consumer.membership import Ownership, deregister_member, describe_error, register_member
 from twlog.consumer.rebalance import encode_subscription, stream_ids, validate_subscription
 from twlog.consumer.rebalancer import Consumption, GroupState, Rebalancer
+from twlog.consumer.session import SessionEvents
 from twlog.consumer.simple import check_on_corrupt
 from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupMessage, GroupStream
 from twlog.coord.cluster import ClusterView
-from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, ZooKeeper
+from twlog.coord.zk import IZooKeeper, ZooKeeper
 from twlog.errors import ClientClosed, RebalanceFailed
 from twlog.partition import TopicPartition, partition_ranges
 
@@ -262,7 +263,8 @@ class GroupConsumer:
         self._autocommit: LoopingCall | None = None
         self._started = False
         self._closed: Deferred[None] | None = None
-        self._suspicion = None
+        #: What a change of the ZooKeeper session does (L{SessionEvents}).
+        self._session = SessionEvents(self)
 
     # -- state and statistics (the rebalancer's) -------------------------------------------
 
@@ -359,68 +361,13 @@ class GroupConsumer:
                               attempts=self.rebalance_max_retries,
                               pause=lambda attempt: deferLater(self._reactor, self._backoff(attempt), lambda: None))
 
-    # -- session events -------------------------------------------------------------------
-
     def _session_changed(self, state: str) -> None:
-        if self.state in (GroupState.NEW, GroupState.CLOSED):
-            return
-        if self._suspicion is not None and self._suspicion.active():
-            self._suspicion.cancel()
-        self._suspicion = None
-        if state == SUSPENDED:
-            # Hand nothing out while disconnected: what is handed out now cannot be committed, and if the session
-            # expires before it is back, the next owner delivers it again.  Fetching goes on (as Kafka's
-            # high-level consumer kept fetching), so the queued messages are handed out at once if it is back.
-            self.rebalancer.consumption.pause()
-            # The server expires the session after its timeout without contact: stop fetching and drop what was
-            # fetched by then, since other members may own our partitions once it has.
-            self._suspicion = self._reactor.callLater(self.session_timeout_s, self._lose_session, False)
-        elif state == LOST:
-            self._lose_session(True)
-        elif state == CONNECTED:
-            self._logged(Deferred.fromCoroutine(self._reconnected()), "resuming after a lost connection")
-
-    async def _reconnected(self) -> None:
-        """The session is connected again.  First commit what was consumed and not committed before the loss: in
-        the same session the partitions are still this member's (after an expiry it has forgotten them, and
-        commits nothing).  Then hand messages out again, and watch the group again, rejoin it, or retry a
-        failed rebalance."""
-        consumption = self.rebalancer.consumption
-        if consumption.uncommitted():
-            await consumption.commit()
-        if not self.zookeeper.connected:
-            return  # lost again meanwhile: the next reconnection goes on from here
-        consumption.resume()
-        if self.state is GroupState.FAILED:
-            self.rebalancer.request()  # a rebalance may have failed for want of a connection
-        elif self.state is GroupState.STABLE:
-            await self.rebalancer.rewatch()  # the watch went with the connection
-        elif self.state is GroupState.SESSION_LOST:
-            await self._rejoin()
+        """The ZooKeeper session's state changed (L{SessionEvents})."""
+        self._session.changed(state)
 
     def _logged(self, d: Deferred, what: str) -> None:
         d.addErrback(lambda f: self._log.failure("consumer {consumer}: {what} failed", f, consumer=self.consumer_id,
                                                  what=what))
-
-    def _lose_session(self, expired: bool) -> None:
-        """Stop delivering: the session expired (C{expired}; its owner nodes are gone), or may have."""
-        self._suspicion = None
-        if self.rebalancer.lose_session(expired):
-            self._log.warn("consumer {consumer}: ZooKeeper session {what}; stopped consuming until it rejoins "
-                           "group {group}", consumer=self.consumer_id, group=self.group,
-                           what="expired" if expired else f"out of touch for {self.session_timeout_s:g} s")
-
-    async def _rejoin(self) -> None:
-        try:
-            await self._register()
-            await self.rebalancer.ownership.delete_strays(list(self._subscription))
-        except Exception as e:
-            if self.state is GroupState.SESSION_LOST:
-                self.rebalancer.rejoin_failed(RebalanceFailed(
-                    f"consumer {self.consumer_id} could not rejoin group {self.group} after its session expired: {e}"))
-            raise
-        if self.state is GroupState.SESSION_LOST:
-            self.rebalancer.rejoined()
 
     def _autocommit_tick(self) -> Deferred[None] | None:
         if self.state is not GroupState.STABLE or not self.zookeeper.connected:
@@ -433,8 +380,7 @@ class GroupConsumer:
         previous = self.rebalancer.close()
         if self._autocommit is not None and self._autocommit.running:
             self._autocommit.stop()
-        if self._suspicion is not None and self._suspicion.active():
-            self._suspicion.cancel()
+        self._session.cancel()
         self.zookeeper.remove_state_listener(self._session_changed)
         if self._view is not None:
             self._view.remove_listener(self.rebalancer.request)

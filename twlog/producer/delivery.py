@@ -9,8 +9,6 @@ resend), and a resend that cannot connect raises L{ConnectionLost} ("it may be s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from twlog.errors import (
     ClientClosed,
     ConnectionFailed,
@@ -24,9 +22,6 @@ from twlog.errors import (
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import ACK_NONE, AckProduceRequest, AckProduceResponse, ProduceRequest, ProduceResult
 from twlog.storage.message import encode_message_set
-
-if TYPE_CHECKING:
-    from twlog.producer.producer import Producer
 
 __all__ = ["deliver"]
 
@@ -44,9 +39,10 @@ def _raise_if_resend_refused(result: ProduceResult, uncertain: Exception | None,
         raise OutcomeUnknown(f"{uncertain}; the resend was refused: {error_for(result.error, context)}")
 
 
-async def deliver(producer: Producer, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
+async def deliver(producer, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
     """Send C{payloads} to C{target}'s leader over C{producer}'s connections, with its settings and retries; the
-    broker's result (None without acknowledgements).
+    broker's result (None without acknowledgements).  (C{producer} is the L{twlog.producer.producer.Producer}
+    sending: not imported here, which would make a cycle.)
 
     @raise ConnectionFailed: the leader cannot be reached (L{ConnectionLost}: the batch may be stored).
     @raise OutcomeUnknown: the batch may or may not be stored, and the retries are spent.
