@@ -42,6 +42,19 @@ def _gap_ms(text: str) -> float:
     return value
 
 
+def _seconds(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(str(text).replace("_", ""))
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value == float("inf"):
+            raise usage.UsageError(f"--{name} must be a positive number of seconds, not {text!r}")
+        return value
+
+    return parse
+
+
 def _flush_policy(text: str) -> str:
     if text not in FLUSH_POLICIES:
         raise usage.UsageError(f"--flush-policy must be one of {', '.join(FLUSH_POLICIES)}, not {text!r}")
@@ -108,6 +121,13 @@ class Options(usage.Options):
          "Bytes of requests all connections together may buffer (at least --max-request-bytes); past it, the "
          "connections with the largest frames still to come stop reading until space frees.",
          _int("max-buffered-request-bytes", 1024)],
+        ["request-timeout-s", None, 30.0,
+         "A request frame must arrive whole within this many seconds of its first byte (counted while the broker "
+         "reads the connection), or the connection is closed and the bytes it buffered are freed.",
+         _seconds("request-timeout-s")],
+        ["max-inflight-per-connection", None, 64,
+         "Requests awaiting their answer on one connection past which the broker stops reading from it, until "
+         "half of them are answered.", _int("max-inflight-per-connection", 1)],
         ["max-connections", None, None,
          "Client connections past which a new one is closed at once (default: the open-files limit, raised to "
          "its hard limit at start, less a reserve for segment files).", _int("max-connections", 1)],
@@ -148,6 +168,8 @@ class Options(usage.Options):
                 host=self["host"],
                 max_request_bytes=self["max-request-bytes"],
                 max_buffered_request_bytes=self["max-buffered-request-bytes"],
+                request_timeout_s=self["request-timeout-s"],
+                max_inflight_per_connection=self["max-inflight-per-connection"],
                 max_connections=self["max-connections"],
                 zookeeper=self["zookeeper"],
                 sendfile=not self["no-sendfile"],

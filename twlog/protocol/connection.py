@@ -5,8 +5,19 @@ L{BrokerProtocol} frames requests (L{FrameReceiver}, linear time), decodes
 them, dispatches them to the L{Broker}'s handlers, and writes the responses
 strictly in request order with L{ResponseSender} (zero-copy for log bytes).
 L{BrokerFactory} holds what the connections share: the budget of buffered
-request bytes (L{RequestBudget}, C{max_buffered_request_bytes}) and the
+request bytes (L{RequestBudget}, C{max_buffered_request_bytes}), the turns
+connections take at having their frames handled (L{Turns}) and the
 connection cap (C{max_connections}).
+
+Three bounds keep one connection from holding up the others:
+ - a frame must arrive whole within C{request_timeout_s} of its first byte,
+   counted while the connection is read; otherwise the connection is closed
+   and what it buffered goes back to the budget;
+ - at most C{max_inflight_per_connection} requests await their answers; past
+   that the connection is not read until half of them are answered;
+ - at most a turn's worth of frames (L{twlog.protocol.turns}) is handled per
+   read; the rest wait for the connection's next turn, after every other
+   busy connection's.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
+from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -28,6 +40,7 @@ from twlog.protocol.budget import RequestBudget
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
+from twlog.protocol.turns import TURN, Turns
 from twlog.statemachine import StateMachine
 
 _SIZE = struct.Struct(">i")
@@ -55,7 +68,7 @@ RequestObserver = Callable[[int, float], object]
 class BrokerProtocolState(enum.Enum):
     """Where a L{BrokerProtocol}'s connection is.  Transitions::
 
-        READING         --max_pending_requests unanswered: stop reading-------------> PAUSED
+        READING         --max_inflight_per_connection unanswered: stop reading------> PAUSED
         PAUSED          --answered down to half of them: read again-----------------> READING
         READING         --a malformed or oversized request: answer it after the
                           earlier ones, read nothing more, close once all are sent---> CLOSING
@@ -118,7 +131,15 @@ class BrokerProtocol(FrameReceiver):
         #: The response being written, if any.
         self._sender: ResponseSender | None = None
         self._pumping = False  # _pump is running (a sender that finishes at once must not start another)
-        self._resume_at = broker.config.max_pending_requests // 2
+        self._max_inflight = broker.config.max_inflight_per_connection
+        self._resume_at = self._max_inflight // 2
+        #: What is left of this connection's turn (L{twlog.protocol.turns}): frames, and bytes of them.
+        self._turn_frames = 0
+        self._turn_bytes = 0
+        #: The frame deadline (request_timeout_s), while a frame is part-way in and the connection is read,
+        #: and which frame it is for (L{frames_taken} when it was set).
+        self._deadline: IDelayedCall | None = None
+        self._deadline_frame = -1
         self._use_sendfile = False
         self.peer = "?"
         #: Bytes of log data sent zero-copy and copied, over the connection's life.
@@ -148,10 +169,80 @@ class BrokerProtocol(FrameReceiver):
     @override
     def dataReceived(self, data: bytes) -> None:
         self.factory.received_bytes += len(data)
+        if data and not self.factory.turns.is_waiting(self):
+            self._new_turn()  # each read is a turn: the reactor reads the ready sockets in turns
         super().dataReceived(data)
+
+    # -- turns -----------------------------------------------------------------
+
+    def _new_turn(self) -> None:
+        turns = self.factory.turns
+        self._turn_frames, self._turn_bytes = turns.frames_per_turn, turns.bytes_per_turn
+
+    @override
+    def may_deliver(self) -> bool:
+        if self._turn_frames > 0 and self._turn_bytes > 0:
+            return True
+        turns = self.factory.turns
+        if self.frame_ready and not turns.is_waiting(self):  # more to do: after the others' turns
+            self.hold_reading(TURN)
+            turns.wait(self)
+        return False
+
+    def take_turn(self) -> None:
+        """Handle up to a turn's worth of the buffered frames (L{Turns} calls it); read again once none is left."""
+        if self.state is _B.CLOSED:
+            return
+        self._new_turn()
+        self._deliver()
+        if not self.factory.turns.is_waiting(self):
+            self.release_reading(TURN)
+        self.buffer_changed()
+
+    # -- the frame deadline ----------------------------------------------------
+
+    @override
+    def hold_reading(self, reason: str) -> None:
+        super().hold_reading(reason)
+        self._watch_deadline()
+
+    @override
+    def release_reading(self, reason: str) -> None:
+        super().release_reading(reason)
+        self._watch_deadline()
+
+    def _watch_deadline(self) -> None:
+        """Run the deadline while a frame is part-way in and the connection is read; restart it for a new frame."""
+        wanted = self.state is _B.READING and not self.reading_held() and self.frame_started
+        if self._deadline is not None:
+            if wanted and self._deadline_frame == self.frames_taken:
+                return  # the same frame, still coming
+            self._deadline.cancel()
+            self._deadline = None
+        if wanted:
+            self._deadline_frame = self.frames_taken
+            self._deadline = self._broker.clock.callLater(self._broker.config.request_timeout_s, self._frame_late)
+
+    def _frame_late(self) -> None:
+        """The frame coming did not arrive whole in time: free what it holds and drop the connection."""
+        self._deadline = None
+        got, needed = self.buffered_bytes, self.needed_bytes
+        self.factory.late_frames.happened(
+            self._broker.clock.seconds(),
+            "closed {count} connection(s) whose request frame did not arrive whole within --request-timeout-s "
+            "({timeout} s) of its first byte; the last from {peer}, {got} bytes in and {needed} still to come",
+            timeout=self._broker.config.request_timeout_s, peer=self.peer, got=got, needed=needed,
+        )
+        self.discard_buffer()  # its bytes go back to the budget now, not when the close completes
+        self.pauseProducing()
+        self.transport.abortConnection()
+
+    # -- requests --------------------------------------------------------------
 
     @override
     def stringReceived(self, frame: bytes) -> None:
+        self._turn_frames -= 1
+        self._turn_bytes -= len(frame)
         if self.state in (_B.CLOSING, _B.CLOSED):
             return
         try:
@@ -181,7 +272,7 @@ class BrokerProtocol(FrameReceiver):
         d.addErrback(self._failed, request, kind)
         d.addCallback(slot.fill)
         d.addBoth(lambda _: self._pump())
-        if len(self._slots) >= self._broker.config.max_pending_requests and self.state is _B.READING:
+        if len(self._slots) >= self._max_inflight and self.state is _B.READING:
             self._machine.move(_B.PAUSED)
             self.pauseProducing()
 
@@ -207,6 +298,7 @@ class BrokerProtocol(FrameReceiver):
     @override
     def buffer_changed(self) -> None:
         self.factory.budget.update(self)
+        self._watch_deadline()
 
     def _close_with(self, code: int, kind: int | None) -> None:
         """Answer the offending request (of type C{kind}, if known) with C{code} after the earlier ones, then close."""
@@ -267,6 +359,10 @@ class BrokerProtocol(FrameReceiver):
         self._machine.move(_B.CLOSED)
         self.factory.connections.discard(self)
         self.factory.budget.forget(self)
+        self.factory.turns.forget(self)
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         slots, self._slots = self._slots, deque()
         for slot in slots:
             if not slot.ready and slot.deferred is not None:
@@ -276,6 +372,28 @@ class BrokerProtocol(FrameReceiver):
 def _request_type(frame: bytes) -> int | None:
     """The request type a frame starts with, if it has one."""
     return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else None
+
+
+class ThrottledEvent:
+    """Something that happens to connections, counted, and logged at most once per L{interval_s}."""
+
+    def __init__(self, log: Logger, interval_s: float = 60.0) -> None:
+        self._log = log
+        self.interval_s = interval_s
+        #: How many times it happened, over the broker's life.
+        self.count = 0
+        self._unlogged = 0
+        self._logged_at: float | None = None
+
+    def happened(self, now: float, message: str, **fields: object) -> None:
+        """Count it; log C{message} (with C{count}, the times since the last line, among its fields) if due."""
+        self.count += 1
+        self._unlogged += 1
+        if self._logged_at is not None and now - self._logged_at < self.interval_s:
+            return
+        self._log.warn(message, count=self._unlogged, **fields)
+        self._unlogged = 0
+        self._logged_at = now
 
 
 class BrokerFactory(ServerFactory):
@@ -310,6 +428,11 @@ class BrokerFactory(ServerFactory):
         self.sendfile_bytes = 0
         #: Told of each request answered (L{RequestObserver}), if set: the broker's metrics.
         self.request_observer: RequestObserver | None = None
+        #: The turns connections take at having their frames handled.
+        self.turns = Turns(broker.clock)
+        #: Connections closed because a frame did not arrive whole within request_timeout_s (counted, logged
+        #: at most once a minute).
+        self.late_frames = ThrottledEvent(self._log)
         self._refused_unlogged = 0
         self._refused_logged_at: float | None = None
 
