@@ -17,7 +17,11 @@ Three bounds keep one connection from holding up the others:
    that the connection is not read until half of them are answered;
  - at most a turn's worth of frames (L{twlog.protocol.turns}) is handled per
    read; the rest wait for the connection's next turn, after every other
-   busy connection's.
+   busy connection's;
+ - a large produce's message sets are checked a slice at a time
+   (L{twlog.protocol.slicing}), the reactor running between slices; the
+   connection reads and handles nothing else meanwhile, so its requests
+   still take effect in order.
 """
 
 from __future__ import annotations
@@ -40,10 +44,14 @@ from twlog.protocol.budget import RequestBudget
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
+from twlog.protocol.slicing import PRODUCES, SLICED_FRAME_BYTES, check_produce
 from twlog.protocol.turns import TURN, Turns
 from twlog.statemachine import StateMachine
 
 _SIZE = struct.Struct(">i")
+
+#: Why a connection's transport is held while a large produce of it is checked in slices.
+CHECKING = "checking a large produce"
 
 
 def error_code(failure: Failure, request: object = None) -> int:
@@ -140,6 +148,10 @@ class BrokerProtocol(FrameReceiver):
         #: and which frame it is for (L{frames_taken} when it was set).
         self._deadline: IDelayedCall | None = None
         self._deadline_frame = -1
+        #: A large produce being checked in slices: its frame's size (still counted against the budget), and
+        #: the call that resumes the check.
+        self._checking_bytes = 0
+        self._check_call: IDelayedCall | None = None
         self._use_sendfile = False
         self.peer = "?"
         #: Bytes of log data sent zero-copy and copied, over the connection's life.
@@ -181,6 +193,8 @@ class BrokerProtocol(FrameReceiver):
 
     @override
     def may_deliver(self) -> bool:
+        if self._checking_bytes:
+            return False
         if self._turn_frames > 0 and self._turn_bytes > 0:
             return True
         turns = self.factory.turns
@@ -256,6 +270,50 @@ class BrokerProtocol(FrameReceiver):
         requests[kind] = requests.get(kind, 0) + 1
         observer = self.factory.request_observer
         started = self._broker.clock.seconds() if observer is not None else 0.0
+        if len(frame) >= SLICED_FRAME_BYTES and isinstance(request, PRODUCES):
+            self._check_in_slices(request, kind, started, len(frame))
+            return
+        self._handle(request, kind, started)
+
+    # -- large produces, checked in slices --------------------------------------
+
+    @property
+    @override
+    def buffered_bytes(self) -> int:
+        """Bytes received and not handled yet: those buffered, and a large produce's while it is checked."""
+        return super().buffered_bytes + self._checking_bytes
+
+    def _check_in_slices(self, request, kind: int, started: float, size: int) -> None:
+        """Check C{request}'s sets a slice at a time, reading and handling nothing else meanwhile; then handle it."""
+        self._checking_bytes = size
+        self.hold_reading(CHECKING)
+        log = self._broker.config.log
+        self._check_step(check_produce(request, log.max_message_bytes, log.max_decompressed_bytes), kind, started)
+
+    def _check_step(self, steps, kind: int, started: float) -> None:
+        self._check_call = None
+        try:
+            next(steps)
+        except StopIteration as done:
+            self._checking_bytes = 0
+            if self.state is not _B.CLOSED:
+                self._handle(done.value, kind, started)
+                self.release_reading(CHECKING)
+                self._deliver()  # the frames behind it (or a wait for the next turn)
+                self.buffer_changed()
+            return
+        except Exception:
+            self._checking_bytes = 0
+            self._log.failure("checking a request from {peer} failed", peer=self.peer)
+            self.transport.abortConnection()
+            return
+        self._check_call = self._broker.clock.callLater(0, self._check_step, steps, kind, started)
+
+    # -- handling ----------------------------------------------------------------
+
+    def _handle(self, request, kind: int, started: float) -> None:
+        """Dispatch a decoded request to its handler; queue the place of its response, if it gets one."""
+        observer = self.factory.request_observer
         handler = self._broker.handlers[type(request)]
         if not codec.expects_response(request):
             try:
@@ -360,9 +418,11 @@ class BrokerProtocol(FrameReceiver):
         self.factory.connections.discard(self)
         self.factory.budget.forget(self)
         self.factory.turns.forget(self)
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        for call in (self._deadline, self._check_call):
+            if call is not None:
+                call.cancel()
+        self._deadline = self._check_call = None
+        self._checking_bytes = 0
         slots, self._slots = self._slots, deque()
         for slot in slots:
             if not slot.ready and slot.deferred is not None:
