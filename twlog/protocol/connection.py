@@ -9,7 +9,7 @@ request bytes (L{RequestBudget}, C{max_buffered_request_bytes}), the turns
 connections take at having their frames handled (L{Turns}) and the
 connection cap (C{max_connections}).
 
-Three bounds keep one connection from holding up the others:
+Four rules keep one connection from holding up the others:
  - a frame must arrive whole within C{request_timeout_s} of its first byte,
    counted while the connection is read; otherwise the connection is closed
    and what it buffered goes back to the budget;
