@@ -280,6 +280,22 @@ class TurnTests(Connections, SynchronousTestCase):
         iteration(self.clock)
         self.assertEqual(self.answered(transport), 3)
 
+    def test_slow_requests_end_a_turn_by_time(self) -> None:
+        """A turn also ends once it has taken half a millisecond of the reactor's time (always one frame)."""
+        offsets = self.broker.handlers[OffsetsRequest]
+
+        def slow(request, peer):
+            self.clock.advance(0.0002)
+            return offsets(request, peer)
+
+        self.broker.handlers[OffsetsRequest] = slow
+        protocol, transport = self.connection()
+        protocol.dataReceived(OFFSETS * 10)
+        self.assertEqual(self.answered(transport), 3)  # at 0, 0.2 and 0.4 ms; at 0.6 ms the turn is over
+        self.broker.handlers[OffsetsRequest] = lambda request, peer: (self.clock.advance(1), offsets(request, peer))[1]
+        iteration(self.clock)
+        self.assertEqual(self.answered(transport), 4)  # a request slower than a whole turn still gets one
+
     def test_turns_are_round_robin(self) -> None:
         """Turns go in the order connections queued; one that queues again goes after the others."""
         clock = Clock()

@@ -220,8 +220,8 @@ class _BrokerCollector:
                        "request bytes were at the bound.", budget.holds)
         yield _counter("twlog_request_timeouts", "Connections closed because a request frame did not arrive whole "
                        "within --request-timeout-s of its first byte.", factory.late_frames.count)
-        yield _gauge("twlog_connections_waiting_turn", "Connections with requests ready, waiting for their turn "
-                     "(at most 16 requests per connection per turn).", factory.turns.waiting)
+        yield _gauge("twlog_connections_waiting_turn", "Connections with requests ready, waiting for their turn.",
+                     factory.turns.waiting)
         yield _gauge("twlog_waiting_fetches", "WAIT_FETCH requests held until data arrives or their wait ends.",
                      broker.waiting_fetches())
         flushes = HistogramMetricFamily("twlog_flush_duration_seconds", "Time from starting a log's fsync (on "

@@ -144,6 +144,8 @@ class BrokerProtocol(FrameReceiver):
         #: What is left of this connection's turn (L{twlog.protocol.turns}): frames, and bytes of them.
         self._turn_frames = 0
         self._turn_bytes = 0
+        self._turn_round = -1  # the round (Turns.rounds) of its last turn from the queue
+        self._turn_ends = 0.0  # the reactor's time at which the turn ends
         #: The frame deadline (request_timeout_s), while a frame is part-way in and the connection is read,
         #: and which frame it is for (L{frames_taken} when it was set).
         self._deadline: IDelayedCall | None = None
@@ -181,8 +183,12 @@ class BrokerProtocol(FrameReceiver):
     @override
     def dataReceived(self, data: bytes) -> None:
         self.factory.received_bytes += len(data)
-        if data and not self.factory.turns.is_waiting(self):
-            self._new_turn()  # each read is a turn: the reactor reads the ready sockets in turns
+        turns = self.factory.turns
+        if data and not turns.is_waiting(self):
+            if self._turn_round == turns.rounds:  # it had a turn in the last round: the next one is after the others'
+                self._turn_frames = 0
+            else:  # each read is a turn: the reactor reads the ready sockets in turns
+                self._new_turn()
         super().dataReceived(data)
 
     # -- turns -----------------------------------------------------------------
@@ -190,12 +196,15 @@ class BrokerProtocol(FrameReceiver):
     def _new_turn(self) -> None:
         turns = self.factory.turns
         self._turn_frames, self._turn_bytes = turns.frames_per_turn, turns.bytes_per_turn
+        self._turn_ends = self._broker.clock.seconds() + turns.seconds_per_turn
 
     @override
     def may_deliver(self) -> bool:
         if self._checking_bytes:
             return False
-        if self._turn_frames > 0 and self._turn_bytes > 0:
+        if self._turn_frames > 0 and self._turn_bytes > 0 and (
+            self._turn_frames == self.factory.turns.frames_per_turn or self._broker.clock.seconds() < self._turn_ends
+        ):
             return True
         turns = self.factory.turns
         if self.frame_ready and not turns.is_waiting(self):  # more to do: after the others' turns
@@ -208,6 +217,7 @@ class BrokerProtocol(FrameReceiver):
         if self.state is _B.CLOSED:
             return
         self._new_turn()
+        self._turn_round = self.factory.turns.rounds
         self._deliver()
         if not self.factory.turns.is_waiting(self):
             self.release_reading(TURN)

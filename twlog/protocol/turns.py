@@ -5,12 +5,16 @@ Without it, one read of a connection that pipelines small requests (64 KiB,
 about 2,000 OFFSETS requests) was handled whole before the reactor looked at
 any other socket: 20 such connections made a healthy client's fetch wait
 1.9 s at the median.  Now a connection handles at most L{FRAMES_PER_TURN}
-frames (or L{BYTES_PER_TURN} bytes of them, at least one frame) per turn.
+frames per turn, or L{BYTES_PER_TURN} bytes of them, or L{SECONDS_PER_TURN}
+of the reactor's time, whichever comes first (and at least one frame): the
+time bound keeps a round short when requests are slow to handle (a loaded
+machine), so that the turns of 20 busy connections take about 10 ms at most.
 Past that it stops reading and queues here; each round, started with
 C{callLater(0)} so the reactor polls its sockets between rounds, gives every
 queued connection one more turn, in the order they queued.  A newcomer's
 request is therefore handled within about one round: at most a turn's worth
-of work per busy connection, whatever their pipelines hold.  (Kafka gets the
+of work per busy connection, whatever their pipelines hold.  A connection
+read in the same reactor iteration as its turn waits for the next round.  (Kafka gets the
 same effect from one request in flight per connection in its processor.)
 """
 
@@ -22,12 +26,14 @@ from typing import Protocol
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-__all__ = ["BYTES_PER_TURN", "FRAMES_PER_TURN", "TURN", "Turns"]
+__all__ = ["BYTES_PER_TURN", "FRAMES_PER_TURN", "SECONDS_PER_TURN", "TURN", "Turns"]
 
 #: Frames a connection may have handled in one turn ...
 FRAMES_PER_TURN = 16
-#: ... and bytes of them (a turn always handles at least one frame, however large).
+#: ... and bytes of them ...
 BYTES_PER_TURN = 1024 * 1024
+#: ... and seconds of the reactor's clock (a turn always handles at least one frame, however large or slow).
+SECONDS_PER_TURN = 0.0005
 
 #: Why a connection's transport is held while it waits for its turn (see L{FrameReceiver.hold_reading}).
 TURN = "turn"
@@ -46,12 +52,17 @@ class Turns:
     _log = Logger()
 
     def __init__(
-        self, clock: IReactorTime, frames_per_turn: int = FRAMES_PER_TURN, bytes_per_turn: int = BYTES_PER_TURN
+        self,
+        clock: IReactorTime,
+        frames_per_turn: int = FRAMES_PER_TURN,
+        bytes_per_turn: int = BYTES_PER_TURN,
+        seconds_per_turn: float = SECONDS_PER_TURN,
     ) -> None:
         self._clock = clock
-        #: A turn's allowance: frames, and bytes of them.
+        #: A turn's allowance: frames, bytes of them, and time.
         self.frames_per_turn = frames_per_turn
         self.bytes_per_turn = bytes_per_turn
+        self.seconds_per_turn = seconds_per_turn
         self._queue: deque[Taker] = deque()
         self._queued: set[Taker] = set()
         self._call: IDelayedCall | None = None
