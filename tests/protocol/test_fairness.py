@@ -253,6 +253,26 @@ class TurnTests(Connections, SynchronousTestCase):
         self.assertFalse(protocol.reading_held())
         self.assertEqual(transport.producerState, "producing")
 
+    def test_read_in_the_iteration_of_its_turn(self) -> None:
+        """A connection read right after its turn, while others wait, waits for the next round with them; once
+        nobody waits, its reads are handled at once again."""
+        busy, busy_transport = self.connection()
+        other, other_transport = self.connection()
+        busy.dataReceived(OFFSETS * 20)
+        other.dataReceived(OFFSETS * 40)
+        iteration(self.clock)  # busy's last 4 are handled: it reads again; other has 8 left
+        self.assertEqual((self.answered(busy_transport), self.answered(other_transport)), (20, 32))
+        self.assertFalse(busy.reading_held())
+        busy.dataReceived(OFFSETS * 20)  # read in the same iteration: after other's turn
+        self.assertEqual(self.answered(busy_transport), 20)
+        iteration(self.clock)
+        self.assertEqual((self.answered(busy_transport), self.answered(other_transport)), (36, 40))
+        iteration(self.clock)
+        self.assertEqual(self.answered(busy_transport), 40)
+        self.assertEqual(self.factory.turns.waiting, 0)
+        busy.dataReceived(OFFSETS * 2)  # nobody waits: at once
+        self.assertEqual(self.answered(busy_transport), 42)
+
     def test_flooders_take_turns_and_a_newcomer_is_served_at_once(self) -> None:
         """20 connections pipelining 1,000 OFFSETS each: each round, every one of them gets one turn (16 requests),
         in the order they queued; a healthy client's request is answered when its read comes, not after them."""

@@ -185,8 +185,8 @@ class BrokerProtocol(FrameReceiver):
         self.factory.received_bytes += len(data)
         turns = self.factory.turns
         if data and not turns.is_waiting(self):
-            if self._turn_round == turns.rounds:  # it had a turn in the last round: the next one is after the others'
-                self._turn_frames = 0
+            if turns.round_due and self._turn_round == turns.rounds:  # it had a turn in the last round, and
+                self._turn_frames = 0  # others wait for the next one: it waits with them
             else:  # each read is a turn: the reactor reads the ready sockets in turns
                 self._new_turn()
         super().dataReceived(data)

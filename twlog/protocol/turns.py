@@ -75,6 +75,11 @@ class Turns:
         """How many connections wait for a turn."""
         return len(self._queue)
 
+    @property
+    def round_due(self) -> bool:
+        """Whether a round is due (some connection waits for a turn)."""
+        return self._call is not None
+
     def is_waiting(self, taker: Taker) -> bool:
         """Whether C{taker} waits for a turn."""
         return taker in self._queued
