@@ -276,7 +276,7 @@ class ConnectionTests(MetricsTestCase):
         late.dataReceived(struct.pack(">i", 3000) + b"\0" * 100)
         busy, _ = self.connect()
         offsets = codec.encode_request(OffsetsRequest("t", 0, -1, 1))
-        busy.dataReceived((struct.pack(">i", len(offsets)) + offsets) * 40)
+        busy.dataReceived((struct.pack(">i", len(offsets)) + offsets) * 100)  # more than a turn
         self.assertEqual(value(self.registry, "twlog_connections_waiting_turn"), 1)
         self.clock.advance(5)
         self.assertEqual(value(self.registry, "twlog_request_timeouts_total"), 1)

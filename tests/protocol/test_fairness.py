@@ -25,12 +25,14 @@ from twlog.protocol.codec import (
     WaitFetchRequest,
 )
 from twlog.protocol.connection import BrokerFactory, BrokerProtocolState
-from twlog.protocol.turns import FRAMES_PER_TURN, TURN, Turns
+from twlog.protocol.turns import MIN_SECONDS_PER_TURN, SECONDS_PER_ROUND, TURN, Turns
 from twlog.storage.message import encode_message_set
 
 from .test_server import BrokerTestMixin, frame, responses
 
 OFFSETS = frame(OffsetsRequest("t", 0, -1, 1))
+#: Frames per turn in these tests (the default, FRAMES_PER_TURN, is larger): small numbers read better.
+PER_TURN = 16
 
 
 def iteration(clock: Clock) -> None:
@@ -55,6 +57,7 @@ class Connections(BrokerTestMixin):
     def start(self, **overrides) -> None:
         self.make_broker(**overrides)
         self.factory = BrokerFactory(self.broker)
+        self.factory.turns.frames_per_turn = PER_TURN
         self.events: list[dict] = []
         self.factory._log = Logger(observer=self.events.append)
         self.factory.late_frames._log = self.factory._log
@@ -180,7 +183,7 @@ class FairQueueTests(Connections, SynchronousTestCase):
         other, _ = self.connection()
         other.dataReceived(ack_produce(4000)[:4000])
         late, _ = self.connection()
-        late.dataReceived(OFFSETS * (FRAMES_PER_TURN + 1) + ack_produce(4000)[:2000])
+        late.dataReceived(OFFSETS * (PER_TURN + 1) + ack_produce(4000)[:2000])
         self.assertTrue(self.factory.turns.is_waiting(late))
         late.connectionLost(None)
         self.assertFalse(self.factory.turns.is_waiting(late))
@@ -241,7 +244,7 @@ class TurnTests(Connections, SynchronousTestCase):
         """One read carrying 100 requests gets 16 handled; the connection stops reading and waits for a turn."""
         protocol, transport = self.connection()
         protocol.dataReceived(OFFSETS * 100)
-        self.assertEqual(self.answered(transport), FRAMES_PER_TURN)
+        self.assertEqual(self.answered(transport), PER_TURN)
         self.assertTrue(protocol.reading_held(TURN))
         self.assertEqual(transport.producerState, "paused")
         rounds = 0
@@ -279,13 +282,13 @@ class TurnTests(Connections, SynchronousTestCase):
         flooders = [self.connection() for _ in range(20)]
         for protocol, _ in flooders:
             protocol.dataReceived(OFFSETS * 1000)
-        self.assertEqual([self.answered(t) for _, t in flooders], [FRAMES_PER_TURN] * 20)
+        self.assertEqual([self.answered(t) for _, t in flooders], [PER_TURN] * 20)
         iteration(self.clock)
-        self.assertEqual([self.answered(t) for _, t in flooders], [2 * FRAMES_PER_TURN] * 20)
+        self.assertEqual([self.answered(t) for _, t in flooders], [2 * PER_TURN] * 20)
         healthy, transport = self.connection()
         healthy.dataReceived(frame(FetchRequest("t", 0, 0, 65536)))
         self.assertEqual(self.answered(transport), 1)
-        self.assertEqual([self.answered(t) for _, t in flooders], [2 * FRAMES_PER_TURN] * 20)
+        self.assertEqual([self.answered(t) for _, t in flooders], [2 * PER_TURN] * 20)
         for _ in range(61):
             iteration(self.clock)
         self.assertEqual([self.answered(t) for _, t in flooders], [1000] * 20)
@@ -294,6 +297,7 @@ class TurnTests(Connections, SynchronousTestCase):
     def test_large_frames_end_a_turn_by_bytes(self) -> None:
         """A turn is 16 frames or 1 MiB of them, whichever comes first (and always at least one frame)."""
         self.start(max_message_bytes=700_000, segment_bytes=8 * 1024 * 1024)
+        self.assertEqual(self.factory.turns.bytes_per_turn, 1024 * 1024)
         protocol, transport = self.connection()
         protocol.dataReceived(ack_produce(600_000) * 3)
         self.assertEqual(self.answered(transport), 2)  # 1.2 MB: the second one ends the turn
@@ -301,20 +305,40 @@ class TurnTests(Connections, SynchronousTestCase):
         self.assertEqual(self.answered(transport), 3)
 
     def test_slow_requests_end_a_turn_by_time(self) -> None:
-        """A turn also ends once it has taken half a millisecond of the reactor's time (always one frame)."""
+        """A turn also ends once it has taken its share of a round's time: all of it alone, half of it beside one
+        other connection waiting, never less than the minimum; a turn always handles one frame."""
+        turns = self.factory.turns
+        turns.seconds_per_round = 0.001
         offsets = self.broker.handlers[OffsetsRequest]
 
-        def slow(request, peer):
-            self.clock.advance(0.0002)
+        def slow(request, peer, took=0.0003):
+            self.clock.rightNow += took  # time passes, and no call runs meanwhile
             return offsets(request, peer)
 
         self.broker.handlers[OffsetsRequest] = slow
         protocol, transport = self.connection()
         protocol.dataReceived(OFFSETS * 10)
-        self.assertEqual(self.answered(transport), 3)  # at 0, 0.2 and 0.4 ms; at 0.6 ms the turn is over
-        self.broker.handlers[OffsetsRequest] = lambda request, peer: (self.clock.advance(1), offsets(request, peer))[1]
+        self.assertEqual(self.answered(transport), 4)  # at 0, 0.3, 0.6 and 0.9 ms of a 1 ms turn
+        other, _ = self.connection()
+        other.dataReceived(OFFSETS * 10)  # one connection waits: a 0.5 ms turn, 2 handled
+        iteration(self.clock)  # protocol's turn (other waits: 0.5 ms), then other's
+        self.assertEqual(self.answered(transport), 6)  # at 0 and 0.3 ms
+        self.broker.handlers[OffsetsRequest] = lambda request, peer: slow(request, peer, 1.0)
         iteration(self.clock)
-        self.assertEqual(self.answered(transport), 4)  # a request slower than a whole turn still gets one
+        self.assertEqual(self.answered(transport), 7)  # a request slower than a whole turn still gets one
+
+    def test_a_turns_share_of_a_round(self) -> None:
+        """The default round is 10 ms, split among the connections waiting, at least 0.5 ms each."""
+        turns = Turns(Clock())
+        self.assertEqual((turns.frames_per_turn, SECONDS_PER_ROUND, MIN_SECONDS_PER_TURN), (64, 0.01, 0.0005))
+        self.assertEqual(turns.seconds_per_turn, 0.01)
+        takers = [object() for _ in range(40)]
+        for taker in takers[:4]:
+            turns.wait(taker)
+        self.assertEqual(turns.seconds_per_turn, 0.002)
+        for taker in takers[4:]:
+            turns.wait(taker)
+        self.assertEqual(turns.seconds_per_turn, 0.0005)
 
     def test_turns_are_round_robin(self) -> None:
         """Turns go in the order connections queued; one that queues again goes after the others."""
