@@ -94,7 +94,7 @@ class FrameDeadlineTests(Connections, SynchronousTestCase):
         self.assertEqual((event["peer"], event["got"], event["timeout"]), (protocol.peer, 2496, 30.0))
         self.assertEqual(event["needed"], len(data) - 2500)
         protocol.connectionLost(None)
-        self.assertIsNone(protocol._deadline)
+        self.assertFalse(protocol._deadline.running)
 
     def test_each_frame_gets_its_own_deadline(self) -> None:
         """A client that keeps finishing its frames is never closed, however long it stays; each new frame's

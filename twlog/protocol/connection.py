@@ -9,19 +9,12 @@ request bytes (L{RequestBudget}, C{max_buffered_request_bytes}), the turns
 connections take at having their frames handled (L{Turns}) and the
 connection cap (C{max_connections}).
 
-Four rules keep one connection from holding up the others:
- - a frame must arrive whole within C{request_timeout_s} of its first byte,
-   counted while the connection is read; otherwise the connection is closed
-   and what it buffered goes back to the budget;
- - at most C{max_inflight_per_connection} requests await their answers; past
-   that the connection is not read until half of them are answered;
- - at most a turn's worth of frames (L{twlog.protocol.turns}) is handled per
-   read; the rest wait for the connection's next turn, after every other
-   busy connection's;
- - a large produce's message sets are checked a slice at a time
-   (L{twlog.protocol.slicing}), the reactor running between slices; the
-   connection reads and handles nothing else meanwhile, so its requests
-   still take effect in order.
+No connection holds up the others: a frame must arrive whole in time
+(L{FrameDeadline}), at most C{max_inflight_per_connection} requests await
+their answers, connections take turns (L{twlog.protocol.turns}), and large
+produces are checked in slices (L{twlog.protocol.slicing}), nothing else of
+the connection being read or handled meanwhile, so that its requests still
+take effect in order.
 """
 
 from __future__ import annotations
@@ -32,7 +25,6 @@ from collections import deque
 from collections.abc import Callable
 
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
-from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -41,10 +33,11 @@ from typing_extensions import override
 from twlog.errors import UNKNOWN, BrokerError, InvalidRequest, MalformedRequest, RequestTooLarge, kafka07_code
 from twlog.protocol import codec
 from twlog.protocol.budget import RequestBudget
+from twlog.protocol.deadline import FrameDeadline, ThrottledEvent
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
-from twlog.protocol.slicing import PRODUCES, SLICED_FRAME_BYTES, check_produce
+from twlog.protocol.slicing import PRODUCES, SLICED_FRAME_BYTES, SlicedCheck, check_produce
 from twlog.protocol.turns import TURN, Turns
 from twlog.statemachine import StateMachine
 
@@ -146,14 +139,11 @@ class BrokerProtocol(FrameReceiver):
         self._turn_bytes = 0
         self._turn_round = -1  # the round (Turns.rounds) of its last turn from the queue
         self._turn_ends = 0.0  # the reactor's time at which the turn ends
-        #: The frame deadline (request_timeout_s), while a frame is part-way in and the connection is read,
-        #: and which frame it is for (L{frames_taken} when it was set).
-        self._deadline: IDelayedCall | None = None
-        self._deadline_frame = -1
-        #: A large produce being checked in slices: its frame's size (still counted against the budget), and
-        #: the call that resumes the check.
+        #: Runs while a frame is part-way in and the connection is read (request_timeout_s).
+        self._deadline = FrameDeadline(broker.clock, broker.config.request_timeout_s, self._frame_late)
+        #: A large produce being checked in slices, and its frame's size (still counted against the budget).
+        self._check: SlicedCheck | None = None
         self._checking_bytes = 0
-        self._check_call: IDelayedCall | None = None
         self._use_sendfile = False
         self.peer = "?"
         #: Bytes of log data sent zero-copy and copied, over the connection's life.
@@ -191,8 +181,6 @@ class BrokerProtocol(FrameReceiver):
                 self._new_turn()
         super().dataReceived(data)
 
-    # -- turns -----------------------------------------------------------------
-
     def _new_turn(self) -> None:
         turns = self.factory.turns
         self._turn_frames, self._turn_bytes = turns.frames_per_turn, turns.bytes_per_turn
@@ -223,8 +211,6 @@ class BrokerProtocol(FrameReceiver):
             self.release_reading(TURN)
         self.buffer_changed()
 
-    # -- the frame deadline ----------------------------------------------------
-
     @override
     def hold_reading(self, reason: str) -> None:
         super().hold_reading(reason)
@@ -236,20 +222,11 @@ class BrokerProtocol(FrameReceiver):
         self._watch_deadline()
 
     def _watch_deadline(self) -> None:
-        """Run the deadline while a frame is part-way in and the connection is read; restart it for a new frame."""
-        wanted = self.state is _B.READING and not self.reading_held() and self.frame_started
-        if self._deadline is not None:
-            if wanted and self._deadline_frame == self.frames_taken:
-                return  # the same frame, still coming
-            self._deadline.cancel()
-            self._deadline = None
-        if wanted:
-            self._deadline_frame = self.frames_taken
-            self._deadline = self._broker.clock.callLater(self._broker.config.request_timeout_s, self._frame_late)
+        reading = self.state is _B.READING and not self.reading_held()
+        self._deadline.watch(reading and self.frame_started, self.frames_taken)
 
     def _frame_late(self) -> None:
         """The frame coming did not arrive whole in time: free what it holds and drop the connection."""
-        self._deadline = None
         got, needed = self.buffered_bytes, self.needed_bytes
         self.factory.late_frames.happened(
             self._broker.clock.seconds(),
@@ -260,8 +237,6 @@ class BrokerProtocol(FrameReceiver):
         self.discard_buffer()  # its bytes go back to the budget now, not when the close completes
         self.pauseProducing()
         self.transport.abortConnection()
-
-    # -- requests --------------------------------------------------------------
 
     @override
     def stringReceived(self, frame: bytes) -> None:
@@ -285,8 +260,6 @@ class BrokerProtocol(FrameReceiver):
             return
         self._handle(request, kind, started)
 
-    # -- large produces, checked in slices --------------------------------------
-
     @property
     @override
     def buffered_bytes(self) -> int:
@@ -298,28 +271,22 @@ class BrokerProtocol(FrameReceiver):
         self._checking_bytes = size
         self.hold_reading(CHECKING)
         log = self._broker.config.log
-        self._check_step(check_produce(request, log.max_message_bytes, log.max_decompressed_bytes), kind, started)
+        steps = check_produce(request, log.max_message_bytes, log.max_decompressed_bytes)
+        self._check = SlicedCheck(self._broker.clock, steps, lambda checked: self._checked(checked, kind, started),
+                                  self._check_failed)
+        self._check.start()
 
-    def _check_step(self, steps, kind: int, started: float) -> None:
-        self._check_call = None
-        try:
-            next(steps)
-        except StopIteration as done:
-            self._checking_bytes = 0
-            if self.state is not _B.CLOSED:
-                self._handle(done.value, kind, started)
-                self.release_reading(CHECKING)
-                self._deliver()  # the frames behind it (or a wait for the next turn)
-                self.buffer_changed()
-            return
-        except Exception:
-            self._checking_bytes = 0
-            self._log.failure("checking a request from {peer} failed", peer=self.peer)
-            self.transport.abortConnection()
-            return
-        self._check_call = self._broker.clock.callLater(0, self._check_step, steps, kind, started)
+    def _checked(self, request, kind: int, started: float) -> None:
+        self._check, self._checking_bytes = None, 0
+        self._handle(request, kind, started)
+        self.release_reading(CHECKING)
+        self._deliver()  # the frames behind it (or a wait for the next turn)
+        self.buffer_changed()
 
-    # -- handling ----------------------------------------------------------------
+    def _check_failed(self, failure: Failure) -> None:
+        self._check, self._checking_bytes = None, 0
+        self._log.failure("checking a request from {peer} failed", failure, peer=self.peer)
+        self.transport.abortConnection()
 
     def _handle(self, request, kind: int, started: float) -> None:
         """Dispatch a decoded request to its handler; queue the place of its response, if it gets one."""
@@ -428,11 +395,10 @@ class BrokerProtocol(FrameReceiver):
         self.factory.connections.discard(self)
         self.factory.budget.forget(self)
         self.factory.turns.forget(self)
-        for call in (self._deadline, self._check_call):
-            if call is not None:
-                call.cancel()
-        self._deadline = self._check_call = None
-        self._checking_bytes = 0
+        self._deadline.cancel()
+        if self._check is not None:
+            self._check.cancel()
+            self._check, self._checking_bytes = None, 0
         slots, self._slots = self._slots, deque()
         for slot in slots:
             if not slot.ready and slot.deferred is not None:
@@ -442,28 +408,6 @@ class BrokerProtocol(FrameReceiver):
 def _request_type(frame: bytes) -> int | None:
     """The request type a frame starts with, if it has one."""
     return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else None
-
-
-class ThrottledEvent:
-    """Something that happens to connections, counted, and logged at most once per L{interval_s}."""
-
-    def __init__(self, log: Logger, interval_s: float = 60.0) -> None:
-        self._log = log
-        self.interval_s = interval_s
-        #: How many times it happened, over the broker's life.
-        self.count = 0
-        self._unlogged = 0
-        self._logged_at: float | None = None
-
-    def happened(self, now: float, message: str, **fields: object) -> None:
-        """Count it; log C{message} (with C{count}, the times since the last line, among its fields) if due."""
-        self.count += 1
-        self._unlogged += 1
-        if self._logged_at is not None and now - self._logged_at < self.interval_s:
-            return
-        self._log.warn(message, count=self._unlogged, **fields)
-        self._unlogged = 0
-        self._logged_at = now
 
 
 class BrokerFactory(ServerFactory):

@@ -14,16 +14,18 @@ C{validate_message_set} raises, naming the same byte positions.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import attrs
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.python.failure import Failure
 
 from twlog.errors import BrokerError, InvalidMessage, MessageSizeTooLarge
 from twlog.protocol.codec import AckProduceRequest, MultiProduceRequest, ProduceRequest
 from twlog.storage.entry import LENGTH
 from twlog.storage.validation import check_wrapper_at, scan
 
-__all__ = ["PRODUCES", "SLICED_FRAME_BYTES", "SLICE_BYTES", "check_message_set", "check_produce"]
+__all__ = ["PRODUCES", "SLICED_FRAME_BYTES", "SLICE_BYTES", "SlicedCheck", "check_message_set", "check_produce"]
 
 #: Bytes of a message set checked between two yields.
 SLICE_BYTES = 1024 * 1024
@@ -87,3 +89,42 @@ def check_produce(request, max_message_bytes: int, max_decompressed_bytes: int, 
     if isinstance(request, ProduceRequest):
         return done[0]
     return attrs.evolve(request, produces=tuple(done))
+
+
+class SlicedCheck:
+    """Runs a check's steps (L{check_produce}), the first now and each next one in the next reactor iteration
+    (C{callLater(0)}); then calls C{done(value)}, or C{failed(failure)} if a step raised."""
+
+    def __init__(
+        self, clock: IReactorTime, steps: Generator, done: Callable[[object], object],
+        failed: Callable[[Failure], object],
+    ) -> None:
+        self._clock = clock
+        self._steps = steps
+        self._done = done
+        self._failed = failed
+        self._call: IDelayedCall | None = None
+        #: Steps run so far.
+        self.steps = 0
+
+    def start(self) -> None:
+        self._step()
+
+    def cancel(self) -> None:
+        """Run no more steps (the connection is gone)."""
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+    def _step(self) -> None:
+        self._call = None
+        self.steps += 1
+        try:
+            next(self._steps)
+        except StopIteration as finished:
+            self._done(finished.value)
+            return
+        except Exception:
+            self._failed(Failure())
+            return
+        self._call = self._clock.callLater(0, self._step)
