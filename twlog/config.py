@@ -109,7 +109,7 @@ class BrokerConfig:
     #: Frames larger than this are refused before they are buffered.
     max_request_bytes: int = 100 * 1024 * 1024
     #: Bytes of requests all connections together may buffer (partial frames, and frames waiting behind
-    #: max_pending_requests): past it, the connections with the largest frames still to come stop reading.
+    #: max_inflight_per_connection): past it, the connections with the largest frames still to come stop reading.
     max_buffered_request_bytes: int = 256 * 1024 * 1024
     #: Open client connections past which a new one is closed at once (None: derived at start from the
     #: descriptor limit, less a reserve for segment files).
@@ -124,8 +124,12 @@ class BrokerConfig:
     reap_idle_s: float = 10.0
     #: The listening socket's backlog: connections the kernel completes before the broker accepts them.
     listen_backlog: int = 1024
-    #: Requests awaiting their response on one connection before the broker stops reading from it.
-    max_pending_requests: int = 128
+    #: Requests awaiting their response on one connection before the broker stops reading from it (Kafka's
+    #: queued.max.requests, per connection); it reads again once half of them are answered.
+    max_inflight_per_connection: int = 64
+    #: A request frame must arrive whole within this many seconds of its first byte, counted while the
+    #: broker reads the connection; otherwise the connection is closed and its buffered bytes are freed.
+    request_timeout_s: float = 30.0
     #: The longest a waiting fetch is held, whatever the client asks.
     max_fetch_wait_ms: int = 30_000
     #: ZooKeeper connect string ("host:port[,host:port...]"), or None to run on its own.
@@ -147,8 +151,10 @@ class BrokerConfig:
             problems.append("metrics_port must be between 0 and 65535")
         if self.max_request_bytes < 1024:
             problems.append("max_request_bytes must be at least 1024")
-        if self.max_pending_requests < 1:
-            problems.append("max_pending_requests must be at least 1")
+        if self.max_inflight_per_connection < 1:
+            problems.append("max_inflight_per_connection must be at least 1")
+        if not self.request_timeout_s > 0:
+            problems.append("request_timeout_s must be positive")
         if self.max_buffered_request_bytes < self.max_request_bytes:
             problems.append("max_buffered_request_bytes must be at least max_request_bytes (the largest request fits)")
         if self.max_connections is not None and self.max_connections < 1:

@@ -35,7 +35,7 @@ from twlog.protocol.codec import (
     ProduceRequest,
     WaitFetchRequest,
 )
-from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
 from twlog.storage.manager import LogManager
 from twlog.storage.message import encode_message_set
@@ -123,6 +123,7 @@ class RegistryTests(MetricsTestCase):
             "twlog_connections_reaped": "counter", "twlog_connections_idle_closed": "counter",
             "twlog_buffered_request_bytes": "gauge", "twlog_buffered_request_bytes_limit": "gauge",
             "twlog_request_budget_stopped_connections": "gauge", "twlog_request_budget_stops": "counter",
+            "twlog_request_timeouts": "counter", "twlog_connections_waiting_turn": "gauge",
             "twlog_waiting_fetches": "gauge", "twlog_flush_duration_seconds": "histogram",
             "twlog_flush_failures": "counter", "twlog_log_size_bytes": "gauge", "twlog_log_segments": "gauge",
             "twlog_log_start_offset": "gauge", "twlog_log_flushed_offset": "gauge", "twlog_log_end_offset": "gauge",
@@ -288,6 +289,19 @@ class ConnectionTests(MetricsTestCase):
         self.assertEqual(value(self.registry, "twlog_buffered_request_bytes"), 1100)
         self.assertEqual(value(self.registry, "twlog_request_budget_stopped_connections"), 1)
         self.assertEqual(value(self.registry, "twlog_request_budget_stops_total"), 1)
+
+    def test_request_timeouts_and_turns(self) -> None:
+        """A connection closed at the frame deadline is counted; so are the connections waiting for a turn."""
+        self.start(request_timeout_s=5.0)
+        late, _ = self.connect()
+        late.dataReceived(struct.pack(">i", 3000) + b"\0" * 100)
+        busy, _ = self.connect()
+        offsets = codec.encode_request(OffsetsRequest("t", 0, -1, 1))
+        busy.dataReceived((struct.pack(">i", len(offsets)) + offsets) * 100)  # more than a turn
+        self.assertEqual(value(self.registry, "twlog_connections_waiting_turn"), 1)
+        self.clock.advance(5)
+        self.assertEqual(value(self.registry, "twlog_request_timeouts_total"), 1)
+        self.assertEqual(value(self.registry, "twlog_connections_waiting_turn"), 0)
 
 
 class FlushTests(MetricsTestCase):

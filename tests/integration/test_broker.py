@@ -217,14 +217,14 @@ class BadInputTests(TestCase):
         await self.client.responses(1)
         self.client.frames.clear()
         self.client.transport.pauseProducing()
-        # Far more than max_pending_requests, each answered with ~52 KB: more than the kernel's socket
+        # Far more than max_inflight_per_connection, each answered with ~52 KB: more than the kernel's socket
         # buffers hold however densely the responses are packed (headers ride with the log bytes).
         request = FetchRequest("t", 1, 0, 100_000)
         for _ in range(400):
             self.client.send(request)
         (protocol,) = _broker_protocols(self.service)
         await wait_until(lambda: protocol.state is BrokerProtocolState.PAUSED)
-        self.assertLessEqual(len(protocol._slots), self.service.config.max_pending_requests)
+        self.assertLessEqual(len(protocol._slots), self.service.config.max_inflight_per_connection)
         self.assertLess(sendfile.buffered_bytes(protocol.transport), 4 * sendfile.HIGH_WATER_BYTES)
         await self.healthy()
         self.client.transport.resumeProducing()

@@ -96,7 +96,8 @@ class BufferedBoundTests(TestCase):
             healthy.send(WaitFetchRequest(0, 0, (FetchRequest("ok", 0, 0, 100_000),)))
         answers = await healthy.responses(40)
         self.assertTrue(all(codec.decode_error(a) == 0 for a in answers))
-        await wait_until(lambda: service.logs.get_log("ok", 0).flushed_offset > 0)
+        ok = service.logs.get_log("ok", 0)
+        await wait_until(lambda: ok.flushed_offset == ok.end_offset)  # all 20 (they may take more than one fsync)
         healthy.send(WaitFetchRequest(0, 0, (FetchRequest("ok", 0, 0, 100_000),)))
         answer = (await healthy.responses(41))[-1]
         (part,) = codec.decode_multifetch_response(answer).parts

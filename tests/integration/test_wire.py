@@ -13,7 +13,7 @@ from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer import LATEST, SimpleConsumer
 from twlog.errors import OffsetOutOfRange
 from twlog.producer import Producer
-from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
 from twlog.storage.manager import LogManager
 

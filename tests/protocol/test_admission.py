@@ -30,7 +30,8 @@ from twlog.protocol.codec import (
     ProduceRequest,
     WaitFetchRequest,
 )
-from twlog.protocol.connection import BrokerFactory, BrokerProtocol
+from twlog.protocol.connection import BrokerProtocol
+from twlog.protocol.factory import BrokerFactory
 
 from .test_server import BrokerTestMixin, frame, responses
 

@@ -11,7 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.protocol.budget import BUDGET, RequestBudget
 from twlog.protocol.codec import MetadataRequest, ProduceRequest
-from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.factory import BrokerFactory
 from twlog.storage.message import encode_message_set
 
 from .test_server import BrokerTestMixin, frame, responses
@@ -71,6 +71,20 @@ class RequestBudgetTests(SynchronousTestCase):
         self.budget.forget(big)  # gone: 500 bytes and 450 reserved freed
         self.assertFalse(small.held)
         self.assertFalse(large.held)  # 20 + 100 + 600 fits as well
+
+    def test_equals_in_the_order_they_stopped(self) -> None:
+        """Among stopped connections needing as much, the one stopped first is admitted first."""
+        hog = FakeHolder()
+        hog.set(self.budget, 100, 800)
+        waiting = [FakeHolder() for _ in range(4)]
+        for holder in reversed(waiting):  # stopped in the reverse of the order they were made
+            holder.set(self.budget, 10, 300)
+        self.assertTrue(all(h.held for h in waiting))
+        order = []
+        for holder in waiting:
+            holder.release_reading = lambda reason, h=holder: order.append(waiting.index(h))
+        hog.set(self.budget, 0, 4)  # 900 freed: 3 of them fit beside what the 4 need
+        self.assertEqual(order, [3, 2, 1])
 
     def test_holding_nothing_always_reads(self) -> None:
         """A connection whose request came whole holds nothing and is never stopped, even at the bound."""

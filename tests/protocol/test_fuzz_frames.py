@@ -28,7 +28,7 @@ from twlog.protocol.codec import (
     ProduceRequest,
     WaitFetchRequest,
 )
-from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.factory import BrokerFactory
 from twlog.storage.message import CODEC_GZIP, CODEC_NONE, encode_message_set, iter_messages, scan
 
 from .test_server import BrokerTestMixin
@@ -102,7 +102,7 @@ class FrameFuzzTests(BrokerTestMixin, SynchronousTestCase):
         order=st.lists(st.integers(0, 2), min_size=1, max_size=40),
     )
     def test_random_frames(self, streams, cuts, order) -> None:
-        self.make_broker(max_request_bytes=MAX_REQUEST, max_buffered_request_bytes=LIMIT, max_pending_requests=3,
+        self.make_broker(max_request_bytes=MAX_REQUEST, max_buffered_request_bytes=LIMIT, max_inflight_per_connection=3,
                          segment_bytes=2048, max_message_bytes=1024)
         try:
             self.run_streams(streams, cuts, order)

@@ -36,7 +36,8 @@ from twlog.protocol.codec import (
     ProduceRequest,
     WaitFetchRequest,
 )
-from twlog.protocol.connection import BROKER_MOVES, BrokerFactory, BrokerProtocolState
+from twlog.protocol.connection import BROKER_MOVES, BrokerProtocolState
+from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
 from twlog.statemachine import IllegalTransition, StateMachine
 from twlog.storage.manager import LogManager
@@ -126,7 +127,8 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
 
 class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
     def setUp(self) -> None:
-        self.make_broker(flush_messages=1000, flush_interval_ms=100, max_pending_requests=4, max_request_bytes=2048)
+        self.make_broker(flush_messages=1000, flush_interval_ms=100, max_inflight_per_connection=4,
+                         max_request_bytes=2048)
         self.protocol, self.transport = self.connect()
 
     def test_responses_in_request_order(self) -> None:
@@ -205,7 +207,7 @@ class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
         self.assertFalse(self.transport.disconnecting)
 
     def test_back_pressure(self) -> None:
-        """With max_pending_requests unanswered, the broker stops reading; it resumes as they are answered."""
+        """With max_inflight_per_connection unanswered, the broker stops reading; it resumes as they are answered."""
         wait = frame(WaitFetchRequest(1000, 1, (FetchRequest("t", 0, 0, 100),)))
         self.protocol.dataReceived(wait * 4 + frame(MetadataRequest()))
         self.assertEqual(self.transport.producerState, "paused")

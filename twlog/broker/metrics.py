@@ -40,7 +40,7 @@ from typing_extensions import override
 
 from twlog.errors import ERRORS, UNKNOWN
 from twlog.protocol import codec
-from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
 from twlog.storage.manager import LogManager
 
@@ -233,6 +233,10 @@ class _BrokerCollector:
                      "bytes are at the bound.", budget.stopped)
         yield _counter("twlog_request_budget_stops", "Times a connection stopped being read because the buffered "
                        "request bytes were at the bound.", budget.holds)
+        yield _counter("twlog_request_timeouts", "Connections closed because a request frame did not arrive whole "
+                       "within --request-timeout-s of its first byte.", factory.late_frames.total)
+        yield _gauge("twlog_connections_waiting_turn", "Connections with requests ready, waiting for their turn.",
+                     factory.turns.waiting)
         yield _gauge("twlog_waiting_fetches", "WAIT_FETCH requests held until data arrives or their wait ends.",
                      broker.waiting_fetches())
         flushes = HistogramMetricFamily("twlog_flush_duration_seconds", "Time from starting a log's fsync (on "

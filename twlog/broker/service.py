@@ -36,7 +36,7 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
 from twlog.errors import TwlogError
-from twlog.protocol.connection import BrokerFactory
+from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
 from twlog.protocol.twisted_internals import exit_now, forget_exit_signal
 from twlog.storage.directory import LogDirectoryInUse

@@ -32,14 +32,20 @@ def _int(name: str, minimum: int | None = None):
     return parse
 
 
-def _seconds(name: str):
+def _seconds(name: str, *, positive: bool = False, most: float = float("inf")):
+    """A parser of C{--name}: a number of seconds, 0 or more (above 0 with C{positive}), at most C{most}."""
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = float(str(text).replace("_", ""))
         except ValueError:
             value = -1.0
-        if not 0 <= value < float("inf"):
-            raise usage.UsageError(f"--{name} must be a number of seconds, 0 or more, not {text!r}")
+        least_ok = value > 0 if positive else value >= 0
+        if not least_ok or not value <= most or value == float("inf"):
+            if most != float("inf"):
+                allowed = f"from {'above ' if positive else ''}0 to {most:g}"
+            else:
+                allowed = "above 0" if positive else "0 or more"
+            raise usage.UsageError(f"--{name} must be a number of seconds {allowed}, not {text!r}")
         return value
 
     return parse
@@ -58,16 +64,6 @@ def _gap_ms(text: str) -> float:
         value = -1.0
     if not 0 <= value <= 1000:
         raise usage.UsageError(f"--flush-min-gap-ms must be a number of milliseconds from 0 to 1000, not {text!r}")
-    return value
-
-
-def _storage_retry_s(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86_400:
-        raise usage.UsageError(f"--storage-retry-s must be a number of seconds from 0 to 86400, not {text!r}")
     return value
 
 
@@ -124,7 +120,7 @@ class Options(usage.Options):
         ["storage-retry-s", None, 10.0,
          "After a write or a segment roll fails (disk full, no inodes, quota, read-only), refuse the partition's "
          "writes for this many seconds, then try the disk again (a failed fsync needs a restart).",
-         _storage_retry_s],
+         _seconds("storage-retry-s", most=86_400)],
         ["retention-hours", None, 168, "Delete segments last modified longer ago than this.",
          _int("retention-hours", 0)],
         ["retention-bytes", None, -1, "Delete the oldest segments while a partition is larger (-1: no cap).",
@@ -141,6 +137,13 @@ class Options(usage.Options):
          "Bytes of requests all connections together may buffer (at least --max-request-bytes); past it, the "
          "connections with the largest frames still to come stop reading until space frees.",
          _int("max-buffered-request-bytes", 1024)],
+        ["request-timeout-s", None, 30.0,
+         "A request frame must arrive whole within this many seconds of its first byte (counted while the broker "
+         "reads the connection), or the connection is closed and the bytes it buffered are freed.",
+         _seconds("request-timeout-s", positive=True)],
+        ["max-inflight-per-connection", None, 64,
+         "Requests awaiting their answer on one connection past which the broker stops reading from it, until "
+         "half of them are answered.", _int("max-inflight-per-connection", 1)],
         ["max-connections", None, None,
          "Client connections the broker holds (default: the open-files limit, raised to its hard limit at start, "
          "less a reserve for segment files); past it, a new one replaces the longest-idle connection, or is "
@@ -196,6 +199,8 @@ class Options(usage.Options):
                 host=self["host"],
                 max_request_bytes=self["max-request-bytes"],
                 max_buffered_request_bytes=self["max-buffered-request-bytes"],
+                request_timeout_s=self["request-timeout-s"],
+                max_inflight_per_connection=self["max-inflight-per-connection"],
                 max_connections=self["max-connections"],
                 max_connections_per_ip=self["max-connections-per-ip"],
                 idle_timeout_s=self["idle-timeout-s"],

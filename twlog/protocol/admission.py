@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.protocol.test_admission -*-
 """The broker's connection limits: who gets in, who is closed for idling, and the log lines about both.
 
-L{twlog.protocol.connection.BrokerFactory} decides; this module holds the
+L{twlog.protocol.factory.BrokerFactory} decides; this module holds the
 parts it decides with:
 
   - L{ConnectionTable}: the open connections in order of their last activity

@@ -16,8 +16,16 @@ decides which connections may read, by reservation:
    and the frame is handled; otherwise it stops reading
    (C{transport.pauseProducing}), holding only that first read;
  - as space frees (a frame is handled, a connection closes), the stopped
-   connections needing the fewest bytes to finish are admitted first, so
-   the frames still to come that are largest wait longest.
+   connections needing the fewest bytes to finish are admitted first (among
+   equals, the one stopped first), so the frames still to come that are
+   largest wait longest: the frames that will free their bytes soonest go
+   first;
+ - an admitted frame that stops arriving holds its room only until the
+   connection's frame deadline (C{request_timeout_s},
+   L{twlog.protocol.connection}): then the connection is closed, forgotten
+   here, and the waiting frames are admitted in its place.  Without the
+   deadline, two clients that sent 95 MiB of a 100 MiB frame and stopped kept
+   a legitimate 69 MB produce waiting until they went away.
 
 So every admitted frame can complete without the total passing the bound,
 and half-sent frames never deadlock each other.  The total passes the bound
@@ -64,7 +72,7 @@ class RequestBudget:
         self._held: dict[Holder, tuple[int, int]] = {}  # connection -> (buffered, needed), if it buffers any
         self._admitted: set[Holder] = set()
         self._reserved = 0  # what the admitted frames still need, together
-        self._stopped: set[Holder] = set()
+        self._stopped: dict[Holder, None] = {}  # in the order they were stopped
 
     @property
     def stopped(self) -> int:
@@ -81,7 +89,7 @@ class RequestBudget:
 
     def forget(self, holder: Holder) -> None:
         """C{holder} is gone: it holds nothing any more."""
-        self._stopped.discard(holder)
+        self._stopped.pop(holder, None)
         self._set(holder, 0, 0)
 
     def _set(self, holder: Holder, buffered: int, needed: int) -> None:
@@ -103,7 +111,7 @@ class RequestBudget:
                 if self.total + self._reserved + needed <= self.limit:
                     self._admit(holder, needed)
                 else:
-                    self._stopped.add(holder)
+                    self._stopped[holder] = None
                     self.holds += 1
                     holder.hold_reading(BUDGET)
         if self._stopped and self.total + self._reserved < before:
@@ -115,11 +123,12 @@ class RequestBudget:
 
     def _release(self, holder: Holder) -> None:
         if holder in self._stopped:
-            self._stopped.discard(holder)
+            del self._stopped[holder]
             holder.release_reading(BUDGET)
 
     def _admit_waiting(self) -> None:
-        """Admit stopped connections, fewest bytes still needed first, while their frames fit."""
+        """Admit stopped connections, fewest bytes still needed first (the first stopped among equals), while
+        their frames fit."""
         for holder in sorted(self._stopped, key=lambda h: self._held.get(h, (0, 0))[1]):
             needed = self._held.get(holder, (0, 0))[1]
             if self.total + self._reserved + needed > self.limit:

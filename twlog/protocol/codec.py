@@ -122,6 +122,9 @@ class ProduceRequest:
     topic: str
     partition: int
     messages: bytes | memoryview
+    #: Not on the wire: set by the broker once it has validated C{messages} ahead of the handler (a large
+    #: frame, checked a slice at a time): their message count, or the error the check raised.
+    checked: int | Exception | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -1,13 +1,21 @@
 # -*- test-case-name: tests.protocol.test_server,tests.protocol.test_budget -*-
-"""The broker's connections: L{BrokerProtocol} (one client) and L{BrokerFactory} (all of them).
+"""The broker's connections: L{BrokerProtocol}, one client (L{twlog.protocol.factory.BrokerFactory}: all of them).
 
 L{BrokerProtocol} frames requests (L{FrameReceiver}, linear time), decodes
 them, dispatches them to the L{Broker}'s handlers, and writes the responses
 strictly in request order with L{ResponseSender} (zero-copy for log bytes).
 L{BrokerFactory} holds what the connections share: the budget of buffered
-request bytes (L{RequestBudget}, C{max_buffered_request_bytes}) and the
+request bytes (L{RequestBudget}, C{max_buffered_request_bytes}), the turns
+connections take at having their frames handled (L{Turns}) and the
 connection limits (C{max_connections}, C{max_connections_per_ip},
 C{idle_timeout_s}; L{twlog.protocol.admission}).
+
+No connection holds up the others: a frame must arrive whole in time
+(L{FrameDeadline}), at most C{max_inflight_per_connection} requests await
+their answers, connections take turns (L{twlog.protocol.turns}), and large
+produces are checked in slices (L{twlog.protocol.slicing}), nothing else of
+the connection being read or handled meanwhile, so that its requests still
+take effect in order.
 """
 
 from __future__ import annotations
@@ -18,8 +26,6 @@ from collections import deque
 from collections.abc import Callable
 
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
-from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from typing_extensions import override
@@ -30,19 +36,21 @@ from twlog.errors import (
     InvalidRequest,
     MalformedRequest,
     RequestTooLarge,
-    TooManyConnections,
-    TooManyConnectionsFromAddress,
     kafka07_code,
 )
 from twlog.protocol import codec
-from twlog.protocol.admission import ConnectionTable, EventLog, Refusal
-from twlog.protocol.budget import RequestBudget
+from twlog.protocol.deadline import FrameDeadline
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
+from twlog.protocol.slicing import PRODUCES, SLICED_FRAME_BYTES, SlicedCheck, check_produce
+from twlog.protocol.turns import TURN
 from twlog.statemachine import StateMachine
 
 _SIZE = struct.Struct(">i")
+
+#: Why a connection's transport is held while a large produce of it is checked in slices.
+CHECKING = "checking a large produce"
 
 
 def error_code(failure: Failure, request: object = None) -> int:
@@ -67,7 +75,7 @@ RequestObserver = Callable[[int, float], object]
 class BrokerProtocolState(enum.Enum):
     """Where a L{BrokerProtocol}'s connection is.  Transitions::
 
-        READING         --max_pending_requests unanswered: stop reading-------------> PAUSED
+        READING         --max_inflight_per_connection unanswered: stop reading------> PAUSED
         PAUSED          --answered down to half of them: read again-----------------> READING
         READING         --a malformed or oversized request: answer it after the
                           earlier ones, read nothing more, close once all are sent---> CLOSING
@@ -130,7 +138,18 @@ class BrokerProtocol(FrameReceiver):
         #: The response being written, if any.
         self._sender: ResponseSender | None = None
         self._pumping = False  # _pump is running (a sender that finishes at once must not start another)
-        self._resume_at = broker.config.max_pending_requests // 2
+        self._max_inflight = broker.config.max_inflight_per_connection
+        self._resume_at = self._max_inflight // 2
+        #: What is left of this connection's turn (L{twlog.protocol.turns}): frames, and bytes of them.
+        self._turn_frames = 0
+        self._turn_bytes = 0
+        self._turn_round = -1  # the round (Turns.rounds) of its last turn from the queue
+        self._turn_ends = 0.0  # the reactor's time at which the turn ends
+        #: Runs while a frame is part-way in and the connection is read (request_timeout_s).
+        self._deadline = FrameDeadline(broker.clock, broker.config.request_timeout_s, self._frame_late)
+        #: A large produce being checked in slices, and its frame's size (still counted against the budget).
+        self._check: SlicedCheck | None = None
+        self._checking_bytes = 0
         self._use_sendfile = False
         self.peer = "?"
         #: The client's host (the per-address cap's key; set by the factory) and when the connection last
@@ -169,10 +188,71 @@ class BrokerProtocol(FrameReceiver):
     @override
     def dataReceived(self, data: bytes) -> None:
         self.factory.received_bytes += len(data)
+        turns = self.factory.turns
+        if data and not turns.is_waiting(self):
+            if turns.round_due and self._turn_round == turns.rounds:  # it had a turn in the last round, and
+                self._turn_frames = 0  # others wait for the next one: it waits with them
+            else:  # each read is a turn: the reactor reads the ready sockets in turns
+                self._new_turn()
         super().dataReceived(data)
+
+    def _new_turn(self) -> None:
+        turns = self.factory.turns
+        self._turn_frames, self._turn_bytes = turns.frames_per_turn, turns.bytes_per_turn
+        self._turn_ends = self._broker.clock.seconds() + turns.seconds_per_turn
+
+    @override
+    def may_deliver(self) -> bool:
+        if self._checking_bytes:
+            return False
+        if self._turn_frames > 0 and self._turn_bytes > 0 and (
+            self._turn_frames == self.factory.turns.frames_per_turn or self._broker.clock.seconds() < self._turn_ends
+        ):
+            return True
+        turns = self.factory.turns
+        if self.frame_ready and not turns.is_waiting(self):  # more to do: after the others' turns
+            self.hold_reading(TURN)
+            turns.wait(self)
+        return False
+
+    def take_turn(self) -> None:
+        """Handle up to a turn's worth of the buffered frames (L{Turns} calls it); read again once none is left."""
+        if self.state is _B.CLOSED:
+            return
+        self._new_turn()
+        self._turn_round = self.factory.turns.rounds
+        self._deliver()
+        if not self.factory.turns.is_waiting(self):
+            self.release_reading(TURN)
+        self.buffer_changed()
+
+    @override
+    def hold_reading(self, reason: str) -> None:
+        super().hold_reading(reason)
+        self._watch_deadline()
+
+    @override
+    def release_reading(self, reason: str) -> None:
+        super().release_reading(reason)
+        self._watch_deadline()
+
+    def _watch_deadline(self) -> None:
+        reading = self.state is _B.READING and not self.reading_held()
+        self._deadline.watch(reading and self.frame_started, self.frames_taken)
+
+    def _frame_late(self) -> None:
+        """The frame coming did not arrive whole in time: free what it holds and drop the connection."""
+        got, needed = self.buffered_bytes, self.needed_bytes
+        self.factory.late_frames.record(timeout=self._broker.config.request_timeout_s, peer=self.peer, got=got,
+                                        needed=needed)
+        self.discard_buffer()  # its bytes go back to the budget now, not when the close completes
+        self.pauseProducing()
+        self.transport.abortConnection()
 
     @override
     def stringReceived(self, frame: bytes) -> None:
+        self._turn_frames -= 1
+        self._turn_bytes -= len(frame)
         if self.state in (_B.CLOSING, _B.CLOSED):
             return
         self.factory.active(self)
@@ -187,6 +267,42 @@ class BrokerProtocol(FrameReceiver):
         requests[kind] = requests.get(kind, 0) + 1
         observer = self.factory.request_observer
         started = self._broker.clock.seconds() if observer is not None else 0.0
+        if len(frame) >= SLICED_FRAME_BYTES and isinstance(request, PRODUCES):
+            self._check_in_slices(request, kind, started, len(frame))
+            return
+        self._handle(request, kind, started)
+
+    @property
+    @override
+    def buffered_bytes(self) -> int:
+        """Bytes received and not handled yet: those buffered, and a large produce's while it is checked."""
+        return super().buffered_bytes + self._checking_bytes
+
+    def _check_in_slices(self, request, kind: int, started: float, size: int) -> None:
+        """Check C{request}'s sets a slice at a time, reading and handling nothing else meanwhile; then handle it."""
+        self._checking_bytes = size
+        self.hold_reading(CHECKING)
+        log = self._broker.config.log
+        steps = check_produce(request, log.max_message_bytes, log.max_decompressed_bytes)
+        self._check = SlicedCheck(self._broker.clock, steps, lambda checked: self._checked(checked, kind, started),
+                                  self._check_failed)
+        self._check.start()
+
+    def _checked(self, request, kind: int, started: float) -> None:
+        self._check, self._checking_bytes = None, 0
+        self._handle(request, kind, started)
+        self.release_reading(CHECKING)
+        self._deliver()  # the frames behind it (or a wait for the next turn)
+        self.buffer_changed()
+
+    def _check_failed(self, failure: Failure) -> None:
+        self._check, self._checking_bytes = None, 0
+        self._log.failure("checking a request from {peer} failed", failure, peer=self.peer)
+        self.transport.abortConnection()
+
+    def _handle(self, request, kind: int, started: float) -> None:
+        """Dispatch a decoded request to its handler; queue the place of its response, if it gets one."""
+        observer = self.factory.request_observer
         handler = self._broker.handlers[type(request)]
         if not codec.expects_response(request):
             try:
@@ -203,7 +319,7 @@ class BrokerProtocol(FrameReceiver):
         d.addErrback(self._failed, request, kind)
         d.addCallback(slot.fill)
         d.addBoth(lambda _: self._pump())
-        if len(self._slots) >= self._broker.config.max_pending_requests and self.state is _B.READING:
+        if len(self._slots) >= self._max_inflight and self.state is _B.READING:
             self._machine.move(_B.PAUSED)
             self.pauseProducing()
 
@@ -229,6 +345,7 @@ class BrokerProtocol(FrameReceiver):
     @override
     def buffer_changed(self) -> None:
         self.factory.budget.update(self)
+        self._watch_deadline()
 
     def _close_with(self, code: int, kind: int | None) -> None:
         """Answer the offending request (of type C{kind}, if known) with C{code} after the earlier ones, then close."""
@@ -290,6 +407,11 @@ class BrokerProtocol(FrameReceiver):
         self._machine.move(_B.CLOSED)
         self.factory.connection_lost(self)
         self.factory.budget.forget(self)
+        self.factory.turns.forget(self)
+        self._deadline.cancel()
+        if self._check is not None:
+            self._check.cancel()
+            self._check, self._checking_bytes = None, 0
         slots, self._slots = self._slots, deque()
         for slot in slots:
             if not slot.ready and slot.deferred is not None:
@@ -299,211 +421,3 @@ class BrokerProtocol(FrameReceiver):
 def _request_type(frame: bytes) -> int | None:
     """The request type a frame starts with, if it has one."""
     return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else None
-
-
-class BrokerFactory(ServerFactory):
-    """Builds a L{BrokerProtocol} per connection, all sharing one L{Broker}, one L{RequestBudget}
-    (C{max_buffered_request_bytes}) and the connection limits.
-
-    The limits (Kafka's C{max.connections}, C{max.connections.per.ip} and
-    C{connections.max.idle.ms}):
-
-      - A connection that has received no whole request frame and written no
-        response for L{idle_timeout_s} is closed.
-      - A new connection from an address holding L{max_connections_per_ip}
-        replaces that address's longest-idle connection, one with nothing in
-        progress and idle for at least L{reap_idle_s}; without one it is refused
-        with L{TooManyConnectionsFromAddress}.
-      - Likewise at L{max_connections}, over all addresses, with
-        L{TooManyConnections}.
-
-    A refused connection is answered by a L{Refusal} (at most L{MAX_REFUSALS}
-    at once; past that it is closed at once).  Each kind of event is counted
-    and logged at most once per L{EVENT_LOG_INTERVAL_S}, with its count.
-    """
-
-    noisy = False
-    _log = Logger()
-    #: The least time between two log lines about one kind of connection event (each says how many).
-    EVENT_LOG_INTERVAL_S = 60.0
-    #: Refused connections answered at once (L{Refusal}); past this many, one is closed without an answer.
-    MAX_REFUSALS = 64
-
-    def __init__(self, broker: Broker, max_connections: int | None = None) -> None:
-        config = broker.config
-        self.broker = broker
-        #: The open client connections, longest-idle first (closing ones leave it at once).
-        self.connections = ConnectionTable()
-        #: The bytes of requests all connections buffer, against C{max_buffered_request_bytes}.
-        self.budget = RequestBudget(config.max_buffered_request_bytes)
-        #: The most connections held (None: no cap; the service sets the default).
-        self.max_connections = max_connections if max_connections is not None else config.max_connections
-        #: The most connections one address may hold (None: no cap but L{max_connections}).
-        self.max_connections_per_ip = config.max_connections_per_ip
-        #: Seconds without a whole request or a response written after which a connection is closed (0: never).
-        self.idle_timeout_s = config.idle_timeout_s
-        #: The least idle time of a connection replaced by a new one at a cap.
-        self.reap_idle_s = config.reap_idle_s
-        #: Connections accepted over the factory's life.
-        self.accepted = 0
-        #: Requests decoded, by request type; bytes received, bytes of responses written (and of
-        #: those, log bytes sent with sendfile), over the factory's life: for metrics.
-        self.requests: dict[int, int] = {}
-        self.received_bytes = 0
-        self.sent_bytes = 0
-        self.sendfile_bytes = 0
-        #: Told of each request answered (L{RequestObserver}), if set: the broker's metrics.
-        self.request_observer: RequestObserver | None = None
-        clock = broker.clock
-        interval = self.EVENT_LOG_INTERVAL_S
-        self._refused = EventLog(
-            clock, self._log, "refused {count} connection(s), the last from {peer}: {open} are open, the cap "
-            "(--max-connections) is {cap}, and none has been idle for {reap_s:g} s (--reap-idle-s)", interval)
-        self._refused_per_ip = EventLog(
-            clock, self._log, "refused {count} connection(s) from an address at its cap, the last from {peer}: "
-            "it holds {open}, the cap per address (--max-connections-per-ip) is {cap}, and none has been idle "
-            "for {reap_s:g} s (--reap-idle-s)", interval)
-        self._reaped = EventLog(
-            clock, self._log, "closed {count} idle connection(s) to make room at the cap (--max-connections) of "
-            "{cap}, the last from {peer}, idle for {idle_s:.0f} s", interval)
-        self._reaped_per_ip = EventLog(
-            clock, self._log, "closed {count} idle connection(s) to make room for a new one from the same address "
-            "(--max-connections-per-ip {cap}), the last from {peer}, idle for {idle_s:.0f} s", interval)
-        self._idle_closed = EventLog(
-            clock, self._log, "closed {count} connection(s) that sent no whole request for {timeout_s:g} s "
-            "(--idle-timeout-s), the last from {peer}", interval)
-        self._refusals: set[Refusal] = set()
-        self._sweep: IDelayedCall | None = None
-
-    # -- the counts, for metrics ------------------------------------------------------------
-
-    @property
-    def refused(self) -> int:
-        """Connections refused at L{max_connections}."""
-        return self._refused.total
-
-    @property
-    def refused_per_ip(self) -> int:
-        """Connections refused at L{max_connections_per_ip}."""
-        return self._refused_per_ip.total
-
-    @property
-    def reaped(self) -> int:
-        """Idle connections closed to make room at L{max_connections}."""
-        return self._reaped.total
-
-    @property
-    def reaped_per_ip(self) -> int:
-        """Idle connections closed to make room at L{max_connections_per_ip}."""
-        return self._reaped_per_ip.total
-
-    @property
-    def idle_closed(self) -> int:
-        """Connections closed after L{idle_timeout_s} without a whole request."""
-        return self._idle_closed.total
-
-    # -- accepting ----------------------------------------------------------------------------
-
-    @override
-    def buildProtocol(self, addr) -> BrokerProtocol | Refusal | None:
-        host = str(getattr(addr, "host", None) or "?")
-        now = self.broker.clock.seconds()
-        per_ip = self.max_connections_per_ip
-        if per_ip is not None and self.connections.count(host) >= per_ip:
-            victim = self.connections.idle_since(now - self.reap_idle_s, host)
-            if victim is None:
-                self._refused_per_ip.record(peer=_peer(addr), open=self.connections.count(host), cap=per_ip,
-                                            reap_s=self.reap_idle_s)
-                return self._refusal(TooManyConnectionsFromAddress.code)
-            self._reap(victim, now, self._reaped_per_ip, per_ip)
-        cap = self.max_connections
-        if cap is not None and len(self.connections) >= cap:
-            victim = self.connections.idle_since(now - self.reap_idle_s)
-            if victim is None:
-                self._refused.record(peer=_peer(addr), open=len(self.connections), cap=cap, reap_s=self.reap_idle_s)
-                return self._refusal(TooManyConnections.code)
-            self._reap(victim, now, self._reaped, cap)
-        protocol = BrokerProtocol(self.broker)
-        protocol.factory = self
-        protocol.host = host
-        self.accepted += 1
-        return protocol
-
-    def _refusal(self, code: int) -> Refusal | None:
-        if len(self._refusals) >= self.MAX_REFUSALS:
-            return None  # the listening port closes the accepted socket at once
-        refusal = Refusal(code, self.broker.clock, self._refusals.discard)
-        refusal.factory = self
-        self._refusals.add(refusal)
-        return refusal
-
-    def _reap(self, victim: BrokerProtocol, now: float, events: EventLog, cap: int) -> None:
-        self.connections.remove(victim)
-        events.record(peer=victim.peer, idle_s=now - victim.last_active, cap=cap)
-        victim.transport.loseConnection()
-
-    # -- the connections' bookkeeping ---------------------------------------------------------
-
-    def connection_made(self, protocol: BrokerProtocol) -> None:
-        """C{protocol}'s connection is open: count it, and watch its idle time."""
-        self.connections.add(protocol, self.broker.clock.seconds())
-        self._schedule_sweep()
-
-    def active(self, protocol: BrokerProtocol) -> None:
-        """C{protocol} received a whole request frame or finished writing a response: it is not idle."""
-        self.connections.touch(protocol, self.broker.clock.seconds())
-
-    def connection_lost(self, protocol: BrokerProtocol) -> None:
-        """C{protocol}'s connection is gone."""
-        self.connections.remove(protocol)
-        if not self.connections and self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-
-    def _schedule_sweep(self) -> None:
-        """Wake up when the longest-idle connection reaches the idle timeout (once a sweep is due)."""
-        if self.idle_timeout_s <= 0 or self._sweep is not None or not self.connections:
-            return
-        clock = self.broker.clock
-        oldest = self.connections.oldest()
-        delay = max(0.0, oldest.last_active + self.idle_timeout_s - clock.seconds())
-        self._sweep = clock.callLater(delay, self._close_idle)
-
-    def _close_idle(self) -> None:
-        self._sweep = None
-        timeout = self.idle_timeout_s
-        if timeout <= 0:
-            return
-        for protocol in self.connections.expired(self.broker.clock.seconds() - timeout):
-            self.connections.remove(protocol)
-            self._idle_closed.record(peer=protocol.peer, timeout_s=timeout)
-            if protocol.in_progress:  # a response it does not read: loseConnection would wait for it for ever
-                protocol.transport.abortConnection()
-            else:
-                protocol.transport.loseConnection()
-        self._schedule_sweep()
-
-    # -- stopping -----------------------------------------------------------------------------
-
-    def disconnect_all(self) -> None:
-        """Drop every client connection now (at shutdown, before the logs close), and schedule nothing more."""
-        for protocol in list(self.connections):
-            protocol.transport.abortConnection()
-        for refusal in list(self._refusals):
-            refusal.stop()
-        self._stop_timers()
-
-    @override
-    def stopFactory(self) -> None:
-        self._stop_timers()
-
-    def _stop_timers(self) -> None:
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-        for events in (self._refused, self._refused_per_ip, self._reaped, self._reaped_per_ip, self._idle_closed):
-            events.stop()
-
-
-def _peer(addr) -> str:
-    return f"{getattr(addr, 'host', '?')}:{getattr(addr, 'port', '?')}"

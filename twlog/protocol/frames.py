@@ -57,6 +57,8 @@ class FrameBuffer:
         self._filled = 0  # bytes of it filled
         #: Bytes copied into frames (and size prefixes) so far: at most the bytes received.
         self.frame_copied_bytes = 0
+        #: Frames taken out so far (L{next_frame}): tells one frame in progress from the next.
+        self.frames_taken = 0
 
     def feed(self, data: bytes) -> list[bytes | memoryview]:
         """Add C{data}; return the frames now complete.
@@ -93,6 +95,7 @@ class FrameBuffer:
             if self._filled < len(self._frame):
                 return None
             done, self._frame, self._filled, self._length = self._frame, None, 0, None
+            self.frames_taken += 1
             return done
         if self._length is None:
             if self._pending < PREFIX_BYTES:
@@ -107,6 +110,7 @@ class FrameBuffer:
             return None
         done = self._take(self._length)
         self._length = None
+        self.frames_taken += 1
         return done
 
     def clear(self) -> None:
@@ -126,6 +130,23 @@ class FrameBuffer:
         if self._length is None:
             return max(0, PREFIX_BYTES - self._pending)
         return max(0, self._length - self._pending - self._filled)
+
+    @property
+    def frame_ready(self) -> bool:
+        """Whether L{next_frame} has something to say: a whole frame, or a size prefix over C{max_length}."""
+        if self._frame is not None:
+            return self._filled >= len(self._frame)
+        if self._length is None:
+            if self._pending < PREFIX_BYTES:
+                return False
+            (length,) = _SIZE.unpack(self.peek(PREFIX_BYTES))
+            return length > self.max_length or self._pending - PREFIX_BYTES >= length
+        return self._pending >= self._length
+
+    @property
+    def frame_started(self) -> bool:
+        """Whether part of a frame (its size prefix, or a part of one) has arrived and the frame is not whole."""
+        return (self._length is not None or self._pending > 0) and not self.frame_ready
 
     def peek(self, n: int) -> bytes:
         """Up to C{n} buffered bytes, without consuming them (after a size prefix L{FrameTooLarge} named)."""

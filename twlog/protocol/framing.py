@@ -73,7 +73,7 @@ class FrameReceiver(Protocol, ABC):
         self.buffer_changed()
 
     def _deliver(self) -> None:
-        while not self.paused and not self._discarding:
+        while not self.paused and not self._discarding and self.may_deliver():
             try:
                 frame = self._buffer.next_frame()
             except FrameTooLarge as e:
@@ -83,6 +83,21 @@ class FrameReceiver(Protocol, ABC):
             if frame is None:
                 return
             self.stringReceived(frame)
+
+    @property
+    def frame_ready(self) -> bool:
+        """Whether a whole frame (or a size prefix over C{MAX_LENGTH}) is buffered, not yet delivered."""
+        return self._buffer.frame_ready
+
+    @property
+    def frame_started(self) -> bool:
+        """Whether part of a frame has arrived and the frame is not whole yet."""
+        return self._buffer.frame_started
+
+    @property
+    def frames_taken(self) -> int:
+        """Frames delivered (or being delivered) over the connection's life."""
+        return self._buffer.frames_taken
 
     @property
     def frame_copied_bytes(self) -> int:
@@ -114,6 +129,13 @@ class FrameReceiver(Protocol, ABC):
     @abstractmethod
     def stringReceived(self, frame: bytes | memoryview) -> None:
         """One whole frame (its size prefix removed) arrived: bytes, or a C{memoryview} when assembled in place."""
+
+    def may_deliver(self) -> bool:
+        """Asked before each frame is delivered: False keeps the frames buffered for now (default: True).
+
+        Whoever says False delivers them later (L{resumeProducing}, or a call to C{dataReceived(b"")}).
+        """
+        return True
 
     def lengthLimitExceeded(self, length: int) -> None:
         """A size prefix over C{MAX_LENGTH} arrived; nothing more is delivered.  Default: drop the connection."""

@@ -41,7 +41,11 @@ class ProduceHandlers:
         self._errors = errors
 
     def _append(self, request: ProduceRequest) -> AppendResult:
-        return self._logs.get_or_create_log(request.topic, request.partition).append(request.messages)
+        log = self._logs.get_or_create_log(request.topic, request.partition)
+        checked = request.checked  # validated ahead, a slice at a time (twlog.protocol.slicing): not again
+        if isinstance(checked, Exception):
+            raise checked
+        return log.append(request.messages, checked)
 
     def _refused(self, kind: int, peer: str, request: ProduceRequest, error: BrokerError) -> None:
         self._errors.count(kind, error.code)

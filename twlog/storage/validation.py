@@ -37,7 +37,7 @@ from twlog.storage.entry import (
     entry_problem,
 )
 
-__all__ = ["ScanResult", "check_wrapper", "open_wrapper", "scan", "validate_message_set"]
+__all__ = ["ScanResult", "check_wrapper", "check_wrapper_at", "open_wrapper", "scan", "validate_message_set"]
 
 
 class ScanResult(NamedTuple):
@@ -153,7 +153,7 @@ def validate_message_set(
         size, magic, codec, crc = HEADER1.unpack_from(buf, 0)
         whole = size == n - 4 and size <= max_message_bytes and magic == MAGIC_ATTRIBUTES
         if whole and codec in (CODEC_GZIP, CODEC_SNAPPY) and crc32(memoryview(buf)[10:]) == crc:
-            _check_wrapper_at(buf, 0, size, max_decompressed_bytes)
+            check_wrapper_at(buf, 0, size, max_decompressed_bytes)
             return 1
     wrappers: list[int] = []
     result = scan(buf, max_message_bytes, wrappers=wrappers)
@@ -164,11 +164,11 @@ def validate_message_set(
             raise error
         raise InvalidMessage(result.problem)
     for pos in wrappers:
-        _check_wrapper_at(buf, pos, LENGTH.unpack_from(buf, pos)[0], max_decompressed_bytes)
+        check_wrapper_at(buf, pos, LENGTH.unpack_from(buf, pos)[0], max_decompressed_bytes)
     return result.count
 
 
-def _check_wrapper_at(buf: bytes | bytearray | memoryview, pos: int, size: int, max_decompressed_bytes: int) -> None:
+def check_wrapper_at(buf: bytes | bytearray | memoryview, pos: int, size: int, max_decompressed_bytes: int) -> None:
     """L{check_wrapper} on the wrapper of C{size} bytes at C{pos} of C{buf}, its errors naming that position."""
     try:
         check_wrapper(buf[pos + 5], memoryview(buf)[pos + 10 : pos + 4 + size], max_decompressed_bytes)
