@@ -400,7 +400,7 @@ class CommandTableTests(DocsTestCase):
         for row in rows:
             synopsis = row.replace("\\|", "|")
             head = synopsis.split()[1]
-            words = [w for w in synopsis.split()[2:3] if re.fullmatch(r"[a-z]+", w)]
+            words = [w for w in synopsis.split()[2:3] if re.fullmatch(r"[a-z][a-z-]*", w)]
             options = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", synopsis))
             for command in head.split("|"):
                 checks.setdefault((command, *words), set()).update(options)
