@@ -108,3 +108,13 @@ class FlushWaiters:
         """Fail everyone: with C{in_file} when the set lies before C{written_end}, else C{not_written}."""
         for d, needed in self.take():
             d.errback(in_file if needed <= written_end else not_written)
+
+
+def answer(waiters: list[tuple[Deferred[int], int]], covered: float, flushed: int, cut: BrokerError | None) -> None:
+    """Answer those a flush took: C{flushed} (the new flushed offset) to those whose sets end by C{covered},
+    C{cut} to the others (their sets were cut from the log while the fsync ran)."""
+    for d, needed in waiters:
+        if needed <= covered:
+            d.callback(flushed)
+        else:
+            d.errback(cut)
