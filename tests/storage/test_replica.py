@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
+from twisted.internet.defer import fail
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -17,7 +19,7 @@ from twlog.errors import (
     OffsetOutOfRange,
     StorageFailed,
 )
-from twlog.storage import replica
+from twlog.storage import checkpoints, replica
 from twlog.storage.epochs import LEADER_EPOCH_CHECKPOINT
 from twlog.storage.log import Log
 from twlog.storage.message import encode_message, encode_message_set
@@ -430,6 +432,23 @@ class EpochsOfALogTests(ReplicaTestMixin, SynchronousTestCase):
         again = self.open_log(directory=log.directory)
         self.assertEqual(again.end_offset, 4 * ENTRY)
         self.assertEqual(again.epochs.entries, [(1, 3 * ENTRY)])
+
+    def test_epoch_file_that_cannot_be_written_at_open(self) -> None:
+        """A write of the epochs' file at open that fails is logged by the writer; the open goes on, and no
+        unhandled failure is left behind."""
+        directory = self.mktemp()
+        os.makedirs(directory)
+        with open(os.path.join(directory, LEADER_EPOCH_CHECKPOINT), "w") as f:
+            f.write("0\n1\n4 500\n")  # past the (empty) log's end
+
+        def runner(function, *args):
+            if function is checkpoints.write_atomically:
+                return fail(OSError(28, "No space left on device"))
+            return run_now(function, *args)
+
+        log = self.open_log(runner=runner, directory=directory)
+        self.assertEqual(log.epochs.entries, [])
+        gc.collect()  # an unhandled failure would be logged (and fail the test) here
 
     def test_retention_moves_the_first_epoch(self) -> None:
         log = self.open_log(retention_bytes=2 * SEGMENT)

@@ -96,7 +96,7 @@ class LeaderEpochCache:
             cls._log.warn("{path} cannot be read ({error}); the leader epochs start empty", path=path,
                           error=describe(e))
         cache = cls(directory, run_in_thread)
-        cache._writer.save().addErrback(lambda _: None)  # logged by the writer
+        cache._writer.save().addErrback(lambda _: None)  # logged by the CheckpointWriter
         return cache
 
     # -- reading -----------------------------------------------------------

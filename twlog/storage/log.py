@@ -104,8 +104,8 @@ class Log(ReplicaLog):
                 reason=truncation.reason,
             )
         log.last_truncation = truncation
-        log.epochs.truncate_from_end(log.end_offset + 1)  # epochs begun in a tail that recovery cut
-        log.epochs.truncate_from_start(log.start_offset)
+        log.epochs.truncate_from_end(log.end_offset + 1).addErrback(logged)  # epochs begun in a cut tail
+        log.epochs.truncate_from_start(log.start_offset).addErrback(logged)
         return log
 
     #: What recovery cut from the last segment when the log was opened, if anything.
@@ -318,7 +318,7 @@ class Log(ReplicaLog):
                                    self._config.retention_bytes)
         expired = [self._segments.pop_oldest() for _ in range(count)]
         if expired:
-            self.epochs.truncate_from_start(self.start_offset)
+            self.epochs.truncate_from_start(self.start_offset).addErrback(logged)
         return expired
 
     # -- shutdown ----------------------------------------------------------
@@ -337,6 +337,10 @@ class Log(ReplicaLog):
         self.closed = True
         self._flusher.close()
         self._segments.close()
+
+
+def logged(failure: object) -> None:
+    """An errback for a checkpoint write nobody waits for: L{CheckpointWriter} has logged its failure."""
 
 
 def set_too_large(size: int, segment_bytes: int) -> MessageSizeTooLarge:
