@@ -18,6 +18,7 @@ from twlog.errors import (
     OffsetNotOnBoundary,
     OffsetOutOfRange,
     StorageFailed,
+    TooManyOpenFiles,
 )
 from twlog.storage import checkpoints, replica
 from twlog.storage.epochs import LEADER_EPOCH_CHECKPOINT
@@ -174,6 +175,22 @@ class TruncateTests(ReplicaTestMixin, SynchronousTestCase):
         self.successResultOf(log.flush())
         self.assertEqual(log.flushed_offset, 6 * ENTRY)
         self.assertEqual(read_all(log), payloads(3) + payloads(3, 50))
+
+    def test_fsync_in_flight_put_off_after_a_cut(self) -> None:
+        """An fsync in flight that is put off (out of descriptors) after a truncation tells those whose sets
+        were cut, instead of keeping them waiting for a later flush that would cover other bytes there."""
+        runner = ManualRunner()
+        log = self.open_log(runner=runner)
+        log.append(encode_message_set(payloads(1)))
+        log.flush()
+        runner.run_one()
+        log.append(encode_message_set(payloads(1, 1)))
+        in_flight = log.flush()
+        log.truncate_to(ENTRY)
+        runner.fail_one(TooManyOpenFiles("out of descriptors"))
+        self.failureResultOf(in_flight, LogTruncated)
+        log.append(encode_message_set(payloads(3, 9)))  # bytes past the cut again
+        self.assertEqual(log.flushed_offset, ENTRY)
 
     def test_waiting_flush_of_a_cut_set_fails(self) -> None:
         """A flush waited for (queued behind the one in flight) whose set is cut gets LogTruncated."""

@@ -110,11 +110,16 @@ class FlushWaiters:
             d.errback(in_file if needed <= written_end else not_written)
 
 
-def answer(waiters: list[tuple[Deferred[int], int]], covered: float, flushed: int, cut: BrokerError | None) -> None:
-    """Answer those a flush took: C{flushed} (the new flushed offset) to those whose sets end by C{covered},
-    C{cut} to the others (their sets were cut from the log while the fsync ran)."""
+#: No truncation happened while an fsync ran (see L{drop_cut}).
+NO_CUT: tuple[float, BrokerError | None] = (float("inf"), None)
+
+
+def drop_cut(waiters: list[tuple[Deferred[int], int]], cut: tuple[float, BrokerError | None]) \
+        -> list[tuple[Deferred[int], int]]:
+    """Of those a flush took, fail those whose sets a truncation cut while the fsync ran (they end past
+    C{cut}'s offset) with C{cut}'s error; return the others."""
+    cut_to, error = cut
     for d, needed in waiters:
-        if needed <= covered:
-            d.callback(flushed)
-        else:
-            d.errback(cut)
+        if needed > cut_to:
+            d.errback(error)
+    return [(d, needed) for d, needed in waiters if needed <= cut_to]

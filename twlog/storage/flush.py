@@ -54,7 +54,7 @@ from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
 from twlog.errors import BrokerError, OutcomeUnknown, StorageFailed, TooManyOpenFiles
-from twlog.storage.failures import FlushWaiters, Suspension, answer, describe
+from twlog.storage.failures import NO_CUT, FlushWaiters, Suspension, describe, drop_cut
 from twlog.storage.segment import Segment, descriptors_error, out_of_descriptors
 
 #: Runs a blocking callable on a pool thread and returns a Deferred of its result.
@@ -170,9 +170,8 @@ class Flusher:
         self._last_start = float("-inf")
         #: Directories to fsync at the next flush (after a segment was created in them).
         self._sync_directories: set[str] = set()
-        #: The lowest offset the log was cut back to while the fsync in flight ran (it covers no more), and the
-        #: error for those waiting for sets past it.
-        self._cut: tuple[float, BrokerError | None] = (float("inf"), None)
+        #: A truncation while the fsync in flight ran: (lowest offset cut to, the error for the sets cut).
+        self._cut: tuple[float, BrokerError | None] = NO_CUT
 
     def sync_directory(self, directory: str) -> None:
         """fsync C{directory} at the next flush (a segment file was created in it)."""
@@ -268,12 +267,13 @@ class Flusher:
                 waiter.errback(self.abandoned)
             return
         self._postponed = False  # descriptors were found again
-        (cut_to, cut_error), self._cut = self._cut, (float("inf"), None)
-        target = min(target, cut_to)
+        target = min(target, self._cut[0])  # it covers no more than a truncation left
+        waiters, self._cut = drop_cut(waiters, self._cut), NO_CUT
         if target > self.flushed_offset:
             self.flushed_offset = target
             self._on_flushed()
-        answer(waiters, target, self.flushed_offset, cut_error)
+        for waiter, _end in waiters:
+            waiter.callback(self.flushed_offset)
         self._after_flush()
 
     def _flush_failed(
@@ -284,6 +284,7 @@ class Flusher:
             for waiter, _end in waiters:
                 waiter.errback(self.abandoned)
             return
+        waiters, self._cut = drop_cut(waiters, self._cut), NO_CUT
         if failure.check(TooManyOpenFiles):
             self._not_flushed(failure.value, waiters, dirty, directories)
             return
@@ -322,8 +323,7 @@ class Flusher:
                     waiter.callback(self.flushed_offset)
 
     def truncated(self, end: int, kept: Segment, removed_files: bool, error: BrokerError) -> None:
-        """The log was cut back to C{end}, in C{kept} (later segments dropped; files renamed if C{removed_files}):
-        flushes cover no more, waiters past it get C{error}, and the next flush makes the cut durable."""
+        """The log was cut back to C{end} in C{kept}: flushes cover no more, waiters past it get C{error}."""
         self._dirty = [s for s in self._dirty if s.base_offset < kept.base_offset] + [kept]
         if removed_files:
             self._sync_directories.add(self.directory)
