@@ -122,6 +122,22 @@ class CorruptLog(TwlogError):
     """A partition's files cannot be opened safely (a gap between segments, a bad name)."""
 
 
+class OffsetMismatch(TwlogError):
+    """A follower was given the leader's bytes for another offset than its log's end: nothing was appended."""
+
+    def __init__(self, message: str, expected_offset: int, end_offset: int) -> None:
+        super().__init__(message)
+        #: Where the leader's bytes start, and where this replica's log ends.
+        self.expected_offset, self.end_offset = expected_offset, end_offset
+
+
+class LogTruncated(BrokerError):
+    """The set waited for was cut from the log by a truncation (a replica following a new leader): it is not
+    stored here, so a resend cannot store it twice."""
+
+    retriable = True
+
+
 @_wire(9)
 class RequestTimedOut(BrokerError):
     """The broker could not do what the request asked (an acknowledged flush) within its timeout.

@@ -108,3 +108,18 @@ class FlushWaiters:
         """Fail everyone: with C{in_file} when the set lies before C{written_end}, else C{not_written}."""
         for d, needed in self.take():
             d.errback(in_file if needed <= written_end else not_written)
+
+
+#: No truncation happened while an fsync ran (see L{drop_cut}).
+NO_CUT: tuple[float, BrokerError | None] = (float("inf"), None)
+
+
+def drop_cut(waiters: list[tuple[Deferred[int], int]], cut: tuple[float, BrokerError | None]) \
+        -> list[tuple[Deferred[int], int]]:
+    """Of those a flush took, fail those whose sets a truncation cut while the fsync ran (they end past
+    C{cut}'s offset) with C{cut}'s error; return the others."""
+    cut_to, error = cut
+    for d, needed in waiters:
+        if needed > cut_to:
+            d.errback(error)
+    return [(d, needed) for d, needed in waiters if needed <= cut_to]

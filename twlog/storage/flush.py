@@ -54,7 +54,7 @@ from twisted.python.failure import Failure
 
 from twlog.config import LogConfig
 from twlog.errors import BrokerError, OutcomeUnknown, StorageFailed, TooManyOpenFiles
-from twlog.storage.failures import FlushWaiters, Suspension, describe
+from twlog.storage.failures import NO_CUT, FlushWaiters, Suspension, describe, drop_cut
 from twlog.storage.segment import Segment, descriptors_error, out_of_descriptors
 
 #: Runs a blocking callable on a pool thread and returns a Deferred of its result.
@@ -147,7 +147,8 @@ class Flusher:
         #: its flushed offset no longer moves (a retried fsync can succeed for data the kernel dropped).
         self.failed: Exception | None = None
         self.closed = False
-        self._unflushed_messages = 0
+        #: Messages appended since the last flush started.
+        self.unflushed_messages = 0
         self._dirty: list[Segment] = []
         self._flush_timer: IDelayedCall | None = None
         #: Group commit: the flush due at the end of this reactor turn.
@@ -169,11 +170,8 @@ class Flusher:
         self._last_start = float("-inf")
         #: Directories to fsync at the next flush (after a segment was created in them).
         self._sync_directories: set[str] = set()
-
-    @property
-    def unflushed_messages(self) -> int:
-        """Messages appended since the last flush started."""
-        return self._unflushed_messages
+        #: A truncation while the fsync in flight ran: (lowest offset cut to, the error for the sets cut).
+        self._cut: tuple[float, BrokerError | None] = NO_CUT
 
     def sync_directory(self, directory: str) -> None:
         """fsync C{directory} at the next flush (a segment file was created in it)."""
@@ -183,8 +181,8 @@ class Flusher:
         """C{count} messages were written to C{segment}: flush now, or set the timer, as the policy says."""
         if not self._dirty or self._dirty[-1] is not segment:
             self._dirty.append(segment)
-        self._unflushed_messages += count
-        if self._unflushed_messages >= self._config.flush_messages:
+        self.unflushed_messages += count
+        if self.unflushed_messages >= self._config.flush_messages:
             self._flush_in_background()
         elif self._flush_timer is None:
             self._flush_timer = self._clock.callLater(self._config.flush_interval_ms / 1000, self._timed_flush)
@@ -247,7 +245,7 @@ class Flusher:
     def _start_flush(self) -> None:
         self._cancel_timer()
         try:
-            self._write_out()  # on the reactor thread: the pool thread only fsyncs
+            self.write_out()  # on the reactor thread: the pool thread only fsyncs
         except BrokerError:  # the waiters whose sets were not written are told; the rest is fsynced
             if self.failed is not None:
                 return
@@ -255,7 +253,7 @@ class Flusher:
         target = self._end_offset()
         dirty, self._dirty = self._dirty, []
         directories, self._sync_directories = sorted(self._sync_directories), set()
-        self._unflushed_messages = 0
+        self.unflushed_messages = 0
         self._flush_in_flight = True
         self._last_start = self._clock.seconds()
         d = self._run_in_thread(_fsync_all, dirty, directories)
@@ -269,6 +267,8 @@ class Flusher:
                 waiter.errback(self.abandoned)
             return
         self._postponed = False  # descriptors were found again
+        target = min(target, self._cut[0])  # it covers no more than a truncation left
+        waiters, self._cut = drop_cut(waiters, self._cut), NO_CUT
         if target > self.flushed_offset:
             self.flushed_offset = target
             self._on_flushed()
@@ -284,6 +284,7 @@ class Flusher:
             for waiter, _end in waiters:
                 waiter.errback(self.abandoned)
             return
+        waiters, self._cut = drop_cut(waiters, self._cut), NO_CUT
         if failure.check(TooManyOpenFiles):
             self._not_flushed(failure.value, waiters, dirty, directories)
             return
@@ -320,6 +321,16 @@ class Flusher:
             elif self._flush_waiters:
                 for waiter, _end in self._flush_waiters.take():
                     waiter.callback(self.flushed_offset)
+
+    def truncated(self, end: int, kept: Segment, removed_files: bool, error: BrokerError) -> None:
+        """The log was cut back to C{end} in C{kept}: flushes cover no more, waiters past it get C{error}."""
+        self._dirty = [s for s in self._dirty if s.base_offset < kept.base_offset] + [kept]
+        if removed_files:
+            self._sync_directories.add(self.directory)
+        self.flushed_offset = min(self.flushed_offset, end)
+        if self._flush_in_flight:
+            self._cut = (min(self._cut[0], end), error)
+        self._flush_waiters.fail_past(end, error)
 
     # -- failures ----------------------------------------------------------
 
@@ -368,10 +379,12 @@ class Flusher:
         not_written = unknown if all_unknown else StorageFailed(f"{message}; the set was not written")
         self._flush_waiters.fail_all(self._end_offset(), unknown, not_written)
 
-    def _write_out(self) -> None:
-        """Write the write buffers into the files.
+    def write_out(self) -> None:
+        """Put everything appended into the file (page cache), not yet fsynced.
 
-        @raise StorageFailed: a write failed (see L{write_failed}); those waiting for it are told.
+        @raise StorageFailed: a write failed (see L{write_failed}; those waiting for it are told): nothing of
+            the buffered sets was written.
+        @raise OutcomeUnknown: the write failed and could not be cut back.
         """
         for segment in self._dirty:
             try:
@@ -379,14 +392,6 @@ class Flusher:
             except OSError as e:
                 raise self.write_failed(segment, e, f"writing to {segment.path}") from None
         self.suspension.wrote()
-
-    def write_out(self) -> None:
-        """Put everything appended into the file (page cache), not yet fsynced.
-
-        @raise StorageFailed: the write failed; nothing of the buffered sets was written.
-        @raise OutcomeUnknown: the write failed and could not be cut back.
-        """
-        self._write_out()
 
     def close(self) -> None:
         """Start no more flushes (one in flight still completes)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -24,9 +24,11 @@ from twisted.logger import Logger
 
 from twlog.config import LogConfig
 from twlog.errors import MessageSizeTooLarge, TooManyOpenFiles
+from twlog.storage.epochs import LeaderEpochCache
 from twlog.storage.flush import Flusher, ThreadRunner
 from twlog.storage.log_reader import EARLIEST_TIME, LATEST_TIME, LogReader
 from twlog.storage.recovery import Truncation, recover_segment
+from twlog.storage.replica import AppendResult, ReplicaLog
 from twlog.storage.retention import segments_to_expire
 from twlog.storage.segment import FileRegion, Segment
 from twlog.storage.segment_list import SegmentList
@@ -35,19 +37,10 @@ from twlog.storage.validation import validate_message_set
 __all__ = ["EARLIEST_TIME", "LATEST_TIME", "AppendResult", "Log", "ThreadRunner", "Truncation", "log_boundaries"]
 
 
-class AppendResult(NamedTuple):
-    """Where an append landed: the offset of its first message, the offset after it, and how many messages."""
+class Log(ReplicaLog):
+    """The append-only log of one partition: C{<log_dir>/<topic>-<partition>/}; a replica's methods are L{ReplicaLog}'s.
 
-    offset: int
-    next_offset: int
-    count: int
-
-
-class Log:
-    """The append-only log of one partition: C{<log_dir>/<topic>-<partition>/}.
-
-    Offsets visible to readers stop at L{flushed_offset}; L{end_offset} is
-    where the next append lands.  Create one with L{Log.open}.
+    Readers see up to L{visible_end}; L{end_offset} is where the next append lands.  Create one with L{Log.open}.
     """
 
     _log = Logger()
@@ -58,8 +51,11 @@ class Log:
         config: LogConfig,
         clock: IReactorTime,
         run_in_thread: ThreadRunner,
+        epochs: LeaderEpochCache | None = None,
     ) -> None:
         self.directory = segments.directory
+        self._run_in_thread = run_in_thread
+        self.epochs = epochs or LeaderEpochCache(self.directory, run_in_thread)
         self._segments = segments
         self._config = config
         self._max_message_bytes = min(config.max_message_bytes, config.segment_bytes)
@@ -91,7 +87,7 @@ class Log:
         segments, created = SegmentList.open(directory)
         try:
             truncation = recover_segment(segments.active, config.segment_bytes) if recover else None
-            log = cls(segments, config, clock, run_in_thread)
+            log = cls(segments, config, clock, run_in_thread, LeaderEpochCache.open(directory, run_in_thread))
         except BaseException:
             segments.close()
             raise
@@ -108,6 +104,8 @@ class Log:
                 reason=truncation.reason,
             )
         log.last_truncation = truncation
+        log.epochs.truncate_from_end(log.end_offset + 1).addErrback(logged)  # epochs begun in a cut tail
+        log.epochs.truncate_from_start(log.start_offset).addErrback(logged)
         return log
 
     #: What recovery cut from the last segment when the log was opened, if anything.
@@ -161,16 +159,20 @@ class Log:
         """
         if self.closed:
             raise RuntimeError(f"{self.directory} is closed")
+        if count is None and len(message_set) <= self._config.segment_bytes:
+            count = validate_message_set(message_set, self._max_message_bytes, self._config.max_decompressed_bytes)
+        return self._write(message_set, count)
+
+    def _write(self, message_set: bytes | bytearray | memoryview, count: int | None, roll=False) -> AppendResult:
+        """Append a set checked already (C{count} messages), in a new segment if C{roll} or if it does not fit."""
         self._flusher.check_writable()
         size = len(message_set)
         if size > self._config.segment_bytes:
             raise set_too_large(size, self._config.segment_bytes)
-        if count is None:
-            count = validate_message_set(message_set, self._max_message_bytes, self._config.max_decompressed_bytes)
-        if count == 0:
+        if not count:
             return AppendResult(self.end_offset, self.end_offset, 0)
         active = self._segments.active
-        if active.size and active.size + size > self._config.segment_bytes:
+        if active.size and (roll or active.size + size > self._config.segment_bytes):
             active = self._roll()
         offset = active.end_offset
         try:
@@ -314,7 +316,10 @@ class Log:
             self._roll()
         count = segments_to_expire(self._segments.segments, self.flushed_offset, cutoff_ms,
                                    self._config.retention_bytes)
-        return [self._segments.pop_oldest() for _ in range(count)]
+        expired = [self._segments.pop_oldest() for _ in range(count)]
+        if expired:
+            self.epochs.truncate_from_start(self.start_offset).addErrback(logged)
+        return expired
 
     # -- shutdown ----------------------------------------------------------
 
@@ -332,6 +337,10 @@ class Log:
         self.closed = True
         self._flusher.close()
         self._segments.close()
+
+
+def logged(failure: object) -> None:
+    """An errback for a checkpoint write nobody waits for: L{CheckpointWriter} has logged its failure."""
 
 
 def set_too_large(size: int, segment_bytes: int) -> MessageSizeTooLarge:

@@ -156,6 +156,26 @@ class Segment:
         """Read up to C{length} bytes at file C{position}."""
         return os.pread(self.fd, length, position)
 
+    def peek(self, position: int, length: int) -> bytes:
+        """Up to C{length} bytes appended at C{position}: from the file, and from the write buffer past it."""
+        head = self.pread(position, min(length, self.written - position)) if position < self.written else b""
+        start = max(position - self.written, 0)
+        return head + bytes(self._pending[start : start + length - len(head)])
+
+    def cut(self, size: int) -> None:
+        """Cut what was appended back to C{size} bytes: in the write buffer, or the file (not fsynced: the
+        caller's next flush does it).
+
+        @raise OSError: the file could not be cut (the write buffer is dropped then too).
+        """
+        if size >= self.written:
+            del self._pending[size - self.written :]
+        else:
+            self._pending = bytearray()
+            os.ftruncate(self.fd, size)
+            self.written = size
+        self.index.truncate(size)
+
     def fsync(self) -> None:
         """Force the file's data to disk.  Blocking: call it from a pool thread."""
         if self.fd >= 0:

@@ -15,9 +15,13 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from twlog.errors import CorruptLog
-from twlog.storage.segment import Segment, descriptors_error, out_of_descriptors, parse_segment_name
+from twlog.storage.segment import SEGMENT_SUFFIX, Segment, descriptors_error, out_of_descriptors, parse_segment_name
 
-__all__ = ["SegmentList", "open_segments"]
+__all__ = ["DELETED_SUFFIX", "SegmentList", "open_segments"]
+
+#: Added to a segment file's name when a truncation drops it; such files are unlinked, at the latest at the
+#: next open.
+DELETED_SUFFIX = ".deleted"
 
 
 class SegmentList:
@@ -107,6 +111,12 @@ class SegmentList:
         self._bases.pop(0)
         return self._segments.pop(0)
 
+    def pop_newest(self) -> Segment:
+        """Take the active segment off the list (a truncation); the one before it becomes the active one."""
+        assert len(self._segments) > 1, "a log always has an active segment"
+        self._bases.pop()
+        return self._segments.pop()
+
     def close(self) -> None:
         """Close every segment's descriptor."""
         for segment in self._segments:
@@ -121,7 +131,11 @@ def open_segments(directory: str) -> tuple[list[Segment], bool]:
     segments: list[Segment] = []
     try:
         os.makedirs(directory, exist_ok=True)
-        bases = sorted(base for base in map(parse_segment_name, os.listdir(directory)) if base is not None)
+        names = os.listdir(directory)
+        for name in names:
+            if name.endswith(SEGMENT_SUFFIX + DELETED_SUFFIX):  # dropped by a truncation that was not finished
+                os.unlink(os.path.join(directory, name))
+        bases = sorted(base for base in map(parse_segment_name, names) if base is not None)
         for base in bases:
             segments.append(Segment.open(directory, base))
         if not segments:

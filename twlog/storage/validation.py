@@ -37,7 +37,9 @@ from twlog.storage.entry import (
     entry_problem,
 )
 
-__all__ = ["ScanResult", "check_wrapper", "check_wrapper_at", "open_wrapper", "scan", "validate_message_set"]
+__all__ = [
+    "ScanResult", "check_entries", "check_wrapper", "check_wrapper_at", "open_wrapper", "scan", "validate_message_set",
+]
 
 
 class ScanResult(NamedTuple):
@@ -132,6 +134,25 @@ def _diagnosis(buf: bytes | bytearray | memoryview, pos: int, count: int, max_me
     return ScanResult(pos, count, f"{problem} at byte {pos}")
 
 
+def check_entries(
+    buf: bytes | bytearray | memoryview, max_message_bytes: int = 0x7FFFFFFF, wrappers: list[int] | None = None
+) -> ScanResult:
+    """L{scan} C{buf} and raise unless it is whole, valid entries (compressed wrappers are not opened): the
+    shallow check of L{validate_message_set}, and all a follower does to the leader's bytes.
+
+    @raise MessageSizeTooLarge: an entry is larger than C{max_message_bytes}.
+    @raise InvalidMessage: naming the first problem and its byte position.
+    """
+    result = scan(buf, max_message_bytes, wrappers=wrappers)
+    if result.problem is not None:
+        if result.oversize:
+            error = MessageSizeTooLarge(result.problem)
+            error.message_size, error.limit = result.oversize, max_message_bytes
+            raise error
+        raise InvalidMessage(result.problem)
+    return result
+
+
 def validate_message_set(
     buf: bytes | bytearray | memoryview,
     max_message_bytes: int = 0x7FFFFFFF,
@@ -156,13 +177,7 @@ def validate_message_set(
             check_wrapper_at(buf, 0, size, max_decompressed_bytes)
             return 1
     wrappers: list[int] = []
-    result = scan(buf, max_message_bytes, wrappers=wrappers)
-    if result.problem is not None:
-        if result.oversize:
-            error = MessageSizeTooLarge(result.problem)
-            error.message_size, error.limit = result.oversize, max_message_bytes
-            raise error
-        raise InvalidMessage(result.problem)
+    result = check_entries(buf, max_message_bytes, wrappers)
     for pos in wrappers:
         check_wrapper_at(buf, pos, LENGTH.unpack_from(buf, pos)[0], max_decompressed_bytes)
     return result.count

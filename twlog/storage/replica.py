@@ -1,0 +1,235 @@
+# -*- test-case-name: tests.storage.test_replica -*-
+"""The replica's side of a partition log: truncation, the follower's verbatim append, the high watermark.
+
+L{ReplicaLog} is mixed into L{twlog.storage.log.Log}; it keeps what
+replication needs of one partition's storage:
+
+  - L{ReplicaLog.truncate_to}: cut the log back to a message boundary, as a
+    follower does after asking the leader where its last epoch ends (KIP-101).
+    Later segments are renamed to C{<name>.log.deleted} (newest first, so a
+    crash at any point leaves a contiguous run of segments), the segment holding
+    the offset is cut, and the flushed offset, the position index, the leader
+    epochs and the high watermark follow; the cut is made durable by the next
+    fsync, and the renamed files are unlinked on the thread pool after it.
+    Leftover C{.deleted} files are removed when the directory is opened again.
+  - L{ReplicaLog.append_replica}: append bytes the leader already validated, at
+    exactly the leader's offset of them (L{OffsetMismatch} otherwise), checking
+    only that they are whole entries with good CRCs.
+  - L{ReplicaLog.high_watermark} and L{ReplicaLog.visible_end}: what readers of a
+    replicated partition may see, min(high watermark, flushed end).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.logger import Logger
+
+from twlog.config import LogConfig
+from twlog.errors import LogTruncated, OffsetMismatch, OffsetNotOnBoundary, OffsetOutOfRange, StorageFailed
+from twlog.storage.entry import MIN_MESSAGE_BYTES
+from twlog.storage.epochs import LeaderEpochCache
+from twlog.storage.failures import describe
+from twlog.storage.flush import Flusher, ThreadRunner
+from twlog.storage.segment import Segment
+from twlog.storage.segment_list import DELETED_SUFFIX, SegmentList
+from twlog.storage.validation import check_entries, scan
+
+__all__ = ["AppendResult", "ReplicaLog", "cut_back", "on_boundary"]
+
+#: How far L{on_boundary} walks length fields from an index entry; past that it checks the message's CRC.
+WALK_LIMIT_BYTES = 4 * 1024 * 1024
+
+
+class AppendResult(NamedTuple):
+    """Where an append landed: the offset of its first message, the offset after it, and how many messages."""
+
+    offset: int
+    next_offset: int
+    count: int
+
+
+def on_boundary(segment: Segment, position: int, max_entry_bytes: int) -> bool:
+    """Whether a message starts at C{position} of C{segment} (or it is the segment's end).
+
+    Exact when the nearest index entry is at most L{WALK_LIMIT_BYTES} before it
+    (always, once the segment is indexed): the length fields from there lead to
+    it.  Otherwise (a long segment found on disk, not indexed yet), a whole,
+    CRC-valid message must start there, as reads check.
+    """
+    if position in (0, segment.size):
+        return True
+    if not 0 < position < segment.size:
+        return False
+    start = segment.index.floor(position)
+    if position - start <= WALK_LIMIT_BYTES:
+        buf = segment.peek(start, position - start + 4)
+        pos = 0
+        while pos < position - start:
+            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+            if size < MIN_MESSAGE_BYTES or size > max_entry_bytes:
+                return False
+            pos += 4 + size
+        return pos == position - start
+    head = segment.peek(position, 4)
+    size = int.from_bytes(head, "big", signed=True) if len(head) == 4 else -1
+    if size < MIN_MESSAGE_BYTES or size > max_entry_bytes:
+        return False
+    return scan(segment.peek(position, 4 + size), max_entry_bytes).count == 1
+
+
+def cut_back(segments: SegmentList, offset: int, max_entry_bytes: int) -> tuple[Segment, list[str]]:
+    """Cut C{segments} back to end at C{offset}: the segments that start after it are renamed to
+    C{.deleted} (newest first) and leave the list, and the one holding it is cut; return that one and the
+    renamed paths (for the caller to unlink once the cut is durable).
+
+    @raise OffsetOutOfRange: C{offset} is before the start or past the end; nothing changed.
+    @raise OffsetNotOnBoundary: C{offset} does not start a message; nothing changed.
+    @raise OSError: a rename or the cut failed; what was done before it stays done (the list matches the files).
+    """
+    if not segments.start_offset <= offset <= segments.end_offset:
+        raise OffsetOutOfRange(f"cannot truncate {segments.directory} to offset {offset}: the log holds "
+                               f"{segments.start_offset} to {segments.end_offset}")
+    kept = segments.holding(offset)
+    if not on_boundary(kept, offset - kept.base_offset, max_entry_bytes):
+        raise OffsetNotOnBoundary(f"cannot truncate {segments.directory} to offset {offset}: no message starts there")
+    renamed = []
+    while segments.active is not kept:
+        segment = segments.active
+        os.rename(segment.path, segment.path + DELETED_SUFFIX)
+        renamed.append(segment.path + DELETED_SUFFIX)
+        segments.pop_newest().discard_pending()  # its descriptor closes when nothing refers to it
+    kept.cut(offset - kept.base_offset)
+    return kept, renamed
+
+
+def unlink_all(paths: list[str]) -> None:
+    """Unlink C{paths} (blocking: on the thread pool); those already gone are skipped."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+class ReplicaLog:
+    """The replica's methods of L{twlog.storage.log.Log} (mixed into it; see the module's docstring)."""
+
+    _log = Logger()
+
+    # What the Log provides.
+    directory: str
+    closed: bool
+    #: The partition's leader epochs (KIP-101), kept in its C{leader-epoch-checkpoint}.
+    epochs: LeaderEpochCache
+    _segments: SegmentList
+    _config: LogConfig
+    _flusher: Flusher
+    _run_in_thread: ThreadRunner
+    _high_watermark: int | None = None
+    _write: Callable[..., AppendResult]
+    _tell_flush_listeners: Callable[[], Any]
+    end_offset: int
+    flushed_offset: int
+
+    @property
+    def high_watermark(self) -> int | None:
+        """The high watermark of a replicated partition (the minimum end over the ISR), or None (the
+        default): not replicated, readers see the flushed end.  Kept in memory only (its checkpoint is
+        L{twlog.storage.checkpoints.OffsetCheckpoint}'s job); a truncation below it lowers it."""
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int | None) -> None:
+        if offset is not None and not 0 <= offset <= self.end_offset:
+            raise ValueError(f"{self.directory}: a high watermark of {offset} is past the end {self.end_offset}")
+        before = self.visible_end
+        self._high_watermark = offset
+        if self.visible_end != before:
+            self._tell_flush_listeners()  # waiting fetches see further (or less)
+
+    @property
+    def visible_end(self) -> int:
+        """Where readers of this replica stop: min(L{high_watermark}, L{flushed_offset}), or the flushed offset
+        when there is no high watermark."""
+        if self._high_watermark is None:
+            return self.flushed_offset
+        return min(self._high_watermark, self.flushed_offset)
+
+    def append_replica(
+        self, message_set: bytes | bytearray | memoryview, expected_offset: int, *, count: int | None = None,
+        leader_segment_base: int | None = None,
+    ) -> AppendResult:
+        """Append bytes the leader appended at C{expected_offset}, verbatim, so that every byte offset means the
+        same on both; flushed as any append is.
+
+        The set must be whole entries with good CRCs (checked as L{check_entries} does, compressed wrappers not
+        opened: the leader opened them), unless C{count} says the caller checked it already.  Entries may be
+        as large as a segment (the leader's C{max_message_bytes} decides).  With C{leader_segment_base} (the
+        base offset of the leader's segment holding these bytes), a set starting the leader's segment starts
+        one here too, so that with the same C{segment_bytes} the segment files are identical.
+
+        @raise OffsetMismatch: C{expected_offset} is not this log's end; nothing is written.
+        @raise InvalidMessage: the set is partial or corrupt; nothing is written.
+        @raise MessageSizeTooLarge: the set (or an entry) cannot fit in one segment.
+        @raise StorageFailed: as L{twlog.storage.log.Log.append}.
+        """
+        if self.closed:
+            raise RuntimeError(f"{self.directory} is closed")
+        if expected_offset != self.end_offset:
+            raise OffsetMismatch(f"{self.directory}: the leader's bytes start at offset {expected_offset}, but this "
+                                 f"replica ends at {self.end_offset}", expected_offset, self.end_offset)
+        if count is None:
+            count = check_entries(message_set, self._config.segment_bytes).count
+        roll = leader_segment_base == expected_offset and self._segments.active.size > 0
+        return self._write(message_set, count, roll=roll)
+
+    def truncate_to(self, offset: int) -> Deferred[int]:
+        """Cut the log back to C{offset}, a message boundary at or below the end (L{cut_back}).
+
+        The flushed offset, the high watermark and the leader epochs (L{LeaderEpochCache.truncate_from_end})
+        follow; flush listeners are told; those waiting for the flush of a set that was cut get
+        L{LogTruncated}.  Nothing happens when C{offset} is the end.
+
+        @return: fires with C{offset} once the cut (and the epochs' file) is durable.
+        @raise OffsetOutOfRange: C{offset} is before the start or past the end; nothing changed.
+        @raise OffsetNotOnBoundary: C{offset} does not start a message; nothing changed.
+        @raise StorageFailed: the log has failed, or the cut failed (the log fails: a restart recovers it).
+        """
+        if self.closed:
+            raise RuntimeError(f"{self.directory} is closed")
+        if self._flusher.failed is not None:
+            raise StorageFailed(f"{self.directory} failed ({self._flusher.failed}); restart the broker to recover it")
+        if offset == self.end_offset:
+            return succeed(offset)
+        end = self.end_offset
+        try:
+            kept, renamed = cut_back(self._segments, offset, self._config.segment_bytes)
+        except OSError as e:
+            message = f"truncating {self.directory} to offset {offset} failed: {describe(e)}"
+            self._flusher.fail(e, message)
+            raise StorageFailed(f"{message}; restart the broker to recover it") from None
+        self._log.warn("{directory}: truncated to offset {offset}, {removed} bytes removed", directory=self.directory,
+                       offset=offset, removed=end - offset)
+        self._flusher.truncated(offset, kept, bool(renamed), LogTruncated(
+            f"{self.directory} was truncated to offset {offset} (a replica following a new leader): the set is gone"))
+        if self._high_watermark is not None and self._high_watermark > offset:
+            self._high_watermark = offset
+        epochs = self.epochs.truncate_from_end(offset)
+        self._tell_flush_listeners()
+        flushed = self._flusher.flush()
+        if renamed:
+            flushed.addCallback(self._unlink, renamed)
+        return gatherResults([flushed, epochs], consumeErrors=True).addCallbacks(
+            lambda _: offset, lambda failure: failure.value.subFailure)
+
+    def _unlink(self, result: object, paths: list[str]) -> object:
+        """The cut is durable: unlink the renamed segments on the thread pool (a failure is logged; the files
+        go at the next start)."""
+        self._run_in_thread(unlink_all, paths).addErrback(
+            lambda failure: self._log.warn("{directory}: cannot remove {paths}: {error}", directory=self.directory,
+                                           paths=paths, error=describe(failure.value)))
+        return result
