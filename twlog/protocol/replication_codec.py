@@ -40,9 +40,9 @@ from twlog.protocol.responses import (
     VIEW_STANDALONE,
     BrokerAddress,
     TopicLayout,
-    _peer_violation,
-    _read_broker,
-    _read_holder,
+    peer_violation,
+    read_broker,
+    read_holder,
 )
 
 REPLICA_FETCH = 12
@@ -191,7 +191,7 @@ def describe_request(request: ReplicationRequest) -> str:
 class ReplicaFetchPart:
     """One partition's part of a REPLICA_FETCH response: the leader's offsets and the message-set bytes.
 
-    The three offsets are -1 when the leader cannot give them (the error is not 0, 1 or 8)."""
+    The three offsets are -1 when the leader cannot give them (an error other than 1, 7 or 8)."""
 
     error: int
     high_watermark: int
@@ -337,7 +337,7 @@ def _read_part(frame: bytes, pos: int) -> tuple[ReplicaFetchPart, int]:
     return ReplicaFetchPart(error, high_watermark, leader_end, log_start, frame[pos : pos + size]), pos + size
 
 
-@_peer_violation
+@peer_violation
 def decode_replica_fetch_response(frame: bytes) -> ReplicaFetchResponse:
     """REPLICA_FETCH's response: the outer error and its parts (none in an error-only frame)."""
     error, pos = read_int16(frame, 0)
@@ -354,7 +354,7 @@ def _read_answer(frame: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     return EpochEndOffset(*_EPOCH_ANSWER.unpack_from(frame, pos)), pos + _EPOCH_ANSWER.size
 
 
-@_peer_violation
+@peer_violation
 def decode_epoch_end_offset_response(frame: bytes) -> EpochEndOffsetResponse:
     """EPOCH_END_OFFSET's response: the outer error and one answer per query (none in an error-only frame)."""
     error, pos = read_int16(frame, 0)
@@ -387,7 +387,7 @@ def _read_topic(frame: bytes, pos: int) -> tuple[TopicLayout | ReplicatedLayout,
     kind = frame[pos]
     count, pos = read_int16(frame, pos + 1)
     if kind == KIND_07:
-        holders, pos = read_many(frame, pos, count, _read_holder)
+        holders, pos = read_many(frame, pos, count, read_holder)
         return TopicLayout(topic, error, holders), pos
     if kind == KIND_REPLICATED:
         partitions, pos = read_many(frame, pos, count, _read_partition)
@@ -395,7 +395,7 @@ def _read_topic(frame: bytes, pos: int) -> tuple[TopicLayout | ReplicatedLayout,
     raise MalformedRequest(f"unknown topic kind {kind} of {topic!r}")
 
 
-@_peer_violation
+@peer_violation
 def decode_cluster_metadata_v2_response(frame: bytes) -> ClusterMetadataV2Response:
     """CLUSTER_METADATA_V2's response: the answering broker, its view, the controller, the live brokers
     and the topics, 0.7 and replicated."""
@@ -405,7 +405,7 @@ def decode_cluster_metadata_v2_response(frame: bytes) -> ClusterMetadataV2Respon
     need(frame, pos, _V2_HEAD.size, "cluster metadata v2 response")
     broker_id, view, controller_id = _V2_HEAD.unpack_from(frame, pos)
     count, pos = read_int16(frame, pos + _V2_HEAD.size)
-    brokers, pos = read_many(frame, pos, count, _read_broker)
+    brokers, pos = read_many(frame, pos, count, read_broker)
     count, pos = read_int16(frame, pos)
     topics, pos = read_many(frame, pos, count, _read_topic)
     done(frame, pos, "cluster metadata v2 response")
