@@ -140,10 +140,10 @@ class LogTruncated(BrokerError):
 
 @_wire(9)
 class RequestTimedOut(BrokerError):
-    """The broker could not do what the request asked (an acknowledged flush) within its timeout.
+    """The broker could not do what the request asked (an acknowledged flush or ack=all) within its timeout.
 
-    An acknowledged produce's set was appended, and is most likely flushed and shown soon after: a resend
-    would store it twice.
+    An acknowledged produce's set was appended, and is most likely flushed (with ack=all: replicated) and shown
+    soon after: a resend would store it twice.
     """
 
     retriable = True
@@ -190,6 +190,49 @@ class OutcomeUnknown(BrokerError):
     """
 
     retriable = True
+
+
+@_wire(25)
+class NotEnoughReplicas(BrokerError):
+    """The partition has fewer in-sync replicas than its min.insync.replicas: the ack=all set was refused
+    before anything was appended; retry once the followers have caught up."""
+
+    retriable = True
+
+
+@_wire(26)
+class NotEnoughReplicasAfterAppend(BrokerError):
+    """The set was appended on the leader but the in-sync replicas fell below min.insync.replicas before they
+    all held it: it may or may not survive a failover, and a resend may store it twice (as OutcomeUnknown)."""
+
+    retriable = True
+
+
+@_wire(27)
+class FencedLeaderEpoch(BrokerError):
+    """The request's leader epoch is older than the partition's on this broker: the asker follows a deposed
+    leader; it refreshes the partition's state and asks again."""
+
+    retriable = True
+
+
+@_wire(28)
+class UnknownLeaderEpoch(BrokerError):
+    """The request's leader epoch is newer than the partition's on this broker: this broker has not yet
+    learnt of the election; ask again shortly."""
+
+    retriable = True
+
+
+@_wire(29)
+class NotFollower(BrokerError):
+    """The fetching broker is not one of the partition's assigned replicas: it must stop fetching it."""
+
+
+@_wire(30)
+class ReplicatedTopic(BrokerError):
+    """The topic is replicated, which CLUSTER_METADATA (type 8) cannot describe: a client that asks with
+    CLUSTER_METADATA_V2 (type 14), a newer twlog, can."""
 
 
 @_wire(15)
@@ -355,6 +398,14 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     # connection without a response, as Kafka's does past max.connections.per.ip); listed for completeness.
     TooManyConnections: BrokerError,
     TooManyConnectionsFromAddress: BrokerError,
+    # Replication's codes answer only twlog's types: ACK_PRODUCE with ack=all (25, 26), REPLICA_FETCH and
+    # EPOCH_END_OFFSET (27-29), CLUSTER_METADATA (30); listed so that every twlog code has its 0.7 code.
+    NotEnoughReplicas: BrokerError,
+    NotEnoughReplicasAfterAppend: BrokerError,
+    FencedLeaderEpoch: BrokerError,
+    UnknownLeaderEpoch: BrokerError,
+    NotFollower: BrokerError,
+    ReplicatedTopic: BrokerError,
 }
 
 

@@ -468,8 +468,8 @@ class MalformedRequestTests(_Checks, SynchronousTestCase):
                 self.assert_malformed(decode_request, frame[:n], f"{name}, first {n} of {len(frame)} bytes")
 
     def test_unknown_ack_mode(self) -> None:
-        """An ACK_PRODUCE with an ack mode other than 0, 1 or 2 raises MalformedRequest."""
-        for ack in (3, 7, -1, -128, 127):
+        """An ACK_PRODUCE with an ack mode other than 0, 1, 2 or 3 (all) raises MalformedRequest."""
+        for ack in (4, 7, -1, -128, 127):
             frame = struct.pack(">hbih", 5, ack, 1000, 0)
             self.assert_malformed(decode_request, frame, f"ack {ack}")
 

@@ -20,6 +20,7 @@ from twlog.errors import (
 )
 from twlog.protocol import codec
 from twlog.protocol.codec import (
+    ACK_ALL,
     ACK_APPENDED,
     ACK_FLUSHED,
     AckProduceRequest,
@@ -87,6 +88,22 @@ class AckFlushedTests(BrokerTestMixin, SynchronousTestCase):
         )
         self.clock.advance(0.2)
         (result,) = codec.decode_ack_produce_response(self.successResultOf(d)).results
+        self.assertEqual((result.error, result.offset), (RequestTimedOut.code, 0))
+
+    def test_ack_all_without_followers(self) -> None:
+        """ack=all to a partition with no followers (the leader is its whole ISR: a 0.7 topic's) waits for the
+        fsync as ack=flushed does, and one whose fsync does not finish in time gets RequestTimedOut, never hangs."""
+        runner = ManualRunner()
+        self.make_broker(runner, flush_messages=1000)
+        d = self.broker.ack_produce(
+            AckProduceRequest(ACK_ALL, 5000, (ProduceRequest("t", 0, encode_message_set([b"a"])),)))
+        self.assertNoResult(d)
+        runner.run_all()
+        self.assertEqual(codec.decode_ack_produce_response(self.successResultOf(d)).results[0].error, 0)
+        late = self.broker.ack_produce(
+            AckProduceRequest(ACK_ALL, 200, (ProduceRequest("t", 1, encode_message_set([b"b"])),)))
+        self.clock.advance(0.2)
+        (result,) = codec.decode_ack_produce_response(self.successResultOf(late)).results
         self.assertEqual((result.error, result.offset), (RequestTimedOut.code, 0))
 
 

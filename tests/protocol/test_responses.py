@@ -241,7 +241,7 @@ class ErrorMappingTests(SynchronousTestCase):
         self.assertEqual(
             error_message(RequestTimedOut.code, "broker h:1 refused ACK_PRODUCE to t-0"),
             "broker h:1 refused ACK_PRODUCE to t-0: RequestTimedOut (error 9): The broker could not do what the "
-            "request asked (an acknowledged flush) within its timeout.",
+            "request asked (an acknowledged flush or ack=all) within its timeout.",
         )
         self.assertNotIn("\n", error_message(errors.StorageFailed.code, "c"))
 

@@ -8,7 +8,8 @@ tools share one codec.  A frame is what follows the C{int32} size prefix
   - request:  C{[int16 type][body]}
   - response: C{[int16 error][body]}
 
-Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-11 are twlog's.  Strings
+Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-11 are twlog's; 12-14 are
+replication's, whose values and responses are in L{twlog.protocol.replication_codec}.  Strings
 are C{[int16 length][utf-8]}.  docs/protocol.md is the reference.  Readers take
 C{(buf, pos)} and return C{(value, next_pos)} (L{twlog.protocol.primitives});
 every malformed or truncated input raises L{MalformedRequest}, never
@@ -26,6 +27,7 @@ import struct
 import attrs
 
 from twlog.errors import MalformedRequest
+from twlog.protocol import replication_codec as replication
 from twlog.protocol.primitives import (
     I16,
     done,
@@ -93,6 +95,7 @@ EARLIEST = -2
 ACK_NONE = 0  # no response at all, as PRODUCE (fire-and-forget)
 ACK_APPENDED = 1  # the messages are in the log (page cache)
 ACK_FLUSHED = 2  # the messages are fsynced, and so visible to consumers
+ACK_ALL = 3  # every in-sync replica holds the messages and the leader flushed them (implies ACK_FLUSHED)
 
 _FETCH_TAIL = struct.Struct(">iqi")  # partition, offset, max bytes
 _OFFSETS_TAIL = struct.Struct(">iqi")  # partition, time, max offsets
@@ -163,7 +166,7 @@ class OffsetsRequest:
 
 @attrs.frozen
 class AckProduceRequest:
-    """Type 5: produce, then answer once every set is appended (or flushed) with the offsets given."""
+    """Type 5: produce, then answer once every set is appended (flushed; in every in-sync replica) with its offsets."""
 
     ack: int
     timeout_ms: int
@@ -243,6 +246,7 @@ Request = (
     | CreateTopicRequest
     | BoundariesRequest
     | DeleteTopicRequest
+    | replication.ReplicationRequest
 )
 
 
@@ -335,7 +339,7 @@ def decode_request(frame: bytes | memoryview) -> Request:
     elif kind == ACK_PRODUCE:
         need(frame, pos, 7, "acknowledged produce request")
         ack, timeout_ms, count = _ACK_HEAD.unpack_from(frame, pos)
-        if ack not in (ACK_NONE, ACK_APPENDED, ACK_FLUSHED):
+        if not ACK_NONE <= ack <= ACK_ALL:
             raise MalformedRequest(f"unknown acknowledgement mode {ack}")
         produces, pos = read_many(frame, pos + 7, count, _read_produce)
         request = AckProduceRequest(ack, timeout_ms, produces)
@@ -357,6 +361,8 @@ def decode_request(frame: bytes | memoryview) -> Request:
     elif kind == DELETE_TOPIC:
         topic, pos = read_str(frame, pos)
         request = DeleteTopicRequest(topic)
+    elif kind in replication.TYPES:
+        request, pos = replication.read_request(kind, frame, pos)
     else:
         raise MalformedRequest(f"unknown request type {kind}")
     done(frame, pos, "request")
@@ -408,6 +414,8 @@ def encode_request(request: Request) -> bytes:
                 + struct.pack(f">{n}q", *request.positions))
     if isinstance(request, DeleteTopicRequest):
         return I16.pack(DELETE_TOPIC) + write_str(request.topic)
+    if isinstance(request, replication.REPLICATION_REQUESTS):
+        return replication.encode_request(request)
     raise TypeError(f"not a request: {request!r}")
 
 
@@ -442,6 +450,8 @@ def describe_request(request: Request) -> str:
         return f"BOUNDARIES {request.topic}-{request.partition} at {len(request.positions)} positions"
     if isinstance(request, DeleteTopicRequest):
         return f"DELETE_TOPIC {request.topic}"
+    if isinstance(request, replication.REPLICATION_REQUESTS):
+        return replication.describe_request(request)
     return type(request).__name__
 
 
@@ -467,15 +477,14 @@ _RESPONSE_DECODERS = {
     CreateTopicRequest: decode_error_response,
     BoundariesRequest: decode_boundaries_response,
     DeleteTopicRequest: decode_error_response,
+    **replication.RESPONSE_DECODERS,
 }
 
 __all__ = [
-    "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "BOUNDARIES", "MAX_BOUNDARY_POSITIONS",
+    "ACK_ALL", "ACK_APPENDED", "ACK_FLUSHED", "ACK_NONE", "ACK_PRODUCE", "BOUNDARIES", "MAX_BOUNDARY_POSITIONS",
     "BoundariesRequest", "BoundariesResponse", "decode_boundaries_response", "encode_boundaries_response",
     "CLUSTER_METADATA", "CREATE_TOPIC", "DELETE_TOPIC", "DeleteTopicRequest", "EARLIEST", "FETCH",
-    "LATEST",
-    "METADATA",
-    "MULTIFETCH", "MULTIPRODUCE", "OFFSETS", "PRODUCE", "WAIT_FETCH",
+    "LATEST", "METADATA", "MULTIFETCH", "MULTIPRODUCE", "OFFSETS", "PRODUCE", "WAIT_FETCH",
     "AckProduceRequest", "AckProduceResponse", "ClusterMetadataRequest", "ClusterMetadataResponse",
     "CreateTopicRequest", "ErrorResponse", "FetchRequest", "FetchResult", "MetadataRequest",
     "MetadataResponse", "MultiFetchRequest", "MultiFetchResponse", "MultiProduceRequest", "OffsetsRequest",

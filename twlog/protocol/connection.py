@@ -258,6 +258,8 @@ class BrokerProtocol(FrameReceiver):
         self.factory.active(self)
         try:
             request = codec.decode_request(frame)
+            if type(request) not in self._broker.handlers:  # decoded but not served here (yet): an unknown type
+                raise MalformedRequest(f"request type {_request_type(frame)} is not served by this broker")
         except MalformedRequest as e:
             self._log.warn("closing the connection from {peer}: malformed request: {error}", peer=self.peer, error=e)
             self._close_with(frame_code(InvalidRequest.code, _request_type(frame)), _request_type(frame))

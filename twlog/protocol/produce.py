@@ -5,6 +5,8 @@ PRODUCE and MULTIPRODUCE are fire-and-forget, as in Kafka 0.7: a refused
 set is logged and counted, never answered.  ACK_PRODUCE answers with the
 offsets each set got, once the set is in the file (C{ack=appended}) or, when
 asked, once it is fsynced (C{ack=flushed}, bounded by the request's timeout).
+C{ack=all} is answered as C{ack=flushed} here: a partition without followers
+(a 0.7 topic's; every partition until replication is wired) is its own ISR.
 
 Each set of a request is answered on its own, and every answer is true: a set
 refused or not written (L{StorageFailed}: a full disk, a failed roll) has no
@@ -81,7 +83,7 @@ class ProduceHandlers:
                 continue
             results.append(ProduceResult(produce.topic, produce.partition, NO_ERROR, *appended[:2]))
             log = self._logs.get_log(produce.topic, produce.partition)
-            if request.ack == ACK_FLUSHED:
+            if request.ack >= ACK_FLUSHED:  # ACK_ALL too: a partition with no followers is its own ISR
                 flushes.append((len(results) - 1, log.flush()))
             else:
                 try:
@@ -89,7 +91,7 @@ class ProduceHandlers:
                 except BrokerError as e:
                     self._errors.count(codec.ACK_PRODUCE, e.code)
                     results[-1] = _failed(results[-1], e.code)
-        if request.ack != ACK_FLUSHED or not flushes:
+        if request.ack < ACK_FLUSHED or not flushes:
             return codec.encode_ack_produce_response(NO_ERROR, results)
         return Deferred.fromCoroutine(self._await_flushes(request, results, flushes))
 

@@ -299,7 +299,7 @@ def encode_cluster_metadata_response(error: int, cluster: ClusterMetadataRespons
 # -- decoding (client side) ------------------------------------------------------------------
 
 
-def _peer_violation(decode: Callable[[bytes], T]) -> Callable[[bytes], T]:
+def peer_violation(decode: Callable[[bytes], T]) -> Callable[[bytes], T]:
     """Raise the codec's L{MalformedRequest}s of C{decode} as L{ProtocolViolation}s (the peer sent garbage)."""
 
     @functools.wraps(decode)
@@ -315,13 +315,13 @@ def _peer_violation(decode: Callable[[bytes], T]) -> Callable[[bytes], T]:
     return checked
 
 
-@_peer_violation
+@peer_violation
 def decode_error(frame: bytes) -> int:
     """The error code every response frame starts with."""
     return read_int16(frame, 0)[0]
 
 
-@_peer_violation
+@peer_violation
 def decode_error_response(frame: bytes) -> ErrorResponse:
     """An error-only response (CREATE_TOPIC's): C{[int16 error]} and nothing after it."""
     error, pos = read_int16(frame, 0)
@@ -329,7 +329,7 @@ def decode_error_response(frame: bytes) -> ErrorResponse:
     return ErrorResponse(error)
 
 
-@_peer_violation
+@peer_violation
 def decode_fetch_response(frame: bytes) -> FetchResult:
     """FETCH's response: error and message-set bytes (a partial trailing message included)."""
     error, pos = read_int16(frame, 0)
@@ -344,7 +344,7 @@ def _read_part(frame: bytes, pos: int) -> tuple[FetchResult, int]:
     return FetchResult(I16.unpack_from(frame, pos)[0], frame[pos + 2 : pos + size]), pos + size
 
 
-@_peer_violation
+@peer_violation
 def decode_multifetch_response(frame: bytes) -> MultiFetchResponse:
     """MULTIFETCH's (and WAIT_FETCH's) response: the outer error and one part per fetch, in order."""
     error, pos = read_int16(frame, 0)
@@ -383,13 +383,13 @@ _read_offsets = _offsets_after(read_int32, "offsets")
 _read_boundaries = _offsets_after(read_int16, "boundaries")
 
 
-@_peer_violation
+@peer_violation
 def decode_offsets_response(frame: bytes) -> OffsetsResponse:
     """OFFSETS' response: error and offsets, newest first."""
     return _error_or_body(frame, OffsetsResponse, _read_offsets)
 
 
-@_peer_violation
+@peer_violation
 def decode_boundaries_response(frame: bytes) -> BoundariesResponse:
     """BOUNDARIES' response: error and one offset per position asked about (none in an error-only frame)."""
     return _error_or_body(frame, BoundariesResponse, _read_boundaries)
@@ -409,7 +409,7 @@ def _read_results(frame: bytes, pos: int) -> tuple[ProduceResult, ...]:
     return results
 
 
-@_peer_violation
+@peer_violation
 def decode_ack_produce_response(frame: bytes) -> AckProduceResponse:
     """ACK_PRODUCE's response: error and one result per produced set."""
     return _error_or_body(frame, AckProduceResponse, _read_results)
@@ -422,7 +422,7 @@ def _read_topic(frame: bytes, pos: int) -> tuple[TopicMetadata, int]:
     return TopicMetadata(topic, error, partitions), pos
 
 
-@_peer_violation
+@peer_violation
 def decode_metadata_response(frame: bytes) -> MetadataResponse:
     """METADATA's response: the broker's id, address and topics, with the error (alone if the frame has no body)."""
     error, pos = read_int16(frame, 0)
@@ -437,14 +437,14 @@ def decode_metadata_response(frame: bytes) -> MetadataResponse:
     return MetadataResponse(broker_id, host, port, topics, error)
 
 
-def _read_broker(frame: bytes, pos: int) -> tuple[BrokerAddress, int]:
+def read_broker(frame: bytes, pos: int) -> tuple[BrokerAddress, int]:
     broker_id, pos = read_int32(frame, pos)
     host, pos = read_str(frame, pos)
     port, pos = read_int32(frame, pos)
     return BrokerAddress(broker_id, host, port), pos
 
 
-def _read_holder(frame: bytes, pos: int) -> tuple[tuple[int, int], int]:
+def read_holder(frame: bytes, pos: int) -> tuple[tuple[int, int], int]:
     need(frame, pos, _HOLDER.size, "topic holder")
     return _HOLDER.unpack_from(frame, pos), pos + _HOLDER.size
 
@@ -453,11 +453,11 @@ def _read_layout(frame: bytes, pos: int) -> tuple[TopicLayout, int]:
     topic, pos = read_str(frame, pos)
     error, pos = read_int16(frame, pos)
     count, pos = read_int16(frame, pos)
-    holders, pos = read_many(frame, pos, count, _read_holder)
+    holders, pos = read_many(frame, pos, count, read_holder)
     return TopicLayout(topic, error, holders), pos
 
 
-@_peer_violation
+@peer_violation
 def decode_cluster_metadata_response(frame: bytes) -> ClusterMetadataResponse:
     """CLUSTER_METADATA's response: the answering broker, its view, the live brokers and the topics' holders."""
     error, pos = read_int16(frame, 0)
@@ -466,7 +466,7 @@ def decode_cluster_metadata_response(frame: bytes) -> ClusterMetadataResponse:
     need(frame, pos, _CLUSTER_HEAD.size, "cluster metadata response")
     broker_id, view = _CLUSTER_HEAD.unpack_from(frame, pos)
     count, pos = read_int16(frame, pos + _CLUSTER_HEAD.size)
-    brokers, pos = read_many(frame, pos, count, _read_broker)
+    brokers, pos = read_many(frame, pos, count, read_broker)
     count, pos = read_int16(frame, pos)
     topics, pos = read_many(frame, pos, count, _read_layout)
     done(frame, pos, "cluster metadata response")
