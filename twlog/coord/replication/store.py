@@ -1,0 +1,114 @@
+# -*- test-case-name: tests.coord.test_replication_store -*-
+"""Replicated topics' nodes in ZooKeeper, read and written over L{IZooKeeper} (shared/DESIGN.md, "Replication").
+
+A partition's state is written only by compare-and-set on its znode version: L{write_state_cas} raises
+L{StateChanged} when someone wrote it since it was read, and the writer reads it again and decides again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from twlog.coord import paths
+from twlog.coord.replication.values import BadReplicationValue, PartitionState, TopicAssignment
+from twlog.coord.zk import BadVersionError, IZooKeeper, NodeExistsError, NoNodeError
+from twlog.errors import TwlogError
+from twlog.storage.manager import validate_topic
+
+__all__ = ["ReplicatedTopicExists", "StateChanged", "create_replicated_topic", "create_state", "list_topics",
+           "read_state", "read_topic", "write_state_cas"]
+
+
+class ReplicatedTopicExists(TwlogError):
+    """A topic of that name exists already, replicated or Kafka 0.7 style."""
+
+
+class StateChanged(TwlogError):
+    """A partition's state changed (or went) since it was read: read it again and decide again."""
+
+    def __init__(self, topic: str, partition: int, expected_version: int) -> None:
+        super().__init__(f"{paths.partition_state_path(topic, partition)} is no longer at version "
+                         f"{expected_version}: someone else wrote it")
+        self.topic = topic
+        self.partition = partition
+        self.expected_version = expected_version
+
+
+async def create_replicated_topic(zk: IZooKeeper, topic: str, assignment: Mapping[int, tuple[int, ...]],
+                                  config: Mapping[str, str] | None = None) -> TopicAssignment:
+    """Write C{/twlog/topics/<topic>} (persistent) with C{assignment} and C{config}; the controller, watching
+    C{/twlog/topics}, then writes each partition's first state.
+
+    @raise ReplicatedTopicExists: C{topic} is a replicated topic already, or a 0.7 one (C{/brokers/topics}).
+    @raise twlog.errors.InvalidTopic: a name brokers would refuse.
+    """
+    validate_topic(topic)
+    value = TopicAssignment(topic, assignment, config or {})
+    if await zk.exists(paths.broker_topic_path(topic)) is not None:
+        raise ReplicatedTopicExists(f"topic {topic!r} exists already as a Kafka 0.7 topic "
+                                    f"({paths.broker_topic_path(topic)})")
+    try:
+        await zk.create(paths.replicated_topic_path(topic), value.encode(), makepath=True)
+    except NodeExistsError:
+        raise ReplicatedTopicExists(f"topic {topic!r} exists already ({paths.replicated_topic_path(topic)})") from None
+    return value
+
+
+async def list_topics(zk: IZooKeeper, watch: Callable[[Any], Any] | None = None) -> list[str]:
+    """The replicated topics, sorted; C{watch} fires when one is created or deleted."""
+    await zk.ensure_path(paths.REPLICATED_TOPICS)
+    return sorted(await zk.children(paths.REPLICATED_TOPICS, watch=watch))
+
+
+async def read_topic(zk: IZooKeeper, topic: str, watch: Callable[[Any], Any] | None = None) -> TopicAssignment:
+    """C{topic}'s assignment and config.
+
+    @raise NoNodeError: it is not a replicated topic.
+    @raise BadReplicationValue: its value is not of its shape.
+    """
+    path = paths.replicated_topic_path(topic)
+    data, _ = await zk.get(path, watch=watch)
+    return TopicAssignment.decode(topic, data, path)
+
+
+async def read_state(zk: IZooKeeper, topic: str, partition: int,
+                     watch: Callable[[Any], Any] | None = None) -> tuple[PartitionState, int]:
+    """Partition C{partition}'s state and its znode version (for L{write_state_cas}).
+
+    @raise NoNodeError: it has no state yet (the controller has not written its first).
+    @raise BadReplicationValue: its value is not of its shape.
+    """
+    path = paths.partition_state_path(topic, partition)
+    data, stat = await zk.get(path, watch=watch)
+    return PartitionState.decode(data, path), stat.version
+
+
+async def create_state(zk: IZooKeeper, topic: str, partition: int, state: PartitionState) -> int:
+    """Write a partition's first state (version 0).
+
+    @raise StateChanged: it has one already (another controller wrote it).
+    """
+    try:
+        await zk.create(paths.partition_state_path(topic, partition), state.encode(), makepath=True)
+    except NodeExistsError:
+        raise StateChanged(topic, partition, -1) from None
+    return 0
+
+
+async def write_state_cas(zk: IZooKeeper, topic: str, partition: int, state: PartitionState,
+                          expected_version: int) -> int:
+    """Write C{state} if the znode is still at C{expected_version}; return its new version.
+
+    @raise StateChanged: it is not (or it went).
+    """
+    if expected_version < 0:
+        raise ValueError(f"a compare-and-set needs a znode version, not {expected_version}")
+    try:
+        stat = await zk.set(paths.partition_state_path(topic, partition), state.encode(), version=expected_version)
+    except (BadVersionError, NoNodeError):
+        raise StateChanged(topic, partition, expected_version) from None
+    return stat.version
+
+
+__all__ += ["BadReplicationValue"]
