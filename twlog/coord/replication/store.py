@@ -85,13 +85,20 @@ async def read_state(zk: IZooKeeper, topic: str, partition: int,
 
 
 async def create_state(zk: IZooKeeper, topic: str, partition: int, state: PartitionState) -> int:
-    """Write a partition's first state (version 0).
+    """Write a partition's first state (version 0), under its topic's node (never creating that: a topic
+    deleted meanwhile stays deleted).
 
-    @raise StateChanged: it has one already (another controller wrote it).
+    @raise StateChanged: it has one already (another controller wrote it), or its topic went.
     """
+    parents = (paths.partition_state_path(topic), f"{paths.partition_state_path(topic)}/{int(partition)}")
     try:
-        await zk.create(paths.partition_state_path(topic, partition), state.encode(), makepath=True)
-    except NodeExistsError:
+        for parent in parents:
+            try:
+                await zk.create(parent)
+            except NodeExistsError:
+                pass
+        await zk.create(paths.partition_state_path(topic, partition), state.encode())
+    except (NodeExistsError, NoNodeError):
         raise StateChanged(topic, partition, -1) from None
     return 0
 

@@ -65,8 +65,9 @@ def _load(data: bytes, path: str, keys: set[str]) -> dict[str, Any]:
         raise BadReplicationValue(path, f"version {value.get('version')!r} is not {FORMAT_VERSION}")
     if set(value) != keys | {"version"}:
         missing, extra = sorted(keys - set(value)), sorted(set(value) - keys - {"version"})
-        raise BadReplicationValue(path, "; ".join(
-            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(extra)}"] if extra else [])))
+        said = [f"missing {', '.join(missing)}"] if missing else []
+        said += [f"unknown {', '.join(extra)}"] if extra else []
+        raise BadReplicationValue(path, "; ".join(said))
     return value
 
 
