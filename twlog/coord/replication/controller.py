@@ -119,7 +119,8 @@ class Controller:
         self._shutting_down: set[int] = set()
         #: (topic, partition) -> when this controller first saw its preferred replica in the ISR, not leading.
         self._in_isr_since: dict[tuple[str, int], float] = {}
-        self._running = False
+        #: The generation whose rounds are running (None: none are).
+        self._running: int | None = None
         self._again = False
         self._timer = None
         self._reported: set[str] = set()
@@ -269,17 +270,18 @@ class Controller:
     def _request(self) -> None:
         """Run a round now, or once more after the running one."""
         self._again = True
-        if not self._running and self.active:
+        if self._running != self._generation and self.active:
             Deferred.fromCoroutine(self._rounds(self._generation)).addErrback(self._failed, "round")
 
     async def _rounds(self, generation: int) -> None:
-        self._running = True
+        self._running = generation
         try:
             while self._again and generation == self._generation:
                 self._again = False
                 await self._round(generation)
         finally:
-            self._running = False
+            if self._running == generation:
+                self._running = None
         if generation == self._generation and self.active:
             if self._timer is not None and self._timer.active():
                 self._timer.cancel()
@@ -326,7 +328,8 @@ class Controller:
                 return
             self._check(generation)
             if state is not None and state.controller_epoch > self.epoch:
-                raise _Fenced(f"{topic}:{partition} was written by controller epoch {state.controller_epoch}")
+                if not await self._fenced(generation, topic, partition, state.controller_epoch):
+                    return
             decision = decide(assignment, partition, state, live=live, controller_epoch=self.epoch,
                               shutting_down=self._shutting_down, unclean=self.unclean)
             if decision is None and state is not None:
@@ -350,6 +353,19 @@ class Controller:
             return
         self._again = True  # contended: the next round tries again
 
+    async def _fenced(self, generation: int, topic: str, partition: int, written_by: int) -> bool:
+        """A state written by a later controller epoch: raise L{_Fenced} if C{/twlog/controller_epoch} is past
+        this controller's (another was elected since); else the value is bad (say so, and say False)."""
+        data, _ = await self._zk.get(paths.CONTROLLER_EPOCH)
+        self._check(generation)
+        current = decode_epoch(data, paths.CONTROLLER_EPOCH)
+        if current > self.epoch:
+            raise _Fenced(f"{topic}:{partition} was written by controller epoch {written_by}; "
+                          f"{paths.CONTROLLER_EPOCH} is {current}")
+        self._report(f"{paths.partition_state_path(topic, partition)}: controller epoch {written_by} is past "
+                     f"{paths.CONTROLLER_EPOCH} ({current}): left as it is")
+        return False
+
     def _seen_in_isr(self, assignment, partition: int, state) -> float | None:
         key = (assignment.topic, partition)
         preferred = assignment.replicas(partition)[0]
@@ -369,7 +385,7 @@ class Controller:
             raise Superseded()
         generation = self._generation
         self._shutting_down.add(broker_id)
-        while self._running:  # let the running round finish, then run one that knows
+        while self._running == generation:  # let the running round finish, then run one that knows
             await _later(self._clock)
             self._check(generation)
         self._again = True

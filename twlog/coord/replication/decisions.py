@@ -154,7 +154,8 @@ def decide(assignment: TopicAssignment, partition: int, state: PartitionState | 
         return None
     if candidates:
         reason = Reason.LEADER_LOST if state.online else Reason.ISR_MEMBER_RETURNED
-        return make(candidates[0], live_isr, reason)
+        leader = candidates[0]
+        return make(leader, [r for r in live_isr if r == leader or r not in shutting_down], reason)
     others = _prefer_staying([r for r in replicas if r in live], shutting_down)
     if unclean and others:
         loss = (f"unclean election of {topic}:{partition}: broker {others[0]} was not in the ISR "
