@@ -31,6 +31,10 @@ class Tripwire(FakeZooKeeper):
         self.pending: tuple[str, bytes] | None = None
         #: Called as C{before(name, path)} just before every operation, if set.
         self.before = None
+        #: C{after[n]()} runs just after operation number C{n} was done (its answer held or given).
+        self.after: dict[int, object] = {}
+        #: The operations asked for while the session was not connected.
+        self.offline: list[tuple[str, str]] = []
 
     def create(self, path, value=b"", **kwargs):
         self.pending = (path, value)
@@ -47,7 +51,14 @@ class Tripwire(FakeZooKeeper):
         if self.before is not None:
             self.before(name, path)
         self.pending = None
-        return super()._do(name, path, operation)
+        if not self.connected:
+            self.offline.append((name, path))
+        step = len(self.operations)
+        result = super()._do(name, path, operation)
+        after = self.after.pop(step, None)
+        if after is not None:
+            after()
+        return result
 
 
 class Cluster:
@@ -358,6 +369,29 @@ class EveryStepTests(TestCase):
                      and d.old.controller_epoch == first.epoch]
             self.assertEqual(stale, [], f"step {step}")
 
+    def test_answer_after_suspension_at_every_step(self) -> None:
+        """The session is suspended while an answer is on its way: when it arrives, the controller asks
+        ZooKeeper nothing more until it is connected again (and then runs for election first)."""
+        start, end = self.clean_run()
+        for step in range(start, end):
+            cluster = Cluster(self)
+            a = Tripwire(cluster.server)
+            a.trips[step] = lambda name, path, a=a: a.hold()
+
+            def suspend(a=a):
+                a.suspend()
+                a.flush()
+
+            a.after[step] = suspend
+            first, second = scenario(cluster, a)
+            self.assertEqual(a.offline, [], f"step {step}")
+            self.assertEqual(first.state, C.SESSION_LOST)
+            a.reconnect()
+            self.assertEqual(a.operations[step + 1], ("create", paths.CONTROLLER), f"step {step}")
+            # (Suspended before it wrote the first states, it writes them after broker 1 went: 2 leads from epoch 0.)
+            self.assertIn(cluster.summary(), (AFTER_SCENARIO, {**AFTER_SCENARIO, 0: (2, 0, (2, 3))}), f"step {step}")
+            self.assertEqual((first.state, second.state), (C.ACTIVE, C.STANDBY), f"step {step}")
+
     def test_cas_fails_at_every_step(self) -> None:
         """Before each write of a state, another writer writes it: the controller reads again and decides again."""
         cluster = Cluster(self)
@@ -381,3 +415,4 @@ class EveryStepTests(TestCase):
             first, _ = scenario(cluster, a)
             self.assertEqual(cluster.summary(), AFTER_SCENARIO, f"step {step}")
             self.assertEqual(first.cas_failures, 1, f"step {step}")
+            self.assertEqual(len(first.decisions), 6 - (a.operations[step][0] == "create"), f"step {step}")

@@ -124,6 +124,8 @@ class Controller:
         self._again = False
         self._timer = None
         self._reported: set[str] = set()
+        #: The nodes watched in this generation (a watch is set again only after it fired).
+        self._armed: set[str] = set()
 
     @property
     def state(self) -> ControllerState:
@@ -160,6 +162,7 @@ class Controller:
         if self.state is not target:
             self._machine.move(target)
             self._generation += 1
+            self._armed = set()
             if self._timer is not None and self._timer.active():
                 self._timer.cancel()
             self._timer = None
@@ -220,7 +223,7 @@ class Controller:
     async def _watch_controller(self) -> bool:
         """Watch C{/twlog/controller} in this generation; run for election again (and say False) if it went."""
         generation = self._generation
-        stat = await self._zk.exists(paths.CONTROLLER, watch=self._watch(generation))
+        stat = await self._zk.exists(paths.CONTROLLER, watch=self._watch(generation, paths.CONTROLLER))
         self._check(generation)
         if stat is None:
             self._elect()
@@ -237,6 +240,7 @@ class Controller:
                     await self._zk.create(paths.CONTROLLER_EPOCH, encode_epoch(1), makepath=True)
                     return 1
                 except NodeExistsError:
+                    self._check(generation)
                     continue
             self._check(generation)
             epoch = decode_epoch(data, paths.CONTROLLER_EPOCH) + 1
@@ -246,11 +250,18 @@ class Controller:
             except BadVersionError:
                 self._check(generation)  # another election bumped it meanwhile: ours holds the node, go on
 
-    def _watch(self, generation: int):
+    def _watch(self, generation: int, path: str):
+        """A watch on C{path} for this generation, or None if one is set already (one watch per node, not one
+        per round)."""
+        if path in self._armed:
+            return None
+        self._armed.add(path)
+
         def fired(event) -> None:
             if generation != self._generation or self.state not in (_S.ACTIVE, _S.STANDBY):
                 return
-            if event.path == paths.CONTROLLER:
+            self._armed.discard(path)
+            if path == paths.CONTROLLER:
                 self._elect()  # gone (or changed): run again; the holder keeps it
             elif self.active:
                 self._request()
@@ -288,14 +299,14 @@ class Controller:
             self._timer = self._clock.callLater(self.check_interval_s, self._request)
 
     async def _round(self, generation: int) -> None:
-        watch = self._watch(generation)
-        await self._zk.ensure_path(paths.BROKER_IDS)
-        self._check(generation)
-        names = await self._zk.children(paths.BROKER_IDS, watch=watch)
+        for parent in (paths.BROKER_IDS, paths.REPLICATED_TOPICS):
+            await self._zk.ensure_path(parent)
+            self._check(generation)
+        names = await self._zk.children(paths.BROKER_IDS, watch=self._watch(generation, paths.BROKER_IDS))
         self._check(generation)
         live = {int(n) for n in names if n.isdigit() and n.isascii()}
         self._shutting_down &= live
-        topics = await store.list_topics(self._zk, watch=watch)
+        topics = await store.list_topics(self._zk, watch=self._watch(generation, paths.REPLICATED_TOPICS))
         self._check(generation)
         seen = set()
         for topic in topics:
@@ -341,7 +352,8 @@ class Controller:
                 return
             try:
                 if state is None:
-                    await store.create_state(self._zk, topic, partition, decision.new)
+                    await store.create_state(self._zk, topic, partition, decision.new,
+                                             checkpoint=lambda: self._check(generation))
                 else:
                     await store.write_state_cas(self._zk, topic, partition, decision.new, version)
             except store.StateChanged:

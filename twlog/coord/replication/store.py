@@ -56,9 +56,12 @@ async def create_replicated_topic(zk: IZooKeeper, topic: str, assignment: Mappin
 
 
 async def list_topics(zk: IZooKeeper, watch: Callable[[Any], Any] | None = None) -> list[str]:
-    """The replicated topics, sorted; C{watch} fires when one is created or deleted."""
-    await zk.ensure_path(paths.REPLICATED_TOPICS)
-    return sorted(await zk.children(paths.REPLICATED_TOPICS, watch=watch))
+    """The replicated topics, sorted; C{watch} fires when one is created or deleted (one operation: none
+    before the first topic, and then no watch: the caller makes sure C{/twlog/topics} exists to watch it)."""
+    try:
+        return sorted(await zk.children(paths.REPLICATED_TOPICS, watch=watch))
+    except NoNodeError:
+        return []
 
 
 async def read_topic(zk: IZooKeeper, topic: str, watch: Callable[[Any], Any] | None = None) -> TopicAssignment:
@@ -84,10 +87,13 @@ async def read_state(zk: IZooKeeper, topic: str, partition: int,
     return PartitionState.decode(data, path), stat.version
 
 
-async def create_state(zk: IZooKeeper, topic: str, partition: int, state: PartitionState) -> int:
+async def create_state(zk: IZooKeeper, topic: str, partition: int, state: PartitionState,
+                       checkpoint: Callable[[], None] = lambda: None) -> int:
     """Write a partition's first state (version 0), under its topic's node (never creating that: a topic
     deleted meanwhile stays deleted).
 
+    @param checkpoint: called after each of ZooKeeper's answers but the last; it raises to stop there (a
+        controller that lost its session asks nothing more).
     @raise StateChanged: it has one already (another controller wrote it), or its topic went.
     """
     parents = (paths.partition_state_path(topic), f"{paths.partition_state_path(topic)}/{int(partition)}")
@@ -97,6 +103,7 @@ async def create_state(zk: IZooKeeper, topic: str, partition: int, state: Partit
                 await zk.create(parent)
             except NodeExistsError:
                 pass
+            checkpoint()
         await zk.create(paths.partition_state_path(topic, partition), state.encode())
     except (NodeExistsError, NoNodeError):
         raise StateChanged(topic, partition, -1) from None
