@@ -31,13 +31,12 @@ from twisted.logger import Logger
 
 from twlog.coord import paths
 from twlog.coord.replication import store
-from twlog.coord.replication.decisions import Decision, decide, decide_preferred
-from twlog.coord.replication.values import BadReplicationValue, ControllerRecord, decode_epoch, encode_epoch
+from twlog.coord.replication.decisions import Decision, InIsrSince, decide, decide_preferred
+from twlog.coord.replication.values import BadReplicationValue, ControllerRecord
 from twlog.coord.zk import (
     CONNECTED,
     LOST,
     SUSPENDED,
-    BadVersionError,
     IZooKeeper,
     KazooException,
     NodeExistsError,
@@ -117,8 +116,7 @@ class Controller:
         self.decisions: list[Decision] = []
         self.cas_failures = 0
         self._shutting_down: set[int] = set()
-        #: (topic, partition) -> when this controller first saw its preferred replica in the ISR, not leading.
-        self._in_isr_since: dict[tuple[str, int], float] = {}
+        self._in_isr_since = InIsrSince()
         #: The generation whose rounds are running (None: none are).
         self._running: int | None = None
         self._again = False
@@ -146,7 +144,7 @@ class Controller:
         was_active = self.active
         self._move(_S.STOPPED)
         self._zk.remove_state_listener(self._session_changed)
-        return Deferred.fromCoroutine(self._resign() if was_active else _nothing())
+        return Deferred.fromCoroutine(store.resign_controller(self._zk) if was_active else _nothing())
 
     def controlled_shutdown(self, broker_id: int) -> Deferred[list[tuple[str, int]]]:
         """Move broker C{broker_id}'s leaderships to other ISR members (Kafka's controlled shutdown); fire
@@ -203,7 +201,7 @@ class Controller:
             if stat.ephemeralOwner != self._zk.session_id:
                 return await self._standby(data)
         self._check(generation)
-        self.epoch = await self._increment_epoch(generation)
+        self.epoch = await store.increment_controller_epoch(self._zk, lambda: self._check(generation))
         self._check(generation)
         self._move(_S.ACTIVE)
         self._log.info("broker {broker} is the controller (epoch {epoch})", broker=self.broker_id, epoch=self.epoch)
@@ -229,27 +227,6 @@ class Controller:
             self._elect()
         return stat is not None
 
-    async def _increment_epoch(self, generation: int) -> int:
-        """Add 1 to C{/twlog/controller_epoch} by compare-and-set (created at 1); return the new epoch."""
-        while True:
-            try:
-                data, stat = await self._zk.get(paths.CONTROLLER_EPOCH)
-            except NoNodeError:
-                self._check(generation)
-                try:
-                    await self._zk.create(paths.CONTROLLER_EPOCH, encode_epoch(1), makepath=True)
-                    return 1
-                except NodeExistsError:
-                    self._check(generation)
-                    continue
-            self._check(generation)
-            epoch = decode_epoch(data, paths.CONTROLLER_EPOCH) + 1
-            try:
-                await self._zk.set(paths.CONTROLLER_EPOCH, encode_epoch(epoch), version=stat.version)
-                return epoch
-            except BadVersionError:
-                self._check(generation)  # another election bumped it meanwhile: ours holds the node, go on
-
     def _watch(self, generation: int, path: str):
         """A watch on C{path} for this generation, or None if one is set already (one watch per node, not one
         per round)."""
@@ -267,14 +244,6 @@ class Controller:
                 self._request()
 
         return fired
-
-    async def _resign(self) -> None:
-        try:
-            _, stat = await self._zk.get(paths.CONTROLLER)
-            if stat.ephemeralOwner == self._zk.session_id:
-                await self._zk.delete(paths.CONTROLLER, version=stat.version)
-        except KazooException:
-            pass  # gone already, or no session: the node goes with the session
 
     # -- rounds ------------------------------------------------------------------------------
 
@@ -322,8 +291,7 @@ class Controller:
             for partition in sorted(assignment.partitions):
                 seen.add((topic, partition))
                 await self._settle(generation, assignment, partition, live)
-        for key in set(self._in_isr_since) - seen:
-            del self._in_isr_since[key]
+        self._in_isr_since.keep_only(seen)
 
     async def _settle(self, generation: int, assignment, partition: int, live: Collection[int]) -> None:
         """Read one partition's state, decide, write by compare-and-set; again on a failed write."""
@@ -339,13 +307,20 @@ class Controller:
                 return
             self._check(generation)
             if state is not None and state.controller_epoch > self.epoch:
-                if not await self._fenced(generation, topic, partition, state.controller_epoch):
-                    return
+                # Written by a later controller (stand down), or, if no election gave that epoch, a bad value.
+                current = await store.read_controller_epoch(self._zk)
+                self._check(generation)
+                if current > self.epoch:
+                    raise _Fenced(f"{topic}:{partition} was written by controller epoch {state.controller_epoch}; "
+                                  f"{paths.CONTROLLER_EPOCH} is {current}")
+                return self._report(f"{paths.partition_state_path(topic, partition)}: controller epoch "
+                                    f"{state.controller_epoch} is past {paths.CONTROLLER_EPOCH} ({current})")
             decision = decide(assignment, partition, state, live=live, controller_epoch=self.epoch,
                               shutting_down=self._shutting_down, unclean=self.unclean)
             if decision is None and state is not None:
                 decision = decide_preferred(assignment, partition, state, live=live, controller_epoch=self.epoch,
-                                            in_isr_since=self._seen_in_isr(assignment, partition, state),
+                                            in_isr_since=self._in_isr_since.seen(assignment, partition, state,
+                                                                                 self._clock.seconds()),
                                             now=self._clock.seconds(), delay_s=self.preferred_delay_s,
                                             shutting_down=self._shutting_down)
             if decision is None:
@@ -365,27 +340,6 @@ class Controller:
             return
         self._again = True  # contended: the next round tries again
 
-    async def _fenced(self, generation: int, topic: str, partition: int, written_by: int) -> bool:
-        """A state written by a later controller epoch: raise L{_Fenced} if C{/twlog/controller_epoch} is past
-        this controller's (another was elected since); else the value is bad (say so, and say False)."""
-        data, _ = await self._zk.get(paths.CONTROLLER_EPOCH)
-        self._check(generation)
-        current = decode_epoch(data, paths.CONTROLLER_EPOCH)
-        if current > self.epoch:
-            raise _Fenced(f"{topic}:{partition} was written by controller epoch {written_by}; "
-                          f"{paths.CONTROLLER_EPOCH} is {current}")
-        self._report(f"{paths.partition_state_path(topic, partition)}: controller epoch {written_by} is past "
-                     f"{paths.CONTROLLER_EPOCH} ({current}): left as it is")
-        return False
-
-    def _seen_in_isr(self, assignment, partition: int, state) -> float | None:
-        key = (assignment.topic, partition)
-        preferred = assignment.replicas(partition)[0]
-        if preferred in state.isr and state.leader != preferred:
-            return self._in_isr_since.setdefault(key, self._clock.seconds())
-        self._in_isr_since.pop(key, None)
-        return None
-
     def _applied(self, decision: Decision) -> None:
         self.decisions.append(decision)
         if decision.loss:
@@ -403,23 +357,7 @@ class Controller:
         self._again = True
         await self._rounds(generation)
         self._check(generation)
-        led = []
-        for topic in await store.list_topics(self._zk):
-            self._check(generation)
-            try:
-                partitions = sorted((await store.read_topic(self._zk, topic)).partitions)
-            except (NoNodeError, BadReplicationValue):
-                continue  # gone, or said in the round
-            for partition in partitions:
-                try:
-                    state, _ = await store.read_state(self._zk, topic, partition)
-                except (NoNodeError, BadReplicationValue):
-                    continue
-                finally:
-                    self._check(generation)
-                if state.leader == broker_id:
-                    led.append((topic, partition))
-        return led
+        return await store.leaderships(self._zk, broker_id, lambda: self._check(generation))
 
     def _report(self, problem: str) -> None:
         if problem not in self._reported:

@@ -36,7 +36,8 @@ import attrs
 from twlog.coord.replication.values import NO_LEADER, PartitionState, TopicAssignment
 from twlog.statemachine import StateMachine
 
-__all__ = ["PARTITION_MOVES", "Decision", "PartitionPhase", "Reason", "decide", "decide_preferred", "phase_of"]
+__all__ = ["PARTITION_MOVES", "Decision", "InIsrSince", "PartitionPhase", "Reason", "decide", "decide_preferred",
+           "phase_of"]
 
 
 class PartitionPhase(enum.Enum):
@@ -193,3 +194,25 @@ def decide_preferred(assignment: TopicAssignment, partition: int, state: Partiti
         return None
     new = PartitionState(preferred, state.leader_epoch + 1, controller_epoch, state.isr)
     return _checked(Decision(assignment.topic, partition, state, new, Reason.PREFERRED))
+
+
+class InIsrSince:
+    """When the controller first saw each partition's preferred replica in its ISR while another led it (the
+    C{in_isr_since} of L{decide_preferred}); forgotten when it leaves the ISR or takes the lead."""
+
+    def __init__(self) -> None:
+        self._since: dict[tuple[str, int], float] = {}
+
+    def seen(self, assignment: TopicAssignment, partition: int, state: PartitionState, now: float) -> float | None:
+        """Note C{state} as read at C{now}; return since when the preferred replica has been waiting, or None."""
+        key = (assignment.topic, partition)
+        preferred = assignment.replicas(partition)[0]
+        if preferred in state.isr and state.leader != preferred:
+            return self._since.setdefault(key, now)
+        self._since.pop(key, None)
+        return None
+
+    def keep_only(self, partitions: Collection[tuple[str, int]]) -> None:
+        """Forget the partitions not in C{partitions} (their topic went)."""
+        for key in set(self._since) - set(partitions):
+            del self._since[key]

@@ -11,13 +11,27 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from twlog.coord import paths
-from twlog.coord.replication.values import BadReplicationValue, PartitionState, TopicAssignment
-from twlog.coord.zk import BadVersionError, IZooKeeper, NodeExistsError, NoNodeError
+from twlog.coord.replication.values import (
+    BadReplicationValue,
+    PartitionState,
+    TopicAssignment,
+    decode_epoch,
+    encode_epoch,
+)
+from twlog.coord.zk import BadVersionError, IZooKeeper, KazooException, NodeExistsError, NoNodeError
 from twlog.errors import TwlogError
 from twlog.storage.manager import validate_topic
 
-__all__ = ["ReplicatedTopicExists", "StateChanged", "create_replicated_topic", "create_state", "list_topics",
-           "read_state", "read_topic", "write_state_cas"]
+__all__ = ["ReplicatedTopicExists", "StateChanged", "create_replicated_topic", "create_state",
+           "increment_controller_epoch", "leaderships", "list_topics", "read_controller_epoch", "read_state",
+           "read_topic", "resign_controller", "write_state_cas"]
+
+#: A step's check between two of ZooKeeper's answers: raises to stop there (the caller lost its session).
+Checkpoint = Callable[[], None]
+
+
+def _go_on() -> None:
+    return None
 
 
 class ReplicatedTopicExists(TwlogError):
@@ -88,7 +102,7 @@ async def read_state(zk: IZooKeeper, topic: str, partition: int,
 
 
 async def create_state(zk: IZooKeeper, topic: str, partition: int, state: PartitionState,
-                       checkpoint: Callable[[], None] = lambda: None) -> int:
+                       checkpoint: Checkpoint = _go_on) -> int:
     """Write a partition's first state (version 0), under its topic's node (never creating that: a topic
     deleted meanwhile stays deleted).
 
@@ -123,6 +137,72 @@ async def write_state_cas(zk: IZooKeeper, topic: str, partition: int, state: Par
     except (BadVersionError, NoNodeError):
         raise StateChanged(topic, partition, expected_version) from None
     return stat.version
+
+
+async def increment_controller_epoch(zk: IZooKeeper, checkpoint: Checkpoint = _go_on) -> int:
+    """Add 1 to C{/twlog/controller_epoch} by compare-and-set (created at 1); return the new epoch.  Called by
+    the holder of C{/twlog/controller}, so a failed compare-and-set (an older election's) is tried again."""
+    while True:
+        try:
+            data, stat = await zk.get(paths.CONTROLLER_EPOCH)
+        except NoNodeError:
+            checkpoint()
+            try:
+                await zk.create(paths.CONTROLLER_EPOCH, encode_epoch(1), makepath=True)
+                return 1
+            except NodeExistsError:
+                checkpoint()
+                continue
+        checkpoint()
+        epoch = decode_epoch(data, paths.CONTROLLER_EPOCH) + 1
+        try:
+            await zk.set(paths.CONTROLLER_EPOCH, encode_epoch(epoch), version=stat.version)
+            return epoch
+        except BadVersionError:
+            checkpoint()
+
+
+async def read_controller_epoch(zk: IZooKeeper) -> int:
+    """The epoch of the last controller election (0: none yet)."""
+    try:
+        data, _ = await zk.get(paths.CONTROLLER_EPOCH)
+    except NoNodeError:
+        return 0
+    return decode_epoch(data, paths.CONTROLLER_EPOCH)
+
+
+async def resign_controller(zk: IZooKeeper) -> None:
+    """Delete C{/twlog/controller} if this session holds it (a stopping controller), so another is elected now."""
+    try:
+        _, stat = await zk.get(paths.CONTROLLER)
+        if stat.ephemeralOwner == zk.session_id:
+            await zk.delete(paths.CONTROLLER, version=stat.version)
+    except KazooException:
+        pass  # gone already, or no session: the node goes with the session
+
+
+async def leaderships(zk: IZooKeeper, broker_id: int, checkpoint: Checkpoint = _go_on) -> list[tuple[str, int]]:
+    """The replicated partitions (topic, number) whose state names C{broker_id} as leader, sorted; a topic or
+    state that is missing or bad is skipped."""
+    led = []
+    topics = await list_topics(zk)
+    checkpoint()
+    for topic in topics:
+        try:
+            partitions = sorted((await read_topic(zk, topic)).partitions)
+        except (NoNodeError, BadReplicationValue):
+            partitions = []
+        checkpoint()
+        for partition in partitions:
+            try:
+                state, _ = await read_state(zk, topic, partition)
+            except (NoNodeError, BadReplicationValue):
+                continue
+            finally:
+                checkpoint()
+            if state.leader == broker_id:
+                led.append((topic, partition))
+    return led
 
 
 __all__ += ["BadReplicationValue"]
