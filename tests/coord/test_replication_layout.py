@@ -134,3 +134,11 @@ class ViewTests(SynchronousTestCase):
         self.server.create(paths.partition_state_path("clicks", 0), state(2), 0, False, True)
         self.zk.reconnect()
         self.assertEqual(view.layout().leader(tp("0")), 2)
+
+    def test_07_topic_reading_unchanged(self) -> None:
+        """A 0.7 topic (registered) is not looked for under /twlog/topics: its reading costs what it did."""
+        self.sessions[1].create(paths.broker_topic_path("views", 1), b"2", ephemeral=True, makepath=True)
+        self.zk.operations.clear()
+        view = self.view(topics=("views",))
+        self.assertEqual(view.topic_partitions("views"), [tp("1-0", "views"), tp("1-1", "views")])
+        self.assertEqual([p for _, p in self.zk.operations if p.startswith(paths.REPLICATED_TOPICS)], [])

@@ -194,7 +194,9 @@ class ClusterView:
             held = await self._values(held_path, await self._zk.children(held_path, watch=watch))
         except NoNodeError:
             held = {}  # (no broker wrote it yet: a broker writes it before its registration, whose watch reads it)
-        replicated = await self._read_replicated(topic, watch)
+        # (A 0.7 topic, registered or remembered, is not looked for under /twlog/topics: its reading costs
+        # what it did before replication.)
+        replicated = None if values or held else await self._read_replicated(topic, watch)
         if generation == self._generation:
             self._topic_values[topic] = values
             self._held_values[topic] = held
