@@ -161,6 +161,16 @@ class ElectionTests(TestCase):
         one._zk.reconnect()  # same session, its node still there: a new election, a new epoch
         self.assertEqual((one.state, one.epoch, cluster.epoch()), (C.ACTIVE, 2, 2))
 
+    def test_started_before_connecting(self) -> None:
+        cluster = Cluster(self)
+        zk = FakeZooKeeper(cluster.server)
+        controller = Controller(zk, 1, clock=cluster.clock)
+        controller.start()
+        self.addCleanup(controller.stop)
+        self.assertEqual((controller.state, zk.operations), (C.IDLE, []))
+        zk.start()
+        self.assertEqual((controller.state, controller.epoch), (C.ACTIVE, 1))
+
     def test_controller_node_deleted(self) -> None:
         cluster = Cluster(self)
         one = cluster.controller(1)

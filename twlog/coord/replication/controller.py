@@ -171,7 +171,7 @@ class Controller:
                 self._log.warn("controller (broker {broker}, epoch {epoch}): ZooKeeper session {state}: "
                                "stopped acting", broker=self.broker_id, epoch=self.epoch, state=state)
             self._move(_S.SESSION_LOST)
-        elif state == CONNECTED and self.state is _S.SESSION_LOST:
+        elif state == CONNECTED and self.state in (_S.SESSION_LOST, _S.IDLE):  # (IDLE: started unconnected)
             self._elect()
 
     def _check(self, generation: int) -> None:
