@@ -50,6 +50,15 @@ class StoreTests(TestCase):
         with self.assertRaises(NoNodeError):
             await store.read_topic(self.zk, "none")
 
+    async def test_min_insync_replicas_checked(self) -> None:
+        for bad in ("0", "two", "-1", ""):
+            with self.assertRaises(store.InvalidTopicConfig) as caught:
+                await store.create_replicated_topic(self.zk, "t", {0: (1, 2)}, {"min.insync.replicas": bad})
+            self.assertEqual(str(caught.exception),
+                             f"min.insync.replicas must be an integer of at least 1, not {bad!r}")
+        self.assertNotIn("/twlog/topics/t", self.zk.server.nodes)
+        await store.create_replicated_topic(self.zk, "t", {0: (1, 2)}, {"min.insync.replicas": "3"})
+
     async def test_state_compare_and_set(self) -> None:
         await store.create_replicated_topic(self.zk, "clicks", {0: (1, 2)})
         first = PartitionState(1, 0, 1, (1, 2))

@@ -22,7 +22,8 @@ from twlog.coord.zk import BadVersionError, IZooKeeper, KazooException, NodeExis
 from twlog.errors import TwlogError
 from twlog.storage.manager import validate_topic
 
-__all__ = ["ReplicatedTopicExists", "StateChanged", "create_replicated_topic", "create_state",
+__all__ = ["MIN_INSYNC_REPLICAS", "InvalidTopicConfig", "ReplicatedTopicExists", "StateChanged",
+           "create_replicated_topic", "create_state",
            "increment_controller_epoch", "leaderships", "list_topics", "read_controller_epoch", "read_state",
            "read_topic", "resign_controller", "write_state_cas"]
 
@@ -36,6 +37,14 @@ def _go_on() -> None:
 
 class ReplicatedTopicExists(TwlogError):
     """A topic of that name exists already, replicated or Kafka 0.7 style."""
+
+
+class InvalidTopicConfig(TwlogError):
+    """A replicated topic's config has a value brokers could not use."""
+
+
+#: The config key of the smallest ISR an C{ack="all"} produce is accepted with (a string, as Kafka keeps it).
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
 
 class StateChanged(TwlogError):
@@ -55,10 +64,15 @@ async def create_replicated_topic(zk: IZooKeeper, topic: str, assignment: Mappin
     C{/twlog/topics}, then writes each partition's first state.
 
     @raise ReplicatedTopicExists: C{topic} is a replicated topic already, or a 0.7 one (C{/brokers/topics}).
+    @raise InvalidTopicConfig: C{min.insync.replicas} is not an integer >= 1 (above the replication factor
+        is allowed, as in Kafka: every C{ack="all"} produce is then refused).
     @raise twlog.errors.InvalidTopic: a name brokers would refuse.
     """
     validate_topic(topic)
     value = TopicAssignment(topic, assignment, config or {})
+    minimum = value.config.get(MIN_INSYNC_REPLICAS)
+    if minimum is not None and not (minimum.isdigit() and minimum.isascii() and int(minimum) >= 1):
+        raise InvalidTopicConfig(f"{MIN_INSYNC_REPLICAS} must be an integer of at least 1, not {minimum!r}")
     if await zk.exists(paths.broker_topic_path(topic)) is not None:
         raise ReplicatedTopicExists(f"topic {topic!r} exists already as a Kafka 0.7 topic "
                                     f"({paths.broker_topic_path(topic)})")
