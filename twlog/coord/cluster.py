@@ -6,7 +6,9 @@ C{/twlog/held/<topic>} (which brokers held the topic, kept after they go) and ke
 watches on them, so producers and consumers learn when brokers come and go
 and when a broker registers a topic.  A topic's partitions are the union of
 C{<broker id>-<partition>} over the live brokers that registered it, sorted
-by (broker id, partition).
+by (broker id, partition).  A replicated topic's (C{/twlog/topics/<topic>}, with
+each partition's C{.../partitions/<p>/state} watched too) are C{0} to C{P-1},
+each led by its state's leader: a leader change reaches the view by its watch.
 
 A broker follows every topic (C{all_topics=True}: a watch on C{/brokers/topics}
 too), to answer CLUSTER_METADATA for the whole cluster; producers and consumers
@@ -50,6 +52,8 @@ class ClusterView:
         self._topic_values: dict[str, dict[str, bytes | None]] = {}
         #: Each read topic's persistent records, C{/twlog/held/<topic>}'s children: child name -> value.
         self._held_values: dict[str, dict[str, bytes | None]] = {}
+        #: Each read replicated topic's C{/twlog/topics/<topic>} value and its partitions' state values.
+        self._replicated_values: dict[str, tuple[bytes | None, dict[str, bytes | None]]] = {}
         self._layout = ClusterLayout()
         self._read_state: tuple[ClusterLayout, frozenset[str]] = (self._layout, frozenset())
         #: The problems already logged (each distinct one is logged once).
@@ -125,6 +129,7 @@ class ClusterView:
         await self._read_brokers(generation)
         if self._all_topics:
             await self._read_topic_names(generation)
+            await self._read_topic_names(generation, paths.REPLICATED_TOPICS)
         await self._read_topics(list(self._topics), generation)
         if self._started and generation == self._generation:
             self.ready = True
@@ -161,10 +166,12 @@ class ClusterView:
             self._broker_values = values
             self._update()
 
-    async def _read_topic_names(self, generation: int) -> None:
-        """Follow every topic under C{/brokers/topics} (and, by its watch, each one created later)."""
-        await self._zk.ensure_path(paths.BROKER_TOPICS)
-        names = await self._zk.children(paths.BROKER_TOPICS, watch=self._watcher(self._read_topic_names, generation))
+    async def _read_topic_names(self, generation: int, parent: str = paths.BROKER_TOPICS) -> None:
+        """Follow every topic under C{parent} (C{/brokers/topics}, or the replicated topics' C{/twlog/topics}),
+        and, by its watch, each one created later."""
+        await self._zk.ensure_path(parent)
+        names = await self._zk.children(parent, watch=self._watcher(lambda g: self._read_topic_names(g, parent),
+                                                                    generation))
         new = [name for name in names if name not in self._topics]
         self._topics.update(new)
         if self._started and generation == self._generation and self.ready:
@@ -187,10 +194,43 @@ class ClusterView:
             held = await self._values(held_path, await self._zk.children(held_path, watch=watch))
         except NoNodeError:
             held = {}  # (no broker wrote it yet: a broker writes it before its registration, whose watch reads it)
+        # (A 0.7 topic, registered or remembered, is not looked for under /twlog/topics: its reading costs
+        # what it did before replication.)
+        replicated = None if values or held else await self._read_replicated(topic, watch)
         if generation == self._generation:
             self._topic_values[topic] = values
             self._held_values[topic] = held
+            if replicated is None:
+                self._replicated_values.pop(topic, None)
+            else:
+                self._replicated_values[topic] = replicated
             self._update()
+
+    async def _read_replicated(self, topic: str, watch) -> tuple[bytes, dict[str, bytes | None]] | None:
+        """C{/twlog/topics/<topic>}'s value and its partitions' state values (None: none yet), or None if it is
+        not a replicated topic; C{watch} is set on each node read (or on its absence)."""
+        path = paths.replicated_topic_path(topic)
+        try:
+            value, _ = await self._zk.get(path, watch=watch)
+        except NoNodeError:
+            if await self._zk.exists(path, watch=watch) is not None:
+                return await self._read_replicated(topic, watch)
+            return None
+        parent = paths.partition_state_path(topic)
+        try:
+            names = await self._zk.children(parent, watch=watch)
+        except NoNodeError:
+            await self._zk.exists(parent, watch=watch)
+            names = []
+        states: dict[str, bytes | None] = {}
+        for name in names:
+            state_path = f"{parent}/{name}/state"
+            try:
+                states[name], _ = await self._zk.get(state_path, watch=watch)
+            except NoNodeError:
+                await self._zk.exists(state_path, watch=watch)
+                states[name] = None
+        return value, states
 
     async def _values(self, parent: str, names: Iterable[str]) -> dict[str, bytes | None]:
         """The values of C{parent}'s children C{names}; None for one gone meanwhile."""
@@ -207,7 +247,8 @@ class ClusterView:
         if the layout or the set of read topics changed."""
         topics = {t: self._topic_values[t] for t in self._topics if t in self._topic_values}
         held = {t: self._held_values.get(t, {}) for t in topics}
-        layout, problems = ClusterLayout.from_registrations(self._broker_values, topics, held)
+        replicated = {t: self._replicated_values[t] for t in topics if t in self._replicated_values}
+        layout, problems = ClusterLayout.from_registrations(self._broker_values, topics, held, replicated)
         for problem in problems:
             if problem not in self._reported:
                 self._reported.add(problem)

@@ -7,6 +7,9 @@ path builds it the same way, whatever it read (a broker's CLUSTER_METADATA
 answer, or ZooKeeper's registrations), and routes by L{ClusterLayout.locate}.
 
 For a Kafka 0.7 topic the leader of C{<broker id>-<n>} is that broker, always.
+A replicated topic's partitions are C{0} to C{P-1}, each led by the leader its
+state in ZooKeeper names (L{ClusterLayout.leaders}); with no state yet, leader
+-1, or a leader that is not live, it is offline, by the same rule as below.
 A partition whose broker is not live stays in the layout when the cluster
 remembers it (C{/twlog/held}, L{twlog.coord.paths.held_path}; in a
 CLUSTER_METADATA answer, a holder with no address): it is offline
@@ -32,10 +35,13 @@ registration that L{parse_broker_address} refuses; a topic name that
 L{validate_topic} refuses; a topic registration under a child name that is not
 a broker id, or whose value is not a non-negative integer partition count
 (the same for a C{/twlog/held} record); a topic registration whose broker is
-not live; a negative count in a METADATA answer.  A value of None is a node that went away between listing and reading
-it: it is gone, not bad, and skipped without a problem.  Readings never raise
-for a bad value; each driver logs each distinct problem once, with its own
-logger (L{twlog.coord.cluster.ClusterView} with C{twisted.logger}, the blocking
+not live; a negative count in a METADATA answer; a replicated topic's
+C{/twlog/topics/<topic>} or partition state that L{twlog.coord.replication.values}
+refuses, or a replicated topic that is a 0.7 topic too.  A value of None is a
+node that went away between listing and reading it: it is gone, not bad, and
+skipped without a problem.  Readings never raise for a bad value; each driver
+logs each distinct problem once, with its own logger
+(L{twlog.coord.cluster.ClusterView} with C{twisted.logger}, the blocking
 paths with C{logging}).  What the caller asked for is refused with a typed error
 by the driver, the same everywhere: a topic on no live broker is
 L{twlog.errors.UnknownTopic}, a topic a broker refuses L{twlog.errors.InvalidTopic}.
@@ -50,6 +56,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from twlog.coord import paths
+from twlog.coord.replication.values import BadReplicationValue, PartitionState, TopicAssignment
 from twlog.deprecation import renamed_attribute
 from twlog.errors import InvalidTopic, LeaderNotAvailable
 from twlog.partition import TopicPartition, address_text, partition_ranges
@@ -196,7 +203,9 @@ class ClusterLayout:
     @classmethod
     def from_registrations(cls, brokers: Mapping[str, bytes | None],
                            topics: Mapping[str, Mapping[str, bytes | None]],
-                           held: Mapping[str, Mapping[str, bytes | None]] | None = None) -> Reading:
+                           held: Mapping[str, Mapping[str, bytes | None]] | None = None,
+                           replicated: Mapping[str, tuple[bytes | None, Mapping[str, bytes | None]]] | None = None
+                           ) -> Reading:
         """The layout ZooKeeper's registrations describe, and the problems of the values skipped (module docstring).
 
         @param brokers: C{/brokers/ids}' children: child name -> value (None: gone meanwhile).
@@ -205,6 +214,11 @@ class ClusterLayout:
         @param held: topic -> C{/twlog/held/<topic>}'s children (the persistent record of which brokers held
             it): the partitions of a broker there that is not live are offline, in the layout with no leader.
             A topic known only from it is known.
+        @param replicated: topic -> (C{/twlog/topics/<topic>}'s value, or None: gone; and its partitions'
+            states, partition number -> C{.../partitions/<p>/state}'s value, or None: none yet).  Each
+            partition C{0..P-1} is in the layout; its leader is the state's, if that broker is live, else it is
+            offline (no state yet, leader -1, or a leader not live).  A bad value is a problem: a bad assignment
+            leaves the topic out, a bad state leaves its partition offline.
         """
         problems: list[str] = []
         live: dict[int, tuple[str, int]] = {}
@@ -235,7 +249,44 @@ class ClusterLayout:
                 problems.append(f"{paths.held_path(topic)}: {e}")
                 continue
             offline[topic] = _counts(paths.held_path(topic), records, live, problems, held=True)
-        return Reading(cls.from_counts(live, counts, offline=offline), tuple(problems))
+        layout = cls.from_counts(live, counts, offline=offline)
+        if replicated:
+            layout = layout._with_replicated(replicated, problems)
+        return Reading(layout, tuple(problems))
+
+    def _with_replicated(self, replicated: Mapping[str, tuple[bytes | None, Mapping[str, bytes | None]]],
+                         problems: list[str]) -> ClusterLayout:
+        """This layout with the replicated topics' partitions and leaders (L{from_registrations})."""
+        partitions = dict(self.partitions)
+        leaders = dict(self.leaders)
+        for topic, (value, states) in sorted(replicated.items()):
+            where = paths.replicated_topic_path(topic)
+            if value is None:
+                continue  # deleted meanwhile
+            try:
+                validate_topic(topic)
+                assignment = TopicAssignment.decode(topic, value, where)
+            except (InvalidTopic, BadReplicationValue) as e:
+                problems.append(f"{where}: {e}" if isinstance(e, InvalidTopic) else str(e))
+                continue
+            if partitions.get(topic):
+                problems.append(f"{where}: topic {topic!r} is a Kafka 0.7 topic too ({paths.broker_topic_path(topic)}):"
+                                " its replicated partitions are left out")
+                continue
+            tps = tuple(TopicPartition(topic, str(p)) for p in sorted(assignment.partitions))
+            partitions[topic] = tps
+            for tp in tps:
+                data = states.get(tp.name)
+                if data is None:
+                    continue  # no state yet: offline
+                try:
+                    state = PartitionState.decode(data, paths.partition_state_path(topic, tp.number))
+                except BadReplicationValue as e:
+                    problems.append(str(e))
+                    continue
+                if state.online:
+                    leaders[tp] = state.leader
+        return attrs.evolve(self, partitions=partitions, leaders=leaders)
 
     @classmethod
     def from_metadata(cls, answer: ClusterMetadataResponse) -> Reading:

@@ -8,6 +8,12 @@ BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
 #: Persistent: which brokers have held which 0.7 topics, kept after a broker's registration goes (twlog only).
 HELD = "/twlog/held"
+#: Ephemeral: the elected controller, C{{"version":1,"brokerid":B,"timestamp":"<ms>"}} (replication).
+CONTROLLER = "/twlog/controller"
+#: Persistent: the controller epoch, an integer incremented by compare-and-set at each election.
+CONTROLLER_EPOCH = "/twlog/controller_epoch"
+#: Persistent: the replicated topics (Kafka 0.8's shapes, kept away from 0.7 clients' C{/brokers/topics}).
+REPLICATED_TOPICS = "/twlog/topics"
 
 
 def broker_id_path(broker_id: int) -> str:
@@ -32,6 +38,18 @@ def held_path(topic: str | None = None, broker_id: int | None = None) -> str:
         return HELD
     path = f"{HELD}/{topic}"
     return path if broker_id is None else f"{path}/{broker_id}"
+
+
+def replicated_topic_path(topic: str | None = None) -> str:
+    """C{/twlog/topics[/<topic>]}: persistent, a replicated topic's assignment and config (JSON)."""
+    return REPLICATED_TOPICS if topic is None else f"{REPLICATED_TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int | None = None) -> str:
+    """C{/twlog/topics/<topic>/partitions[/<p>/state]}: persistent, a replicated partition's leader, leader
+    epoch, controller epoch and ISR (JSON), written only by compare-and-set on its znode version."""
+    path = f"{REPLICATED_TOPICS}/{topic}/partitions"
+    return path if partition is None else f"{path}/{int(partition)}/state"
 
 
 def group_path(group: str) -> str:
