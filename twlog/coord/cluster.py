@@ -220,17 +220,26 @@ class ClusterView:
         try:
             names = await self._zk.children(parent, watch=watch)
         except NoNodeError:
-            await self._zk.exists(parent, watch=watch)
+            if await self._zk.exists(parent, watch=watch) is not None:  # (created meanwhile: read it now)
+                return await self._read_replicated(topic, watch)
             names = []
         states: dict[str, bytes | None] = {}
         for name in names:
             state_path = f"{parent}/{name}/state"
-            try:
-                states[name], _ = await self._zk.get(state_path, watch=watch)
-            except NoNodeError:
-                await self._zk.exists(state_path, watch=watch)
-                states[name] = None
+            states[name] = await self._state(state_path, watch)
         return value, states
+
+    async def _state(self, path: str, watch) -> bytes | None:
+        """A partition state's value with C{watch} on it, or None with C{watch} on its creation.  A state created
+        between the read and the watch is read again: the watch set then fires only on its next change."""
+        for _ in range(3):
+            try:
+                value, _ = await self._zk.get(path, watch=watch)
+                return value
+            except NoNodeError:
+                if await self._zk.exists(path, watch=watch) is None:
+                    return None
+        return None
 
     async def _values(self, parent: str, names: Iterable[str]) -> dict[str, bytes | None]:
         """The values of C{parent}'s children C{names}; None for one gone meanwhile."""
