@@ -29,6 +29,7 @@ from twlog.avro import AvroDeserializer, AvroSerializer, RegistryClient, SyncReg
 from twlog.broker.service import BrokerService
 from twlog.client.discovery import discover
 from twlog.config import BrokerConfig, LogConfig
+from twlog.errors import UnknownTopic
 from twlog.consumer.simple import EARLIEST, SimpleConsumer
 from twlog.coord.zkserver import free_port
 from twlog.producer import Producer
@@ -210,7 +211,8 @@ class SchemaRegistryTests(TestCase):
         await producer.send("users", {"name": "cy", "age": 7}, partition_index=0)
         await producer.close()
 
-        (location, *_) = await deferToThread(discover, ["users"], zookeeper=self.cluster.zookeeper)
+        # a broker registers a topic made by a produce in ZooKeeper after answering it (as Kafka 0.7's did)
+        (location, *_) = await discovered(["users"], self.cluster.zookeeper)
         consumer = SimpleConsumer(location.host, location.port, reactor=reactor,
                                   deserializer=AvroDeserializer(registry, reader=USER_V2))
         self.addCleanup(consumer.close)
@@ -368,3 +370,15 @@ class TwistdStartFailureTests(TestCase):
         self.assertTrue(line.endswith(b"cannot start the schema registry: cannot listen on 127.0.0.1:%d: the port is "
                                       b"taken (another registry?): give another --port (0: any free one)" % port), line)
         self.assertNotIn(b"Traceback", output)
+
+
+async def discovered(topics: list[str], zookeeper: str, timeout_s: float = 15.0):
+    """C{discover}, once the topics' registrations have reached ZooKeeper (bounded by C{timeout_s})."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await deferToThread(discover, topics, zookeeper=zookeeper)
+        except UnknownTopic:
+            if time.monotonic() >= deadline:
+                raise
+            await deferLater(reactor, 0.05, lambda: None)
