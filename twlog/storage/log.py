@@ -281,16 +281,6 @@ class Log(ReplicaLog):
         """
         return self._reader.read(offset, max_bytes, partial_ok=partial_ok)
 
-    def read_replica(self, offset: int, max_bytes: int) -> FileRegion:
-        """As L{read}, but up to the written end, flushed or not: what a leader sends its followers (REPLICA_FETCH,
-        docs/protocol.md).  The write buffer is written to the file first, so that the region can be sent.
-
-        @raise StorageFailed: writing the buffer out failed (as L{write_out}).
-        """
-        if offset < self.end_offset:
-            self.write_out()
-        return self._reader.read(offset, max_bytes, end=self.end_offset)
-
     def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int) -> list[int]:
         """Kafka 0.7's OFFSETS: up to C{max_offsets} offsets, newest first.
 
