@@ -262,6 +262,14 @@ class FakeZooKeeper:
                 d.errback(error)
         self._held = None
 
+    def flush_one(self) -> None:
+        """Fire the oldest held result, and go on holding the others (and those of calls it makes)."""
+        d, value, error = self._held.pop(0)
+        if error is None:
+            d.callback(value)
+        else:
+            d.errback(error)
+
     @property
     def held(self) -> int:
         """How many results wait for L{flush}."""

@@ -132,6 +132,9 @@ class BrokerConfig:
     request_timeout_s: float = 30.0
     #: The longest a waiting fetch is held, whatever the client asks.
     max_fetch_wait_ms: int = 30_000
+    #: A follower not caught up with its leader for this long leaves the partition's ISR (Kafka's
+    #: replica.lag.time.max.ms); it rejoins once it holds everything acknowledged.
+    replica_lag_time_ms: int = 10_000
     #: ZooKeeper connect string ("host:port[,host:port...]"), or None to run on its own.
     zookeeper: str | None = None
     #: Send log bytes with sendfile(2) where the transport allows (off: read and write, to compare).
@@ -167,6 +170,8 @@ class BrokerConfig:
             problems.append("reap_idle_s must not be negative")
         if self.listen_backlog < 1:
             problems.append("listen_backlog must be at least 1")
+        if self.replica_lag_time_ms < 1:
+            problems.append("replica_lag_time_ms must be at least 1")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -424,6 +424,29 @@ class HighWatermarkTests(ReplicaTestMixin, SynchronousTestCase):
         self.assertEqual(seen, [ENTRY, 3 * ENTRY])
 
 
+    def test_reads_stop_at_the_visible_end(self) -> None:
+        """Readers (Log.read, OFFSETS' latest) see up to the high watermark, not the whole flushed end."""
+        log = self.open_log()
+        log.append(encode_message_set(payloads(3)))
+        self.successResultOf(log.flush())
+        log.high_watermark = ENTRY
+        self.assertEqual(log.read(0, 10 * ENTRY).length, ENTRY)
+        self.assertEqual(log.read(ENTRY, 10 * ENTRY).length, 0)
+        self.assertEqual(log.offsets_before(-1, 1, 0), [ENTRY])
+
+    def test_read_replica_reads_to_the_written_end(self) -> None:
+        """A leader's read for its followers goes past the high watermark and the flushed end, to the written
+        end, and puts the buffered bytes in the file so that the region can be sent."""
+        log = self.open_log()
+        log.append(encode_message_set(payloads(3)))
+        log.high_watermark = 0
+        region = log.read_replica(0, 10 * ENTRY)
+        self.assertEqual((log.flushed_offset, region.length), (0, 3 * ENTRY))
+        self.assertEqual(region.read(), encode_message_set(payloads(3)))
+        self.assertEqual(log.read_replica(3 * ENTRY, 100).length, 0)
+        self.assertRaises(OffsetOutOfRange, log.read_replica, 4 * ENTRY, 100)
+
+
 class EpochsOfALogTests(ReplicaTestMixin, SynchronousTestCase):
     def test_epochs_recovered_with_the_log(self) -> None:
         log = self.open_log()

@@ -161,6 +161,9 @@ class Options(usage.Options):
         ["listen-backlog", None, 1024,
          "Backlog of the listening socket: connections the kernel completes before the broker accepts them "
          "(the kernel caps it at net.core.somaxconn).", _int("listen-backlog", 1)],
+        ["replica-lag-time-ms", None, 10_000,
+         "A follower not caught up with its leader for this many milliseconds leaves the partition's in-sync "
+         "replicas (ISR); it rejoins once it holds every acknowledged message.", _int("replica-lag-time-ms", 1)],
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
@@ -206,6 +209,7 @@ class Options(usage.Options):
                 idle_timeout_s=self["idle-timeout-s"],
                 reap_idle_s=self["reap-idle-s"],
                 listen_backlog=self["listen-backlog"],
+                replica_lag_time_ms=self["replica-lag-time-ms"],
                 zookeeper=self["zookeeper"],
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],

@@ -5,8 +5,14 @@ PRODUCE and MULTIPRODUCE are fire-and-forget, as in Kafka 0.7: a refused
 set is logged and counted, never answered.  ACK_PRODUCE answers with the
 offsets each set got, once the set is in the file (C{ack=appended}) or, when
 asked, once it is fsynced (C{ack=flushed}, bounded by the request's timeout).
-C{ack=all} is answered as C{ack=flushed} here: a partition without followers
-(a 0.7 topic's; every partition until replication is wired) is its own ISR.
+C{ack=all} is answered as C{ack=flushed} for a partition without followers (a 0.7
+topic's: its broker is its ISR).  A replicated partition is the C{replication} gate's
+(L{ReplicationGate}, the broker's replica side, L{twlog.replica}): it refuses a set to
+a partition this broker does not lead (L{NotLeader}), and an C{ack=all} set, before
+anything is appended, when the ISR is smaller than min.insync.replicas
+(L{NotEnoughReplicas}); an C{ack=all} set is answered once the high watermark covers
+it and the leader flushed it, with L{NotEnoughReplicasAfterAppend} when the ISR fell
+below min.insync.replicas first, and L{RequestTimedOut} at the request's timeout.
 
 Each set of a request is answered on its own, and every answer is true: a set
 refused or not written (L{StorageFailed}: a full disk, a failed roll) has no
@@ -17,6 +23,8 @@ did not end in time L{RequestTimedOut}.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import attrs
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
@@ -24,12 +32,40 @@ from twisted.logger import Logger
 
 from twlog.errors import NO_ERROR, BrokerError, OutcomeUnknown, RequestTimedOut, StorageFailed
 from twlog.protocol import codec
-from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, MultiProduceRequest, ProduceRequest, ProduceResult
+from twlog.protocol.codec import (
+    ACK_ALL,
+    ACK_FLUSHED,
+    AckProduceRequest,
+    MultiProduceRequest,
+    ProduceRequest,
+    ProduceResult,
+)
 from twlog.protocol.handling import ErrorCounts, Response
 from twlog.storage.log import AppendResult
 from twlog.storage.manager import LogManager
 
-__all__ = ["ProduceHandlers"]
+__all__ = ["ProduceHandlers", "ReplicationGate"]
+
+
+class ReplicationGate(Protocol):
+    """What produce asks of the broker's replica side about replicated partitions (L{twlog.replica})."""
+
+    def check_produce(self, topic: str, partition: int, ack: int) -> bool:
+        """Whether C{topic}-C{partition} is a replicated partition this broker leads (False: not replicated
+        here, a 0.7 partition).
+
+        @raise NotLeader: it is replicated and this broker does not lead it (a follower, or fenced out).
+        @raise NotEnoughReplicas: C{ack} is C{ACK_ALL} and the ISR is smaller than min.insync.replicas, or the
+            leader is fenced: nothing may be appended.
+        """
+
+    def appended(self, topic: str, partition: int) -> None:
+        """A set was appended to the led partition (its followers may fetch it; a lone leader's high watermark
+        moves)."""
+
+    def wait_all(self, topic: str, partition: int, next_offset: int) -> Deferred[int]:
+        """Fire once every ISR member holds the partition up to C{next_offset} and the leader flushed it;
+        fail with L{NotEnoughReplicasAfterAppend} (or L{NotLeader}) otherwise.  Cancelling it stops the wait."""
 
 
 class ProduceHandlers:
@@ -41,13 +77,21 @@ class ProduceHandlers:
         self._logs = logs
         self._clock = clock
         self._errors = errors
+        #: The replica side, for replicated partitions; None: every partition is its own ISR.
+        self.replication: ReplicationGate | None = None
 
-    def _append(self, request: ProduceRequest) -> AppendResult:
+    def _append(self, request: ProduceRequest, ack: int = 0) -> tuple[AppendResult, bool]:
+        """Append C{request}'s set; return where it landed and whether the partition is replicated here."""
+        replicated = self.replication is not None and self.replication.check_produce(
+            request.topic, request.partition, ack)
         log = self._logs.get_or_create_log(request.topic, request.partition)
         checked = request.checked  # validated ahead, a slice at a time (twlog.protocol.slicing): not again
         if isinstance(checked, Exception):
             raise checked
-        return log.append(request.messages, checked)
+        appended = log.append(request.messages, checked)
+        if replicated:
+            self.replication.appended(request.topic, request.partition)
+        return appended, replicated
 
     def _refused(self, kind: int, peer: str, request: ProduceRequest, error: BrokerError) -> None:
         self._errors.count(kind, error.code)
@@ -57,6 +101,10 @@ class ProduceHandlers:
             "rejected a produce from {peer} to {topic}-{partition}: {error}",
             peer=peer, topic=request.topic, partition=request.partition, error=error,
         )
+
+    @staticmethod
+    def _wait_all(flushed: int, gate: ReplicationGate, produce: ProduceRequest, next_offset: int) -> Deferred[int]:
+        return gate.wait_all(produce.topic, produce.partition, next_offset)
 
     def produce(self, request: ProduceRequest, peer: str = "?", kind: int = codec.PRODUCE) -> None:
         """PRODUCE: append, answer nothing; a rejected set is logged (the producer does not wait)."""
@@ -76,14 +124,17 @@ class ProduceHandlers:
         flushes: list[tuple[int, Deferred[int]]] = []
         for produce in request.produces:
             try:
-                appended = self._append(produce)
+                appended, replicated = self._append(produce, request.ack)
             except BrokerError as e:
                 self._refused(codec.ACK_PRODUCE, peer, produce, e)
                 results.append(ProduceResult.refused(produce.topic, produce.partition, e))
                 continue
             results.append(ProduceResult(produce.topic, produce.partition, NO_ERROR, *appended[:2]))
             log = self._logs.get_log(produce.topic, produce.partition)
-            if request.ack >= ACK_FLUSHED:  # ACK_ALL too: a partition with no followers is its own ISR
+            if request.ack >= ACK_ALL and replicated:
+                flushes.append((len(results) - 1, log.flush().addCallback(
+                    self._wait_all, self.replication, produce, appended.next_offset)))
+            elif request.ack >= ACK_FLUSHED:  # ACK_ALL too: a partition with no followers is its own ISR
                 flushes.append((len(results) - 1, log.flush()))
             else:
                 try:
@@ -103,7 +154,7 @@ class ProduceHandlers:
             flushed.addTimeout(timeout_s, self._clock)
             try:
                 offset = await flushed
-            except Exception as e:  # a timeout, a failed write or fsync, a deleted topic
+            except Exception as e:  # a timeout, a failed write or fsync, a deleted topic, the ISR shrank
                 code = _flush_error_code(e)
                 self._errors.count(codec.ACK_PRODUCE, code)
                 if code != StorageFailed.code:  # (the storage logged its cause once)

@@ -34,7 +34,7 @@ from twlog.protocol.codec import (
 from twlog.protocol.fetch import FetchHandlers
 from twlog.protocol.handling import ErrorCounts, Response
 from twlog.protocol.metadata import ClusterSource, MetadataHandlers
-from twlog.protocol.produce import ProduceHandlers
+from twlog.protocol.produce import ProduceHandlers, ReplicationGate
 from twlog.storage.manager import LogManager
 
 __all__ = ["KAFKA07_REQUESTS", "Broker", "ClusterSource", "Response"]
@@ -60,7 +60,7 @@ class Broker:
         #: Error codes answered (or, for a fire-and-forget produce, meant), by (request type, code): for metrics.
         self.error_counts = errors.counts
         self.count_error = errors.count
-        producing = ProduceHandlers(logs, clock, errors)
+        self._producing = producing = ProduceHandlers(logs, clock, errors)
         self._fetching = fetching = FetchHandlers(logs, config, clock, errors)
         self._metadata = metadata = MetadataHandlers(logs, config, clock, errors)
         logs.add_flush_listener(fetching.flushed)
@@ -96,6 +96,16 @@ class Broker:
     @port.setter
     def port(self, port: int) -> None:
         self._metadata.port = port
+
+    @property
+    def replication(self) -> ReplicationGate | None:
+        """The replica side that produce asks about replicated partitions (L{twlog.replica}); None: no partition
+        has followers.  Its REPLICA_FETCH and EPOCH_END_OFFSET handlers are added to L{handlers} with it."""
+        return self._producing.replication
+
+    @replication.setter
+    def replication(self, gate: ReplicationGate | None) -> None:
+        self._producing.replication = gate
 
     @property
     def cluster(self) -> ClusterSource | None:

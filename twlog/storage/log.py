@@ -62,7 +62,7 @@ class Log(ReplicaLog):
         self._flush_listeners: list[Callable[[Log], Any]] = []
         self._flusher = Flusher(self.directory, config, clock, run_in_thread, lambda: self.end_offset,
                                 self._tell_flush_listeners)
-        self._reader = LogReader(segments, lambda: self._flusher.flushed_offset, config.segment_bytes,
+        self._reader = LogReader(segments, lambda: self.visible_end, config.segment_bytes,
                                  run_in_thread)
         self.closed = False
 

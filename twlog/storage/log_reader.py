@@ -45,8 +45,9 @@ class LogReader:
     _segment_bytes: int
     _run_in_thread: ThreadRunner
 
-    def read(self, offset: int, max_bytes: int, *, partial_ok: bool = False) -> FileRegion:
-        """The flushed bytes from C{offset}, at most C{max_bytes}, within one segment (L{twlog.storage.log.Log.read}).
+    def read(self, offset: int, max_bytes: int, *, partial_ok: bool = False, end: int | None = None) -> FileRegion:
+        """The flushed bytes from C{offset}, at most C{max_bytes}, within one segment (L{twlog.storage.log.Log.read});
+        with C{end}, the bytes up to C{end} instead (a leader's written end, for its followers: L{Log.read_replica}).
 
         @raise InvalidFetchSize: C{max_bytes} is not positive.
         @raise OffsetOutOfRange: C{offset} is before the start or past the end.
@@ -56,7 +57,7 @@ class LogReader:
         if max_bytes <= 0:
             raise InvalidFetchSize(f"fetch size {max_bytes} must be positive")
         self._check_in_range(offset, "offset")
-        visible = self._flushed_offset()
+        visible = self._flushed_offset() if end is None else end
         segment = self._segments.holding(offset)
         position = offset - segment.base_offset
         if offset >= visible:

@@ -12,6 +12,7 @@ replication needs of one partition's storage:
     epochs and the high watermark follow; the cut is made durable by the next
     fsync, and the renamed files are unlinked on the thread pool after it.
     Leftover C{.deleted} files are removed when the directory is opened again.
+  - L{ReplicaLog.read_replica}: a leader's read for its followers, up to its written end.
   - L{ReplicaLog.append_replica}: append bytes the leader already validated, at
     exactly the leader's offset of them (L{OffsetMismatch} otherwise), checking
     only that they are whole entries with good CRCs.
@@ -34,7 +35,8 @@ from twlog.storage.entry import MIN_MESSAGE_BYTES
 from twlog.storage.epochs import LeaderEpochCache
 from twlog.storage.failures import describe
 from twlog.storage.flush import Flusher, ThreadRunner
-from twlog.storage.segment import Segment
+from twlog.storage.log_reader import LogReader
+from twlog.storage.segment import FileRegion, Segment
 from twlog.storage.segment_list import DELETED_SUFFIX, SegmentList
 from twlog.storage.validation import check_entries, scan
 
@@ -132,6 +134,8 @@ class ReplicaLog:
     _high_watermark: int | None = None
     _write: Callable[..., AppendResult]
     _tell_flush_listeners: Callable[[], Any]
+    _reader: LogReader
+    write_out: Callable[[], None]
     end_offset: int
     flushed_offset: int
 
@@ -158,6 +162,17 @@ class ReplicaLog:
         if self._high_watermark is None:
             return self.flushed_offset
         return min(self._high_watermark, self.flushed_offset)
+
+    def read_replica(self, offset: int, max_bytes: int) -> FileRegion:
+        """As L{twlog.storage.log.Log.read}, but up to the written end, flushed or not: what a leader sends its
+        followers (REPLICA_FETCH, docs/protocol.md), past the high watermark.  The write buffer is written to the
+        file first, so that the region can be sent.
+
+        @raise StorageFailed: writing the buffer out failed (as L{write_out}).
+        """
+        if offset < self.end_offset:
+            self.write_out()
+        return self._reader.read(offset, max_bytes, end=self.end_offset)
 
     def append_replica(
         self, message_set: bytes | bytearray | memoryview, expected_offset: int, *, count: int | None = None,

@@ -1,0 +1,140 @@
+# -*- test-case-name: tests.replica.test_manager -*-
+"""A broker's replicated partitions and its role in each: L{ReplicaManager}.
+
+The controller's wiring tells it, per partition, to lead (L{ReplicaManager.become_leader}) or to
+follow (L{ReplicaManager.become_follower}), or to drop it (L{ReplicaManager.stop_partition}).  Installed
+on a L{twlog.protocol.server.Broker} (L{ReplicaManager.install}), it answers REPLICA_FETCH and
+EPOCH_END_OFFSET (L{ReplicaHandlers}) and is the produce handlers' L{ReplicationGate}: a set to a
+partition it follows is refused with NotLeader; an C{ack=all} set is refused before appending with
+NotEnoughReplicas when the ISR is smaller than min.insync.replicas (or the leader is fenced), and
+answered once the high watermark covers it and the leader flushed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from twlog.coord.replication.values import PartitionState
+from twlog.coord.zk import IZooKeeper
+from twlog.errors import NotEnoughReplicas, NotLeader
+from twlog.protocol.codec import ACK_ALL
+from twlog.protocol.replication_codec import EpochEndOffsetRequest, ReplicaFetchRequest
+from twlog.protocol.server import Broker
+from twlog.replica.follower import Follower
+from twlog.replica.handlers import ReplicaHandlers
+from twlog.replica.leader import LeaderPartition
+from twlog.replica.state import DEFAULT_REPLICA_LAG_TIME_MS
+from twlog.storage.manager import LogManager
+
+__all__ = ["ReplicaManager"]
+
+
+class ReplicaManager:
+    """Broker C{broker_id}'s replicated partitions: those it leads and those it follows.
+
+    @param connect: C{connect(broker id) -> IBrokerConnection} to a leader, for followers (the wiring
+        builds L{twlog.client.connection.BrokerConnection}s from the live brokers' addresses).
+    """
+
+    _log = Logger()
+
+    def __init__(self, broker_id: int, logs: LogManager, zk: IZooKeeper, clock: IReactorTime, *,
+                 connect: Callable[[int], Any], lag_time_ms: int = DEFAULT_REPLICA_LAG_TIME_MS,
+                 max_fetch_wait_ms: int = 30_000, count_error: Callable[[int, int], Any] = lambda kind, code: None,
+                 ) -> None:
+        self.broker_id = broker_id
+        self._logs, self._zk, self._clock, self._connect = logs, zk, clock, connect
+        self.lag_time_ms = lag_time_ms
+        self.leaders: dict[tuple[str, int], LeaderPartition] = {}
+        self.followers: dict[tuple[str, int], Follower] = {}
+        self.handlers = ReplicaHandlers(lambda topic, partition: self.leaders.get((topic, partition)), clock,
+                                        count_error, max_fetch_wait_ms)
+        logs.add_flush_listener(self._flushed)
+
+    def install(self, broker: Broker) -> None:
+        """Serve REPLICA_FETCH and EPOCH_END_OFFSET on C{broker}, and gate its produces."""
+        self.handlers._count_error = broker.count_error
+        broker.handlers[ReplicaFetchRequest] = self.handlers.replica_fetch
+        broker.handlers[EpochEndOffsetRequest] = self.handlers.epoch_end_offset
+        broker.replication = self
+
+    # -- roles ------------------------------------------------------------------------
+
+    def become_leader(self, topic: str, partition: int, replicas: tuple[int, ...], state: PartitionState,
+                      version: int, min_isr: int = 1) -> LeaderPartition:
+        """Lead C{topic}-C{partition} at C{state} (read at znode C{version}); a follower of it stops first."""
+        self.stop_partition(topic, partition)
+        log = self._logs.get_or_create_log(topic, partition)
+        leader = LeaderPartition(topic, partition, log, broker_id=self.broker_id, replicas=tuple(replicas),
+                                 state=state, version=version, zk=self._zk, clock=self._clock, min_isr=min_isr,
+                                 lag_time_ms=self.lag_time_ms)
+        leader.on_high_watermark.append(lambda led: self.handlers.changed(topic, partition))
+        self.leaders[(topic, partition)] = leader
+        return leader
+
+    def become_follower(self, topic: str, partition: int, leader_id: int, leader_epoch: int, **options: Any,
+                        ) -> Follower:
+        """Follow C{topic}-C{partition} from broker C{leader_id} at C{leader_epoch}: a leader or follower of it
+        stops first; the follower truncates (KIP-101) and fetches (L{Follower})."""
+        self.stop_partition(topic, partition)
+        log = self._logs.get_or_create_log(topic, partition)
+        follower = Follower(self.broker_id, topic, partition, log, leader_id=leader_id, leader_epoch=leader_epoch,
+                            connection=self._connect(leader_id), clock=self._clock, **options)
+        self.followers[(topic, partition)] = follower
+        follower.start()
+        return follower
+
+    def stop_partition(self, topic: str, partition: int) -> Deferred[None] | None:
+        """Stop leading or following C{topic}-C{partition}; the follower's stop, if any, to wait for."""
+        leader = self.leaders.pop((topic, partition), None)
+        if leader is not None:
+            leader.stop()
+            self.handlers.changed(topic, partition)  # held fetches get NotLeader now
+        follower = self.followers.pop((topic, partition), None)
+        return follower.stop() if follower is not None else None
+
+    # -- the produce handlers' gate (ReplicationGate) ------------------------------------
+
+    def check_produce(self, topic: str, partition: int, ack: int) -> bool:
+        key = (topic, partition)
+        if key in self.followers:
+            raise NotLeader(f"broker {self.broker_id} follows {topic}-{partition}: produce to its leader, "
+                            f"broker {self.followers[key].leader_id}")
+        leader = self.leaders.get(key)
+        if leader is None:
+            return False
+        if ack >= ACK_ALL:
+            if leader.state.fenced:
+                raise NotEnoughReplicas(f"{topic}-{partition}: its leader is fenced (a failed ISR compare-and-set or "
+                                        "its ZooKeeper session not connected): nothing acknowledged until it knows")
+            if not leader.state.enough_replicas:
+                raise NotEnoughReplicas(f"{topic}-{partition} has {len(leader.state.isr)} in-sync replicas "
+                                        f"{list(leader.state.isr)}, fewer than min.insync.replicas "
+                                        f"{leader.state.min_isr}")
+        return True
+
+    def appended(self, topic: str, partition: int) -> None:
+        leader = self.leaders.get((topic, partition))
+        if leader is not None:
+            leader.appended()
+            self.handlers.changed(topic, partition)
+
+    def wait_all(self, topic: str, partition: int, next_offset: int) -> Deferred[int]:
+        leader = self.leaders.get((topic, partition))
+        if leader is None:
+            raise NotLeader(f"broker {self.broker_id} no longer leads {topic}-{partition}")
+        return leader.wait_covered(next_offset)
+
+    def _flushed(self, topic: str, partition: int, log: object) -> None:
+        leader = self.leaders.get((topic, partition))
+        if leader is not None:
+            leader.flushed()
+
+    def waiting_acks(self) -> int:
+        """C{ack=all} sets waiting, over all led partitions (the metric)."""
+        return sum(leader.waiting() for leader in self.leaders.values())
