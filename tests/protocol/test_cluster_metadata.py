@@ -8,7 +8,14 @@ import attrs
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.protocol.test_server import BrokerTestMixin
-from twlog.errors import NO_ERROR, InvalidTopic, LeaderNotAvailable, MalformedRequest, ProtocolViolation
+from twlog.errors import (
+    NO_ERROR,
+    InvalidTopic,
+    LeaderNotAvailable,
+    MalformedRequest,
+    ProtocolViolation,
+    ReplicatedTopic,
+)
 from twlog.protocol import codec
 from twlog.protocol.codec import ClusterMetadataRequest, MetadataRequest, decode_request, decode_response
 from twlog.protocol.replication_codec import (
@@ -243,11 +250,11 @@ class V2HandlerTests(BrokerTestMixin, SynchronousTestCase):
         self.assertEqual(answer.topics, (ORDERS, TopicLayout("a b", InvalidTopic.code)))
 
     def test_type8_leaves_replicated_out(self) -> None:
-        """Type 8 does not list replicated topics (their partitions are not <broker>-<n>): named, no holders."""
+        """Type 8 does not list replicated topics (their partitions are not <broker>-<n>): named, ReplicatedTopic."""
         all_topics = decode_cluster_metadata_response(self.broker.cluster_metadata(ClusterMetadataRequest(())))
         self.assertEqual([t.topic for t in all_topics.topics], ["clicks", "mine"])
         named = decode_cluster_metadata_response(self.broker.cluster_metadata(ClusterMetadataRequest(("orders",))))
-        self.assertEqual(named.topics, (TopicLayout("orders", 0),))
+        self.assertEqual(named.topics, (TopicLayout("orders", ReplicatedTopic.code),))
 
     def test_standalone(self) -> None:
         """Without ZooKeeper: itself, its 0.7 topics, no controller."""

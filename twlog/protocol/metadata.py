@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from twlog.config import BrokerConfig
-from twlog.errors import NO_ERROR, BrokerError, InvalidRequest, OffsetOutOfRange, kafka07_code
+from twlog.errors import NO_ERROR, BrokerError, InvalidRequest, OffsetOutOfRange, ReplicatedTopic, kafka07_code
 from twlog.protocol import codec
 from twlog.protocol import replication_codec as replication
 from twlog.protocol.codec import (
@@ -143,7 +143,7 @@ class MetadataHandlers:
         has no holders.  A broker known to hold a topic (C{/twlog/held}) that is not live is a holder
         with no address: its partitions exist, and are offline.  This broker's own counts come from its
         logs, ahead of its registration.  Replicated topics are not listed (their partitions are not
-        C{<broker id>-<n>}): named, one has no holders; CLUSTER_METADATA_V2 describes them.
+        C{<broker id>-<n>}): one named gets ReplicatedTopic (30); CLUSTER_METADATA_V2 describes them.
         """
         me, view, brokers, layouts = self._cluster(request.topics, replicated=False)
         answer = ClusterMetadataResponse(me.broker_id, view, brokers, layouts)
@@ -192,8 +192,8 @@ class MetadataHandlers:
             if not local.get(topic) and (found := replicated_of(topic)) is not None:
                 if replicated:
                     layouts.append(found)
-                elif asked:
-                    layouts.append(TopicLayout(topic, NO_ERROR))
+                elif asked:  # an older client fails naming it, rather than read it as a 0.7 topic
+                    layouts.append(TopicLayout(topic, ReplicatedTopic.code))
                 continue
             holders = {b: n for b, n in registered(topic).items() if n > 0 and b != me.broker_id}
             if local.get(topic):
