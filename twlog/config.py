@@ -143,6 +143,14 @@ class BrokerConfig:
     metrics_port: int | None = None
     #: Interface the metrics server listens on.
     metrics_interface: str = "127.0.0.1"
+    #: Replication (with ZooKeeper): let a replica outside the ISR lead when no ISR member is live
+    #: (acknowledged messages may be lost; each such election is logged as a warning).
+    unclean_leader_election: bool = False
+    #: Replication: the ISR size an ack="all" produce needs, for a replicated topic whose config has no
+    #: min.insync.replicas of its own (Kafka's broker-level default).
+    min_insync_replicas: int = 1
+    #: Replication: how long a stopping broker that is the controller waits for its leaderships to move.
+    controlled_shutdown_timeout_s: float = 5.0
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -172,6 +180,10 @@ class BrokerConfig:
             problems.append("listen_backlog must be at least 1")
         if self.replica_lag_time_ms < 1:
             problems.append("replica_lag_time_ms must be at least 1")
+        if self.min_insync_replicas < 1:
+            problems.append("min_insync_replicas must be at least 1")
+        if not self.controlled_shutdown_timeout_s > 0:
+            problems.append("controlled_shutdown_timeout_s must be positive")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -49,6 +49,19 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(log.partitions_for("clicks"), 8)
         self.assertEqual(log.partitions_for("other"), 4)
 
+    def test_replication_options(self) -> None:
+        """--unclean-leader-election (off), --min-insync-replicas (1), --controlled-shutdown-timeout-s (5)."""
+        config = parse().config
+        self.assertEqual((config.unclean_leader_election, config.min_insync_replicas,
+                          config.controlled_shutdown_timeout_s), (False, 1, 5.0))
+        config = parse("--unclean-leader-election", "--min-insync-replicas", "2",
+                       "--controlled-shutdown-timeout-s", "1.5").config
+        self.assertEqual((config.unclean_leader_election, config.min_insync_replicas,
+                          config.controlled_shutdown_timeout_s), (True, 2, 1.5))
+        for option, value in (("--min-insync-replicas", "0"), ("--controlled-shutdown-timeout-s", "0")):
+            e = self.assertRaises(usage.UsageError, parse, option, value)
+            self.assertIn(option, str(e))
+
     def test_not_a_number(self) -> None:
         """A value that is not a whole number is a usage error naming the option."""
         e = self.assertRaises(usage.UsageError, parse, "--num-partitions", "zero")

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.cli.test_main import run_main
-from twlog.cli.inspect import _created_sentence
+from twlog.cli.common import UsageError
+from twlog.cli.inspect import _created_sentence, _describe_replicated, create_topic
 from twlog.cli.main import build_parser
 from twlog.client.topics import TopicCreated
+from twlog.errors import LeaderNotAvailable
+from twlog.protocol.replication_codec import NO_BROKER, UNDEFINED_EPOCH, ReplicatedLayout
+from twlog.protocol.replication_codec import PartitionState as ReplicatedPartition
 
 
 class ParseTests(SynchronousTestCase):
@@ -58,3 +68,71 @@ class SentenceTests(SynchronousTestCase):
                          "created clicks: 2 partitions on each of 3 brokers (6 in all); broker 1 had them already")
         self.assertEqual(_created_sentence(self.created(2, {0, 1})),
                          "clicks already exists: 2 partitions on each of 2 brokers (4 in all); nothing changed")
+
+
+class ReplicatedParseTests(SynchronousTestCase):
+    """`twlog topics create --replication-factor`: the two meanings of --partitions, and what it needs."""
+
+    def test_options(self) -> None:
+        args = build_parser().parse_args(["topics", "create", "-z", "zk:2181", "-t", "t", "-n", "6",
+                                          "--replication-factor", "3", "--min-insync-replicas", "2"])
+        self.assertEqual((args.partitions, args.replication_factor, args.min_insync_replicas), (6, 3, 2))
+        args = build_parser().parse_args(["topics", "create", "-b", "h:1", "-t", "t", "-n", "2"])
+        self.assertEqual((args.replication_factor, args.min_insync_replicas), (None, None))
+
+    def test_bad_factor_is_one_line(self) -> None:
+        for bad in ("0", "two"):
+            status, out, err = run_main("topics", "create", "-z", "zk:2181", "-t", "t", "-n", "2", "-r", bad)
+            self.assertEqual((status, out, err.count("\n")), (2, "", 1), err)
+            self.assertIn("--replication-factor", err)
+
+    def test_help_says_both_meanings(self) -> None:
+        status, out, _ = run_main("topics", "create", "--help")
+        self.assertEqual(status, 0)
+        flat = " ".join(out.split())
+        self.assertIn("partitions on each broker", flat)
+        self.assertIn("--partitions N counts its partitions in all", flat)
+        self.assertIn("needs --zookeeper", flat)
+
+    def run_create(self, *argv: str):
+        args = build_parser().parse_args(["topics", "create", *argv])
+        return Deferred.fromCoroutine(create_topic(None, args))
+
+    def test_factor_needs_zookeeper(self) -> None:
+        """Without --zookeeper, --replication-factor is refused before anything is asked (one line, exit 2)."""
+        failure = self.failureResultOf(self.run_create("-b", "h:1", "-t", "t", "-n", "2", "-r", "2"), UsageError)
+        self.assertIn("give --zookeeper HOST:PORT", str(failure.value))
+
+    def test_min_insync_needs_factor(self) -> None:
+        failure = self.failureResultOf(self.run_create("-b", "h:1", "-t", "t", "-n", "2", "--min-insync-replicas",
+                                                       "2"), UsageError)
+        self.assertIn("give --replication-factor too", str(failure.value))
+
+
+class DescribeReplicatedTests(SynchronousTestCase):
+    """What `twlog topics describe` prints for a replicated topic: leader, leader epoch, replicas, ISR."""
+
+    LAYOUT = ReplicatedLayout("orders", 0, (
+        ReplicatedPartition(0, 0, 1, 2, (1, 2, 3), (1, 3)),
+        ReplicatedPartition(1, LeaderNotAvailable.code, NO_BROKER, UNDEFINED_EPOCH, (2, 3, 1), ()),
+    ))
+
+    def describe(self, json: bool) -> tuple[str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            _describe_replicated(argparse.Namespace(json=json), self.LAYOUT)
+        return out.getvalue(), err.getvalue()
+
+    def test_json(self) -> None:
+        out, _ = self.describe(True)
+        self.assertEqual(json.loads(out), {"topic": "orders", "replicated": True, "partitions": [
+            {"name": "0", "leader": 1, "leader_epoch": 2, "replicas": [1, 2, 3], "isr": [1, 3]},
+            {"name": "1", "leader": None, "leader_epoch": None, "replicas": [2, 3, 1], "isr": []},
+        ]})
+
+    def test_table(self) -> None:
+        out, err = self.describe(False)
+        self.assertIn("orders: 2 partitions, replication factor 3", out)
+        rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+        self.assertEqual(rows, [["0", "1", "2", "1,2,3", "1,3"], ["1", "none", "-", "2,3,1", "-"]])
+        self.assertEqual(err, "twlog: warning: orders: partition 1 has no live leader\n")

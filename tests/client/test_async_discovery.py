@@ -6,13 +6,14 @@ from twisted.internet.defer import fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.client.test_discovery import layout
+from tests.client.test_discovery import layout, replicated_answer
 from tests.fakezk import FakeZooKeeper, FakeZooKeeperServer
 from twlog.client import discovery
 from twlog.client.async_discovery import all_partitions_async, discover_async
 from twlog.coord import paths
-from twlog.errors import ConnectionFailed, InvalidTopic, UnknownTopic
+from twlog.errors import ConnectionFailed, ConnectionLost, InvalidRequest, InvalidTopic, UnknownTopic
 from twlog.protocol.codec import ClusterMetadataRequest, MetadataResponse
+from twlog.protocol.replication_codec import ClusterMetadataV2Request
 from twlog.protocol.responses import VIEW_CURRENT, VIEW_STARTING
 
 
@@ -27,6 +28,11 @@ class FakeConnection:
     def request(self, request):
         if self.broker is None:
             return fail(ConnectionFailed(f"cannot connect to broker {self.address}: refused"))
+        if isinstance(request, ClusterMetadataV2Request):  # an older broker unless "cluster_v2" is given
+            self.broker["asked_v2"] = self.broker.get("asked_v2", 0) + 1
+            if "cluster_v2" not in self.broker:
+                return fail(self.broker.get("v2_refusal", InvalidRequest("unknown request type 14")))
+            return succeed(self.broker["cluster_v2"])
         if isinstance(request, ClusterMetadataRequest):
             answers = self.broker["cluster"]
             return succeed(answers.pop(0) if isinstance(answers, list) else answers)
@@ -104,3 +110,30 @@ class ZooKeeperTests(SynchronousTestCase):
         with self.assertLogs(discovery.__name__, "WARNING"):
             found = self.successResultOf(all_partitions_async(zookeeper=self.zk, reactor=Clock()))
         self.assertEqual([str(p.tp) for p in found], ["t:1-0", "t:1-1"])
+
+
+class ClusterMetadataV2Tests(SynchronousTestCase):
+    """As discover: type 14 first, replicated topics at their leaders; type 8 from an older broker."""
+
+    def setUp(self) -> None:
+        self.brokers: dict = {}
+        self.clock = Clock()
+
+    def connect(self, host, port, **options):
+        return FakeConnection(self.brokers, host, port, **options)
+
+    def discover(self, topics, **options):
+        return discover_async(topics, reactor=self.clock, connect=self.connect, **options)
+
+    def test_replicated_topic_located_at_its_leaders(self) -> None:
+        self.brokers["h", 1] = {"id": 0, "cluster_v2": replicated_answer()}
+        self.brokers["h", 2] = {"id": 1}
+        found = self.successResultOf(self.discover(["r"], brokers="h:1", allow_partial=True))
+        self.assertEqual([(str(p.tp), p.leader, p.port) for p in found], [("r:0", 1, 2)])
+
+    def test_broker_closing_on_type_14_is_asked_type_8(self) -> None:
+        """A broker that closes the connection on type 14 (no answer at all) is asked type 8 on a new one."""
+        self.brokers["h", 1] = {"id": 0, "cluster": layout(VIEW_CURRENT, 0, {0: 1}, {0: 1}),
+                                "v2_refusal": ConnectionLost("broker h:1 closed the connection before answering")}
+        self.assertEqual([p.name for p in self.successResultOf(self.discover(["t"], brokers="h:1"))], ["0-0"])
+        self.assertEqual(self.brokers["h", 1]["asked_v2"], 1)

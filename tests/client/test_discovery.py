@@ -18,9 +18,23 @@ from twlog.client.discovery import (
     registered_partitions,
 )
 from twlog.coord import paths
-from twlog.errors import ConnectionFailed, InvalidTopic, PartitionsOffline, UnknownTopic
+from twlog.errors import (
+    ConnectionFailed,
+    InvalidRequest,
+    InvalidTopic,
+    LeaderNotAvailable,
+    PartitionsOffline,
+    UnknownTopic,
+)
 from twlog.partition import TopicPartition
-from twlog.protocol.codec import MetadataResponse, TopicMetadata
+from twlog.protocol.codec import MetadataResponse, TopicMetadata, describe_request
+from twlog.protocol.replication_codec import (
+    NO_BROKER,
+    ClusterMetadataV2Request,
+    ClusterMetadataV2Response,
+    ReplicatedLayout,
+)
+from twlog.protocol.replication_codec import PartitionState as ReplicatedPartition
 from twlog.protocol.responses import (
     VIEW_CURRENT,
     VIEW_STALE,
@@ -133,6 +147,13 @@ class FakeSyncConnection:
     def __exit__(self, *exc) -> None:
         pass
 
+    def cluster_metadata_v2(self, topics=()):
+        """An older broker (no "cluster_v2" given) answers InvalidRequest, as twlog before type 14 does."""
+        self.broker["asked_v2"] = self.broker.get("asked_v2", 0) + 1
+        if "cluster_v2" not in self.broker:
+            raise InvalidRequest(f"broker refused {describe_request(ClusterMetadataV2Request(tuple(topics)))}")
+        return self.broker["cluster_v2"]
+
     def cluster_metadata(self, topics=()):
         self.broker["asked"] += 1
         answers = self.broker["cluster"]
@@ -244,3 +265,53 @@ class BootstrapTests(SynchronousTestCase):
         self.assertEqual(cluster_partitions(orphan, ["other"]), [])
         everything_down = layout(VIEW_CURRENT, 0, {0: 1}, {4: 1})
         self.assertRaises(PartitionsOffline, cluster_partitions, everything_down, ["t"], allow_partial=True)
+
+
+def replicated_answer(me: int = 0, view: int = VIEW_CURRENT) -> ClusterMetadataV2Response:
+    """A CLUSTER_METADATA_V2 answer: brokers 0 and 1 (ports 1, 2), 0.7 topic t on broker 0, replicated topic r
+    with partition 0 led by broker 1 and partition 1 offline."""
+    return ClusterMetadataV2Response(me, view, 1, (BrokerAddress(0, "h", 1), BrokerAddress(1, "h", 2)), (
+        TopicLayout("t", 0, ((0, 1),)),
+        ReplicatedLayout("r", 0, (ReplicatedPartition(0, 0, 1, 4, (1, 0), (1, 0)),
+                                  ReplicatedPartition(1, LeaderNotAvailable.code, NO_BROKER, 2, (0, 1), (0,)))),
+    ))
+
+
+class ClusterMetadataV2Tests(SynchronousTestCase):
+    """Discovery asks CLUSTER_METADATA_V2 first and reads replicated topics' leaders; an older broker, which
+    closes the connection on type 14, is asked type 8."""
+
+    def setUp(self) -> None:
+        self.discover = partial(discover, sleep=FakeSyncConnection.sleeps.append, connect=FakeSyncConnection)
+        FakeSyncConnection.brokers = {}
+
+    def test_replicated_topic_located_at_its_leaders(self) -> None:
+        FakeSyncConnection.brokers["h", 1] = {"id": 0, "cluster_v2": replicated_answer()}
+        FakeSyncConnection.brokers["h", 2] = {"id": 1}
+        found = self.discover(["r"], brokers="h:1", allow_partial=True)
+        self.assertEqual([(str(p.tp), p.leader, p.port) for p in found], [("r:0", 1, 2)])
+        with self.assertRaises(PartitionsOffline) as caught:
+            self.discover(["r"], brokers="h:1")
+        self.assertIn("r:1 has no live leader", str(caught.exception))
+        self.assertEqual(FakeSyncConnection.brokers["h", 1].get("asked", 0), 0, "type 8 never asked")
+
+    def test_07_topic_through_v2(self) -> None:
+        FakeSyncConnection.brokers["h", 1] = {"id": 0, "cluster_v2": replicated_answer()}
+        self.assertEqual([str(p.tp) for p in self.discover(["t"], brokers="h:1")], ["t:0-0"])
+
+    def test_older_broker_is_asked_type_8(self) -> None:
+        FakeSyncConnection.brokers["h", 1] = {"id": 0, "cluster": layout(VIEW_CURRENT, 0, {0: 1}, {0: 2})}
+        self.assertEqual([str(p.tp) for p in self.discover(["t"], brokers="h:1")], ["t:0-0", "t:0-1"])
+        self.assertEqual((FakeSyncConnection.brokers["h", 1]["asked_v2"], FakeSyncConnection.brokers["h", 1]["asked"]),
+                         (1, 1))
+
+    def test_merged_standalone_answers_keep_v2(self) -> None:
+        """Standalone answers, one V2 and one from an older broker, merge into a V2 answer."""
+        mine = ClusterMetadataV2Response(0, VIEW_STANDALONE, NO_BROKER, (BrokerAddress(0, "h", 1),),
+                                         (TopicLayout("t", 0, ((0, 1),)),))
+        FakeSyncConnection.brokers["h", 1] = {"id": 0, "cluster_v2": mine}
+        FakeSyncConnection.brokers["h", 2] = {"id": 1, "cluster": layout(VIEW_STANDALONE, 1, {1: 2}, {1: 1})}
+        found = self.discover(["t"], brokers="h:1,h:2")
+        self.assertEqual([str(p.tp) for p in found], ["t:0-0", "t:1-0"])
+        cluster = discovery.bootstrap("h:1,h:2", ("t",), sleep=None, connect=FakeSyncConnection)
+        self.assertIsInstance(cluster.response, ClusterMetadataV2Response)

@@ -145,6 +145,17 @@ class ElectionTests(TestCase):
         one._zk.reconnect()  # a new session: it stands by
         self.assertEqual((one.state, two.state), (C.STANDBY, C.ACTIVE))
 
+    def test_controller_id_known(self) -> None:
+        """Each candidate knows who the controller is (for CLUSTER_METADATA_V2); -1 while none is known."""
+        cluster = Cluster(self)
+        one = cluster.controller(1)
+        two = cluster.controller(2)
+        self.assertEqual((one.controller_id, two.controller_id), (1, 1))
+        cluster.down(1)
+        self.assertEqual((one.controller_id, two.controller_id), (-1, 2))
+        self.successResultOf(two.stop())
+        self.assertEqual(two.controller_id, -1)
+
     def test_stop_resigns(self) -> None:
         cluster = Cluster(self)
         one = cluster.controller(1)

@@ -15,6 +15,7 @@ from twlog.coord.replication.controller import Controller
 from twlog.coord.replication.values import PartitionState, TopicAssignment
 from twlog.errors import LeaderNotAvailable
 from twlog.partition import TopicPartition
+from twlog.protocol.replication_codec import NO_BROKER, UNDEFINED_EPOCH
 
 BROKERS = {"1": b"127.0.0.1:9001", "2": b"127.0.0.1:9002", "3": b"127.0.0.1:9003"}
 ASSIGNMENT = TopicAssignment("clicks", {0: (1, 2), 1: (2, 3), 2: (3, 1), 3: (1, 3)}).encode()
@@ -142,3 +143,32 @@ class ViewTests(SynchronousTestCase):
         view = self.view(topics=("views",))
         self.assertEqual(view.topic_partitions("views"), [tp("1-0", "views"), tp("1-1", "views")])
         self.assertEqual([p for _, p in self.zk.operations if p.startswith(paths.REPLICATED_TOPICS)], [])
+
+    def test_replicated_for_cluster_metadata_v2(self) -> None:
+        """ClusterView.replicated gives what CLUSTER_METADATA_V2 carries: replicas, and once the controller
+        wrote the states, leader, epoch and ISR; a lost leader is no broker, with LeaderNotAvailable."""
+        view = self.view(topics=(), all_topics=True)
+        self.create()
+        self.assertIsNone(view.replicated("nope"))
+        first = view.replicated("clicks")
+        self.assertEqual([(p.partition, p.error, p.leader, p.leader_epoch, p.replicas, p.isr)
+                          for p in first.partitions],
+                         [(0, LeaderNotAvailable.code, NO_BROKER, UNDEFINED_EPOCH, (1, 2), ()),
+                          (1, LeaderNotAvailable.code, NO_BROKER, UNDEFINED_EPOCH, (2, 3), ())])
+        controller_zk = FakeZooKeeper(self.server)
+        controller_zk.start()
+        controller = Controller(controller_zk, 9, clock=Clock())
+        controller.start()
+        self.addCleanup(controller.stop)
+        states = view.replicated("clicks").partitions
+        self.assertEqual([(p.error, p.leader, p.leader_epoch, p.isr) for p in states],
+                         [(0, 1, 0, (1, 2)), (0, 2, 0, (2, 3))])
+        self.server.set(paths.partition_state_path("clicks", 1), state(7, isr=(7,)), -1)  # a leader not live
+        states = view.replicated("clicks").partitions
+        self.assertEqual((states[1].error, states[1].leader, states[1].leader_epoch), (LeaderNotAvailable.code,
+                                                                                       NO_BROKER, 3))
+
+    def test_07_topic_is_not_replicated(self) -> None:
+        self.sessions[1].create(paths.broker_topic_path("views", 1), b"2", ephemeral=True, makepath=True)
+        view = self.view(topics=("views",))
+        self.assertIsNone(view.replicated("views"))

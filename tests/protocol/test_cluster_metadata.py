@@ -8,9 +8,23 @@ import attrs
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.protocol.test_server import BrokerTestMixin
-from twlog.errors import NO_ERROR, InvalidTopic, MalformedRequest, ProtocolViolation
+from twlog.errors import (
+    NO_ERROR,
+    InvalidTopic,
+    LeaderNotAvailable,
+    MalformedRequest,
+    ProtocolViolation,
+    ReplicatedTopic,
+)
 from twlog.protocol import codec
 from twlog.protocol.codec import ClusterMetadataRequest, MetadataRequest, decode_request, decode_response
+from twlog.protocol.replication_codec import (
+    NO_BROKER,
+    ClusterMetadataV2Request,
+    ReplicatedLayout,
+    decode_cluster_metadata_v2_response,
+)
+from twlog.protocol.replication_codec import PartitionState as ReplicatedPartition
 from twlog.protocol.responses import (
     VIEW_CURRENT,
     VIEW_STALE,
@@ -173,3 +187,88 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
         answer = self.ask("clicks")
         self.assertEqual((answer.view, [b.broker_id for b in answer.brokers]), (VIEW_STARTING, [3]))
         self.assertEqual(answer.topics, (TopicLayout("clicks", 0),))
+
+
+@attrs.define
+class FakeReplicatedCluster(FakeCluster):
+    """A ClusterSource that also holds replicated topics (as ClusterView.replicated gives them)."""
+
+    replicated_topics: dict = attrs.Factory(dict)
+
+    def topics(self) -> list[str]:
+        return sorted(set(self.registrations) | set(self.replicated_topics))
+
+    def holders(self, topic: str) -> dict[int, int]:
+        if topic in self.replicated_topics:  # as ClusterLayout.holders: leaders' counts
+            return {p.leader: 1 for p in self.replicated_topics[topic].partitions if p.leader >= 0}
+        return super().holders(topic)
+
+    def replicated(self, topic: str):
+        return self.replicated_topics.get(topic)
+
+
+ORDERS = ReplicatedLayout("orders", 0, (
+    ReplicatedPartition(0, 0, 1, 2, (1, 5), (1, 5)),
+    ReplicatedPartition(1, LeaderNotAvailable.code, NO_BROKER, 0, (5, 1), (5,)),
+))
+
+
+class V2HandlerTests(BrokerTestMixin, SynchronousTestCase):
+    """CLUSTER_METADATA_V2 (type 14) answered by the broker, and type 8 leaving replicated topics out."""
+
+    def setUp(self) -> None:
+        self.make_broker(broker_id=3, num_partitions=2)
+        self.broker.port = 9094
+        self.logs.get_or_create_log("mine", 0).append(encode_message_set([b"m"]))
+        self.broker.cluster = FakeReplicatedCluster(
+            brokers={1: ("b1", 9092), 5: ("b5", 9092)}, registrations={"clicks": {1: 4}},
+            replicated_topics={"orders": ORDERS},
+        )
+
+    def ask(self, *topics: str):
+        return decode_cluster_metadata_v2_response(
+            self.broker.cluster_metadata_v2(ClusterMetadataV2Request(topics)))
+
+    def test_served(self) -> None:
+        """Type 14 is in the broker's table, so a connection answers it rather than closing."""
+        self.assertIn(ClusterMetadataV2Request, self.broker.handlers)
+
+    def test_all_topics(self) -> None:
+        """Every topic: 0.7 ones by holders, replicated ones by partition with leader, epoch, replicas, ISR."""
+        answer = self.ask()
+        self.assertEqual((answer.broker_id, answer.view, answer.controller_id), (3, VIEW_CURRENT, NO_BROKER))
+        self.assertEqual(answer.addresses, {1: ("b1", 9092), 3: ("127.0.0.1", 9094), 5: ("b5", 9092)})
+        self.assertEqual(answer.topics, (
+            TopicLayout("clicks", 0, ((1, 4),)), TopicLayout("mine", 0, ((3, 2),)), ORDERS,
+        ))
+
+    def test_named_and_controller(self) -> None:
+        """A named replicated topic, and the controller the broker knows of."""
+        self.broker.controller_id = lambda: 5
+        answer = self.ask("orders", "a b")
+        self.assertEqual(answer.controller_id, 5)
+        self.assertEqual(answer.topics, (ORDERS, TopicLayout("a b", InvalidTopic.code)))
+
+    def test_type8_leaves_replicated_out(self) -> None:
+        """Type 8 does not list replicated topics (their partitions are not <broker>-<n>): named, ReplicatedTopic."""
+        all_topics = decode_cluster_metadata_response(self.broker.cluster_metadata(ClusterMetadataRequest(())))
+        self.assertEqual([t.topic for t in all_topics.topics], ["clicks", "mine"])
+        named = decode_cluster_metadata_response(self.broker.cluster_metadata(ClusterMetadataRequest(("orders",))))
+        self.assertEqual(named.topics, (TopicLayout("orders", ReplicatedTopic.code),))
+
+    def test_standalone(self) -> None:
+        """Without ZooKeeper: itself, its 0.7 topics, no controller."""
+        self.broker.cluster = None
+        answer = self.ask()
+        self.assertEqual((answer.view, answer.controller_id), (VIEW_STANDALONE, NO_BROKER))
+        self.assertEqual(answer.topics, (TopicLayout("mine", 0, ((3, 2),)),))
+
+    def test_over_a_connection(self) -> None:
+        """Over a connection: a type 14 frame gets its answer and the connection stays open."""
+        protocol, transport = self.connect()
+        request = codec.encode_request(ClusterMetadataV2Request(("orders",)))
+        protocol.dataReceived(struct.pack(">i", len(request)) + request)
+        data = transport.value()
+        (size,) = struct.unpack(">i", data[:4])
+        self.assertEqual(decode_cluster_metadata_v2_response(data[4:4 + size]).topics, (ORDERS,))
+        self.assertFalse(transport.disconnecting)

@@ -108,9 +108,11 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
 
     def test_every_request_type_has_a_handler(self) -> None:
         """Every request type the codec decodes is dispatched to a handler of one of the families, but
-        replication's (12-14), which the broker answers as unknown types until replication is wired."""
+        REPLICA_FETCH and EPOCH_END_OFFSET (12, 13), which the broker answers as unknown types until the
+        replica data path is wired; CLUSTER_METADATA_V2 (14) is served."""
         self.assertEqual(set(self.broker.handlers),
-                         set(typing.get_args(codec.Request)) - set(replication_codec.REPLICATION_REQUESTS))
+                         set(typing.get_args(codec.Request)) - {replication_codec.ReplicaFetchRequest,
+                                                                replication_codec.EpochEndOffsetRequest})
         self.assertIs(self.broker.handlers[FetchRequest].__self__, self.broker._fetching)
 
     def test_families_share_the_error_counts(self) -> None:

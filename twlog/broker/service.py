@@ -2,10 +2,12 @@
 """The broker as a service: its logs, its TCP listener and its registration in ZooKeeper.
 
 L{BrokerService} opens the log directory (recovering it after an unclean
-shutdown), listens, and with C{config.zookeeper} registers the broker.  It
-starts in that order and stops in reverse, each step waiting for the one
-before: on SIGTERM the broker first leaves ZooKeeper (producers and consumers
-stop sending to it), then stops accepting, then flushes every log and leaves
+shutdown), listens, and with C{config.zookeeper} registers the broker and runs
+for controller (L{twlog.broker.control.BrokerControl}).  It starts in that
+order and stops in reverse, each step waiting for the one before: on SIGTERM
+the broker first runs a controlled shutdown if it is the controller (its
+leaderships move to other in-sync replicas, bounded in time), then leaves
+ZooKeeper (producers and consumers stop sending to it), then stops accepting, then flushes every log and leaves
 the clean-shutdown marker.  When that final flush fails, the stop is logged
 as unclean, and a process run by twistd exits with status 1.
 
@@ -29,6 +31,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from typing_extensions import override
 
+from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.metrics import BrokerMetrics
 from twlog.config import BrokerConfig
@@ -99,6 +102,8 @@ class BrokerService(Service):
         self.zookeeper: ZooKeeper | None = None
         #: The broker's registration in ZooKeeper, once made.
         self.registration: BrokerRegistration | None = None
+        #: With ZooKeeper, once registered: the broker's candidacy for controller (replication).
+        self.control: BrokerControl | None = None
         #: With ZooKeeper, the cluster this broker describes in CLUSTER_METADATA (read after registering,
         #: in the background: until it is read, the broker answers for itself and says so).
         self.cluster: ClusterView | None = None
@@ -203,6 +208,7 @@ class BrokerService(Service):
             await registration.start()
             self.registration = registration
             self._follow_cluster(zk)
+            self._start_control(zk)
         except BaseException:
             if self.zookeeper is zk:
                 self.zookeeper = None
@@ -218,6 +224,14 @@ class BrokerService(Service):
                 "for this broker alone until the session reconnects", id=self.config.broker_id,
                 error=f.getErrorMessage() or f.type.__name__)
         )
+
+    def _start_control(self, zk: ZooKeeper) -> None:
+        """Run for controller (replicated topics' leaders and ISRs), as every broker with ZooKeeper does."""
+        control = self.control = BrokerControl(
+            zk, self.config.broker_id, clock=self._reactor, unclean=self.config.unclean_leader_election,
+            shutdown_timeout_s=self.config.controlled_shutdown_timeout_s)
+        self.broker.controller_id = control.controller_id
+        control.start()
 
     def _cannot_register(self, failure) -> None:
         if not self.running or failure.check(_Stopped):
@@ -249,15 +263,21 @@ class BrokerService(Service):
         return d
 
     def _leave_zookeeper(self) -> Deferred:
-        """Deregister first, so that producers and consumers stop using this broker, then close the session."""
+        """Controlled shutdown first (L{BrokerControl.stop}: a controller moves this broker's leaderships
+        away, bounded by C{controlled_shutdown_timeout_s}, and resigns), then deregister, so that producers and
+        consumers stop using this broker, then close the session."""
         zk, self.zookeeper = self.zookeeper, None
         registration, self.registration = self.registration, None
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = self.broker.cluster = None
+        control, self.control = self.control, None
+        self.broker.controller_id = None
         if zk is None:
             return succeed(None)
-        d = registration.stop() if registration is not None else succeed(None)
+        # A controller first moves this broker's leaderships away (bounded), and resigns.
+        d = control.stop() if control is not None else succeed(None)
+        d.addCallback(lambda _: registration.stop() if registration is not None else None)
         d.addCallback(lambda _: zk.stop())
         return d.addErrback(lambda f: self._log.warn("closing the ZooKeeper session failed: {error}",
                                                      error=f.getErrorMessage()))

@@ -98,6 +98,10 @@ class Options(usage.Options):
     )
     optFlags = [
         ["no-sendfile", None, "Copy log bytes through the process instead of sendfile(2) (to measure the difference)."],
+        ["unclean-leader-election", None,
+         "With --zookeeper, when no in-sync replica of a replicated partition is live, let another replica lead: "
+         "the partition comes back sooner, and acknowledged messages it lacks are lost (each such election is "
+         "logged as a warning). Off by default."],
     ]
     optParameters = [
         ["port", "p", 9092, "TCP port to listen on (0: any free port).", _int("port", 0)],
@@ -172,6 +176,12 @@ class Options(usage.Options):
          "log; default: no metrics).", _int("metrics-port", 0)],
         ["metrics-interface", None, "127.0.0.1",
          "Interface the metrics server listens on; 0.0.0.0 for every IPv4 interface."],
+        ["min-insync-replicas", None, 1,
+         "In-sync replicas an ack=all produce needs, for a replicated topic created without its own "
+         "--min-insync-replicas.", _int("min-insync-replicas", 1)],
+        ["controlled-shutdown-timeout-s", None, 5.0,
+         "On SIGTERM, a broker that is the controller first moves its leaderships to other in-sync replicas, "
+         "waiting at most this long.", _seconds("controlled-shutdown-timeout-s", positive=True)],
     ]
 
     @override
@@ -214,6 +224,9 @@ class Options(usage.Options):
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],
                 metrics_interface=self["metrics-interface"],
+                unclean_leader_election=bool(self["unclean-leader-election"]),
+                min_insync_replicas=self["min-insync-replicas"],
+                controlled_shutdown_timeout_s=self["controlled-shutdown-timeout-s"],
             )
         except ValueError as e:
             raise usage.UsageError(str(e)) from None

@@ -20,20 +20,23 @@ from twisted.internet.threads import deferToThread
 from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, UsageError, find_partitions
 from twlog.cli.output import print_json, print_table
 from twlog.cli.suggest import suggest_topic
-from twlog.client.async_discovery import cluster_layout_async
+from twlog.client.async_discovery import bootstrap_async, cluster_layout_async
 from twlog.client.discovery import log_problems
 from twlog.client.options import ClientOptions
-from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated
+from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated, create_replicated
 from twlog.client.topics import create_topic as create_on_brokers
 from twlog.client.topics import delete_topic as delete_on_brokers
 from twlog.consumer.membership import read_members, sorted_children
 from twlog.consumer.simple import SimpleConsumer
 from twlog.coord import paths
+from twlog.coord.cluster import ClusterView
 from twlog.coord.layout import PartitionLocation, describe_offline
-from twlog.coord.zk import NoNodeError, NotEmptyError, ZooKeeper
+from twlog.coord.replication.store import MIN_INSYNC_REPLICAS
+from twlog.coord.zk import NoNodeError, NotEmptyError, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
 from twlog.partition import address_text
 from twlog.protocol.codec import EARLIEST, LATEST
+from twlog.protocol.replication_codec import ReplicatedLayout
 
 
 async def offsets(reactor, args) -> None:
@@ -124,7 +127,11 @@ async def topics(reactor, args) -> None:
 
 
 async def describe_topic(reactor, args) -> None:
-    """Print C{--topic}'s partitions: leader broker and address, earliest and latest offset, size in bytes of log."""
+    """Print C{--topic}'s partitions: leader broker and address, earliest and latest offset, size in bytes of log.
+    A replicated topic's: leader, leader epoch, replicas and ISR (L{_describe_replicated})."""
+    replicated = await _replicated_layout(reactor, args, args.topic)
+    if replicated is not None:
+        return _describe_replicated(args, replicated)
     locations = await find_partitions(args, args.topic, reactor)
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
     rows = []
@@ -159,7 +166,12 @@ def _span(names: list[str]) -> str:
 
 
 async def create_topic(reactor, args) -> None:
-    """Create C{--topic} with C{--partitions} on each broker of the cluster; say so in one sentence (or JSON)."""
+    """Create C{--topic} with C{--partitions} on each broker of the cluster; say so in one sentence (or JSON).
+    With C{--replication-factor}, a replicated topic of C{--partitions} in all (L{create_replicated_topic})."""
+    if getattr(args, "replication_factor", None) is not None:
+        return await create_replicated_topic(reactor, args)
+    if getattr(args, "min_insync_replicas", None) is not None:
+        raise UsageError("--min-insync-replicas is for replicated topics: give --replication-factor too")
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
     options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
     created = await deferToThread(create_on_brokers, args.topic, args.partitions, options=options, **source)
@@ -173,6 +185,86 @@ async def create_topic(reactor, args) -> None:
     if not created.registered:
         print(f"twlog: warning: not every broker's registration of {created.topic} was visible within "
               f"{REGISTRATION_WAIT_S:g} s; producers may see only some partitions for a moment", file=sys.stderr)
+
+
+async def create_replicated_topic(reactor, args) -> None:
+    """Create C{--topic} as a replicated topic in ZooKeeper: C{--partitions} in all, each on
+    C{--replication-factor} live brokers; say so in one sentence (or JSON) with each partition's replicas."""
+    if not args.zookeeper:
+        raise UsageError("--replication-factor creates the topic in ZooKeeper (as Kafka 0.8's kafka-topics.sh "
+                         "does): give --zookeeper HOST:PORT")
+    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
+    try:
+        await zk.start()
+        created = await create_replicated(zk, args.topic, args.partitions, args.replication_factor, clock=reactor,
+                                          min_insync_replicas=args.min_insync_replicas)
+    except ZooKeeperUnavailable as e:
+        raise TwlogError(str(e)) from None
+    finally:
+        await zk.stop()
+    assignment = created.assignment
+    minimum = assignment.config.get(MIN_INSYNC_REPLICAS)
+    if getattr(args, "json", False):
+        print_json({"topic": assignment.topic, "partitions": len(assignment.partitions),
+                    "replication_factor": assignment.replication_factor,
+                    "min_insync_replicas": int(minimum) if minimum is not None else None,
+                    "replicas": {str(p): list(r) for p, r in sorted(assignment.partitions.items())},
+                    "started": created.started})
+    else:
+        count = len(assignment.partitions)
+        print(f"created {assignment.topic}: {count} partition{'s' if count != 1 else ''} (0 to {count - 1}), each "
+              f"on {assignment.replication_factor} of brokers {', '.join(map(str, created.live))}"
+              + (f"; min.insync.replicas {minimum}" if minimum is not None else ""))
+    if not created.started:
+        print(f"twlog: warning: the controller did not elect every partition's leader within "
+              f"{REGISTRATION_WAIT_S:g} s (is a broker running with --zookeeper?); producers find no leader until "
+              "it does", file=sys.stderr)
+
+
+async def _replicated_layout(reactor, args, topic: str) -> ReplicatedLayout | None:
+    """C{topic}'s partitions with leader, epoch, replicas and ISR if it is a replicated topic, else None: read
+    from ZooKeeper (C{--zookeeper}) or a broker's CLUSTER_METADATA_V2 answer (C{--broker})."""
+    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    try:
+        if not getattr(args, "zookeeper", None):
+            cluster = await bootstrap_async(args.broker, (topic,), options, reactor=reactor)
+            found = cluster.response.layout(topic)
+            return found if isinstance(found, ReplicatedLayout) else None
+        zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
+        try:
+            await zk.start()
+            view = ClusterView(zk, (topic,))
+            await view.start()
+            view.stop()
+            return view.replicated(topic)
+        finally:
+            await zk.stop()
+    except (ConnectionFailed, ZooKeeperUnavailable) as e:
+        raise TwlogError(str(e)) from None
+
+
+def _describe_replicated(args, layout: ReplicatedLayout) -> None:
+    """Print a replicated topic's partitions: leader, leader epoch, replicas, ISR (a table, or JSON)."""
+    partitions = layout.partitions
+    if getattr(args, "json", False):
+        print_json({"topic": layout.topic, "replicated": True, "partitions": [
+            {"name": str(p.partition), "leader": p.leader if p.leader >= 0 else None,
+             "leader_epoch": p.leader_epoch if p.leader_epoch >= 0 else None,
+             "replicas": list(p.replicas), "isr": list(p.isr)} for p in partitions]})
+        return
+    offline = [p.partition for p in partitions if p.leader < 0]
+    if offline:
+        print(f"twlog: warning: {layout.topic}: partition{'s' if len(offline) != 1 else ''} "
+              f"{', '.join(map(str, offline))} {'have' if len(offline) != 1 else 'has'} no live leader",
+              file=sys.stderr)
+    factor = len(partitions[0].replicas) if partitions else 0
+    title = (f"{layout.topic}: {len(partitions)} partition{'s' if len(partitions) != 1 else ''}, replication "
+             f"factor {factor}")
+    print_table(["partition", "leader", "leader epoch", "replicas", "isr"],
+                [(p.partition, p.leader if p.leader >= 0 else "none",
+                  p.leader_epoch if p.leader_epoch >= 0 else "-", ",".join(map(str, p.replicas)),
+                  ",".join(map(str, p.isr)) or "-") for p in partitions],
+                title=title, right=["leader epoch"])
 
 
 async def delete_topic(reactor, args) -> None:

@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         "describe", "twlog.cli.inspect:describe_topic",
         "one topic's partitions: leader broker and address, earliest and latest offset, size",
         "Describe TOPIC: each partition with the broker that leads it (its id and address), its earliest and "
-        "latest (flushed end) offsets, and its size in bytes of log (latest - earliest: offsets are byte positions).",
+        "latest (flushed end) offsets, and its size in bytes of log (latest - earliest: offsets are byte positions). "
+        "A replicated topic: each partition's leader, leader epoch, replicas and in-sync replicas (ISR).",
         parent=actions, inherit=True,
     )
     topic_option(describe)
@@ -207,16 +208,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print JSON (for scripts) instead of a sentence")
     create = client_command(
         "create", "twlog.cli.inspect:create_topic",
-        "create a topic with N partitions on each broker of the cluster",
-        "Create TOPIC on every live broker of the cluster (found through --broker or --zookeeper), with N "
-        "partitions on each: partitions are per broker, as in Kafka 0.7, so 2 brokers and --partitions 2 make 4 "
-        "partitions in all. Each broker keeps the count across restarts and registers the topic in ZooKeeper. "
-        "Asking again with the same N changes nothing; another N is refused.",
+        "create a topic: N partitions on each broker, or with --replication-factor N in all, each on R brokers",
+        "Without --replication-factor: create TOPIC on every live broker of the cluster (found through --broker "
+        "or --zookeeper), with N partitions on each: partitions are per broker, as in Kafka 0.7, so 2 brokers and "
+        "--partitions 2 make 4 partitions in all. Each broker keeps the count across restarts and registers the "
+        "topic in ZooKeeper. Asking again with the same N changes nothing; another N is refused. "
+        "With --replication-factor R: a replicated topic, as in Kafka 0.8: --partitions N counts its partitions "
+        "in all, named 0 to N-1, each on R of the live brokers (leaders and replicas spread evenly). It is "
+        "created in ZooKeeper, so it needs --zookeeper; the controller then elects each partition's leader.",
         parent=actions, inherit=True,
     )
     topic_option(create)
     create.add_argument("--partitions", "-n", required=True, type=partition_count, metavar="N",
-                        help=f"partitions on each broker (1 to {MAX_PARTITIONS}); the topic gets N x brokers in all")
+                        help=f"partitions on each broker (1 to {MAX_PARTITIONS}); the topic gets N x brokers in all. "
+                        "With --replication-factor: partitions in all")
+    create.add_argument("--replication-factor", "-r", type=positive_int, default=None, metavar="R",
+                        help="make a replicated topic: each partition on R brokers (at most the live brokers; "
+                        "needs --zookeeper)")
+    create.add_argument("--min-insync-replicas", type=positive_int, default=None, metavar="M",
+                        help="with --replication-factor: in-sync replicas an ack=all produce needs (default: the "
+                        "brokers' --min-insync-replicas)")
     create.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON (for scripts) instead of a sentence")
 

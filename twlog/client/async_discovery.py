@@ -19,7 +19,14 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from twlog.client.bootstrap import STARTING_RETRIES, STARTING_WAIT_S, Bootstrap, BootstrapPass, Starting
+from twlog.client.bootstrap import (
+    OLDER_BROKER,
+    STARTING_RETRIES,
+    STARTING_WAIT_S,
+    Bootstrap,
+    BootstrapPass,
+    Starting,
+)
 from twlog.client.connection import BrokerConnection
 from twlog.client.discovery import (
     check_answered_as,
@@ -37,6 +44,7 @@ from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading, descri
 from twlog.coord.zk import IZooKeeper, KazooException, NoNodeError, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed
 from twlog.protocol.codec import ClusterMetadataRequest, MetadataRequest
+from twlog.protocol.replication_codec import ClusterMetadataV2Request
 from twlog.storage.manager import validate_topic
 
 __all__ = ["all_partitions_async", "bootstrap_async", "cluster_layout_async", "discover_async",
@@ -210,11 +218,20 @@ async def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...],
     walk = BootstrapPass(asked)
     while (address := walk.next_address()) is not None:
         try:
-            walk.receive(await _ask(connect(*address, reactor=reactor, options=options),
-                                    ClusterMetadataRequest(topics)))
+            walk.receive(await _ask_cluster(address, topics, options, reactor, connect))
         except (ConnectionFailed, BrokerTimeout) as e:
             walk.receive(e)
     return walk.result()
+
+
+async def _ask_cluster(address: tuple[str, int], topics: tuple[str, ...], options: ClientOptions, reactor,
+                       connect: Connect):
+    """L{twlog.client.discovery._ask_cluster}, on the reactor: type 14, and type 8 from an older broker."""
+    try:
+        return await _ask(connect(*address, reactor=reactor, options=options), ClusterMetadataV2Request(topics))
+    except OLDER_BROKER:
+        pass
+    return await _ask(connect(*address, reactor=reactor, options=options), ClusterMetadataRequest(topics))
 
 
 async def _ask(connection: BrokerConnection, request):

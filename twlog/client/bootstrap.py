@@ -3,7 +3,9 @@
 
 The blocking L{twlog.client.discovery.bootstrap} and the Twisted
 L{twlog.client.async_discovery.bootstrap_async} ask the addresses given
-CLUSTER_METADATA in turn; L{BootstrapPass} is everything they decide, with no
+CLUSTER_METADATA_V2 (type 14, which describes replicated topics too) in turn, and an address
+whose broker closes the connection on it (an older broker) CLUSTER_METADATA (type 8);
+L{BootstrapPass} is everything they decide, with no
 I/O (h11's shape): L{BootstrapPass.next_address} says whom to ask,
 L{BootstrapPass.receive} takes the answer or the error, and
 L{BootstrapPass.result} says what the answers make:
@@ -25,12 +27,21 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from twlog.errors import ConnectionFailed
+from twlog.errors import ConnectionFailed, ConnectionLost, InvalidRequest
 from twlog.partition import address_text
 from twlog.protocol import responses
+from twlog.protocol.replication_codec import NO_BROKER, ClusterMetadataV2Response, ReplicatedLayout
 from twlog.protocol.responses import ClusterMetadataResponse
 
-__all__ = ["STARTING_RETRIES", "STARTING_WAIT_S", "Bootstrap", "BootstrapPass", "Starting", "merge_answers"]
+#: What asking CLUSTER_METADATA_V2 raises when the broker does not know type 14 (an older one answers
+#: InvalidRequest and closes the connection; one that closes at once gives ConnectionLost): ask type 8 then.
+OLDER_BROKER = (InvalidRequest, ConnectionLost)
+
+#: An answer to CLUSTER_METADATA_V2 (type 14), or to CLUSTER_METADATA (type 8) from an older broker.
+ClusterAnswer = ClusterMetadataResponse | ClusterMetadataV2Response
+
+__all__ = ["OLDER_BROKER", "STARTING_RETRIES", "STARTING_WAIT_S", "Bootstrap", "BootstrapPass", "ClusterAnswer",
+           "Starting", "merge_answers"]
 
 _logger = logging.getLogger(__name__)
 
@@ -54,7 +65,7 @@ class Bootstrap:
     """What a bootstrap learnt: the cluster, who described it, and which brokers answered."""
 
     #: The cluster, as one answer (merged over the brokers asked when none knows the whole cluster).
-    response: ClusterMetadataResponse
+    response: ClusterAnswer
     #: The address(es) that described it, for messages.
     asked: str
     #: The ids of the brokers that answered (known to be reachable).
@@ -73,7 +84,7 @@ class BootstrapPass:
     def __init__(self, asked: Sequence[tuple[str, int]]) -> None:
         self.asked = list(asked)
         self._pending = list(self.asked)
-        self._answers: list[tuple[str, ClusterMetadataResponse]] = []
+        self._answers: list[tuple[str, ClusterAnswer]] = []
         self._problems: list[str] = []
         self._current: Bootstrap | None = None
 
@@ -83,7 +94,7 @@ class BootstrapPass:
             return None
         return self._pending[0]
 
-    def receive(self, answer: ClusterMetadataResponse | Exception) -> None:
+    def receive(self, answer: ClusterAnswer | Exception) -> None:
         """The answer of the address L{next_address} gave, or the connection error asking it raised."""
         host, port = self._pending.pop(0)
         address = address_text(host, port)
@@ -120,19 +131,33 @@ class BootstrapPass:
         raise error(f"cannot learn the cluster from {where}: " + "; ".join(problems))
 
 
-def merge_answers(answers: Iterable[ClusterMetadataResponse]) -> ClusterMetadataResponse:
-    """One cluster from the answers of brokers that each describe themselves (two addresses of one broker: once)."""
+def merge_answers(answers: Iterable[ClusterAnswer]) -> ClusterAnswer:
+    """One cluster from the answers of brokers that each describe themselves (two addresses of one broker: once).
+
+    The merge is a CLUSTER_METADATA_V2 answer when any answer is one (a replicated topic kept as the first
+    answer describing it gives it), else a CLUSTER_METADATA answer.
+    """
     brokers: dict[int, responses.BrokerAddress] = {}
     layouts: dict[str, dict[int, int]] = {}
     errors: dict[str, int] = {}
+    replicated: dict[str, ReplicatedLayout] = {}
     first = None
+    v2 = False
     for answer in answers:
         first = answer if first is None else first
+        v2 = v2 or isinstance(answer, ClusterMetadataV2Response)
         for broker in answer.brokers:
             brokers.setdefault(broker.broker_id, broker)
         for layout in answer.topics:
+            if isinstance(layout, ReplicatedLayout):
+                replicated.setdefault(layout.topic, layout)
+                continue
             errors[layout.topic] = errors.get(layout.topic) or layout.error
             for broker_id, count in layout.holders:
                 layouts.setdefault(layout.topic, {}).setdefault(broker_id, count)
     topics = tuple(responses.TopicLayout(t, errors[t], tuple(sorted(layouts.get(t, {}).items()))) for t in errors)
+    if v2:
+        return ClusterMetadataV2Response(first.broker_id, responses.VIEW_STANDALONE, NO_BROKER,
+                                         tuple(sorted(brokers.values())),
+                                         topics + tuple(r for t, r in replicated.items() if t not in errors))
     return ClusterMetadataResponse(first.broker_id, responses.VIEW_STANDALONE, tuple(sorted(brokers.values())), topics)

@@ -41,7 +41,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from twlog.client.bootstrap import STARTING_RETRIES, STARTING_WAIT_S, Bootstrap, BootstrapPass, Starting
+from twlog.client.bootstrap import (
+    OLDER_BROKER,
+    STARTING_RETRIES,
+    STARTING_WAIT_S,
+    Bootstrap,
+    BootstrapPass,
+    ClusterAnswer,
+    Starting,
+)
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
@@ -50,7 +58,6 @@ from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed, PartitionsOffline, UnknownTopic, raise_for
 from twlog.partition import TopicPartition, address_text, describe_partitions, resolve_partition
 from twlog.protocol.codec import MetadataResponse
-from twlog.protocol.responses import ClusterMetadataResponse
 from twlog.storage.manager import validate_topic
 
 _logger = logging.getLogger(__name__)
@@ -207,14 +214,26 @@ def _bootstrap_once(asked: list[tuple[str, int]], topics: tuple[str, ...], optio
     walk = BootstrapPass(asked)
     while (address := walk.next_address()) is not None:
         try:
-            with connect(*address, options) as connection:
-                walk.receive(connection.cluster_metadata(topics))
+            walk.receive(_ask_cluster(address, topics, options, connect))
         except (ConnectionFailed, BrokerTimeout) as e:
             walk.receive(e)
     return walk.result()
 
 
-def cluster_partitions(cluster: Bootstrap | ClusterMetadataResponse, topics: Iterable[str],
+def _ask_cluster(address: tuple[str, int], topics: tuple[str, ...], options: ClientOptions,
+                 connect: Callable[..., SyncConnection]) -> ClusterAnswer:
+    """C{address}'s CLUSTER_METADATA_V2 answer; from a broker that closes the connection on it (an older one,
+    which answers InvalidRequest first), its CLUSTER_METADATA answer, on a new connection."""
+    try:
+        with connect(*address, options) as connection:
+            return connection.cluster_metadata_v2(topics)
+    except OLDER_BROKER:
+        pass
+    with connect(*address, options) as connection:
+        return connection.cluster_metadata(topics)
+
+
+def cluster_partitions(cluster: Bootstrap | ClusterAnswer, topics: Iterable[str],
                        allow_partial: bool = False) -> list[PartitionLocation]:
     """The partitions of C{topics} in a CLUSTER_METADATA answer, with their brokers' addresses, sorted.
 

@@ -52,6 +52,7 @@ from twlog.protocol.codec import (
     encode_request,
 )
 from twlog.protocol.frames import FrameBuffer, FrameTooLarge, frame
+from twlog.protocol.replication_codec import ClusterMetadataV2Request, ClusterMetadataV2Response
 from twlog.storage.batch import MessageBatch
 from twlog.storage.manager import validate_topic
 
@@ -208,6 +209,11 @@ class SyncConnection:
     def cluster_metadata(self, topics: Sequence[str] = ()) -> ClusterMetadataResponse:
         """The cluster as this broker knows it: the live brokers, and where C{topics} (all when empty) are held."""
         return self.call(ClusterMetadataRequest(tuple(topics)))
+
+    def cluster_metadata_v2(self, topics: Sequence[str] = ()) -> ClusterMetadataV2Response:
+        """CLUSTER_METADATA_V2: as L{cluster_metadata}, replicated topics described by partition (leader,
+        leader epoch, replicas, ISR).  An older broker answers InvalidRequest and closes the connection."""
+        return self.call(ClusterMetadataV2Request(tuple(topics)))
 
 
 # -- the blocking driver of a partition reader -----------------------------------------------------

@@ -1,7 +1,14 @@
 # -*- test-case-name: tests.client.test_topics,tests.integration.test_topics_create -*-
-"""Creating and deleting a topic on every broker of a cluster (blocking): C{twlog topics create} and C{delete}.
+"""Creating and deleting a topic on every broker of a cluster (blocking): C{twlog topics create} and C{delete};
+and creating a replicated topic in ZooKeeper (L{create_replicated}, on the reactor).
 
-Partitions are per broker, as in Kafka 0.7: C{create_topic("clicks", 2)} on a
+A replicated topic (C{--replication-factor}) has P partitions in all, C{0} to C{P-1}, each on R brokers:
+L{create_replicated} spreads them over the live brokers (C{/brokers/ids}) with L{assign_replicas}, writes
+C{/twlog/topics/<topic>} (L{twlog.coord.replication.store.create_replicated_topic}), and waits (boundedly) for
+the controller to write each partition's first state, so a producer started next finds the leaders.  It talks
+to ZooKeeper directly, as Kafka 0.8's C{kafka-topics.sh --zookeeper} does: no broker request creates one.
+
+For a 0.7 topic partitions are per broker, as in Kafka 0.7: C{create_topic("clicks", 2)} on a
 cluster of 3 brokers gives each broker 2 partitions, 6 in all.  The brokers are
 the cluster's live brokers, learnt from any one broker address (CLUSTER_METADATA,
 L{twlog.client.discovery.bootstrap}) or from ZooKeeper's C{/brokers/ids}.  Every
@@ -17,15 +24,21 @@ import time
 from collections.abc import Sequence
 
 import attrs
+from twisted.internet.task import deferLater
 
 from twlog.client.discovery import bootstrap, registered_brokers
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
-from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
+from twlog.coord.replication import store
+from twlog.coord.replication.assign import assign_replicas
+from twlog.coord.replication.store import MIN_INSYNC_REPLICAS
+from twlog.coord.replication.values import TopicAssignment
+from twlog.coord.zk import BlockingZooKeeper, IZooKeeper, NoNodeError, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed, InvalidRequest, TopicExists, UnknownTopic, raise_for
 from twlog.partition import address_text
 from twlog.protocol.codec import CreateTopicRequest, DeleteTopicRequest
+from twlog.protocol.replication_codec import ReplicatedLayout
 from twlog.storage.manager import MAX_PARTITIONS, validate_topic
 
 #: How long L{create_topic} waits for every broker's registration of the new topic to be visible.
@@ -84,6 +97,9 @@ def read_cluster(topic: str, *, brokers: str | Sequence[tuple[str, int]] | None 
         layout = cluster.response.layout(topic)
         if layout is not None:
             raise_for(layout.error, f"broker {cluster.asked} refuses topic {topic!r}")
+        if isinstance(layout, ReplicatedLayout):
+            raise TopicExists(f"topic {topic!r} is a replicated topic ({len(layout.partitions)} partitions, each on "
+                              "several brokers): per-broker create and delete do not apply to it")
         holders = dict(layout.holders) if layout is not None else {}
         return Cluster(cluster.response.addresses, holders, f"the brokers known to {cluster.asked}")
     try:
@@ -218,3 +234,63 @@ def delete_topic(topic: str, *, brokers: str | Sequence[tuple[str, int]] | None 
         if time.monotonic() >= deadline:
             return TopicDeletion(topic, holders, False)
         time.sleep(_POLL_S)
+
+
+@attrs.frozen
+class ReplicatedTopicCreated:
+    """What L{create_replicated} did: the topic's assignment (partition -> replicas, preferred leader first)."""
+
+    assignment: TopicAssignment
+    #: The live brokers it was spread over.
+    live: tuple[int, ...]
+    #: Whether the controller wrote every partition's first state (its leader and ISR) within the wait.
+    started: bool
+
+
+def check_total_partitions(partitions: int) -> int:
+    """C{partitions} if it is a valid count for a replicated topic (1 to L{MAX_PARTITIONS}, all brokers together).
+
+    @raise InvalidRequest: naming the count and the range accepted.
+    """
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidRequest(f"a replicated topic has 1 to {MAX_PARTITIONS} partitions in all, not {partitions}")
+    return partitions
+
+
+async def create_replicated(zk: IZooKeeper, topic: str, partitions: int, replication_factor: int, *, clock,
+                            min_insync_replicas: int | None = None, wait_s: float = REGISTRATION_WAIT_S,
+                            rng=None) -> ReplicatedTopicCreated:
+    """Create C{topic} with C{partitions} partitions in all, each on C{replication_factor} of the live brokers
+    (leaders and replicas spread evenly), in ZooKeeper; wait up to C{wait_s} for the controller's first states.
+
+    @param min_insync_replicas: the topic's C{min.insync.replicas} (None: the brokers' --min-insync-replicas).
+    @raise InvalidTopic: the name breaks the topic rules.
+    @raise InvalidRequest: C{partitions} is outside 1 to L{MAX_PARTITIONS}.
+    @raise InvalidReplicationFactor: more than the live brokers, or below 1 (naming the live brokers).
+    @raise ReplicatedTopicExists: the name is taken, by a replicated topic or a 0.7 one.
+    @raise InvalidTopicConfig: C{min_insync_replicas} below 1.
+    @raise ConnectionFailed: no broker is registered.
+    """
+    validate_topic(topic)
+    check_total_partitions(partitions)
+    try:
+        names = await zk.children(paths.BROKER_IDS)
+    except NoNodeError:
+        names = []
+    live = tuple(sorted(int(n) for n in names if n.isascii() and n.isdigit()))
+    if not live:
+        raise ConnectionFailed(f"no live broker is registered in ZooKeeper ({paths.BROKER_IDS} is empty): "
+                               "start the brokers first")
+    assignment = assign_replicas(live, partitions, replication_factor, rng=rng)
+    config = {MIN_INSYNC_REPLICAS: str(min_insync_replicas)} if min_insync_replicas is not None else {}
+    created = await store.create_replicated_topic(zk, topic, assignment, config)
+    deadline = clock.seconds() + wait_s
+    while True:
+        started = True
+        for partition in created.partitions:
+            if await zk.exists(paths.partition_state_path(topic, partition)) is None:
+                started = False
+                break
+        if started or clock.seconds() >= deadline:
+            return ReplicatedTopicCreated(created, live, started)
+        await deferLater(clock, _POLL_S)

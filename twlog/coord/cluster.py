@@ -30,8 +30,11 @@ from twisted.logger import Logger
 
 from twlog.coord import paths
 from twlog.coord.layout import ClusterLayout, parse_broker_address
+from twlog.coord.replication.values import BadReplicationValue, PartitionState, TopicAssignment
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, NoNodeError
+from twlog.errors import NO_ERROR, LeaderNotAvailable
 from twlog.partition import TopicPartition
+from twlog.protocol import replication_codec
 
 __all__ = ["ClusterView", "parse_broker_address"]
 
@@ -120,6 +123,38 @@ class ClusterView:
     def offline_holders(self, topic: str) -> dict[int, int]:
         """C{topic}'s partition count on each broker that held it (C{/twlog/held}) and is not live now."""
         return self._layout.offline_holders(topic)
+
+    def replicated(self, topic: str) -> replication_codec.ReplicatedLayout | None:
+        """C{topic}'s partitions with their replicas, leader, leader epoch and ISR, as CLUSTER_METADATA_V2 carries
+        them, or None when it is not a replicated topic the layout holds (a bad assignment, or a 0.7 topic too).
+
+        A partition with no state yet, a bad one (a problem already logged) or a leader that is not live has
+        leader L{replication_codec.NO_BROKER} and error LeaderNotAvailable; with no usable state its epoch is
+        L{replication_codec.UNDEFINED_EPOCH} and its ISR empty.
+        """
+        value, states = self._replicated_values.get(topic, (None, {}))
+        if value is None or topic not in self._layout.partitions:
+            return None
+        try:
+            assignment = TopicAssignment.decode(topic, value, paths.replicated_topic_path(topic))
+        except BadReplicationValue:
+            return None
+        found = []
+        for number, replicas in sorted(assignment.partitions.items()):
+            state = None
+            data = states.get(str(number))
+            if data is not None:
+                try:
+                    state = PartitionState.decode(data, paths.partition_state_path(topic, number))
+                except BadReplicationValue:
+                    state = None
+            leader = self._layout.leader(TopicPartition(topic, str(number)))
+            found.append(replication_codec.PartitionState(
+                number, NO_ERROR if leader is not None else LeaderNotAvailable.code,
+                leader if leader is not None else replication_codec.NO_BROKER,
+                state.leader_epoch if state is not None else replication_codec.UNDEFINED_EPOCH,
+                replicas, state.isr if state is not None else ()))
+        return replication_codec.ReplicatedLayout(topic, NO_ERROR, tuple(found))
 
     # -- reading and watching --------------------------------------------------------
 

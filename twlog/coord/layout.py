@@ -60,6 +60,7 @@ from twlog.coord.replication.values import BadReplicationValue, PartitionState, 
 from twlog.deprecation import renamed_attribute
 from twlog.errors import InvalidTopic, LeaderNotAvailable
 from twlog.partition import TopicPartition, address_text, partition_ranges
+from twlog.protocol.replication_codec import ClusterMetadataV2Response, ReplicatedLayout
 from twlog.protocol.responses import ClusterMetadataResponse
 from twlog.storage.manager import validate_topic
 
@@ -289,19 +290,25 @@ class ClusterLayout:
         return attrs.evolve(self, partitions=partitions, leaders=leaders)
 
     @classmethod
-    def from_metadata(cls, answer: ClusterMetadataResponse) -> Reading:
-        """The layout a CLUSTER_METADATA answer describes (one broker's, or several merged), and its problems.
+    def from_metadata(cls, answer: ClusterMetadataResponse | ClusterMetadataV2Response) -> Reading:
+        """The layout a CLUSTER_METADATA (or _V2) answer describes (one broker's, or several merged), and its problems.
 
         A topic the answer refuses (an error code) is left out, with no problem: the driver that asked for it
         raises the typed error (L{twlog.errors.raise_for}).  A holder the answer gives no address for is a
-        broker known to hold the topic that is not live: its partitions are offline (no leader).
+        broker known to hold the topic that is not live: its partitions are offline (no leader).  A replicated
+        topic (V2's L{ReplicatedLayout}) has partitions C{0} to C{P-1}, each led by its answer's leader, or
+        offline when that is no broker or not live.
         """
         problems: list[str] = []
         counts: dict[str, dict[int, int]] = {}
         offline: dict[str, dict[int, int]] = {}
+        replicated: list[ReplicatedLayout] = []
         live = answer.addresses
         for layout in answer.topics:
             if layout.error:
+                continue
+            if isinstance(layout, ReplicatedLayout):
+                replicated.append(layout)
                 continue
             held = counts.setdefault(layout.topic, {})
             for broker_id, count in layout.holders:
@@ -311,7 +318,24 @@ class ClusterLayout:
                     offline.setdefault(layout.topic, {})[broker_id] = count
                 else:
                     held[broker_id] = count
-        return Reading(cls.from_counts(live, counts, offline=offline), tuple(problems))
+        result = cls.from_counts(live, counts, offline=offline)
+        if replicated:
+            partitions = dict(result.partitions)
+            leaders = dict(result.leaders)
+            for layout in replicated:
+                if partitions.get(layout.topic):
+                    problems.append(f"topic {layout.topic!r} is both a Kafka 0.7 topic and a replicated one: "
+                                    "its replicated partitions are left out")
+                    continue
+                tps = []
+                for p in layout.partitions:
+                    tp = TopicPartition(layout.topic, str(p.partition))
+                    tps.append(tp)
+                    if p.leader >= 0:
+                        leaders[tp] = p.leader
+                partitions[layout.topic] = tuple(sorted(tps))
+            result = attrs.evolve(result, partitions=partitions, leaders=leaders)
+        return Reading(result, tuple(problems))
 
     def topics(self) -> list[str]:
         """The topics the layout knows, sorted."""

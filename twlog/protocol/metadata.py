@@ -1,5 +1,5 @@
 # -*- test-case-name: tests.protocol.test_metadata,tests.protocol.test_cluster_metadata,tests.protocol.test_create_topic,tests.protocol.test_boundaries -*-  # noqa: E501
-"""The broker's metadata and admin handlers: OFFSETS, METADATA, CLUSTER_METADATA, CREATE_TOPIC,
+"""The broker's metadata and admin handlers: OFFSETS, METADATA, CLUSTER_METADATA (and _V2), CREATE_TOPIC,
 DELETE_TOPIC and BOUNDARIES (L{MetadataHandlers}).
 
 These answer questions about the logs rather than carry their messages:
@@ -20,8 +20,9 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from twlog.config import BrokerConfig
-from twlog.errors import NO_ERROR, BrokerError, InvalidRequest, OffsetOutOfRange, kafka07_code
+from twlog.errors import NO_ERROR, BrokerError, InvalidRequest, OffsetOutOfRange, ReplicatedTopic, kafka07_code
 from twlog.protocol import codec
+from twlog.protocol import replication_codec as replication
 from twlog.protocol.codec import (
     MAX_BOUNDARY_POSITIONS,
     BoundariesRequest,
@@ -33,6 +34,7 @@ from twlog.protocol.codec import (
     TopicMetadata,
 )
 from twlog.protocol.handling import ErrorCounts, Response, check_partition
+from twlog.protocol.replication_codec import ClusterMetadataV2Request
 from twlog.protocol.responses import (
     VIEW_CURRENT,
     VIEW_STALE,
@@ -70,9 +72,17 @@ class ClusterSource(Protocol):
     def offline_holders(self, topic: str) -> dict[int, int]:
         """C{topic}'s partition count on each broker known to hold it that is not live."""
 
+    # Optional (read with getattr, so a source without replicated topics need not have it):
+    # def replicated(self, topic: str) -> ReplicatedLayout | None: C{topic}'s partitions, leaders, epochs,
+    # replicas and ISRs if it is a replicated topic, else None.
+
 
 def _held_by_none(topic: str) -> dict[int, int]:
     return {}
+
+
+def _not_replicated(topic: str) -> None:
+    return None
 
 
 class MetadataHandlers:
@@ -89,6 +99,9 @@ class MetadataHandlers:
         self.port = 0
         #: The cluster described in CLUSTER_METADATA: None (no ZooKeeper) for this broker alone.
         self.cluster: ClusterSource | None = None
+        #: The controller this broker knows of, for CLUSTER_METADATA_V2 (NO_BROKER: none known), once set by
+        #: the broker service (which runs the controller with ZooKeeper).
+        self.controller_id: Callable[[], int] | None = None
 
     def offsets(self, request: OffsetsRequest, peer: str = "?") -> Response:
         """OFFSETS: offsets before a time, newest first (errors as Kafka 0.7 codes)."""
@@ -129,11 +142,32 @@ class MetadataHandlers:
         says so (the view).  Only partitions that exist are reported: a topic no broker holds yet
         has no holders.  A broker known to hold a topic (C{/twlog/held}) that is not live is a holder
         with no address: its partitions exist, and are offline.  This broker's own counts come from its
-        logs, ahead of its registration.
+        logs, ahead of its registration.  Replicated topics are not listed (their partitions are not
+        C{<broker id>-<n>}): one named gets ReplicatedTopic (30); CLUSTER_METADATA_V2 describes them.
         """
+        me, view, brokers, layouts = self._cluster(request.topics, replicated=False)
+        answer = ClusterMetadataResponse(me.broker_id, view, brokers, layouts)
+        return codec.encode_cluster_metadata_response(NO_ERROR, answer)
+
+    def cluster_metadata_v2(self, request: ClusterMetadataV2Request, peer: str = "?") -> Response:
+        """CLUSTER_METADATA_V2: as CLUSTER_METADATA, with replicated topics described by partition (leader,
+        leader epoch, replicas, ISR, from the partitions' states in ZooKeeper) and the controller.
+
+        The controller is the one this broker knows of (L{controller_id}), or NO_BROKER.
+        """
+        me, view, brokers, layouts = self._cluster(request.topics, replicated=True)
+        controller = self.controller_id() if self.controller_id is not None else replication.NO_BROKER
+        answer = replication.ClusterMetadataV2Response(me.broker_id, view, controller, brokers, layouts)
+        return replication.encode_cluster_metadata_v2_response(NO_ERROR, answer)
+
+    def _cluster(self, asked: tuple[str, ...], *, replicated: bool
+                 ) -> tuple[BrokerAddress, int, tuple[BrokerAddress, ...], list]:
+        """This broker, the view, the live brokers and the topics' layouts for CLUSTER_METADATA (V2 with
+        C{replicated}: replicated topics as L{replication.ReplicatedLayout})."""
         me = BrokerAddress(self._config.broker_id, self._config.advertised_host, self.port)
         local = self._logs.topics()
         cluster = self.cluster
+        replicated_of: Callable[[str], replication.ReplicatedLayout | None] = _not_replicated
         if cluster is None or not cluster.ready:
             view = VIEW_STANDALONE if cluster is None else VIEW_STARTING
             brokers: dict[int, tuple[str, int]] = {}
@@ -145,26 +179,30 @@ class MetadataHandlers:
             brokers = dict(cluster.brokers)
             registered = cluster.holders
             offline = cluster.offline_holders
+            replicated_of = getattr(cluster, "replicated", _not_replicated)
             known = set(local) | set(cluster.topics())
         brokers[me.broker_id] = (me.host, me.port)  # it is answering, so it is live, at this address
-        layouts = []
-        for topic in request.topics or sorted(known):
+        layouts: list[TopicLayout | replication.ReplicatedLayout] = []
+        for topic in asked or sorted(known):
             try:
                 validate_topic(topic)
             except BrokerError as e:
                 layouts.append(TopicLayout(topic, e.code))
+                continue
+            if not local.get(topic) and (found := replicated_of(topic)) is not None:
+                if replicated:
+                    layouts.append(found)
+                elif asked:  # an older client fails naming it, rather than read it as a 0.7 topic
+                    layouts.append(TopicLayout(topic, ReplicatedTopic.code))
                 continue
             holders = {b: n for b, n in registered(topic).items() if n > 0 and b != me.broker_id}
             if local.get(topic):
                 holders[me.broker_id] = local[topic]
             # Brokers known to hold it that are down: listed with no address (readers say so, never drop them).
             holders.update((b, n) for b, n in offline(topic).items() if n > 0 and b not in brokers)
-            if holders or request.topics:
+            if holders or asked:
                 layouts.append(TopicLayout(topic, NO_ERROR, tuple(sorted(holders.items()))))
-        answer = ClusterMetadataResponse(
-            me.broker_id, view, tuple(BrokerAddress(b, *a) for b, a in sorted(brokers.items())), tuple(layouts)
-        )
-        return codec.encode_cluster_metadata_response(NO_ERROR, answer)
+        return me, view, tuple(BrokerAddress(b, *a) for b, a in sorted(brokers.items())), layouts
 
     def create_topic(self, request: CreateTopicRequest, peer: str = "?") -> Deferred[Response]:
         """CREATE_TOPIC: create the topic's partitions here and record their count; answer once that is durable.

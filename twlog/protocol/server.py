@@ -35,6 +35,7 @@ from twlog.protocol.fetch import FetchHandlers
 from twlog.protocol.handling import ErrorCounts, Response
 from twlog.protocol.metadata import ClusterSource, MetadataHandlers
 from twlog.protocol.produce import ProduceHandlers, ReplicationGate
+from twlog.protocol.replication_codec import ClusterMetadataV2Request
 from twlog.storage.manager import LogManager
 
 __all__ = ["KAFKA07_REQUESTS", "Broker", "ClusterSource", "Response"]
@@ -72,6 +73,7 @@ class Broker:
             metadata.offsets, metadata.metadata, metadata.cluster_metadata)
         self.create_topic, self.boundaries = metadata.create_topic, metadata.boundaries
         self.delete_topic = metadata.delete_topic
+        self.cluster_metadata_v2 = metadata.cluster_metadata_v2
         logs.add_delete_listener(fetching.topic_deleted)
         self.handlers: dict[type, Callable[..., Any]] = {
             ProduceRequest: self.produce,
@@ -86,6 +88,7 @@ class Broker:
             CreateTopicRequest: self.create_topic,
             BoundariesRequest: self.boundaries,
             DeleteTopicRequest: self.delete_topic,
+            ClusterMetadataV2Request: self.cluster_metadata_v2,
         }
 
     @property
@@ -115,3 +118,12 @@ class Broker:
     @cluster.setter
     def cluster(self, cluster: ClusterSource | None) -> None:
         self._metadata.cluster = cluster
+
+    @property
+    def controller_id(self) -> Callable[[], int] | None:
+        """Who the controller is, as this broker knows (CLUSTER_METADATA_V2); None: no controller runs here."""
+        return self._metadata.controller_id
+
+    @controller_id.setter
+    def controller_id(self, controller_id: Callable[[], int] | None) -> None:
+        self._metadata.controller_id = controller_id

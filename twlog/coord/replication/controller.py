@@ -111,6 +111,9 @@ class Controller:
         self._machine = StateMachine(f"broker {broker_id} controller", _S.IDLE, CONTROLLER_MOVES, logged_by(self._log))
         #: The epoch of this controller's last election (0: never elected).
         self.epoch = 0
+        #: The active controller as this broker knows it: itself while active, the holder of
+        #: C{/twlog/controller} while standing by, else -1 (none known: electing, session lost, stopped).
+        self.controller_id = -1
         self._generation = 0
         #: Every decision this controller wrote, in order; and the compare-and-set failures it retried.
         self.decisions: list[Decision] = []
@@ -159,6 +162,7 @@ class Controller:
     def _move(self, target: ControllerState) -> None:
         if self.state is not target:
             self._machine.move(target)
+            self.controller_id = self.broker_id if target is _S.ACTIVE else -1
             self._generation += 1
             self._armed = set()
             if self._timer is not None and self._timer.active():
@@ -211,7 +215,7 @@ class Controller:
     async def _standby(self, data: bytes) -> None:
         self._move(_S.STANDBY)
         try:
-            other = ControllerRecord.decode(data, paths.CONTROLLER).broker_id
+            other = self.controller_id = ControllerRecord.decode(data, paths.CONTROLLER).broker_id
         except BadReplicationValue as e:
             other = f"unknown ({e})"
         self._log.debug("broker {other} is the controller; broker {broker} stands by", other=other,
