@@ -39,7 +39,7 @@ from twisted.web.static import Data
 from typing_extensions import override
 
 from twlog.errors import ERRORS, UNKNOWN
-from twlog.protocol import codec
+from twlog.protocol import codec, replication_codec
 from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
 from twlog.storage.manager import LogManager
@@ -58,6 +58,9 @@ REQUEST_NAMES = {
     codec.CREATE_TOPIC: "CREATE_TOPIC",
     codec.BOUNDARIES: "BOUNDARIES",
     codec.DELETE_TOPIC: "DELETE_TOPIC",
+    replication_codec.REPLICA_FETCH: "REPLICA_FETCH",
+    replication_codec.EPOCH_END_OFFSET: "EPOCH_END_OFFSET",
+    replication_codec.CLUSTER_METADATA_V2: "CLUSTER_METADATA_V2",
 }
 
 #: Upper bounds (seconds) of the request latency buckets: a waiting fetch may last up to
