@@ -68,6 +68,11 @@ class Follower:
         #: How many truncations were made (tests, metrics).
         self.truncations = 0
 
+    @property
+    def connection(self) -> Any:
+        """The connection to the leader this follower fetches on."""
+        return self._connection
+
     def __repr__(self) -> str:
         return f"<Follower {self.topic}-{self.partition} of broker {self.leader_id} epoch {self.leader_epoch}>"
 

@@ -52,6 +52,9 @@ class ReplicaManager:
         self.lag_time_ms = lag_time_ms
         self.leaders: dict[tuple[str, int], LeaderPartition] = {}
         self.followers: dict[tuple[str, int], Follower] = {}
+        #: The replicated topics (L{twlog.replica.roles.ReplicaRoles} keeps it): a produce to one of their
+        #: partitions this broker does not lead is refused, never written as a 0.7 partition's.
+        self.replicated_topics: frozenset[str] = frozenset()
         self.handlers = ReplicaHandlers(lambda topic, partition: self.leaders.get((topic, partition)), clock,
                                         count_error, max_fetch_wait_ms)
         logs.add_flush_listener(self._flushed)
@@ -96,7 +99,13 @@ class ReplicaManager:
             leader.stop()
             self.handlers.changed(topic, partition)  # held fetches get NotLeader now
         follower = self.followers.pop((topic, partition), None)
-        return follower.stop() if follower is not None else None
+        if follower is None:
+            return None
+        d = follower.stop()
+        close = getattr(getattr(follower, "connection", None), "close", None)
+        if close is not None:  # each follower has a connection of its own to its leader
+            d.addBoth(lambda result: (close(), result)[1])
+        return d
 
     # -- the produce handlers' gate (ReplicationGate) ------------------------------------
 
@@ -107,6 +116,9 @@ class ReplicaManager:
                             f"broker {self.followers[key].leader_id}")
         leader = self.leaders.get(key)
         if leader is None:
+            if topic in self.replicated_topics:
+                raise NotLeader(f"broker {self.broker_id} does not lead {topic}-{partition}: ask the cluster "
+                                "metadata (CLUSTER_METADATA_V2) for its leader")
             return False
         if ack >= ACK_ALL:
             if leader.state.fenced:
