@@ -119,7 +119,7 @@ class Follower:
             except TwlogError as e:  # connection lost, NotLeader, an epoch not the leader's, a timeout
                 if self._stopping:
                     return
-                self._log.info("{follower}: {error}; again in {backoff} s", follower=self, error=e,
+                self._log.info("{error}; again in {backoff} s", error=e,
                                backoff=self.backoff_s)
                 await self._backoff()
 
