@@ -119,8 +119,8 @@ class Follower:
             except TwlogError as e:  # connection lost, NotLeader, an epoch not the leader's, a timeout
                 if self._stopping:
                     return
-                self._log.info("{error}; again in {backoff} s", error=e,
-                               backoff=self.backoff_s)
+                self._log.info("{error}; again in {backoff} s", backoff=self.backoff_s,
+                               error=e if str(self) in str(e) else f"{self}: {e}")
                 await self._backoff()
 
     async def _backoff(self) -> None:
