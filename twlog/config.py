@@ -151,6 +151,10 @@ class BrokerConfig:
     min_insync_replicas: int = 1
     #: Replication: how long a stopping broker that is the controller waits for its leaderships to move.
     controlled_shutdown_timeout_s: float = 5.0
+    #: Replication (with ZooKeeper): a topic first written to is created replicated on this many brokers
+    #: (Kafka's default.replication.factor), with --num-partitions partitions per live broker in all; 1: a
+    #: 0.7 topic, as without replication.
+    default_replication_factor: int = 1
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -180,6 +184,8 @@ class BrokerConfig:
             problems.append("listen_backlog must be at least 1")
         if self.replica_lag_time_ms < 1:
             problems.append("replica_lag_time_ms must be at least 1")
+        if self.default_replication_factor < 1:
+            problems.append("default_replication_factor must be at least 1")
         if self.min_insync_replicas < 1:
             problems.append("min_insync_replicas must be at least 1")
         if not self.controlled_shutdown_timeout_s > 0:

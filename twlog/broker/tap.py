@@ -179,6 +179,10 @@ class Options(usage.Options):
         ["min-insync-replicas", None, 1,
          "In-sync replicas an ack=all produce needs, for a replicated topic created without its own "
          "--min-insync-replicas.", _int("min-insync-replicas", 1)],
+        ["default-replication-factor", None, 1,
+         "With --zookeeper: a topic first written to is created replicated on this many brokers, with "
+         "--num-partitions partitions per live broker in all (1: an unreplicated 0.7 topic).",
+         _int("default-replication-factor", 1)],
         ["controlled-shutdown-timeout-s", None, 5.0,
          "On SIGTERM, a broker that is the controller first moves its leaderships to other in-sync replicas, "
          "waiting at most this long.", _seconds("controlled-shutdown-timeout-s", positive=True)],
@@ -227,6 +231,7 @@ class Options(usage.Options):
                 unclean_leader_election=bool(self["unclean-leader-election"]),
                 min_insync_replicas=self["min-insync-replicas"],
                 controlled_shutdown_timeout_s=self["controlled-shutdown-timeout-s"],
+                default_replication_factor=self["default-replication-factor"],
             )
         except ValueError as e:
             raise usage.UsageError(str(e)) from None

@@ -264,6 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the first broker's Prometheus metrics port; broker N serves "
                        "http://127.0.0.1:PORT+N/metrics (default: --port + 100, so 9192)")
     local.add_argument("--no-metrics", action="store_true", help="serve no metrics")
+    positive_option(local, "--replication-factor", default=1,
+                    help="new topics are replicated on this many brokers, with --num-partitions per broker in all "
+                    "(1: unreplicated 0.7 topics; at most --brokers)")
+    positive_option(local, "--min-insync-replicas", default=1,
+                    help="in-sync replicas an ack=all produce to a replicated topic needs")
 
     add_mirror_commands(commands, debug_option)
     add_bench_commands(commands)
