@@ -83,23 +83,23 @@ def read_replica(log_dir: str, topic: str, partition: int | str, broker: object 
             break
         with open(path, "rb") as f:
             data = f.read()
-        problem = _scan_into(messages, data, base, path)
+        end, problem = _scan_into(messages, data, base, path)
         if problem is not None:
             break
-        end = base + len(data)
     return ReplicaContents(label, topic, str(partition), start, end, messages,
                            _high_watermark(log_dir, topic, int(partition)), problem)
 
 
-def _scan_into(messages: dict[Position, bytes], data: bytes, base: int, path: str) -> str | None:
-    last_offset, index = -1, 0
+def _scan_into(messages: dict[Position, bytes], data: bytes, base: int, path: str) -> tuple[int, str | None]:
+    """Add a segment's messages; the offset after the last one read, and why reading stopped before the end."""
+    last_offset, index, end = -1, 0, base
     for item in scan_messages(data, base, whole_buffer=True):
         if isinstance(item, CorruptMessage):
-            return f"{path}: {item}"
+            return end, f"{path}: {item}"
         index = index + 1 if item.offset == last_offset else 0
-        last_offset = item.offset
+        last_offset, end = item.offset, max(end, item.next_offset)
         messages[(item.offset, index)] = item.payload
-    return None
+    return end, None
 
 
 def _high_watermark(log_dir: str, topic: str, partition: int) -> int | None:
