@@ -12,7 +12,9 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, c
 from twisted.internet.protocol import Factory, Protocol
 from twisted.trial.unittest import TestCase
 
+from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.bench.faultproxy import BOTH, DROP, FROM_TARGET, HOLD, TO_TARGET, FaultProxy
+from twlog.coord.zk import CONNECTED, SUSPENDED, ZooKeeper
 
 
 class Peer(Protocol):
@@ -246,3 +248,58 @@ class FaultProxyTests(TestCase):
             proxy.cut(BOTH, "lose")
         with self.assertRaises(ValueError):
             proxy.heal("up")
+
+
+class ZooKeeperThroughTheProxyTests(TestCase):
+    """A twlog ZooKeeper session through the proxy, as a broker started with --zookeeper at the proxy has."""
+
+    timeout = 60
+
+    async def session(self) -> tuple[FaultProxy, ZooKeeper, list[str]]:
+        hosts = fresh_connect_string()
+        server, _, chroot = hosts.partition("/")
+        host, _, port = server.partition(":")
+        proxy = FaultProxy(host, int(port), reactor=reactor)
+        await proxy.start()
+        self.addCleanup(proxy.stop)
+        zk = await connect(self, f"{proxy.address}/{chroot}", session_timeout_s=6.0)
+        states: list[str] = []
+        zk.add_state_listener(states.append)
+        return proxy, zk, states
+
+    async def test_one_way_cut_suspends_and_the_heal_keeps_the_session(self) -> None:
+        """Answers held (FROM_TARGET): the session is suspended; healed in time, it goes on with the same id."""
+        proxy, zk, states = await self.session()
+        session = zk.session_id
+        await zk.create("/before", b"1")
+        proxy.cut(FROM_TARGET)
+        await until_state(zk, SUSPENDED)
+        self.assertGreater(proxy.stats.forwarded[TO_TARGET], 0)
+        proxy.heal()
+        await until_state(zk, CONNECTED)
+        self.assertEqual((zk.session_id, states), (session, [SUSPENDED, CONNECTED]))
+        self.assertEqual((await zk.get("/before"))[0], b"1")
+
+    async def test_dropped_connections_reconnect_after_the_heal(self) -> None:
+        proxy, zk, states = await self.session()
+        proxy.cut(BOTH, DROP)
+        proxy.kill_connections()
+        await until_state(zk, SUSPENDED)
+        await proxy.wait_until(lambda p: p.stats.refused > 0)  # kazoo's reconnections are refused meanwhile
+        proxy.heal()
+        await until_state(zk, CONNECTED)
+        await zk.create("/after", b"2")
+        self.assertEqual((await zk.get("/after"))[0], b"2")
+
+
+def until_state(zk: ZooKeeper, state: str) -> Deferred:
+    """Fires at the session's next change to C{state}."""
+    d: Deferred = Deferred()
+
+    def listener(now: str) -> None:
+        if now == state and not d.called:
+            zk.remove_state_listener(listener)
+            d.callback(now)
+
+    zk.add_state_listener(listener)
+    return d
