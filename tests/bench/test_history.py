@@ -109,7 +109,8 @@ class CleanHistoryTests(SynchronousTestCase):
         h.replica(replica(3, {0: "a"}, problem="segment 0: a partial length field of 2 bytes"))
         result = check(h)
         self.assertTrue(result.valid, result.report())
-        self.assertIn("broker 3's log was read up to offset 10 only: segment 0: a partial length field", result.report())
+        self.assertIn("broker 3's log was read up to offset 10 only: segment 0: a partial length field",
+                      result.report())
 
 
 class AnomalyTests(SynchronousTestCase):
