@@ -105,8 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     positive_option(produce, "--batch-size", default=200, help="messages per request")
     produce.add_argument("--skip-lines", type=_line_count, default=0, metavar="N",
                          help="skip the input's first N lines: resume where a failed run says it stopped")
-    produce.add_argument("--ack", choices=["appended", "flushed"], default="flushed",
-                         help="what each batch waits for: flushed (visible to consumers; default) or appended")
+    produce.add_argument("--ack", choices=["appended", "flushed", "all"], default="flushed",
+                         help="what each batch waits for: flushed (visible to consumers; default), appended, or all "
+                         "(a replicated partition's every in-sync replica holds it; as flushed on an unreplicated one)")
     produce.add_argument("--no-wait", action="store_true",
                          help="fire and forget: do not wait for the brokers (messages may not be visible yet)")
     produce.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",

@@ -41,6 +41,7 @@ from twlog.producer.batcher import Batcher, check_settings
 from twlog.producer.delivery import deliver
 from twlog.producer.router import Partitioner, Router, hash_partitioner
 from twlog.protocol.codec import (
+    ACK_ALL,
     ACK_APPENDED,
     ACK_FLUSHED,
     ACK_NONE,
@@ -49,7 +50,7 @@ from twlog.protocol.codec import (
 )
 from twlog.storage.message import CODEC_NAMES, CODEC_NONE, encode_message_set
 
-ACK_MODES = {"none": ACK_NONE, "appended": ACK_APPENDED, "flushed": ACK_FLUSHED}
+ACK_MODES = {"none": ACK_NONE, "appended": ACK_APPENDED, "flushed": ACK_FLUSHED, "all": ACK_ALL}
 
 
 def _payloads(messages: bytes | Sequence[bytes]) -> list[bytes]:
@@ -86,8 +87,9 @@ class Producer:
     @param zookeeper: a ZooKeeper connect string (C{host:port[,...][/chroot]}):
         the producer opens a session on first use and closes it in L{close};
         or a started L{IZooKeeper} session, which it leaves open.
-    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"} or
-        C{"flushed"} (ACK_PRODUCE; L{send} fires with the L{ProduceResult}).
+    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"}, C{"flushed"} or C{"all"} (ACK_PRODUCE; L{send}
+        fires with the L{ProduceResult}); C{"all"} waits, on a replicated partition, until every in-sync replica
+        holds the set and the leader flushed it (as C{"flushed"} on a 0.7 partition).
     @param partitioner: C{(key, n) -> index} for keyed sends; default L{hash_partitioner}.
     @param codec: a C{CODEC_*} number or name (C{"gzip"}); each batch is compressed as one wrapper.
     @param batch_size: turn on async batching: send a partition's queue at this many messages ...
