@@ -118,13 +118,13 @@ RF_FRAME = (
 )
 MESSAGES = encode_message_set([b"a", b"bc"])
 RF_RESPONSE = ReplicaFetchResponse(NO_ERROR, (
-    ReplicaFetchPart(NO_ERROR, 4096, 4096 + len(MESSAGES), 0, MESSAGES),
+    ReplicaFetchPart(NO_ERROR, 4096, 4096 + len(MESSAGES), 0, 2048, MESSAGES),
     ReplicaFetchPart(FencedLeaderEpoch.code, -1, -1, -1),
 ))
 RF_RESPONSE_FRAME = (
     i16(0) + i16(2)
-    + i16(0) + i64(4096) + i64(4096 + len(MESSAGES)) + i64(0) + i32(len(MESSAGES)) + MESSAGES
-    + i16(FencedLeaderEpoch.code) + i64(-1) + i64(-1) + i64(-1) + i32(0)
+    + i16(0) + i64(4096) + i64(4096 + len(MESSAGES)) + i64(0) + i64(2048) + i32(len(MESSAGES)) + MESSAGES
+    + i16(FencedLeaderEpoch.code) + i64(-1) + i64(-1) + i64(-1) + i64(-1) + i32(0)
 )
 
 
@@ -144,7 +144,8 @@ class ReplicaFetchTests(PrefixMixin, SynchronousTestCase):
         self.assertRaises(MalformedRequest, decode_request, i16(12) + i32(2) + i32(0) + i32(0) + i16(-1))
 
     def test_response_layout(self) -> None:
-        """[error][count], then per part [error][high watermark][leader end][log start][int32 n][n bytes]."""
+        """[error][count], then per part [error][high watermark][leader end][log start][segment base][int32 n]
+        [n bytes]."""
         self.assertEqual(encode_replica_fetch_response(NO_ERROR, RF_RESPONSE.parts), RF_RESPONSE_FRAME)
         self.assertEqual(decode_replica_fetch_response(RF_RESPONSE_FRAME), RF_RESPONSE)
         self.assertEqual(decode_response(RF_REQUEST, RF_RESPONSE_FRAME), RF_RESPONSE)
@@ -155,8 +156,8 @@ class ReplicaFetchTests(PrefixMixin, SynchronousTestCase):
         first, second = RF_RESPONSE.parts
         wire = (
             replica_fetch_response_header(NO_ERROR, [len(MESSAGES), 0])
-            + replica_fetch_part_header(NO_ERROR, 4096, 4096 + len(MESSAGES), 0, len(MESSAGES)) + MESSAGES
-            + replica_fetch_part_header(FencedLeaderEpoch.code, -1, -1, -1, 0)
+            + replica_fetch_part_header(NO_ERROR, 4096, 4096 + len(MESSAGES), 0, 2048, len(MESSAGES)) + MESSAGES
+            + replica_fetch_part_header(FencedLeaderEpoch.code, -1, -1, -1, -1, 0)
         )
         self.assertEqual(wire, i32(len(RF_RESPONSE_FRAME)) + RF_RESPONSE_FRAME)
         self.assertEqual(replica_fetch_response_header(NotLeader.code, []), i32(4) + i16(NotLeader.code) + i16(0))
@@ -171,7 +172,7 @@ class ReplicaFetchTests(PrefixMixin, SynchronousTestCase):
 
     def test_response_bad_sizes(self) -> None:
         """A negative count or message-set size, or one running past the frame, is a protocol violation."""
-        part = i16(0) + i64(0) + i64(0) + i64(0)
+        part = i16(0) + i64(0) + i64(0) + i64(0) + i64(0)
         for frame in (i16(0) + i16(-1), i16(0) + i16(1) + part + i32(-1), i16(0) + i16(1) + part + i32(1)):
             self.assertRaises(ProtocolViolation, decode_replica_fetch_response, frame)
 
@@ -188,7 +189,7 @@ class ReplicaFetchTests(PrefixMixin, SynchronousTestCase):
         self.assertEqual(decode_request(encode_request(request)), request)
 
     @settings(max_examples=50)
-    @given(INT16, st.lists(st.tuples(INT16, INT64, INT64, INT64, st.binary(max_size=30)), max_size=4))
+    @given(INT16, st.lists(st.tuples(INT16, INT64, INT64, INT64, INT64, st.binary(max_size=30)), max_size=4))
     def test_response_round_trip(self, error, parts) -> None:
         parts = tuple(ReplicaFetchPart(*p) for p in parts)
         frame = encode_replica_fetch_response(error, parts)
@@ -382,9 +383,9 @@ class DocumentedExampleTests(SynchronousTestCase):
         self.assertEqual(request, i32(len(request) - 4) + encode_request(value))
         self.assertEqual(decode_request(request[4:]), value)
         hi = encode_message_set([b"hi"])
-        parts = (ReplicaFetchPart(NO_ERROR, 4096, 4096 + len(hi), 0, hi),)
+        parts = (ReplicaFetchPart(NO_ERROR, 4096, 4096 + len(hi), 0, 0, hi),)
         self.assertEqual(response, replica_fetch_response_header(NO_ERROR, [len(hi)])
-                         + replica_fetch_part_header(NO_ERROR, 4096, 4096 + len(hi), 0, len(hi)) + hi)
+                         + replica_fetch_part_header(NO_ERROR, 4096, 4096 + len(hi), 0, 0, len(hi)) + hi)
         self.assertEqual(decode_replica_fetch_response(response[4:]), ReplicaFetchResponse(NO_ERROR, parts))
 
     def test_epoch_end_offset_example(self) -> None:

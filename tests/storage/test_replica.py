@@ -330,23 +330,28 @@ class AppendReplicaTests(ReplicaTestMixin, SynchronousTestCase):
             self.assertEqual(self.contents(follower), self.contents(leader))
         self.assertGreater(len(self.contents(leader)), 2)
 
-    def test_without_the_leader_segment_base_offsets_still_match(self) -> None:
+    def test_an_unknown_leader_segment_base_never_rolls(self) -> None:
+        """Without the leader's segment base (-1) the set goes to the active segment: this log's own
+        segment_bytes never rolls a follower; the offsets still match the leader's."""
         leader, follower = self.open_log(), self.open_log()
         for n in [3, 4, 2, 5]:
             leader.append(encode_message_set(payloads(n)))
         self.successResultOf(leader.flush())
         data = b"".join(leader.read(s.base_offset, SEGMENT).read() for s in leader.segments)
-        result = follower.append_replica(data[: 7 * ENTRY], 0)
+        result = follower.append_replica(data[: 7 * ENTRY], 0, leader_segment_base=-1)
         self.assertEqual(result, (0, 7 * ENTRY, 7))
-        result = follower.append_replica(data[7 * ENTRY :], 7 * ENTRY)
+        result = follower.append_replica(data[7 * ENTRY :], 7 * ENTRY, leader_segment_base=-1)
         self.assertEqual(result.next_offset, leader.end_offset)
         self.successResultOf(follower.flush())
         self.assertEqual(read_all(follower), read_all(leader))
+        self.assertEqual([s.size for s in follower.segments], [14 * ENTRY])  # over SEGMENT, not rolled
+        self.assertEqual(len(leader.segments), 2)
 
     def test_offset_mismatch_is_refused(self) -> None:
         follower = self.open_log()
-        follower.append_replica(encode_message_set(payloads(2)), 0)
-        e = self.assertRaises(OffsetMismatch, follower.append_replica, encode_message_set(payloads(1)), ENTRY)
+        follower.append_replica(encode_message_set(payloads(2)), 0, leader_segment_base=0)
+        e = self.assertRaises(OffsetMismatch, follower.append_replica, encode_message_set(payloads(1)), ENTRY,
+                              leader_segment_base=0)
         self.assertEqual((e.expected_offset, e.end_offset), (ENTRY, 2 * ENTRY))
         self.assertIn(str(2 * ENTRY), str(e))
         self.assertEqual(follower.end_offset, 2 * ENTRY)
@@ -357,7 +362,7 @@ class AppendReplicaTests(ReplicaTestMixin, SynchronousTestCase):
         bad_crc = bytearray(good)
         bad_crc[-1] ^= 1
         for data in [good[:-1], bytes(bad_crc), good[:5]]:
-            self.assertRaises(InvalidMessage, follower.append_replica, data, 0)
+            self.assertRaises(InvalidMessage, follower.append_replica, data, 0, leader_segment_base=0)
         self.assertEqual(follower.end_offset, 0)
         self.assertEqual(follower.segments[0].size, 0)
 
@@ -366,17 +371,19 @@ class AppendReplicaTests(ReplicaTestMixin, SynchronousTestCase):
         follower = self.open_log(max_message_bytes=50)
         big = encode_message(b"x" * 200)
         self.assertRaises(MessageSizeTooLarge, follower.append, big)
-        self.assertEqual(follower.append_replica(big, 0), (0, len(big), 1))
-        self.assertRaises(MessageSizeTooLarge, follower.append_replica, encode_message(b"y" * SEGMENT), len(big))
+        self.assertEqual(follower.append_replica(big, 0, leader_segment_base=0), (0, len(big), 1))
+        self.assertRaises(MessageSizeTooLarge, follower.append_replica, encode_message(b"y" * SEGMENT), len(big),
+                          leader_segment_base=0)
 
     def test_count_given_skips_the_check(self) -> None:
         """A caller that scanned the bytes already (to cut a fetch's partial tail) passes the count."""
         follower = self.open_log()
-        self.assertEqual(follower.append_replica(encode_message_set(payloads(2)), 0, count=2), (0, 2 * ENTRY, 2))
+        result = follower.append_replica(encode_message_set(payloads(2)), 0, count=2, leader_segment_base=0)
+        self.assertEqual(result, (0, 2 * ENTRY, 2))
 
     def test_follower_appends_are_flushed_as_any(self) -> None:
         follower = self.open_log()
-        follower.append_replica(encode_message_set(payloads(2)), 0)
+        follower.append_replica(encode_message_set(payloads(2)), 0, leader_segment_base=0)
         self.assertEqual(follower.flushed_offset, 0)
         self.successResultOf(follower.flush())
         self.assertEqual(read_all(follower), payloads(2))

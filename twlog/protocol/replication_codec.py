@@ -5,7 +5,8 @@ docs/protocol.md, "Replication requests", is the reference:
 
   - 12 REPLICA_FETCH: a follower fetches from the leader, naming its replica id and, per
     partition, the leader epoch it follows; each part carries the leader's high watermark,
-    end and log start, then the message-set bytes (sent with sendfile, so the headers are
+    end and log start and the base offset of the leader segment the bytes come from, then the
+    message-set bytes (sent with sendfile, so the headers are
     encoded apart from the bytes: L{replica_fetch_response_header}, L{replica_fetch_part_header}).
   - 13 EPOCH_END_OFFSET: KIP-101's OffsetsForLeaderEpoch: where a leader epoch ends on the leader.
   - 14 CLUSTER_METADATA_V2: CLUSTER_METADATA (type 8) that also describes replicated topics
@@ -63,7 +64,7 @@ KIND_REPLICATED = 1
 
 _RF_HEAD = struct.Struct(">iiih")  # replica id, max wait ms, min bytes, count
 _RF_TAIL = struct.Struct(">iiqi")  # partition, leader epoch, fetch offset, max bytes
-_RF_PART = struct.Struct(">hqqqi")  # error, high watermark, leader end, log start, message set size
+_RF_PART = struct.Struct(">hqqqqi")  # error, high watermark, leader end, log start, segment base, message set size
 _EPOCH_QUERY = struct.Struct(">iii")  # partition, current leader epoch, leader epoch
 _EPOCH_ANSWER = struct.Struct(">hiq")  # error, leader epoch, end offset
 _V2_HEAD = struct.Struct(">ibi")  # answering broker id, view, controller id
@@ -191,12 +192,15 @@ def describe_request(request: ReplicationRequest) -> str:
 class ReplicaFetchPart:
     """One partition's part of a REPLICA_FETCH response: the leader's offsets and the message-set bytes.
 
-    The three offsets are -1 when the leader cannot give them (an error other than 1, 7 or 8)."""
+    The three offsets are -1 when the leader cannot give them (an error other than 1, 7 or 8).
+    C{segment_base} is the base offset of the leader's segment holding the fetch offset, the one the bytes
+    come from (they never cross into the next), or -1 on any error."""
 
     error: int
     high_watermark: int
     leader_end: int
     log_start: int
+    segment_base: int = -1
     messages: bytes = b""
 
 
@@ -282,17 +286,19 @@ def replica_fetch_response_header(error: int, lengths: Sequence[int]) -> bytes:
     return I32.pack(4 + sum(_RF_PART.size + n for n in lengths)) + I16.pack(error) + I16.pack(len(lengths))
 
 
-def replica_fetch_part_header(error: int, high_watermark: int, leader_end: int, log_start: int, length: int) -> bytes:
-    """One part's header: C{[int16 error][int64 high watermark][int64 leader end][int64 log start][int32 n]}."""
-    return _RF_PART.pack(error, high_watermark, leader_end, log_start, length)
+def replica_fetch_part_header(error: int, high_watermark: int, leader_end: int, log_start: int, segment_base: int,
+                              length: int) -> bytes:
+    """One part's header: C{[int16 error][int64 high watermark][int64 leader end][int64 log start]
+    [int64 segment base][int32 n]}."""
+    return _RF_PART.pack(error, high_watermark, leader_end, log_start, segment_base, length)
 
 
 def encode_replica_fetch_response(error: int, parts: Sequence[ReplicaFetchPart]) -> bytes:
     """REPLICA_FETCH's whole response frame (without size prefix), the bytes copied: for tests and tools."""
     out = [replica_fetch_response_header(error, [len(p.messages) for p in parts])[4:]]
     for p in parts:
-        out += [replica_fetch_part_header(p.error, p.high_watermark, p.leader_end, p.log_start, len(p.messages)),
-                p.messages]
+        out += [replica_fetch_part_header(p.error, p.high_watermark, p.leader_end, p.log_start, p.segment_base,
+                                          len(p.messages)), p.messages]
     return b"".join(out)
 
 
@@ -331,10 +337,11 @@ def encode_cluster_metadata_v2_response(error: int, cluster: ClusterMetadataV2Re
 
 def _read_part(frame: bytes, pos: int) -> tuple[ReplicaFetchPart, int]:
     need(frame, pos, _RF_PART.size, "replica fetch part")
-    error, high_watermark, leader_end, log_start, size = _RF_PART.unpack_from(frame, pos)
+    error, high_watermark, leader_end, log_start, segment_base, size = _RF_PART.unpack_from(frame, pos)
     pos += _RF_PART.size
     need(frame, pos, size, "replica fetch message set")
-    return ReplicaFetchPart(error, high_watermark, leader_end, log_start, frame[pos : pos + size]), pos + size
+    return (ReplicaFetchPart(error, high_watermark, leader_end, log_start, segment_base, frame[pos : pos + size]),
+            pos + size)
 
 
 @peer_violation

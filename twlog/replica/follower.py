@@ -9,7 +9,8 @@ On becoming a follower (KIP-101, docs/protocol.md "13 EPOCH_END_OFFSET"):
      ends, which is where the leader's epoch begins: the follower records that epoch in its own
      checkpoint once its log reaches that offset, so that it can answer the same questions if it leads;
   2. it then sends REPLICA_FETCH from its end, in a loop, appending the leader's whole messages verbatim
-     (C{Log.append_replica} at exactly the offset fetched) and taking the leader's high watermark
+     (C{Log.append_replica} at exactly the offset fetched, in a new segment when the leader's answer
+     starts one: its segment files are the leader's, byte for byte) and taking the leader's high watermark
      (C{Log.high_watermark}, never past its own end).
 
 Errors are retried after C{backoff_s}: a connection lost, NotLeader or an epoch that is not the
@@ -186,7 +187,7 @@ class Follower:
             raise error_for(part.error, f"{self}: REPLICA_FETCH from {offset}")
         whole = scan(part.messages).valid_bytes  # the region may end in a partial message
         if whole:
-            self.log.append_replica(part.messages[:whole], offset)
+            self.log.append_replica(part.messages[:whole], offset, leader_segment_base=part.segment_base)
             self._record_epoch()
         self.log.high_watermark = max(min(part.high_watermark, self.log.end_offset),
                                       self.log.high_watermark or 0)

@@ -7,7 +7,8 @@ UnknownLeaderEpoch, 28) and, for a fetch, that the replica is one of the partiti
 (NotFollower, 29); a partition this broker does not lead is NotLeader (16).  A fetch's offset is that
 follower's end: the leader records it (L{LeaderPartition.fetched}) before reading, so the high watermark
 in the answer already counts it.  The bytes are read up to the leader's written end (L{Log.read_replica})
-and sent with sendfile, as FETCH's; a fetch with fewer than C{min_bytes} is held, as WAIT_FETCH, until
+and sent with sendfile, as FETCH's, from one segment, whose base offset the answer gives (the follower's
+segments start where the leader's do); a fetch with fewer than C{min_bytes} is held, as WAIT_FETCH, until
 the leader appends or C{max_wait_ms} (capped by C{max_fetch_wait_ms}) passes.
 """
 
@@ -71,6 +72,7 @@ class _Part:
     high_watermark: int = -1
     leader_end: int = -1
     log_start: int = -1
+    segment_base: int = -1
     region: FileRegion | None = None
 
     @property
@@ -130,7 +132,8 @@ class ReplicaHandlers:
             return _Part(e.code)
         if record:
             leader.fetched(replica_id, fetch.offset)
-        return _Part(NO_ERROR, leader.state.high_watermark, log.end_offset, log.start_offset, region)
+        return _Part(NO_ERROR, leader.state.high_watermark, log.end_offset, log.start_offset,
+                     -1 if region.segment is None else region.segment.base_offset, region)
 
     def _answer(self, parts: list[_Part]) -> Response:
         lengths = [p.length for p in parts]
@@ -139,7 +142,7 @@ class ReplicaHandlers:
             if part.error:
                 self._count_error(REPLICA_FETCH, part.error)
             out.append(replica_fetch_part_header(part.error, part.high_watermark, part.leader_end, part.log_start,
-                                                 length))
+                                                 part.segment_base, length))
             if length:
                 out.append(part.region)
         return out

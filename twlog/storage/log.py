@@ -163,16 +163,19 @@ class Log(ReplicaLog):
             count = validate_message_set(message_set, self._max_message_bytes, self._config.max_decompressed_bytes)
         return self._write(message_set, count)
 
-    def _write(self, message_set: bytes | bytearray | memoryview, count: int | None, roll=False) -> AppendResult:
-        """Append a set checked already (C{count} messages), in a new segment if C{roll} or if it does not fit."""
+    def _write(self, message_set: bytes | bytearray | memoryview, count: int | None,
+               roll: bool | None = None) -> AppendResult:
+        """Append a set checked already (C{count} messages): in a new segment if it does not fit in the active
+        one (and never a set larger than a segment), or, when C{roll} is given (a follower: the leader's segments
+        decide, and its sets may be as large as they are), if C{roll}."""
         self._flusher.check_writable()
         size = len(message_set)
-        if size > self._config.segment_bytes:
+        if roll is None and size > self._config.segment_bytes:
             raise set_too_large(size, self._config.segment_bytes)
         if not count:
             return AppendResult(self.end_offset, self.end_offset, 0)
         active = self._segments.active
-        if active.size and (roll or active.size + size > self._config.segment_bytes):
+        if active.size and (active.size + size > self._config.segment_bytes if roll is None else roll):
             active = self._roll()
         offset = active.end_offset
         try:

@@ -15,7 +15,8 @@ replication needs of one partition's storage:
   - L{ReplicaLog.read_replica}: a leader's read for its followers, up to its written end.
   - L{ReplicaLog.append_replica}: append bytes the leader already validated, at
     exactly the leader's offset of them (L{OffsetMismatch} otherwise), checking
-    only that they are whole entries with good CRCs.
+    only that they are whole entries with good CRCs, in segments that start
+    where the leader's do (L{ReplicaLog.align_segment}), never rolled by size.
   - L{ReplicaLog.high_watermark} and L{ReplicaLog.visible_end}: what readers of a
     replicated partition may see, min(high watermark, flushed end).
 """
@@ -175,21 +176,25 @@ class ReplicaLog:
         return self._reader.read(offset, max_bytes, end=self.end_offset)
 
     def append_replica(
-        self, message_set: bytes | bytearray | memoryview, expected_offset: int, *, count: int | None = None,
-        leader_segment_base: int | None = None,
+        self, message_set: bytes | bytearray | memoryview, expected_offset: int, *, leader_segment_base: int,
+        count: int | None = None,
     ) -> AppendResult:
         """Append bytes the leader appended at C{expected_offset}, verbatim, so that every byte offset means the
         same on both; flushed as any append is.
 
         The set must be whole entries with good CRCs (checked as L{check_entries} does, compressed wrappers not
         opened: the leader opened them), unless C{count} says the caller checked it already.  Entries may be
-        as large as a segment (the leader's C{max_message_bytes} decides).  With C{leader_segment_base} (the
-        base offset of the leader's segment holding these bytes), a set starting the leader's segment starts
-        one here too, so that with the same C{segment_bytes} the segment files are identical.
+        as large as a segment (the leader's C{max_message_bytes} decides).
+
+        The leader's segments decide where this log's segments start (L{align_segment}): C{leader_segment_base}
+        is the base offset of the leader's segment holding these bytes (a leader's read never crosses its
+        segments), or -1 when unknown.  A set starting the leader's segment starts one here; otherwise the set
+        goes to the active segment, however large it grows: this log's own C{segment_bytes} never rolls it.  So
+        the segment files are identical to the leader's byte for byte, from the first boundary both have.
 
         @raise OffsetMismatch: C{expected_offset} is not this log's end; nothing is written.
         @raise InvalidMessage: the set is partial or corrupt; nothing is written.
-        @raise MessageSizeTooLarge: the set (or an entry) cannot fit in one segment.
+        @raise MessageSizeTooLarge: an entry is larger than this log's C{segment_bytes} (its recovery would cut it).
         @raise StorageFailed: as L{twlog.storage.log.Log.append}.
         """
         if self.closed:
@@ -199,8 +204,43 @@ class ReplicaLog:
                                  f"replica ends at {self.end_offset}", expected_offset, self.end_offset)
         if count is None:
             count = check_entries(message_set, self._config.segment_bytes).count
-        roll = leader_segment_base == expected_offset and self._segments.active.size > 0
+        if not count:
+            return AppendResult(expected_offset, expected_offset, 0)
+        self._flusher.check_writable()
+        roll = self.align_segment(leader_segment_base)
         return self._write(message_set, count, roll=roll)
+
+    def align_segment(self, leader_segment_base: int) -> bool:
+        """Whether the next append (at the end) must start a new segment to match the leader's, whose segment
+        holding the end starts at C{leader_segment_base} (-1: unknown, nothing to do).
+
+        It must when the leader's segment starts at the end and the active segment here holds bytes.  When
+        the leader's segment starts before the end but the active segment here is empty and starts at the end
+        (rolled by retention, or kept empty by a truncation to its base), that segment is dropped: its file
+        is unlinked at once (it holds no byte; the directory is fsynced at the next flush) and the segment
+        before it takes the appends again.  A crash before that fsync may bring the empty file back;
+        L{SegmentList.open} removes it then, since its base lies inside the segment before it.
+
+        @raise StorageFailed: the empty segment could not be unlinked (the log fails: a restart recovers it).
+        """
+        active = self._segments.active
+        if leader_segment_base < 0:
+            return False
+        if leader_segment_base == self.end_offset:
+            return active.size > 0
+        if leader_segment_base < active.base_offset and active.size == 0 and len(self._segments) > 1:
+            try:
+                os.unlink(active.path)
+            except OSError as e:
+                message = f"removing the empty segment {active.path} failed: {describe(e)}"
+                self._flusher.fail(e, message)
+                raise StorageFailed(f"{message}; restart the broker to recover it") from None
+            self._segments.pop_newest()
+            self._flusher.sync_directory(self.directory)
+            self._log.info("{directory}: dropped the empty segment at offset {offset}, which the leader's segment "
+                           "from {base} goes on past", directory=self.directory, offset=active.base_offset,
+                           base=leader_segment_base)
+        return False
 
     def truncate_to(self, offset: int) -> Deferred[int]:
         """Cut the log back to C{offset}, a message boundary at or below the end (L{cut_back}).

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from twlog.errors import CorruptLog
 from twlog.storage.segment import SEGMENT_SUFFIX, Segment, descriptors_error, out_of_descriptors, parse_segment_name
 
-__all__ = ["DELETED_SUFFIX", "SegmentList", "open_segments"]
+__all__ = ["DELETED_SUFFIX", "SegmentList", "drop_overlapped_empty", "open_segments"]
 
 #: Added to a segment file's name when a truncation drops it; such files are unlinked, at the latest at the
 #: next open.
@@ -42,6 +42,7 @@ class SegmentList:
         @raise TooManyOpenFiles: out of descriptors; nothing is left open.
         """
         segments, created = open_segments(directory)
+        segments = drop_overlapped_empty(segments)
         for before, after in zip(segments, segments[1:]):
             if before.end_offset != after.base_offset:
                 for segment in segments:
@@ -121,6 +122,28 @@ class SegmentList:
         """Close every segment's descriptor."""
         for segment in self._segments:
             segment.close()
+
+
+def drop_overlapped_empty(segments: list[Segment]) -> list[Segment]:
+    """C{segments} without the empty ones whose base lies inside the segment before them, whose files are
+    unlinked: a follower dropped such a segment to append to the one before it, as its leader's segments go
+    (L{twlog.storage.replica.ReplicaLog.align_segment}), and a crash brought the file back.  They hold no byte.
+
+    @raise OSError: an unlink failed; nothing is left open.
+    """
+    kept: list[Segment] = []
+    for segment in segments:
+        if kept and segment.size == 0 and segment.base_offset < kept[-1].end_offset:
+            try:
+                segment.close()
+                os.unlink(segment.path)
+            except OSError:
+                for other in segments:
+                    other.close()
+                raise
+            continue
+        kept.append(segment)
+    return kept
 
 
 def open_segments(directory: str) -> tuple[list[Segment], bool]:
