@@ -3,6 +3,9 @@ memory (its handlers' answers encoded and decoded as on the wire), on task.Clock
 
 from __future__ import annotations
 
+import filecmp
+import os
+
 from twisted.internet.defer import maybeDeferred
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -36,8 +39,8 @@ class Link:
 
 
 class FollowerTestMixin(LeaderTestMixin):
-    def start_follower(self, broker_id=2, epoch=4, **options) -> Follower:
-        config = LogConfig(self.mktemp(), flush_messages=1, segment_bytes=4096, num_partitions=2)
+    def start_follower(self, broker_id=2, epoch=4, log_dir=None, segment_bytes=4096, **options) -> Follower:
+        config = LogConfig(log_dir or self.mktemp(), flush_messages=1, segment_bytes=segment_bytes, num_partitions=2)
         self.follower_logs = LogManager(config, self.clock, run_now)
         self.follower_logs.start()
         self.addCleanup(self.follower_logs.close)
@@ -57,6 +60,16 @@ class FollowerTestMixin(LeaderTestMixin):
         """The bytes of C{log}'s segment files, once all it holds is written out."""
         log.write_out()
         return b"".join(open(s.path, "rb").read() for s in log.segments)
+
+    def assert_same_segment_files(self, leader, follower) -> None:
+        """The two logs' directories hold the same segment files, byte for byte."""
+        leader.write_out()
+        follower.write_out()
+        names = sorted(n for n in os.listdir(leader.directory) if n.endswith(".log"))
+        self.assertEqual(sorted(n for n in os.listdir(follower.directory) if n.endswith(".log")), names)
+        match, mismatch, errors = filecmp.cmpfiles(leader.directory, follower.directory, names, shallow=False)
+        self.assertEqual((mismatch, errors), ([], []))
+        self.assertEqual(len(match), len(names))
 
 
 class FetchingTests(FollowerTestMixin, SynchronousTestCase):
@@ -177,3 +190,98 @@ class TruncationTests(FollowerTestMixin, SynchronousTestCase):
         self.assertEqual([type(r) for r in self.link.requests][2:], [ReplicaFetchRequest, EpochEndOffsetRequest,
                                                                       ReplicaFetchRequest])
         self.assertEqual(self.follower_log().end_offset, 0)
+
+
+class SegmentFilesTests(FollowerTestMixin, SynchronousTestCase):
+    """Once caught up, the follower's segment files are the leader's, byte for byte: it rolls where the leader
+    did (the segment base in each REPLICA_FETCH part), never by its own size."""
+
+    def produce_sets(self, sizes, size=300, tag=b"m") -> None:
+        for n, count in enumerate(sizes):
+            self.produce(*[tag + b"%d-%d" % (n, i) + b"." * size for i in range(count)], ack=ACK_APPENDED)
+
+    def test_identical_after_several_leader_rolls(self) -> None:
+        """Sets of several sizes roll the leader short of full; the follower, with smaller segments of its own
+        and a fetch size that cuts the sets, rolls where the leader did, before and after catching up."""
+        self.start_leader(isr=(1, 2), min_isr=1)
+        self.addCleanup(lambda: self.follower.stop())
+        self.produce_sets([3, 5, 2, 4, 6, 1, 3, 5, 2])
+        leader = self.leader_log()
+        self.assertGreaterEqual(len(leader.segments), 3)
+        self.start_follower(segment_bytes=2048, max_bytes=700).start()
+        self.assertEqual(self.follower_log().end_offset, leader.end_offset)
+        self.assert_same_segment_files(leader, self.follower_log())
+        self.produce_sets([4, 6, 2, 5], tag=b"n")  # caught up: the fetches held at the end carry the rest
+        self.assertEqual(self.follower_log().end_offset, leader.end_offset)
+        self.assertGreaterEqual(len(leader.segments), 5)
+        self.assertGreater(max(s.size for s in self.follower_log().segments), 2048)  # the leader's sizes
+        self.assert_same_segment_files(leader, self.follower_log())
+
+    def diverge(self, tail: list[bytes]):
+        """Leader and follower share epoch 3's sets; the follower (which led epoch 3) then wrote C{tail}, which
+        the new leader (epoch 4, from the end of the shared sets) never got; the leader then writes its own."""
+        self.start_leader(isr=(1, 2), epoch=4, min_isr=1)
+        self.start_follower()
+        self.addCleanup(lambda: self.follower.stop())
+        leader, follower = self.leader_log(), self.follower_log()
+        self.leader.stop()
+        leader.epochs._entries.clear()
+        for log in (leader, follower):
+            self.successResultOf(log.epochs.assign(3, 0))
+            for n in range(6):  # 6 sets of 2 * 317 bytes: 3804 bytes, one segment
+                log.append(encode_message_set([b"shared %d" % n + b"." * 300] * 2))
+        shared = leader.end_offset
+        self.successResultOf(leader.epochs.assign(4, shared))
+        for n in range(10):  # small sets: the leader's segment goes on past `shared`, then rolls
+            leader.append(encode_message_set([b"new %d" % n + b"." * 200]))
+        leader.flush()
+        self.manager.leaders[("t", 0)] = self.leader
+        self.leader._stopped = False
+        for payload in tail:
+            follower.append(encode_message_set([payload]))
+        follower.high_watermark = 0
+        return leader, follower, shared
+
+    def test_identical_after_truncating_below_a_boundary(self) -> None:
+        """The follower's own tail rolled it past the shared sets; it truncates below that boundary (to the end
+        of epoch 3 on the leader) and catches up to the leader's segments."""
+        leader, follower, shared = self.diverge([b"lost" + b"." * 100, b"lost too" + b"." * 700])
+        self.assertEqual([s.base_offset for s in follower.segments], [0, shared + 113])
+        self.follower.start()
+        self.assertEqual(self.follower.truncations, 1)
+        self.assertEqual(follower.end_offset, leader.end_offset)
+        self.assertEqual([s.base_offset for s in follower.segments], [s.base_offset for s in leader.segments])
+        self.assertNotEqual(leader.segments[1].base_offset, shared + 113)
+        self.assert_same_segment_files(leader, follower)
+
+    def test_identical_after_truncating_to_a_boundary_of_its_own(self) -> None:
+        """The follower's tail rolled it exactly at the end of the shared sets; truncated there, it keeps an empty
+        segment the leader has not got, drops it at the first fetch and catches up to the leader's segments."""
+        leader, follower, shared = self.diverge([b"lost" + b"." * 1000])
+        self.assertEqual([s.base_offset for s in follower.segments], [0, shared])
+        self.follower.start()
+        self.assertEqual(follower.end_offset, leader.end_offset)
+        self.assertNotIn(shared, [s.base_offset for s in follower.segments])
+        self.assert_same_segment_files(leader, follower)
+
+    def test_identical_after_a_follower_restart(self) -> None:
+        """A follower stopped uncleanly (a torn tail in its last segment) recovers when its logs open again,
+        follows again and catches up to the same segment files."""
+        self.start_leader(isr=(1, 2), min_isr=1)
+        self.produce_sets([3, 5, 2, 4, 6])
+        follower = self.start_follower(max_bytes=900)
+        follower.start()
+        self.successResultOf(follower.stop())
+        log_dir = self.follower_logs.config.log_dir
+        self.follower_logs.close()  # unclean: no marker, the next start recovers
+        leader = self.leader_log()
+        last = max(s for s in os.listdir(os.path.join(log_dir, "t-0")) if s.endswith(".log"))
+        with open(os.path.join(log_dir, "t-0", last), "ab") as f:
+            f.write(b"\x00\x00\x01\x00torn")
+        self.produce_sets([4, 1, 6, 3], tag=b"n")
+        self.start_follower(log_dir=log_dir, max_bytes=900).start()
+        self.addCleanup(lambda: self.follower.stop())
+        self.assertTrue(self.follower_logs.recovered)
+        self.assertEqual(self.follower_log().end_offset, leader.end_offset)
+        self.assertGreaterEqual(len(leader.segments), 4)
+        self.assert_same_segment_files(leader, self.follower_log())

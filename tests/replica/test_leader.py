@@ -117,6 +117,25 @@ class ReplicaFetchTests(LeaderTestMixin, SynchronousTestCase):
         self.assertEqual(decode_replica_fetch_response(frame(response)).parts[0].error, NotLeader.code)
         self.assertEqual(self.leader.state.ends, {2: 0, 3: 0}, "refused fetches record nothing")
 
+    def test_a_part_stays_in_one_segment_and_gives_its_base(self) -> None:
+        """A part's bytes come from the leader's segment holding the fetch offset, whose base it gives, and stop
+        at that segment's end; the next fetch, from there, gets the next segment's base: the follower rolls."""
+        for n in range(30):
+            self.produce(b"m%d" % n + b"." * 300, ack=ACK_APPENDED)
+        log = self.logs.get_log("t", 0)
+        first, second = log.segments[:2]
+        offset = first.end_offset - 100  # not a boundary: find the last message start before the end
+        offset = max(m.offset for m in iter_messages(log.read_replica(0, first.size).read(), 0) if m.offset < offset)
+        part = decode_replica_fetch_response(frame(self.replica_fetch(2, offset, max_bytes=100_000))).parts[0]
+        self.assertEqual((part.error, part.segment_base, offset + len(part.messages)), (0, 0, first.end_offset))
+        part = decode_replica_fetch_response(frame(self.replica_fetch(2, first.end_offset, max_bytes=100_000))
+                                             ).parts[0]
+        self.assertEqual((part.error, part.segment_base, len(part.messages)), (0, second.base_offset, second.size))
+        part = decode_replica_fetch_response(frame(self.replica_fetch(2, 0, epoch=3))).parts[0]
+        self.assertEqual((part.error, part.segment_base), (FencedLeaderEpoch.code, -1))
+        part = decode_replica_fetch_response(frame(self.replica_fetch(2, log.end_offset + 1))).parts[0]
+        self.assertEqual((part.error, part.segment_base), (OffsetOutOfRange.code, -1))
+
     def test_out_of_range_gives_the_leaders_offsets(self) -> None:
         """A fetch past the leader's end gets OffsetOutOfRange with the leader's offsets, so it can truncate."""
         self.produce(b"a")
