@@ -113,3 +113,52 @@ class FailoverTests(TestCase):
         state = self.brokers[new_leader].replicas.manager.leaders[(TOPIC, 0)]
         await until(lambda: leader in state.state.isr, "it rejoined the ISR", timeout_s=20)
         self.assertTrue(os.path.exists(segments[leader]))
+
+    async def test_segment_files_identical_over_many_segments(self) -> None:
+        """With small segments the leader rolls many times; every replica's segment files are the leader's, byte
+        for byte (the same names, the same bytes), after catching up and after a follower's restart."""
+        self.hosts, self.brokers = fresh_connect_string(), {}
+        log_dirs = {b: self.mktemp() for b in (1, 2, 3)}
+
+        async def start(b: int) -> None:
+            self.brokers[b] = await start_broker(self, log_dirs[b], broker_id=b, zookeeper=self.hosts,
+                                                 flush_interval_ms=5, replica_lag_time_ms=2000, segment_bytes=1024)
+
+        def logs() -> dict:
+            return {b: s.logs.get_log(TOPIC, 0) for b, s in self.brokers.items()}
+
+        async def assert_identical(what: str) -> None:
+            await until(lambda: len({(log.end_offset, log.flushed_offset) for log in logs().values()}) == 1,
+                        f"every replica holds and has flushed the same end ({what})", timeout_s=20)
+            directories = {b: log.directory for b, log in logs().items()}
+            names = sorted(n for n in os.listdir(directories[leader]) if n.endswith(".log"))
+            self.assertGreater(len(names), 5, "the leader rolled many times")
+            for b in followers:
+                self.assertEqual(sorted(n for n in os.listdir(directories[b]) if n.endswith(".log")), names, what)
+                _, mismatch, errors = filecmp.cmpfiles(directories[leader], directories[b], names, shallow=False)
+                self.assertEqual((mismatch, errors), ([], []), f"broker {b}'s segment files ({what})")
+
+        for b in (1, 2, 3):
+            await start(b)
+        await run(create_topic, "create", "-z", self.hosts, "-t", TOPIC, "-n", "1", "--replication-factor", "3",
+                  "--min-insync-replicas", "2")
+        await until(lambda: self.roles(0)[0] is not None and len(self.roles(0)[1]) == 2, "a leader, two followers")
+        leader, followers = self.roles(0)
+        sent = []
+        for i in range(40):  # sets of 1 to 4 messages of 40 to 160 bytes: rolls fall short of full segments
+            batch = [b"s%03d-%d" % (i, j) + b"." * (40 * (1 + (i + j) % 4)) for j in range(1 + i % 4)]
+            await self.produce_all(leader, 0, batch)
+            sent += batch
+        await assert_identical("caught up")
+
+        restarted = min(followers)
+        await self.brokers[restarted].stopService()
+        del self.brokers[restarted]
+        for i in range(20):
+            batch = [b"t%03d-%d" % (i, j) + b"." * (60 * (1 + j % 3)) for j in range(1 + i % 3)]
+            await self.produce_all(leader, 0, batch)
+            sent += batch
+        await start(restarted)
+        await until(lambda: restarted in self.roles(0)[1], "the restarted broker follows")
+        await assert_identical("after a follower's restart")
+        self.assertEqual(await self.read_all(leader, 0), sent)
