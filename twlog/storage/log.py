@@ -163,11 +163,8 @@ class Log(ReplicaLog):
             count = validate_message_set(message_set, self._max_message_bytes, self._config.max_decompressed_bytes)
         return self._write(message_set, count)
 
-    def _write(self, message_set: bytes | bytearray | memoryview, count: int | None,
-               roll: bool | None = None) -> AppendResult:
-        """Append a set checked already (C{count} messages): in a new segment if it does not fit in the active
-        one (and never a set larger than a segment), or, when C{roll} is given (a follower: the leader's segments
-        decide, and its sets may be as large as they are), if C{roll}."""
+    def _write(self, message_set: bytes | bytearray | memoryview, count: int | None, roll: bool | None = None):
+        """Append C{count} checked messages: in a new segment if C{roll}, or (None) if they do not fit."""
         self._flusher.check_writable()
         size = len(message_set)
         if roll is None and size > self._config.segment_bytes:
