@@ -171,6 +171,9 @@ class Options(usage.Options):
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
+        ["zookeeper-session-timeout-s", None, 6.0,
+         "How long ZooKeeper keeps this broker's session once it stops hearing from it: a killed broker's "
+         "leaderships move after about this long.", _seconds("zookeeper-session-timeout-s", positive=True)],
         ["metrics-port", None, None,
          "Serve Prometheus metrics over HTTP at http://INTERFACE:PORT/metrics (0: any free port, printed in the "
          "log; default: no metrics).", _int("metrics-port", 0)],
@@ -225,6 +228,7 @@ class Options(usage.Options):
                 listen_backlog=self["listen-backlog"],
                 replica_lag_time_ms=self["replica-lag-time-ms"],
                 zookeeper=self["zookeeper"],
+                zookeeper_session_timeout_s=self["zookeeper-session-timeout-s"],
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],
                 metrics_interface=self["metrics-interface"],
