@@ -226,6 +226,7 @@ async def run_faults(root: str, reactor, cases: Sequence[str], cycles: int, *, s
                      session_timeout_s: float = 4.0, settle_s: float = 1.0,
                      progress: Callable[[int, str], object] = lambda i, case: None) -> tuple[FaultRun, CheckResult]:
     """C{cycles} fault cycles, the cases taken in turn from C{cases}; the run and its check."""
+    os.makedirs(root, exist_ok=True)
     cluster = FaultCluster(os.path.join(root, "cluster"), reactor, session_timeout_s=session_timeout_s)
     history = History(os.path.join(root, "history.jsonl"))
     run = FaultRun(cluster, history, reactor, random.Random(seed))
