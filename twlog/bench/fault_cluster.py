@@ -19,7 +19,7 @@ from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
-from twlog.bench.faultproxy import BOTH, FaultProxy
+from twlog.bench.faultproxy import BOTH, FROM_TARGET, TO_TARGET, FaultProxy
 from twlog.cli.local_brokers import broker_argv, registered_since
 from twlog.coord import paths
 from twlog.coord.replication.store import read_state
@@ -52,6 +52,15 @@ class FaultCluster:
         self.processes: dict[int, subprocess.Popen] = {}
         self.paused: set[int] = set()
         self.zk: ZooKeeper | None = None
+        self._events = None
+
+    def event(self, line: str) -> None:
+        """Note what the run did, with the time, in C{<root>/events.log} (beside the brokers' output)."""
+        if self._events is None:
+            self._events = open(os.path.join(self.root, "events.log"), "a", encoding="utf-8")  # noqa: SIM115
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}"
+        self._events.write(f"{stamp} {line}\n")
+        self._events.flush()
 
     @property
     def zookeeper(self) -> str:
@@ -119,6 +128,7 @@ class FaultCluster:
     def kill(self, broker: int, sig: int = signal.SIGKILL) -> None:
         """Send C{sig} to broker C{broker}'s process (SIGKILL: it dies at once; SIGSTOP: it freezes)."""
         process = self.processes[broker]
+        self.event(f"broker {broker}: {signal.Signals(sig).name}")
         if process.poll() is None:
             if broker in self.paused and sig in (signal.SIGKILL, signal.SIGTERM):
                 os.kill(process.pid, signal.SIGCONT)
@@ -142,19 +152,25 @@ class FaultCluster:
                 process.kill()
                 raise RuntimeError(f"broker {broker} did not exit within {timeout_s:g} s")
             await deferLater(self._reactor, 0.05, lambda: None)
+        self.event(f"broker {broker}: exited with {process.returncode}")
         return process.returncode
 
     async def restart(self, broker: int) -> None:
         """Start broker C{broker} again (after it exited or was killed) on its log directory and port."""
         if self.running(broker):
             raise RuntimeError(f"broker {broker} is still running")
+        self.event(f"broker {broker}: restarting")
         self._spawn(broker)
         await self.wait_registered(broker)
+        self.event(f"broker {broker}: registered")
 
     def cut_zookeeper(self, broker: int, direction: str = BOTH) -> None:
+        self.event(f"broker {broker}: ZooKeeper link cut ({direction})")
         self.proxies[broker].cut(direction)
 
     def heal_zookeeper(self, broker: int) -> None:
+        if any(self.proxies[broker].cut_mode(d) is not None for d in (TO_TARGET, FROM_TARGET)):
+            self.event(f"broker {broker}: ZooKeeper link healed")
         self.proxies[broker].heal()
 
     # -- what ZooKeeper says ----------------------------------------------------------
@@ -197,4 +213,6 @@ class FaultCluster:
         if self.zk is not None:
             await self.zk.stop()
         await deferToThread(self.server.stop)
+        if self._events is not None:
+            self._events.close()
 

@@ -240,6 +240,7 @@ async def run_faults(root: str, reactor, cases: Sequence[str], cycles: int, *, s
         for i in range(cycles):
             case = cases[i % len(cases)]
             progress(i, case)
+            cluster.event(f"cycle {i + 1}: {case}")
             await run.pause(settle_s)
             await CASES[case](run)
             run.cycles.append(case)
@@ -249,8 +250,10 @@ async def run_faults(root: str, reactor, cases: Sequence[str], cycles: int, *, s
                 cluster.heal_zookeeper(b)
             for b in cluster.ids:
                 if not cluster.running(b):
+                    cluster.event(f"broker {b}: found not running (exit status {cluster.processes[b].returncode})")
                     await cluster.restart(b)
             await cluster.wait_isr(TOPIC, PARTITIONS, timeout_s=90)
+            cluster.event("every ISR full")
         await run.pause(settle_s)
         run.running = False
         await DeferredList(writers, consumeErrors=False)
@@ -309,6 +312,7 @@ def main_faults(args) -> int:
 
         def cycle(i: int, case: str) -> None:
             progress.update(i, f"cycle {i + 1} of {args.cycles}: {case}")
+            progress.log(f"cycle {i + 1} of {args.cycles}: {case}")
 
         outcome.extend(await run_faults(root, reactor, cases, args.cycles, seed=args.seed,
                                         session_timeout_s=args.session_timeout_s, progress=cycle))
