@@ -234,7 +234,8 @@ class BrokerService(Service):
         """Run for controller (replicated topics' leaders and ISRs), as every broker with ZooKeeper does."""
         control = self.control = BrokerControl(
             zk, self.config.broker_id, clock=self._reactor, unclean=self.config.unclean_leader_election,
-            shutdown_timeout_s=self.config.controlled_shutdown_timeout_s)
+            shutdown_timeout_s=self.config.controlled_shutdown_timeout_s,
+            preferred_delay_s=self.config.preferred_leader_delay_s)
         self.broker.controller_id = control.controller_id
         control.start()
 

@@ -182,6 +182,9 @@ class Options(usage.Options):
         ["min-insync-replicas", None, 1,
          "In-sync replicas an ack=all produce needs, for a replicated topic created without its own "
          "--min-insync-replicas.", _int("min-insync-replicas", 1)],
+        ["preferred-leader-delay-s", None, 30.0,
+         "A returned broker that is a partition's preferred replica (its first) leads it again once it has been in "
+         "the ISR this long.", _seconds("preferred-leader-delay-s")],
         ["default-replication-factor", None, 1,
          "With --zookeeper: a topic first written to is created replicated on this many brokers, with "
          "--num-partitions partitions per live broker in all (1: an unreplicated 0.7 topic).",
@@ -236,6 +239,7 @@ class Options(usage.Options):
                 min_insync_replicas=self["min-insync-replicas"],
                 controlled_shutdown_timeout_s=self["controlled-shutdown-timeout-s"],
                 default_replication_factor=self["default-replication-factor"],
+                preferred_leader_delay_s=self["preferred-leader-delay-s"],
             )
         except ValueError as e:
             raise usage.UsageError(str(e)) from None
