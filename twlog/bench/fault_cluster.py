@@ -30,6 +30,12 @@ from twlog.coord.zkserver import ZooKeeperServer, free_port
 __all__ = ["FaultCluster"]
 
 CHROOT = "/faults"
+#: How many times a broker that exits while starting is started again.
+START_ATTEMPTS = 3
+
+
+class _ExitedStarting(RuntimeError):
+    """A broker process exited before it registered."""
 
 
 class FaultCluster:
@@ -107,8 +113,8 @@ class FaultCluster:
         while True:
             process = self.processes[broker]
             if process.poll() is not None:
-                raise RuntimeError(f"broker {broker} exited with {process.returncode} while starting: see "
-                                   f"{self.root}/broker-{broker}.out")
+                raise _ExitedStarting(f"broker {broker} exited with {process.returncode} while starting: see "
+                                      f"{self.root}/broker-{broker}.out")
             try:
                 value, _ = await self.zk.get(path)
                 if registered_since(value, self.ports[broker], self._spawned_ms[broker]):
@@ -159,10 +165,19 @@ class FaultCluster:
         """Start broker C{broker} again (after it exited or was killed) on its log directory and port."""
         if self.running(broker):
             raise RuntimeError(f"broker {broker} is still running")
-        self.event(f"broker {broker}: restarting")
-        self._spawn(broker)
-        await self.wait_registered(broker)
-        self.event(f"broker {broker}: registered")
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.event(f"broker {broker}: restarting")
+            self._spawn(broker)
+            try:
+                await self.wait_registered(broker)
+            except _ExitedStarting as e:  # (ZooKeeper, through a busy proxy, answered too late: its one line)
+                self.event(f"broker {broker}: {e}")
+                if attempt == START_ATTEMPTS:
+                    raise
+                await deferLater(self._reactor, 1.0, lambda: None)
+            else:
+                self.event(f"broker {broker}: registered")
+                return
 
     def cut_zookeeper(self, broker: int, direction: str = BOTH) -> None:
         self.event(f"broker {broker}: ZooKeeper link cut ({direction})")
