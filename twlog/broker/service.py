@@ -89,9 +89,6 @@ class BrokerService(Service):
         self.broker = Broker(self.logs, config, reactor)
         self.factory = BrokerFactory(self.broker)
         self.port = None
-        #: With C{config.metrics_port}: the metrics, and once listening, the port serving them over HTTP.
-        self.metrics = BrokerMetrics(self.broker, self.factory, self.logs) if config.metrics_port is not None else None
-        self.metrics_port = None
         self.stop_reactor_on_error = stop_reactor_on_error
         self.zookeeper_session_timeout_s = (config.zookeeper_session_timeout_s if zookeeper_session_timeout_s is None
                                             else zookeeper_session_timeout_s)
@@ -111,6 +108,14 @@ class BrokerService(Service):
         #: With ZooKeeper, the cluster this broker describes in CLUSTER_METADATA (read after registering,
         #: in the background: until it is read, the broker answers for itself and says so).
         self.cluster: ClusterView | None = None
+        #: With C{config.metrics_port}: the metrics, and once listening, the port serving them over HTTP.  Their
+        #: replication families read the replicas and the controller (made once ZooKeeper is joined) when scraped.
+        self.metrics = BrokerMetrics(
+            self.broker, self.factory, self.logs,
+            replicas=lambda: self.replicas.manager if self.replicas is not None else None,
+            controller=lambda: self.control.controller if self.control is not None else None,
+        ) if config.metrics_port is not None else None
+        self.metrics_port = None
         #: Fires with the listening port once the broker accepts connections (and, with
         #: ZooKeeper, is registered); fails if it cannot start.
         self.listening: Deferred = Deferred()
