@@ -127,7 +127,11 @@ class RegistryTests(MetricsTestCase):
             "twlog_waiting_fetches": "gauge", "twlog_flush_duration_seconds": "histogram",
             "twlog_flush_failures": "counter", "twlog_log_size_bytes": "gauge", "twlog_log_segments": "gauge",
             "twlog_log_start_offset": "gauge", "twlog_log_flushed_offset": "gauge", "twlog_log_end_offset": "gauge",
-            "twlog_log_failed": "gauge",
+            "twlog_log_failed": "gauge", "twlog_under_replicated_partitions": "gauge",
+            "twlog_under_min_isr_partitions": "gauge", "twlog_active_controller": "gauge",
+            "twlog_offline_partitions": "gauge", "twlog_isr_shrinks": "counter", "twlog_isr_expands": "counter",
+            "twlog_leader_partitions": "gauge", "twlog_replica_partitions": "gauge", "twlog_waiting_produces": "gauge",
+            "twlog_replica_lag_bytes": "gauge", "twlog_replica_lag_seconds": "gauge",
         }
         self.assertEqual({n: f.type for n, f in families.items()}, expected)
         self.assertTrue(all(f.documentation for f in families.values()))

@@ -1,7 +1,8 @@
 """Replication end to end on loopback with the suite's real ZooKeeper, brokers in this process: leaders and
 followers take the roles the controller's states give, `ack=all` is answered once every ISR member holds
 the set, replicas are byte-identical, a stopping leader's partitions move to an in-sync follower with no
-acknowledged message lost, and a returning broker catches up and rejoins the ISR."""
+acknowledged message lost, and a returning broker catches up and rejoins the ISR; the replication metrics,
+scraped over HTTP, say so."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker
+from tests.integration.test_metrics import get, samples
 from tests.integration.test_replication_control import run
 from tests.integration.test_replication_zk import until
 from tests.integration.zookeeper import fresh_connect_string
@@ -29,7 +31,7 @@ class FailoverTests(TestCase):
 
     async def start(self, broker_id: int, log_dir: str | None = None):
         service = await start_broker(self, log_dir or self.mktemp(), broker_id=broker_id, zookeeper=self.hosts,
-                                     flush_interval_ms=5, replica_lag_time_ms=2000)
+                                     flush_interval_ms=5, replica_lag_time_ms=2000, metrics_port=0)
         self.brokers[broker_id] = service
         return service
 
@@ -55,6 +57,11 @@ class FailoverTests(TestCase):
             raise {NotLeader.code: NotLeader, NotEnoughReplicas.code: NotEnoughReplicas}.get(
                 result.error, AssertionError)(f"produce answered error {result.error}")
         return result.next_offset
+
+    async def scrape(self, broker_id: int, name: str, **labels: str) -> float:
+        """One sample of broker C{broker_id}'s /metrics, over HTTP."""
+        _, body = await get(self.brokers[broker_id].metrics_url)
+        return samples(body.decode())[(name, tuple(sorted(labels.items())))]
 
     async def read_all(self, broker_id: int, partition: int) -> list[bytes]:
         payloads, offset = [], 0
@@ -104,6 +111,11 @@ class FailoverTests(TestCase):
         second = [b"n%03d" % i for i in range(20)]
         await self.produce_all(new_leader, 0, second)  # ISR of 2 = min.insync.replicas: still accepted
         self.assertEqual(await self.read_all(new_leader, 0), first + second)
+        self.assertGreaterEqual(await self.scrape(new_leader, "twlog_under_replicated_partitions"), 1)
+        self.assertEqual(await self.scrape(new_leader, "twlog_under_min_isr_partitions"), 0)
+        controllers = [b for b in self.brokers if await self.scrape(b, "twlog_active_controller") == 1]
+        self.assertEqual(len(controllers), 1, "one active controller")
+        self.assertEqual(await self.scrape(controllers[0], "twlog_offline_partitions"), 0)
 
         # The old leader returns with its log: it follows, catches up, and rejoins the ISR.
         await self.start(leader, log_dirs[leader])
@@ -112,6 +124,10 @@ class FailoverTests(TestCase):
                     == self.brokers[new_leader].logs.get_log(TOPIC, 0).end_offset, "it caught up", timeout_s=20)
         state = self.brokers[new_leader].replicas.manager.leaders[(TOPIC, 0)]
         await until(lambda: leader in state.state.isr, "it rejoined the ISR", timeout_s=20)
+        # The new leader wrote the returned broker back into the ISR (the controller, not it, took it out).
+        self.assertGreaterEqual(await self.scrape(new_leader, "twlog_isr_expands_total"), 1)
+        self.assertEqual(await self.scrape(new_leader, "twlog_replica_lag_bytes", topic=TOPIC, partition="0",
+                                           replica=str(leader)), 0)
         self.assertTrue(os.path.exists(segments[leader]))
 
     async def test_segment_files_identical_over_many_segments(self) -> None:

@@ -10,7 +10,10 @@ two histograms (request and flush latency) are plain lists of bucket counts
 here, told of each request and each fsync through observer hooks.  The
 collector turns all of it into metric families at scrape time, and reads the
 partitions' sizes and offsets from the L{LogManager} then: nothing is done
-per message, and a request costs a dictionary update and a bisection.
+per message, and a request costs a dictionary update and a bisection.  The
+replication families (Kafka's names, docs/operations.md) are read then too,
+from the broker's L{ReplicaManager} and L{Controller}, found through the
+callables the service gives (they exist only once it joined ZooKeeper).
 
 The page is rendered on the reactor thread, where the counters and the logs
 live: prometheus_client's own Twisted resource runs its WSGI app on the
@@ -22,7 +25,7 @@ partitions and 30 ms with 1,000 (mostly prometheus_client's formatting).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -38,10 +41,12 @@ from twisted.web.server import GzipEncoderFactory, Request, Site
 from twisted.web.static import Data
 from typing_extensions import override
 
+from twlog.coord.replication.controller import Controller
 from twlog.errors import ERRORS, UNKNOWN
 from twlog.protocol import codec, replication_codec
 from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
+from twlog.replica.manager import ReplicaManager
 from twlog.storage.manager import LogManager
 
 #: The label value of each request type; any other type (a frame that did not parse) is "unknown".
@@ -111,12 +116,20 @@ class BrokerMetrics:
     """One broker's metrics: L{registry}, fed by hooks into its factory, logs and broker.
 
     Build it before the logs start (it observes their flushes from then on).
+
+    @param replicas: the broker's replica manager at scrape time (None: it has none, without ZooKeeper or
+        before joining it).
+    @param controller: the broker's controller candidacy at scrape time (None: none).
     """
 
-    def __init__(self, broker: Broker, factory: BrokerFactory, logs: LogManager) -> None:
+    def __init__(self, broker: Broker, factory: BrokerFactory, logs: LogManager, *,
+                 replicas: Callable[[], ReplicaManager | None] = lambda: None,
+                 controller: Callable[[], Controller | None] = lambda: None) -> None:
         self.broker = broker
         self.factory = factory
         self.logs = logs
+        self.replicas = replicas
+        self.controller = controller
         self.request_latency: dict[int, LatencyHistogram] = {}
         self.flush_latency = LatencyHistogram(FLUSH_BUCKETS_S)
         #: fsyncs that failed (or were put off for lack of descriptors).
@@ -249,6 +262,7 @@ class _BrokerCollector:
         yield _counter("twlog_flush_failures", "fsyncs that failed, or were put off for lack of descriptors.",
                        metrics.flush_failures)
         yield from self._partitions(metrics.logs)
+        yield from _replication(metrics.replicas(), metrics.controller())
 
     def _requests(self, metrics: BrokerMetrics) -> Iterator[Metric]:
         requests = CounterMetricFamily("twlog_requests", "Requests received, by type.", labels=["type"])
@@ -294,3 +308,44 @@ class _BrokerCollector:
             families["end"].add_metric(values, log.end_offset)
             families["failed"].add_metric(values, 0 if log.failed is None else 1)
         yield from families.values()
+
+
+def _replication(manager: ReplicaManager | None, controller: Controller | None) -> Iterator[Metric]:
+    """The replication families, Kafka's metrics under twlog's names: zeros on a broker with no replica manager."""
+    leaders = len(manager.leaders) if manager is not None else 0
+    yield _gauge("twlog_under_replicated_partitions", "Partitions this broker leads whose ISR is smaller than their "
+                 "replicas (Kafka's ReplicaManager UnderReplicatedPartitions).",
+                 manager.under_replicated() if manager is not None else 0)
+    yield _gauge("twlog_under_min_isr_partitions", "Partitions this broker leads whose ISR is below "
+                 "min.insync.replicas: ack=all is refused (ReplicaManager UnderMinIsrPartitionCount).",
+                 manager.under_min_isr() if manager is not None else 0)
+    active = controller is not None and controller.active
+    yield _gauge("twlog_active_controller", "1 on the active controller, else 0 (KafkaController "
+                 "ActiveControllerCount).", int(active))
+    yield _gauge("twlog_offline_partitions", "Replicated partitions with no live leader, as the active controller "
+                 "last found them; 0 on the other brokers (KafkaController OfflinePartitionsCount).",
+                 len(controller.offline) if active else 0)
+    yield _counter("twlog_isr_shrinks", "ISR changes this broker's leaders wrote that took replicas out "
+                   "(ReplicaManager IsrShrinksPerSec, as a count).", manager.isr_shrinks if manager is not None else 0)
+    yield _counter("twlog_isr_expands", "ISR changes this broker's leaders wrote that put replicas in "
+                   "(ReplicaManager IsrExpandsPerSec, as a count).", manager.isr_expands if manager is not None else 0)
+    yield _gauge("twlog_leader_partitions", "Replicated partitions this broker leads (ReplicaManager LeaderCount).",
+                 leaders)
+    yield _gauge("twlog_replica_partitions", "Replicated partitions this broker leads or follows (ReplicaManager "
+                 "PartitionCount).", leaders + len(manager.followers) if manager is not None else 0)
+    yield _gauge("twlog_waiting_produces", "ack=all message sets held until the ISR holds them, one per partition "
+                 "of a waiting ACK_PRODUCE (DelayedOperationPurgatory PurgatorySize delayedOperation=Produce).",
+                 manager.waiting_acks() if manager is not None else 0)
+    labels = ["topic", "partition", "replica"]
+    lag_bytes = GaugeMetricFamily("twlog_replica_lag_bytes", "On a partition's leader, per follower: the leader's "
+                                  "end less the follower's, as of its latest fetch (FetcherLagMetrics ConsumerLag, "
+                                  "in bytes).", labels=labels)
+    lag_seconds = GaugeMetricFamily("twlog_replica_lag_seconds", "On a partition's leader, per follower: seconds "
+                                    "since the follower was last caught up; past --replica-lag-time-ms it leaves "
+                                    "the ISR.", labels=labels)
+    for topic, partition, replica, behind, seconds in (manager.follower_lags() if manager is not None else ()):
+        values = [topic, str(partition), str(replica)]
+        lag_bytes.add_metric(values, behind)
+        lag_seconds.add_metric(values, seconds)
+    yield lag_bytes
+    yield lag_seconds

@@ -76,7 +76,7 @@ class BrokerService(Service):
         reactor=None,
         *,
         stop_reactor_on_error: bool = True,
-        zookeeper_session_timeout_s: float = 10.0,
+        zookeeper_session_timeout_s: float | None = None,
         zookeeper_connect_timeout_s: float = 15.0,
         unclean_exit_code: int | None = None,
         cannot_start_exit_code: int | None = None,
@@ -89,11 +89,9 @@ class BrokerService(Service):
         self.broker = Broker(self.logs, config, reactor)
         self.factory = BrokerFactory(self.broker)
         self.port = None
-        #: With C{config.metrics_port}: the metrics, and once listening, the port serving them over HTTP.
-        self.metrics = BrokerMetrics(self.broker, self.factory, self.logs) if config.metrics_port is not None else None
-        self.metrics_port = None
         self.stop_reactor_on_error = stop_reactor_on_error
-        self.zookeeper_session_timeout_s = zookeeper_session_timeout_s
+        self.zookeeper_session_timeout_s = (config.zookeeper_session_timeout_s if zookeeper_session_timeout_s is None
+                                            else zookeeper_session_timeout_s)
         self.zookeeper_connect_timeout_s = zookeeper_connect_timeout_s
         self.unclean_exit_code = unclean_exit_code
         self.cannot_start_exit_code = cannot_start_exit_code
@@ -110,6 +108,14 @@ class BrokerService(Service):
         #: With ZooKeeper, the cluster this broker describes in CLUSTER_METADATA (read after registering,
         #: in the background: until it is read, the broker answers for itself and says so).
         self.cluster: ClusterView | None = None
+        #: With C{config.metrics_port}: the metrics, and once listening, the port serving them over HTTP.  Their
+        #: replication families read the replicas and the controller (made once ZooKeeper is joined) when scraped.
+        self.metrics = BrokerMetrics(
+            self.broker, self.factory, self.logs,
+            replicas=lambda: self.replicas.manager if self.replicas is not None else None,
+            controller=lambda: self.control.controller if self.control is not None else None,
+        ) if config.metrics_port is not None else None
+        self.metrics_port = None
         #: Fires with the listening port once the broker accepts connections (and, with
         #: ZooKeeper, is registered); fails if it cannot start.
         self.listening: Deferred = Deferred()
@@ -233,7 +239,8 @@ class BrokerService(Service):
         """Run for controller (replicated topics' leaders and ISRs), as every broker with ZooKeeper does."""
         control = self.control = BrokerControl(
             zk, self.config.broker_id, clock=self._reactor, unclean=self.config.unclean_leader_election,
-            shutdown_timeout_s=self.config.controlled_shutdown_timeout_s)
+            shutdown_timeout_s=self.config.controlled_shutdown_timeout_s,
+            preferred_delay_s=self.config.preferred_leader_delay_s)
         self.broker.controller_id = control.controller_id
         control.start()
 

@@ -62,6 +62,8 @@ class LeaderPartition:
         self._waiters: list[_Waiter] = []
         #: Called with this partition whenever the high watermark moves (waiting REPLICA_FETCHes, metrics).
         self.on_high_watermark: list[Any] = []
+        #: Called with (ISR before, ISR after) whenever this leader wrote an ISR change (the shrink and expand counts).
+        self.on_isr_written: list[Any] = []
         start = log.high_watermark if log.high_watermark is not None else 0
         self.state = ReplicaState(broker_id, state.leader_epoch, replicas, state.isr, min(start, log.end_offset),
                                   clock.seconds(), lag_time_ms, min_isr)
@@ -140,6 +142,8 @@ class LeaderPartition:
         self.zk_state, self.version = new_state, version
         self._log.info("{topic}-{partition}: ISR {before} -> {after}", topic=self.topic, partition=self.partition,
                        before=list(before), after=list(isr))
+        for listener in list(self.on_isr_written):
+            listener(before, isr)
         if self.state.isr_written(isr, self.log.end_offset):
             self._publish()
         else:

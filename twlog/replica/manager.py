@@ -12,7 +12,7 @@ answered once the high watermark covers it and the leader flushed it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -59,6 +59,10 @@ class ReplicaManager:
         #: held here; True when it is being created replicated (the produce gets LeaderNotAvailable, to retry),
         #: False when it stays a 0.7 topic (held by other brokers, say) and the produce goes on as one.
         self.auto_create: Callable[[str], bool] | None = None
+        #: ISR changes this broker's leaders wrote that took members out, and that put members in (Kafka's
+        #: IsrShrinksPerSec and IsrExpandsPerSec, as counts: a write that does both counts once in each).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         self.handlers = ReplicaHandlers(lambda topic, partition: self.leaders.get((topic, partition)), clock,
                                         count_error, max_fetch_wait_ms)
         logs.add_flush_listener(self._flushed)
@@ -81,6 +85,7 @@ class ReplicaManager:
                                  state=state, version=version, zk=self._zk, clock=self._clock, min_isr=min_isr,
                                  lag_time_ms=self.lag_time_ms)
         leader.on_high_watermark.append(lambda led: self.handlers.changed(topic, partition))
+        leader.on_isr_written.append(self._isr_written)
         self.leaders[(topic, partition)] = leader
         return leader
 
@@ -154,6 +159,29 @@ class ReplicaManager:
         if leader is not None:
             leader.flushed()
 
+    # -- what the metrics read -------------------------------------------------------------
+
     def waiting_acks(self) -> int:
         """C{ack=all} sets waiting, over all led partitions (the metric)."""
         return sum(leader.waiting() for leader in self.leaders.values())
+
+    def _isr_written(self, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+        self.isr_shrinks += bool(set(before) - set(after))
+        self.isr_expands += bool(set(after) - set(before))
+
+    def under_replicated(self) -> int:
+        """Led partitions whose ISR is smaller than their replicas (Kafka's UnderReplicatedPartitions)."""
+        return sum(len(leader.state.isr) < len(leader.state.replicas) for leader in self.leaders.values())
+
+    def under_min_isr(self) -> int:
+        """Led partitions whose ISR is below min.insync.replicas: C{ack=all} refused (UnderMinIsrPartitionCount)."""
+        return sum(not leader.state.enough_replicas for leader in self.leaders.values())
+
+    def follower_lags(self) -> Iterator[tuple[str, int, int, int, float]]:
+        """(topic, partition, follower, bytes behind, seconds since caught up) for each follower of each led
+        partition, as its leader last heard (L{ReplicaState.lag})."""
+        now = self._clock.seconds()
+        for (topic, partition), leader in sorted(self.leaders.items()):
+            end = leader.log.end_offset
+            for replica in leader.state.followers:
+                yield (topic, partition, replica, *leader.state.lag(replica, end, now))

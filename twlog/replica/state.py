@@ -89,6 +89,12 @@ class ReplicaState:
             return leader_end
         return self.ends.get(replica, 0)
 
+    def lag(self, replica: int, leader_end: int, now: float) -> tuple[int, float]:
+        """Follower C{replica}'s lag as the leader knows it (the metrics): bytes between its end and the leader's
+        end C{leader_end}, and seconds since it was last caught up."""
+        behind = max(leader_end - self.end_of(replica, leader_end), 0)
+        return behind, max(now - self.caught_up_at.get(replica, now), 0.0)
+
     def _over_isr(self, leader_end: int, members: Iterable[int]) -> int:
         return min(self.end_of(r, leader_end) for r in members)
 

@@ -31,8 +31,8 @@ from twisted.logger import Logger
 
 from twlog.coord import paths
 from twlog.coord.replication import store
-from twlog.coord.replication.decisions import Decision, InIsrSince, decide, decide_preferred
-from twlog.coord.replication.values import BadReplicationValue, ControllerRecord
+from twlog.coord.replication.decisions import Decision, InIsrSince, OfflinePartitions, decide, decide_preferred
+from twlog.coord.replication.values import BadReplicationValue, ControllerRecord, PartitionState
 from twlog.coord.zk import (
     CONNECTED,
     LOST,
@@ -120,6 +120,8 @@ class Controller:
         self.cas_failures = 0
         self._shutting_down: set[int] = set()
         self._in_isr_since = InIsrSince()
+        #: The partitions with no live leader as of this controller's rounds (the metric; 0 unless active).
+        self.offline = OfflinePartitions()
         #: The generation whose rounds are running (None: none are).
         self._running: int | None = None
         self._again = False
@@ -165,9 +167,7 @@ class Controller:
             self.controller_id = self.broker_id if target is _S.ACTIVE else -1
             self._generation += 1
             self._armed = set()
-            if self._timer is not None and self._timer.active():
-                self._timer.cancel()
-            self._timer = None
+            self._timer = _cancel(self._timer)
 
     def _session_changed(self, state: str) -> None:
         if state in (SUSPENDED, LOST) and self.state not in (_S.IDLE, _S.STOPPED):
@@ -218,8 +218,7 @@ class Controller:
             other = self.controller_id = ControllerRecord.decode(data, paths.CONTROLLER).broker_id
         except BadReplicationValue as e:
             other = f"unknown ({e})"
-        self._log.debug("broker {other} is the controller; broker {broker} stands by", other=other,
-                        broker=self.broker_id)
+        self._log.debug("broker {other} is the controller, broker {id} stands by", other=other, id=self.broker_id)
         await self._watch_controller()
 
     async def _watch_controller(self) -> bool:
@@ -267,8 +266,7 @@ class Controller:
             if self._running == generation:
                 self._running = None
         if generation == self._generation and self.active:
-            if self._timer is not None and self._timer.active():
-                self._timer.cancel()
+            _cancel(self._timer)
             self._timer = self._clock.callLater(self.check_interval_s, self._request)
 
     async def _round(self, generation: int) -> None:
@@ -294,11 +292,13 @@ class Controller:
                 self._check(generation)
             for partition in sorted(assignment.partitions):
                 seen.add((topic, partition))
-                await self._settle(generation, assignment, partition, live)
+                self.offline.note(topic, partition, await self._settle(generation, assignment, partition, live), live)
         self._in_isr_since.keep_only(seen)
+        self.offline.keep_only(seen)
 
-    async def _settle(self, generation: int, assignment, partition: int, live: Collection[int]) -> None:
-        """Read one partition's state, decide, write by compare-and-set; again on a failed write."""
+    async def _settle(self, generation: int, assignment, partition: int,
+                      live: Collection[int]) -> PartitionState | None:
+        """Read one partition's state, decide, write by compare-and-set (again on a failed write): the state then."""
         topic = assignment.topic
         for _ in range(self.max_cas_attempts):
             try:
@@ -328,7 +328,7 @@ class Controller:
                                             now=self._clock.seconds(), delay_s=self.preferred_delay_s,
                                             shutting_down=self._shutting_down)
             if decision is None:
-                return
+                return state
             try:
                 if state is None:
                     await store.create_state(self._zk, topic, partition, decision.new,
@@ -341,8 +341,8 @@ class Controller:
                 continue
             self._check(generation)
             self._applied(decision)
-            return
-        self._again = True  # contended: the next round tries again
+            return decision.new
+        self._again = True  # contended (None: its state unknown): the next round tries again
 
     def _applied(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -386,6 +386,12 @@ class Controller:
     def _retry(self, generation: int) -> None:
         if generation == self._generation:
             self._elect() if self.state is _S.ELECTING else self._request()
+
+
+def _cancel(timer):
+    """Cancel C{timer} (an C{IDelayedCall}, or None) if it is pending; None."""
+    if timer is not None and timer.active():
+        timer.cancel()
 
 
 async def _nothing() -> None:

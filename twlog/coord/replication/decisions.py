@@ -36,8 +36,8 @@ import attrs
 from twlog.coord.replication.values import NO_LEADER, PartitionState, TopicAssignment
 from twlog.statemachine import StateMachine
 
-__all__ = ["PARTITION_MOVES", "Decision", "InIsrSince", "PartitionPhase", "Reason", "decide", "decide_preferred",
-           "phase_of"]
+__all__ = ["PARTITION_MOVES", "Decision", "InIsrSince", "OfflinePartitions", "PartitionPhase", "Reason", "decide",
+           "decide_preferred", "phase_of"]
 
 
 class PartitionPhase(enum.Enum):
@@ -216,3 +216,30 @@ class InIsrSince:
         """Forget the partitions not in C{partitions} (their topic went)."""
         for key in set(self._since) - set(partitions):
             del self._since[key]
+
+
+class OfflinePartitions:
+    """The partitions the controller last found with no live leader (Kafka's OfflinePartitionsCount): after each
+    partition's part of a round, the state it read or wrote has no leader, or a leader not live."""
+
+    def __init__(self) -> None:
+        self._offline: set[tuple[str, int]] = set()
+
+    def __len__(self) -> int:
+        return len(self._offline)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._offline
+
+    def note(self, topic: str, partition: int, state: PartitionState | None, live: Collection[int]) -> None:
+        """Partition C{partition} of C{topic} was settled at C{state} (None: not known, as it was)."""
+        if state is None:
+            return
+        if state.online and state.leader in live:
+            self._offline.discard((topic, partition))
+        else:
+            self._offline.add((topic, partition))
+
+    def keep_only(self, partitions: Collection[tuple[str, int]]) -> None:
+        """Forget the partitions not in C{partitions} (their topic went)."""
+        self._offline &= set(partitions)
