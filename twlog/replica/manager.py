@@ -52,6 +52,8 @@ class ReplicaManager:
         self.lag_time_ms = lag_time_ms
         self.leaders: dict[tuple[str, int], LeaderPartition] = {}
         self.followers: dict[tuple[str, int], Follower] = {}
+        #: Called with (topic, partition) after a role change (the broker wakes the client fetches held on it).
+        self._roles_changed: Callable[[str, int], Any] = lambda topic, partition: None
         self.handlers = ReplicaHandlers(lambda topic, partition: self.leaders.get((topic, partition)), clock,
                                         count_error, max_fetch_wait_ms)
         logs.add_flush_listener(self._flushed)
@@ -62,6 +64,7 @@ class ReplicaManager:
         broker.handlers[ReplicaFetchRequest] = self.handlers.replica_fetch
         broker.handlers[EpochEndOffsetRequest] = self.handlers.epoch_end_offset
         broker.replication = self
+        self._roles_changed = broker.roles_changed
 
     # -- roles ------------------------------------------------------------------------
 
@@ -87,6 +90,7 @@ class ReplicaManager:
                             connection=self._connect(leader_id), clock=self._clock, **options)
         self.followers[(topic, partition)] = follower
         follower.start()
+        self._roles_changed(topic, partition)
         return follower
 
     def stop_partition(self, topic: str, partition: int) -> Deferred[None] | None:
@@ -117,6 +121,14 @@ class ReplicaManager:
                                         f"{list(leader.state.isr)}, fewer than min.insync.replicas "
                                         f"{leader.state.min_isr}")
         return True
+
+    def check_read(self, topic: str, partition: int) -> None:
+        """The fetches' gate (L{twlog.protocol.fetch.ReadGate}): a client may not read a partition this broker
+        follows (its log may run past the high watermark, and its leader may move): NotLeader, naming the leader."""
+        follower = self.followers.get((topic, partition))
+        if follower is not None:
+            raise NotLeader(f"broker {self.broker_id} follows {topic}-{partition}: read it from its leader, "
+                            f"broker {follower.leader_id}")
 
     def appended(self, topic: str, partition: int) -> None:
         leader = self.leaders.get((topic, partition))
