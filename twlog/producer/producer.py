@@ -42,6 +42,7 @@ from twlog.producer.delivery import deliver
 from twlog.producer.failover import Turns, deliver_following
 from twlog.producer.router import Partitioner, Router, hash_partitioner
 from twlog.protocol.codec import (
+    ACK_ALL,
     ACK_APPENDED,
     ACK_FLUSHED,
     ACK_NONE,
@@ -50,7 +51,7 @@ from twlog.protocol.codec import (
 )
 from twlog.storage.message import CODEC_NAMES, CODEC_NONE, encode_message_set
 
-ACK_MODES = {"none": ACK_NONE, "appended": ACK_APPENDED, "flushed": ACK_FLUSHED}
+ACK_MODES = {"none": ACK_NONE, "appended": ACK_APPENDED, "flushed": ACK_FLUSHED, "all": ACK_ALL}
 
 
 def _payloads(messages: bytes | Sequence[bytes]) -> list[bytes]:
@@ -88,7 +89,8 @@ class Producer:
         the producer opens a session on first use and closes it in L{close};
         or a started L{IZooKeeper} session, which it leaves open.
     @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"} or
-        C{"flushed"} (ACK_PRODUCE; L{send} fires with the L{ProduceResult}).
+        C{"flushed"} (ACK_PRODUCE; L{send} fires with the L{ProduceResult}), or C{"all"} (a replicated
+        partition: every in-sync replica holds the batch and the leader flushed it; docs/replication.md).
     @param partitioner: C{(key, n) -> index} for keyed sends; default L{hash_partitioner}.
     @param codec: a C{CODEC_*} number or name (C{"gzip"}); each batch is compressed as one wrapper.
     @param batch_size: turn on async batching: send a partition's queue at this many messages ...
