@@ -34,6 +34,7 @@ from typing_extensions import override
 from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.metrics import BrokerMetrics
+from twlog.broker.replicas import BrokerReplicas
 from twlog.config import BrokerConfig
 from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerRegistration
@@ -104,6 +105,8 @@ class BrokerService(Service):
         self.registration: BrokerRegistration | None = None
         #: With ZooKeeper, once registered: the broker's candidacy for controller (replication).
         self.control: BrokerControl | None = None
+        #: With ZooKeeper, once registered: its leaders and followers of replicated partitions.
+        self.replicas: BrokerReplicas | None = None
         #: With ZooKeeper, the cluster this broker describes in CLUSTER_METADATA (read after registering,
         #: in the background: until it is read, the broker answers for itself and says so).
         self.cluster: ClusterView | None = None
@@ -209,6 +212,7 @@ class BrokerService(Service):
             self.registration = registration
             self._follow_cluster(zk)
             self._start_control(zk)
+            self._start_replicas(zk)
         except BaseException:
             if self.zookeeper is zk:
                 self.zookeeper = None
@@ -232,6 +236,12 @@ class BrokerService(Service):
             shutdown_timeout_s=self.config.controlled_shutdown_timeout_s)
         self.broker.controller_id = control.controller_id
         control.start()
+
+    def _start_replicas(self, zk: ZooKeeper) -> None:
+        """Lead and follow replicated partitions as the controller's states say (the view watches them)."""
+        assert self.cluster is not None
+        replicas = self.replicas = BrokerReplicas(self.config, self.broker, self.logs, zk, self.cluster, self._reactor)
+        replicas.start()
 
     def _cannot_register(self, failure) -> None:
         if not self.running or failure.check(_Stopped):
@@ -268,15 +278,18 @@ class BrokerService(Service):
         consumers stop using this broker, then close the session."""
         zk, self.zookeeper = self.zookeeper, None
         registration, self.registration = self.registration, None
-        if self.cluster is not None:
-            self.cluster.stop()
-            self.cluster = self.broker.cluster = None
+        view, self.cluster = self.cluster, None
         control, self.control = self.control, None
+        replicas, self.replicas = self.replicas, None
         self.broker.controller_id = None
         if zk is None:
             return succeed(None)
-        # A controller first moves this broker's leaderships away (bounded), and resigns.
+        # A controller first moves this broker's leaderships away (bounded), and resigns; its leaders and
+        # followers follow the states it writes meanwhile (the view still watches them), then stop.
         d = control.stop() if control is not None else succeed(None)
+        d.addCallback(lambda _: replicas.stop() if replicas is not None else None)
+        d.addBoth(lambda result: (view.stop() if view is not None else None, result)[1])
+        d.addCallback(lambda _: setattr(self.broker, "cluster", None))
         d.addCallback(lambda _: registration.stop() if registration is not None else None)
         d.addCallback(lambda _: zk.stop())
         return d.addErrback(lambda f: self._log.warn("closing the ZooKeeper session failed: {error}",

@@ -132,22 +132,13 @@ class ClusterView:
         leader L{replication_codec.NO_BROKER} and error LeaderNotAvailable; with no usable state its epoch is
         L{replication_codec.UNDEFINED_EPOCH} and its ISR empty.
         """
-        value, states = self._replicated_values.get(topic, (None, {}))
-        if value is None or topic not in self._layout.partitions:
+        read = self.replica_states(topic) if topic in self._layout.partitions else None
+        if read is None:
             return None
-        try:
-            assignment = TopicAssignment.decode(topic, value, paths.replicated_topic_path(topic))
-        except BadReplicationValue:
-            return None
+        assignment, states = read
         found = []
         for number, replicas in sorted(assignment.partitions.items()):
-            state = None
-            data = states.get(str(number))
-            if data is not None:
-                try:
-                    state = PartitionState.decode(data, paths.partition_state_path(topic, number))
-                except BadReplicationValue:
-                    state = None
+            state = states[number]
             leader = self._layout.leader(TopicPartition(topic, str(number)))
             found.append(replication_codec.PartitionState(
                 number, NO_ERROR if leader is not None else LeaderNotAvailable.code,
@@ -155,6 +146,26 @@ class ClusterView:
                 state.leader_epoch if state is not None else replication_codec.UNDEFINED_EPOCH,
                 replicas, state.isr if state is not None else ()))
         return replication_codec.ReplicatedLayout(topic, NO_ERROR, tuple(found))
+
+    def replica_states(self, topic: str) -> tuple[TopicAssignment, dict[int, PartitionState | None]] | None:
+        """C{topic}'s assignment and each partition's state as ZooKeeper holds it (None: none yet, or a bad
+        value), whether or not its leader is live; None when C{topic} is not a replicated topic read here."""
+        value, states = self._replicated_values.get(topic, (None, {}))
+        if value is None:
+            return None
+        try:
+            assignment = TopicAssignment.decode(topic, value, paths.replicated_topic_path(topic))
+        except BadReplicationValue:
+            return None
+        found: dict[int, PartitionState | None] = {}
+        for number in assignment.partitions:
+            data = states.get(str(number))
+            try:
+                found[number] = None if data is None else PartitionState.decode(
+                    data, paths.partition_state_path(topic, number))
+            except BadReplicationValue:
+                found[number] = None
+        return assignment, found
 
     # -- reading and watching --------------------------------------------------------
 

@@ -87,7 +87,7 @@ class BrokerNodes:
         while True:
             held = await self._create_or_adopt(path, value)
             if held is _OURS:
-                return
+                return True
             if held is _GONE:
                 continue  # deleted meanwhile: try again
             current, stat = held
@@ -146,19 +146,22 @@ class BrokerNodes:
         except TimeoutError:
             pass  # the caller checks the deadline
 
-    async def register_topic(self, topic: str, count: int, check: Callable[[], None]) -> None:
+    async def register_topic(self, topic: str, count: int, check: Callable[[], None]) -> bool:
         """Create (or take over) C{/brokers/topics/<topic>/<id>} with C{count}; C{check()} before each try
-        raises if the work has become stale."""
+        raises if the work has become stale.  A replicated topic (C{/twlog/topics/<topic>}) is not registered
+        so: its partitions here are replicas, led as its state says; return whether it was registered."""
         path = paths.broker_topic_path(topic, self.broker_id)
         value = str(count).encode("ascii")
         check()
+        if await self._zk.exists(paths.replicated_topic_path(topic)) is not None:
+            return False
         # The persistent record first: a reader woken by the registration's watch finds it there already.
         await self._remember_topic(topic, value)
         for _ in range(5):
             check()
             held = await self._create_or_adopt(path, value)
             if held is _OURS:
-                return
+                return True
             if held is _GONE:
                 continue
             _, stat = held

@@ -225,15 +225,15 @@ class BrokerRegistration:
         if generation != self._generation:
             raise _Stale()
 
-    def _register_topic(self, topic: str, count: int, generation: int) -> Coroutine[Any, Any, None]:
+    def _register_topic(self, topic: str, count: int, generation: int) -> Coroutine[Any, Any, bool]:
         return self._nodes.register_topic(topic, count, lambda: self._check(generation))
 
     def _topic_created(self, topic: str, count: int) -> None:
         if not self._holds_id():
             return  # registered with the others once the id is claimed
         d = self._track(self._register_topic(topic, count, self._generation))
-        d.addCallback(lambda _: self._log.info("broker {id} registered topic {topic} ({count} partitions)",
-                                               id=self.broker_id, topic=topic, count=count))
+        d.addCallback(lambda registered: registered and self._log.info(
+            "broker {id} registered topic {topic} ({count} partitions)", id=self.broker_id, topic=topic, count=count))
         d.addErrback(self._failed, f"registering topic {topic}")
 
     def _topic_deleted(self, topic: str) -> None:

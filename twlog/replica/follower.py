@@ -68,6 +68,11 @@ class Follower:
         #: How many truncations were made (tests, metrics).
         self.truncations = 0
 
+    @property
+    def connection(self) -> Any:
+        """The connection to the leader this follower fetches on."""
+        return self._connection
+
     def __repr__(self) -> str:
         return f"<Follower {self.topic}-{self.partition} of broker {self.leader_id} epoch {self.leader_epoch}>"
 
@@ -114,8 +119,8 @@ class Follower:
             except TwlogError as e:  # connection lost, NotLeader, an epoch not the leader's, a timeout
                 if self._stopping:
                     return
-                self._log.info("{follower}: {error}; again in {backoff} s", follower=self, error=e,
-                               backoff=self.backoff_s)
+                self._log.info("{error}; again in {backoff} s", backoff=self.backoff_s,
+                               error=e if str(self) in str(e) else f"{self}: {e}")
                 await self._backoff()
 
     async def _backoff(self) -> None:

@@ -54,6 +54,9 @@ class ReplicaManager:
         self.followers: dict[tuple[str, int], Follower] = {}
         #: Called with (topic, partition) after a role change (the broker wakes the client fetches held on it).
         self._roles_changed: Callable[[str, int], Any] = lambda topic, partition: None
+        #: The replicated topics (L{twlog.replica.roles.ReplicaRoles} keeps it): a produce to one of their
+        #: partitions this broker does not lead is refused, never written as a 0.7 partition's.
+        self.replicated_topics: frozenset[str] = frozenset()
         self.handlers = ReplicaHandlers(lambda topic, partition: self.leaders.get((topic, partition)), clock,
                                         count_error, max_fetch_wait_ms)
         logs.add_flush_listener(self._flushed)
@@ -99,8 +102,15 @@ class ReplicaManager:
         if leader is not None:
             leader.stop()
             self.handlers.changed(topic, partition)  # held fetches get NotLeader now
+            self._roles_changed(topic, partition)  # (clients' too, on a replicated topic)
         follower = self.followers.pop((topic, partition), None)
-        return follower.stop() if follower is not None else None
+        if follower is None:
+            return None
+        d = follower.stop()
+        close = getattr(getattr(follower, "connection", None), "close", None)
+        if close is not None:  # each follower has a connection of its own to its leader
+            d.addBoth(lambda result: (close(), result)[1])
+        return d
 
     # -- the produce handlers' gate (ReplicationGate) ------------------------------------
 
@@ -111,6 +121,9 @@ class ReplicaManager:
                             f"broker {self.followers[key].leader_id}")
         leader = self.leaders.get(key)
         if leader is None:
+            if topic in self.replicated_topics:
+                raise NotLeader(f"broker {self.broker_id} does not lead {topic}-{partition}: ask the cluster "
+                                "metadata (CLUSTER_METADATA_V2) for its leader")
             return False
         if ack >= ACK_ALL:
             if leader.state.fenced:
@@ -129,6 +142,9 @@ class ReplicaManager:
         if follower is not None:
             raise NotLeader(f"broker {self.broker_id} follows {topic}-{partition}: read it from its leader, "
                             f"broker {follower.leader_id}")
+        if topic in self.replicated_topics and (topic, partition) not in self.leaders:
+            raise NotLeader(f"broker {self.broker_id} does not lead {topic}-{partition}: ask the cluster metadata "
+                            "(CLUSTER_METADATA_V2) for its leader")
 
     def appended(self, topic: str, partition: int) -> None:
         leader = self.leaders.get((topic, partition))

@@ -205,6 +205,11 @@ class LogManager:
         self._counts.first_written(topic, count)
         return log
 
+    def open_replica(self, topic: str, partition: int, partitions: int) -> Log:
+        """A replicated topic's log (C{partitions} in all), made unannounced; raises as L{get_or_create_log}."""
+        self._counts.replicated(topic, partitions)
+        return self.get_or_create_log(topic, partition)
+
     def _create_log(self, path: str, key: tuple[str, int]) -> Log:
         """Open a new partition's log; an OS error is StorageFailed in one line, not retried for a while."""
         wait = self._create_retry_at.get(key, 0.0) - self._clock.seconds()
@@ -313,12 +318,10 @@ class LogManager:
         return dict(self._logs)
 
     def flush_all(self) -> Deferred[list]:
-        """Flush every log; fire when all their fsyncs are done."""
-        return gatherResults([log.flush() for log in self._logs.values()], consumeErrors=True)
+        return gatherResults([log.flush() for log in self._logs.values()], consumeErrors=True)  # (all fsyncs done)
 
     def run_retention(self) -> Deferred[int]:
-        """Delete, in a pool thread, the segments that retention expires; fire with how many went (L{Retention})."""
-        return self._retention.run()
+        return self._retention.run()  # (in a pool thread: fires with how many segments went, L{Retention})
 
     # -- topics, and who hears of changes ------------------------------------
 
@@ -343,11 +346,8 @@ class LogManager:
         self._flush_listeners.append(listener)
 
     def observe_flushes(self, observer: Callable[[float, bool], object] | None) -> None:
-        """Call C{observer(seconds, ok)} as each flush's fsync ends, in every log (for the broker's metrics).
-
-        C{seconds} is the time from handing the fsync to a pool thread to its end; C{ok} is
-        False when it failed, or was put off for lack of descriptors.
-        """
+        """Call C{observer(seconds, ok)} as each flush's fsync ends, in every log (for the broker's metrics):
+        C{seconds} from handing it to a pool thread to its end; C{ok} False if it failed or was put off."""
         self._fsyncs.observer = observer
 
 

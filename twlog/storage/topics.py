@@ -183,6 +183,11 @@ class PartitionCounts:
         for listener in list(self._listeners):
             listener(topic, count)
 
+    def replicated(self, topic: str, partitions: int) -> None:
+        """C{topic} is a replicated topic of C{partitions} partitions in all: its replicas here are made without
+        telling the listeners (the controller's state, not a registration, says who leads each)."""
+        self._counts[topic] = max(self._counts.get(topic, 0), partitions)
+
     def check_create(self, topic: str, partitions: int) -> int | None:
         """Whether CREATE_TOPIC may give C{topic} C{partitions} partitions: the count it has now, if any.
 

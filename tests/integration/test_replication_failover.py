@@ -1,0 +1,115 @@
+"""Replication end to end on loopback with the suite's real ZooKeeper, brokers in this process: leaders and
+followers take the roles the controller's states give, `ack=all` is answered once every ISR member holds
+the set, replicas are byte-identical, a stopping leader's partitions move to an in-sync follower with no
+acknowledged message lost, and a returning broker catches up and rejoins the ISR."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+
+from twisted.trial.unittest import TestCase
+
+from tests.integration.broker import start_broker
+from tests.integration.test_replication_control import run
+from tests.integration.test_replication_zk import until
+from tests.integration.zookeeper import fresh_connect_string
+from twlog.cli.inspect import create_topic
+from twlog.client.connection import BrokerConnection
+from twlog.errors import NotEnoughReplicas, NotLeader
+from twlog.protocol.codec import ACK_ALL, AckProduceRequest, FetchRequest, ProduceRequest
+from twlog.storage.fetched import iter_messages
+from twlog.storage.message import encode_message_set
+
+TOPIC = "events"
+
+
+class FailoverTests(TestCase):
+    timeout = 60
+
+    async def start(self, broker_id: int, log_dir: str | None = None):
+        service = await start_broker(self, log_dir or self.mktemp(), broker_id=broker_id, zookeeper=self.hosts,
+                                     flush_interval_ms=5, replica_lag_time_ms=2000)
+        self.brokers[broker_id] = service
+        return service
+
+    def connect(self, broker_id: int) -> BrokerConnection:
+        connection = BrokerConnection("127.0.0.1", self.brokers[broker_id].broker.port, timeout_s=10)
+        self.addCleanup(connection.close)
+        return connection
+
+    def roles(self, partition: int) -> tuple[int | None, set[int]]:
+        """Who leads C{partition} and who follows it, as the brokers' replica managers say."""
+        leader = next((b for b, s in self.brokers.items()
+                       if s.replicas is not None and (TOPIC, partition) in s.replicas.manager.leaders), None)
+        followers = {b for b, s in self.brokers.items()
+                     if s.replicas is not None and (TOPIC, partition) in s.replicas.manager.followers}
+        return leader, followers
+
+    async def produce_all(self, broker_id: int, partition: int, payloads: list[bytes]) -> int:
+        """Produce C{payloads} with ack=all to broker C{broker_id}; the offset after them."""
+        response = await self.connect(broker_id).request(AckProduceRequest(ACK_ALL, 10_000, (
+            ProduceRequest(TOPIC, partition, encode_message_set(payloads)),)))
+        (result,) = response.results
+        if result.error:
+            raise {NotLeader.code: NotLeader, NotEnoughReplicas.code: NotEnoughReplicas}.get(
+                result.error, AssertionError)(f"produce answered error {result.error}")
+        return result.next_offset
+
+    async def read_all(self, broker_id: int, partition: int) -> list[bytes]:
+        payloads, offset = [], 0
+        connection = self.connect(broker_id)
+        while True:
+            response = await connection.request(FetchRequest(TOPIC, partition, offset, 1 << 20))
+            batch = list(iter_messages(response.messages, offset))
+            if not batch:
+                return payloads
+            payloads += [m.payload for m in batch]
+            offset = batch[-1].next_offset
+
+    async def test_ack_all_failover_and_rejoin(self) -> None:
+        self.hosts, self.brokers = fresh_connect_string(), {}
+        log_dirs = {b: self.mktemp() for b in (1, 2, 3)}
+        for b in (1, 2, 3):
+            await self.start(b, log_dirs[b])
+        await run(create_topic, "create", "-z", self.hosts, "-t", TOPIC, "-n", "2", "--replication-factor", "3",
+                  "--min-insync-replicas", "2")
+        for p in (0, 1):
+            await until(lambda p=p: self.roles(p)[0] is not None and len(self.roles(p)[1]) == 2,
+                        f"partition {p} has a leader and two followers")
+        leader, followers = self.roles(0)
+
+        # ack=all: answered once the followers hold the set; a follower refuses produces.
+        first = [b"m%03d" % i for i in range(100)]
+        end = 0
+        for i in range(0, 100, 10):
+            end = await self.produce_all(leader, 0, first[i:i + 10])
+        with self.assertRaises(NotLeader):
+            await self.produce_all(min(followers), 0, [b"not here"])
+        for b in followers:
+            log = self.brokers[b].logs.get_log(TOPIC, 0)
+            self.assertGreaterEqual(log.end_offset, end, "every ISR member holds what ack=all acknowledged")
+        self.assertEqual(await self.read_all(leader, 0), first)
+        await until(lambda: all(self.brokers[b].logs.get_log(TOPIC, 0).high_watermark == end for b in followers),
+                    "the followers learn the high watermark")
+        segments = {b: self.brokers[b].logs.get_log(TOPIC, 0).segments[0].path for b in (1, 2, 3)}
+        for b in followers:
+            self.assertTrue(filecmp.cmp(segments[leader], segments[b], shallow=False), "replicas byte-identical")
+
+        # The leader stops (SIGTERM's path): the partition moves to an in-sync follower, nothing acknowledged lost.
+        await self.brokers[leader].stopService()
+        del self.brokers[leader]
+        await until(lambda: self.roles(0)[0] in followers and len(self.roles(0)[1]) == 1, "a follower leads")
+        new_leader = self.roles(0)[0]
+        second = [b"n%03d" % i for i in range(20)]
+        await self.produce_all(new_leader, 0, second)  # ISR of 2 = min.insync.replicas: still accepted
+        self.assertEqual(await self.read_all(new_leader, 0), first + second)
+
+        # The old leader returns with its log: it follows, catches up, and rejoins the ISR.
+        await self.start(leader, log_dirs[leader])
+        await until(lambda: leader in self.roles(0)[1], "the returned broker follows")
+        await until(lambda: self.brokers[leader].logs.get_log(TOPIC, 0).end_offset
+                    == self.brokers[new_leader].logs.get_log(TOPIC, 0).end_offset, "it caught up", timeout_s=20)
+        state = self.brokers[new_leader].replicas.manager.leaders[(TOPIC, 0)]
+        await until(lambda: leader in state.state.isr, "it rejoined the ISR", timeout_s=20)
+        self.assertTrue(os.path.exists(segments[leader]))
