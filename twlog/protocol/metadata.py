@@ -206,7 +206,8 @@ class MetadataHandlers:
             except BrokerError as e:
                 layouts.append(TopicLayout(topic, e.code))
                 continue
-            if not local.get(topic) and (found := replicated_of(topic)) is not None:
+            # (A replicated topic's own replicas are local logs too: the view says what the topic is.)
+            if (found := replicated_of(topic)) is not None:
                 if replicated:
                     layouts.append(found)
                 elif asked:  # an older client fails naming it, rather than read it as a 0.7 topic
