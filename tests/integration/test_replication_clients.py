@@ -37,7 +37,7 @@ class FollowTheLeaderTests(TestCase):
     async def start(self, broker_id: int):
         self.brokers[broker_id] = await start_broker(self, self.log_dirs[broker_id], broker_id=broker_id,
                                                      zookeeper=self.hosts, flush_interval_ms=5,
-                                                     replica_lag_time_ms=5000)
+                                                     replica_lag_time_ms=1000)
         return self.brokers[broker_id]
 
     def leader(self, partition: int) -> int | None:
@@ -80,9 +80,9 @@ class FollowTheLeaderTests(TestCase):
         stays = min(b for b in self.brokers if b != old)  # what the static clients are given
         address = f"127.0.0.1:{self.brokers[stays].broker.port}"
 
-        zk_producer = Producer(zookeeper=self.hosts, ack="all", ack_timeout_ms=5000, leader_wait_s=20)
+        zk_producer = Producer(zookeeper=self.hosts, ack="all", ack_timeout_ms=10_000, leader_wait_s=20)
         self.addCleanup(zk_producer.close)
-        static_producer = Producer(address, ack="all", ack_timeout_ms=5000, leader_wait_s=20)
+        static_producer = Producer(address, ack="all", ack_timeout_ms=10_000, leader_wait_s=20)
         self.addCleanup(static_producer.close)
         numbered = await zk_producer.partitions(TOPIC)
         self.assertEqual(numbered, [TopicPartition(TOPIC, "0"), TopicPartition(TOPIC, "1")])
@@ -145,5 +145,6 @@ class FollowTheLeaderTests(TestCase):
         await group.commit()
         zk = await connect(self, self.hosts)
         for p in ("0", "1"):
+            await until(lambda p=p: self.leader(int(p)) is not None, f"partition {p} has a leader")
             value, _ = await zk.get(paths.offset_path("g", TOPIC, p))
             self.assertEqual(int(value), self.brokers[self.leader(int(p))].logs.get_log(TOPIC, int(p)).high_watermark)
