@@ -39,6 +39,7 @@ from twlog.errors import (
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
 from twlog.producer.delivery import deliver
+from twlog.producer.failover import Turns, deliver_following
 from twlog.producer.router import Partitioner, Router, hash_partitioner
 from twlog.protocol.codec import (
     ACK_ALL,
@@ -87,9 +88,9 @@ class Producer:
     @param zookeeper: a ZooKeeper connect string (C{host:port[,...][/chroot]}):
         the producer opens a session on first use and closes it in L{close};
         or a started L{IZooKeeper} session, which it leaves open.
-    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"}, C{"flushed"} or C{"all"} (ACK_PRODUCE; L{send}
-        fires with the L{ProduceResult}); C{"all"} waits, on a replicated partition, until every in-sync replica
-        holds the set and the leader flushed it (as C{"flushed"} on a 0.7 partition).
+    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"} or
+        C{"flushed"} (ACK_PRODUCE; L{send} fires with the L{ProduceResult}), or C{"all"} (a replicated
+        partition: every in-sync replica holds the batch and the leader flushed it; docs/replication.md).
     @param partitioner: C{(key, n) -> index} for keyed sends; default L{hash_partitioner}.
     @param codec: a C{CODEC_*} number or name (C{"gzip"}); each batch is compressed as one wrapper.
     @param batch_size: turn on async batching: send a partition's queue at this many messages ...
@@ -101,6 +102,10 @@ class Producer:
         after the write, L{OutcomeUnknown}): at-least-once, a resend may store it twice (docs/protocol.md,
         ACK_PRODUCE).  Failures to connect are not retried here: each request already waits
         C{connect_attempts} attempts with backoff.
+    @param leader_wait_s: how long a batch for a replicated partition waits for the partition's leader, as it
+        moves (L{twlog.producer.failover}): it is sent again to the leader the producer learns, after
+        NotLeader, LeaderNotAvailable, NotEnoughReplicas or a leader it cannot reach; the batches of one such
+        partition go one at a time, in order.
     @param options: the L{ClientOptions} of the broker connections; its fields may also be given
         as keywords (C{timeout_s=5}), replacing those of C{options}.
     @param connection_factory: C{(host, port) -> IBrokerConnection} (tests); default L{BrokerConnection}.
@@ -128,6 +133,7 @@ class Producer:
         on_full: str = "block",
         ack_timeout_ms: int = 10_000,
         retries: int = 1,
+        leader_wait_s: float = 30.0,
         options: ClientOptions | None = None,
         connection_factory: Callable[[str, int], IBrokerConnection] | None = None,
         rng: random.Random | None = None,
@@ -147,6 +153,8 @@ class Producer:
         self.codec = _codec_number(codec)
         self.ack_timeout_ms = ack_timeout_ms
         self.retries = retries
+        self.leader_wait_s = leader_wait_s
+        self._turns = Turns()
         self.options = options = ClientOptions.build(options, **overrides)
         self._ack = ACK_MODES[ack]
         if connection_factory is None:
@@ -276,6 +284,8 @@ class Producer:
             target = self._router.choose(topic, partitions, key, index)
         except (ValueError, PartitionsOffline) as e:
             return fail(e)
+        if target.fixed_leader is None:
+            return None  # a replicated partition: in its turn, following its leader (twlog.producer.failover)
         connection = self._pool.get(self._router.leader(target))
         protocol = connection.ready() if connection is not None else None
         if protocol is None:
@@ -294,10 +304,12 @@ class Producer:
                 if last is None:
                     raise
                 raise last from None  # no other broker is left to try: the last one's error
-            broker = self._router.leader(target)
+            broker = self._router.layout().leader(target) if target.fixed_leader is None else target.fixed_leader
             try:
                 result = await self._deliver(target, payloads)
             except ConnectionFailed as e:
+                if broker is None:
+                    raise  # (a replicated partition that had no leader, and none came: waiting was the retry)
                 self._router.down.failed(broker)
                 if index is not None or key is not None:
                     # Pinned: never elsewhere.  Say that its partition is offline, if the cluster knows it now
@@ -311,10 +323,16 @@ class Producer:
                 self._log.info("broker {broker} could not take a batch for {topic} ({error}); sending it to another "
                                "partition", broker=broker, topic=topic, error=str(e))
                 continue
-            self._router.down.reached(broker)
+            if broker is not None:
+                self._router.down.reached(broker)
             return result
 
     async def _deliver(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
+        if target.fixed_leader is not None:
+            return await deliver(self, target, payloads)
+        return await self._turns.run(target, lambda: deliver_following(self, target, payloads, self._deliver_once))
+
+    async def _deliver_once(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
         return await deliver(self, target, payloads)
 
     def _publish_audit(self, events: list[bytes]) -> None:
