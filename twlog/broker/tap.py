@@ -171,6 +171,11 @@ class Options(usage.Options):
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
+        ["zookeeper-session-timeout-s", None, 6.0,
+         "With --zookeeper: how long ZooKeeper keeps this broker's session (and its registration, and with it "
+         "its leaderships) after the broker stops answering: a killed leader's partitions move after about this "
+         "long. ZooKeeper holds it between 2 and 20 of its ticks.",
+         _seconds("zookeeper-session-timeout-s", positive=True, most=600)],
         ["metrics-port", None, None,
          "Serve Prometheus metrics over HTTP at http://INTERFACE:PORT/metrics (0: any free port, printed in the "
          "log; default: no metrics).", _int("metrics-port", 0)],
@@ -240,5 +245,6 @@ class Options(usage.Options):
 def makeService(options: Options) -> MultiService:
     """The service tree twistd runs for C{twistd twlog}."""
     top = MultiService()
-    BrokerService(options.config, unclean_exit_code=1, cannot_start_exit_code=1).setServiceParent(top)
+    BrokerService(options.config, unclean_exit_code=1, cannot_start_exit_code=1,
+                  zookeeper_session_timeout_s=options["zookeeper-session-timeout-s"]).setServiceParent(top)
     return top
