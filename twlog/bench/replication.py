@@ -104,8 +104,8 @@ def failover_table(runs: Sequence[FailoverRun], session_timeout_s: float) -> Ben
         worst = max(r.seconds for r in mine)
         errors = sum(r.errors for r in mine)
         met = worst <= target and (how == "kill -9" or errors == 0)
-        table.add_row(how, str(len(mine)), f"{median(r.seconds for r in mine):.2f}", f"{worst:.2f}",
-                      f"{median(r.elected_s for r in mine):.2f}", f"{median(r.longest_pause_s for r in mine):.2f}",
+        table.add_row(how, str(len(mine)), f"{median(r.seconds for r in mine):.3f}", f"{worst:.3f}",
+                      f"{median(r.elected_s for r in mine):.3f}", f"{median(r.longest_pause_s for r in mine):.3f}",
                       str(errors), f"{target:g}", "meets" if met else "does NOT meet",
                       str(sum(r.leader_was_controller for r in mine)))
         first_error = next((r.first_error for r in mine if r.first_error), None)
@@ -124,7 +124,7 @@ def catch_up_table(runs: Sequence[CatchUpRun], catch_up_mb: float) -> BenchTable
         Column("slowest round", "MB/s"), Column("start to caught up", "s"), Column("start to back in ISR", "s")])
     table.add_row("restarted after SIGTERM", str(len(runs)), f"{median(r.behind for r in runs) / 1e6:.1f}",
                   f"{median(r.mb_s for r in runs):.1f}", f"{min(r.mb_s for r in runs):.1f}",
-                  f"{median(r.from_start_s for r in runs):.2f}", f"{median(r.rejoin_s for r in runs):.2f}")
+                  f"{median(r.from_start_s for r in runs):.3f}", f"{median(r.rejoin_s for r in runs):.3f}")
     table.note("(speed: the bytes it lacked over the time from its first fetched byte to its end reaching the "
                "leader's, read from its segment files; the start counts from its process's start: Python, ZooKeeper "
                "registration and the controller's word come first; it left the ISR before it was started again)")
@@ -135,6 +135,7 @@ async def run_bench(reactor, progress: BenchProgress, args, root: str) -> list[B
     """Every measurement against one cluster; the three tables."""
     cluster = ReplicationCluster(reactor, os.path.join(root, "cluster"), args.brokers, args.session_timeout_s)
     progress.step(f"starting ZooKeeper and {args.brokers} broker processes")
+    load = os.getloadavg()[0]
     try:
         await cluster.start()
         throughput: list[ThroughputRun] = []
@@ -170,8 +171,11 @@ async def run_bench(reactor, progress: BenchProgress, args, root: str) -> list[B
     finally:
         progress.step("stopping the brokers and ZooKeeper")
         await cluster.stop()
-    return [throughput_table(throughput, args.batch, args.size, args.partitions),
-            failover_table(failovers, args.session_timeout_s), catch_up_table(catch_ups, args.catch_up_mb)]
+    tables = [throughput_table(throughput, args.batch, args.size, args.partitions),
+              failover_table(failovers, args.session_timeout_s), catch_up_table(catch_ups, args.catch_up_mb)]
+    tables[-1].note(f"(the machine's 1-minute load average: {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
+                    "end; above the CPU count, other work shared the CPUs)")
+    return tables
 
 
 def main_replication(args) -> int:
