@@ -18,7 +18,7 @@ from twlog.client.discovery import (
     registered_partitions,
 )
 from twlog.coord import paths
-from twlog.coord.replication.values import PartitionState, TopicAssignment  # noqa: E402
+from twlog.coord.replication.values import PartitionState, TopicAssignment
 from twlog.errors import (
     ConnectionFailed,
     InvalidRequest,
