@@ -11,22 +11,29 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection
+from twlog.client.topics import create_replicated
 from twlog.config import BrokerConfig
 from twlog.coord.cluster import ClusterView
+from twlog.coord.replication.store import ReplicatedTopicExists
 from twlog.coord.zk import IZooKeeper
 from twlog.errors import LeaderNotAvailable
 from twlog.protocol.server import Broker
 from twlog.replica.manager import ReplicaManager
 from twlog.replica.roles import ReplicaRoles
 from twlog.storage.manager import LogManager
+from twlog.storage.topics import MAX_PARTITIONS
 
 __all__ = ["BrokerReplicas"]
 
 
 class BrokerReplicas:
-    """Broker C{config.broker_id}'s leaders and followers, as the states in C{view} say."""
+    """Broker C{config.broker_id}'s leaders and followers, as the states in C{view} say; with a default
+    replication factor, it creates a topic first written to replicated (Kafka's auto-creation)."""
+
+    _log = Logger()
 
     def __init__(self, config: BrokerConfig, broker: Broker, logs: LogManager, zk: IZooKeeper, view: ClusterView,
                  reactor: Any) -> None:
@@ -37,6 +44,12 @@ class BrokerReplicas:
         self.manager.install(broker)
         self.roles = ReplicaRoles(config.broker_id, self.manager, view, logs, zk, reactor,
                                   default_min_isr=config.min_insync_replicas)
+        self._config, self._zk = config, zk
+        #: Topics being created replicated (C{--default-replication-factor}), and why the last try failed, if it did.
+        self._creating: set[str] = set()
+        self.auto_create_failures: dict[str, str] = {}
+        if config.default_replication_factor > 1:
+            self.manager.auto_create = self._auto_create
 
     def start(self) -> None:
         self.roles.start()
@@ -44,6 +57,39 @@ class BrokerReplicas:
     def stop(self) -> Deferred[Any]:
         """Stop leading and following (held C{ack=all} sets get NotLeader); fires once the followers stopped."""
         return self.roles.stop()
+
+    def _auto_create(self, topic: str) -> bool:
+        """Create C{topic} replicated (once at a time), unless the cluster holds it as a 0.7 topic."""
+        if self._view.holders(topic) or self._view.offline_holders(topic):
+            return False
+        failure = self.auto_create_failures.get(topic)
+        if failure is not None and topic not in self._creating:
+            del self.auto_create_failures[topic]  # (tried again below; this produce is told why the last failed)
+        if topic not in self._creating:
+            self._creating.add(topic)
+            d = Deferred.fromCoroutine(self._create(topic))
+            d.addBoth(lambda result: (self._creating.discard(topic), result)[1])
+        if failure is not None:
+            raise LeaderNotAvailable(f"creating {topic} replicated failed: {failure}")
+        return True
+
+    async def _create(self, topic: str) -> None:
+        config = self._config
+        live = max(len(self._view.brokers), 1)
+        partitions = min(config.log.partitions_for(topic) * live, MAX_PARTITIONS)
+        try:
+            created = await create_replicated(self._zk, topic, partitions, config.default_replication_factor,
+                                              clock=self._reactor, wait_s=0)
+        except ReplicatedTopicExists:
+            return  # another broker created it meanwhile (or it is a 0.7 topic now): the view says which
+        except Exception as e:
+            self.auto_create_failures[topic] = str(e) or type(e).__name__
+            self._log.warn("broker {id}: creating topic {topic} replicated failed: {error}", id=config.broker_id,
+                           topic=topic, error=self.auto_create_failures[topic])
+            return
+        self._log.info("broker {id}: created topic {topic} on first write: {count} partitions, each on {factor} "
+                       "brokers", id=config.broker_id, topic=topic, count=len(created.assignment.partitions),
+                       factor=config.default_replication_factor)
 
     def _connect(self, broker_id: int) -> BrokerConnection:
         address = self._view.brokers.get(broker_id)

@@ -171,6 +171,9 @@ class Options(usage.Options):
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
+        ["zookeeper-session-timeout-s", None, 6.0,
+         "How long ZooKeeper keeps this broker's session once it stops hearing from it: a killed broker's "
+         "leaderships move after about this long.", _seconds("zookeeper-session-timeout-s", positive=True)],
         ["metrics-port", None, None,
          "Serve Prometheus metrics over HTTP at http://INTERFACE:PORT/metrics (0: any free port, printed in the "
          "log; default: no metrics).", _int("metrics-port", 0)],
@@ -179,6 +182,10 @@ class Options(usage.Options):
         ["min-insync-replicas", None, 1,
          "In-sync replicas an ack=all produce needs, for a replicated topic created without its own "
          "--min-insync-replicas.", _int("min-insync-replicas", 1)],
+        ["default-replication-factor", None, 1,
+         "With --zookeeper: a topic first written to is created replicated on this many brokers, with "
+         "--num-partitions partitions per live broker in all (1: an unreplicated 0.7 topic).",
+         _int("default-replication-factor", 1)],
         ["controlled-shutdown-timeout-s", None, 5.0,
          "On SIGTERM, a broker that is the controller first moves its leaderships to other in-sync replicas, "
          "waiting at most this long.", _seconds("controlled-shutdown-timeout-s", positive=True)],
@@ -221,12 +228,14 @@ class Options(usage.Options):
                 listen_backlog=self["listen-backlog"],
                 replica_lag_time_ms=self["replica-lag-time-ms"],
                 zookeeper=self["zookeeper"],
+                zookeeper_session_timeout_s=self["zookeeper-session-timeout-s"],
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],
                 metrics_interface=self["metrics-interface"],
                 unclean_leader_election=bool(self["unclean-leader-election"]),
                 min_insync_replicas=self["min-insync-replicas"],
                 controlled_shutdown_timeout_s=self["controlled-shutdown-timeout-s"],
+                default_replication_factor=self["default-replication-factor"],
             )
         except ValueError as e:
             raise usage.UsageError(str(e)) from None

@@ -201,11 +201,16 @@ class ZooKeeperWatch:
         self._say(f"twlog local: ZooKeeper is back on {where} (pid {self._server.pid})")
 
 
-def usage_text(zookeeper: str, ports: list[int], data: str, metrics_urls: Sequence[str] = ()) -> str:
-    """What to tell the user once the cluster is up."""
+def usage_text(zookeeper: str, ports: list[int], data: str, metrics_urls: Sequence[str] = (),
+               replication: tuple[int, int] = (1, 1)) -> str:
+    """What to tell the user once the cluster is up (C{replication}: the replication factor and min.insync.replicas
+    of new topics)."""
     brokers = ",".join(f"localhost:{p}" for p in ports)
+    factor, minimum = replication
     return "\n".join([
         f"twlog local: ZooKeeper at {zookeeper}, {len(ports)} broker(s) at {brokers}; data under {data}",
+        *([f"new topics are replicated on {factor} brokers (min.insync.replicas {minimum}); "
+           f"see one with: twlog topics describe --zookeeper {zookeeper} --topic clicks"] if factor > 1 else []),
         "",
         "produce:  seq 1 100 | twlog produce --zookeeper " + zookeeper + " --topic clicks",
         "consume:  twlog consume --zookeeper " + zookeeper + " --group demo --topic clicks",
@@ -218,6 +223,12 @@ def usage_text(zookeeper: str, ports: list[int], data: str, metrics_urls: Sequen
 
 async def run_local(reactor, args) -> None:
     """Start ZooKeeper and the brokers, print how to use them, and run until the reactor stops."""
+    factor, minimum = getattr(args, "replication_factor", 1), getattr(args, "min_insync_replicas", 1)
+    if factor > args.brokers:
+        raise LocalError(f"--replication-factor {factor} needs at least {factor} brokers, not --brokers {args.brokers}")
+    if minimum > factor:
+        raise LocalError(f"--min-insync-replicas {minimum} is more than --replication-factor {factor}: no ack=all "
+                         "produce could ever be acknowledged")
     data = os.path.abspath(args.data)
     lock = lock_data_directory(data)
     try:
@@ -285,7 +296,8 @@ async def _run_cluster(reactor, args, data: str) -> None:
             metrics_port = None if first_metrics_port is None else first_metrics_port + broker_id
             argv = broker_argv(broker_id, port, os.path.join(data, f"broker-{broker_id}"), zookeeper.connect_string,
                                args.num_partitions, args.flush_interval_ms, getattr(args, "flush_policy", "group"),
-                               metrics_port)
+                               metrics_port, getattr(args, "replication_factor", 1),
+                               getattr(args, "min_insync_replicas", 1))
             child = BrokerChild(broker_id, port, metrics_port, _write_stderr, _say, restart=restart_command(argv),
                                 spawned_ms=int(time.time() * 1000))
             reactor.spawnProcess(child, sys.executable, argv, env=os.environ.copy(),
@@ -306,7 +318,8 @@ async def _run_cluster(reactor, args, data: str) -> None:
         raise
 
     metrics_urls = [f"http://127.0.0.1:{c.metrics_port}/metrics" for c in children if c.metrics_port is not None]
-    print(usage_text(zookeeper.connect_string, ports, data, metrics_urls))
+    print(usage_text(zookeeper.connect_string, ports, data, metrics_urls,
+                     (getattr(args, "replication_factor", 1), getattr(args, "min_insync_replicas", 1))))
     sys.stdout.flush()
     await stopped
     if errors:

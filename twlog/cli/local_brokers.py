@@ -72,7 +72,8 @@ def broker_child() -> None:
 
 
 def broker_argv(broker_id: int, port: int, log_dir: str, zookeeper: str, num_partitions: int,
-                flush_interval_ms: int, flush_policy: str, metrics_port: int | None) -> list[str]:
+                flush_interval_ms: int, flush_policy: str, metrics_port: int | None, replication_factor: int = 1,
+                min_insync_replicas: int = 1) -> list[str]:
     """The command line of broker C{broker_id}'s child."""
     argv = [sys.executable, "-c", "from twlog.cli.local_brokers import broker_child; broker_child()",
             "--broker-id", str(broker_id), "--port", str(port), "--log-dir", log_dir, "--zookeeper", zookeeper,
@@ -80,6 +81,10 @@ def broker_argv(broker_id: int, port: int, log_dir: str, zookeeper: str, num_par
             "--flush-policy", flush_policy]
     if metrics_port is not None:
         argv += ["--metrics-port", str(metrics_port)]
+    if replication_factor > 1:
+        argv += ["--default-replication-factor", str(replication_factor)]
+    if min_insync_replicas > 1:
+        argv += ["--min-insync-replicas", str(min_insync_replicas)]
     return argv
 
 

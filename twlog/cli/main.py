@@ -105,8 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     positive_option(produce, "--batch-size", default=200, help="messages per request")
     produce.add_argument("--skip-lines", type=_line_count, default=0, metavar="N",
                          help="skip the input's first N lines: resume where a failed run says it stopped")
-    produce.add_argument("--ack", choices=["appended", "flushed"], default="flushed",
-                         help="what each batch waits for: flushed (visible to consumers; default) or appended")
+    produce.add_argument("--ack", choices=["appended", "flushed", "all"], default="flushed",
+                         help="what each batch waits for: flushed (visible to consumers; default), appended, or all "
+                         "(a replicated partition's every in-sync replica holds it; as flushed on an unreplicated one)")
     produce.add_argument("--no-wait", action="store_true",
                          help="fire and forget: do not wait for the brokers (messages may not be visible yet)")
     produce.add_argument("--codec", choices=["none", "gzip", "snappy"], default="none",
@@ -264,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the first broker's Prometheus metrics port; broker N serves "
                        "http://127.0.0.1:PORT+N/metrics (default: --port + 100, so 9192)")
     local.add_argument("--no-metrics", action="store_true", help="serve no metrics")
+    positive_option(local, "--replication-factor", default=1,
+                    help="new topics are replicated on this many brokers, with --num-partitions per broker in all "
+                    "(1: unreplicated 0.7 topics; at most --brokers)")
+    positive_option(local, "--min-insync-replicas", default=1,
+                    help="in-sync replicas an ack=all produce to a replicated topic needs")
 
     add_mirror_commands(commands, debug_option)
     add_bench_commands(commands)

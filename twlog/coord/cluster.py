@@ -58,7 +58,7 @@ class ClusterView:
         #: Each read replicated topic's C{/twlog/topics/<topic>} value and its partitions' state values.
         self._replicated_values: dict[str, tuple[bytes | None, dict[str, bytes | None]]] = {}
         self._layout = ClusterLayout()
-        self._read_state: tuple[ClusterLayout, frozenset[str]] = (self._layout, frozenset())
+        self._read_state: tuple[ClusterLayout, frozenset[str], dict] = (self._layout, frozenset(), {})
         #: The problems already logged (each distinct one is logged once).
         self._reported: set[str] = set()
         self._topics: set[str] = set(topics)
@@ -299,7 +299,7 @@ class ClusterView:
 
     def _update(self) -> None:
         """Interpret what was read (L{ClusterLayout.from_registrations}); log new problems; tell the listeners
-        if the layout or the set of read topics changed."""
+        if the layout, the set of read topics or a replicated topic's values changed."""
         topics = {t: self._topic_values[t] for t in self._topics if t in self._topic_values}
         held = {t: self._held_values.get(t, {}) for t in topics}
         replicated = {t: self._replicated_values[t] for t in topics if t in self._replicated_values}
@@ -310,7 +310,8 @@ class ClusterView:
                 self._log.warn("ignoring a registration in ZooKeeper: {problem}", problem=problem)
         self._layout = layout
         self.brokers = dict(layout.brokers)
-        state = (layout, frozenset(topics))
+        # (a replicated partition's ISR is not in the layout, but its leader and followers act on it)
+        state = (layout, frozenset(topics), {t: (v, tuple(sorted(s.items()))) for t, (v, s) in replicated.items()})
         if state != self._read_state:
             self._read_state = state
             self._changed()

@@ -88,8 +88,8 @@ class Producer:
     @param zookeeper: a ZooKeeper connect string (C{host:port[,...][/chroot]}):
         the producer opens a session on first use and closes it in L{close};
         or a started L{IZooKeeper} session, which it leaves open.
-    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"} or
-        C{"flushed"} or C{"all"} (ACK_PRODUCE; L{send} fires with the L{ProduceResult}; docs/replication.md).
+    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"}, C{"flushed"} or C{"all"} (ACK_PRODUCE; L{send}
+        fires with the L{ProduceResult}); C{"all"}: every in-sync replica holds it (docs/replication.md).
     @param partitioner: C{(key, n) -> index} for keyed sends; default L{hash_partitioner}.
     @param codec: a C{CODEC_*} number or name (C{"gzip"}); each batch is compressed as one wrapper.
     @param batch_size: turn on async batching: send a partition's queue at this many messages ...

@@ -30,7 +30,7 @@ from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from twlog.errors import NO_ERROR, BrokerError, OutcomeUnknown, RequestTimedOut, StorageFailed
+from twlog.errors import NO_ERROR, BrokerError, LeaderNotAvailable, OutcomeUnknown, RequestTimedOut, StorageFailed
 from twlog.protocol import codec
 from twlog.protocol.codec import (
     ACK_ALL,
@@ -85,6 +85,9 @@ class ProduceHandlers:
         replicated = self.replication is not None and self.replication.check_produce(
             request.topic, request.partition, ack)
         log = self._logs.get_or_create_log(request.topic, request.partition)
+        if not replicated and log.epochs.latest_epoch >= 0:  # a replica's log (it has leader epochs), with no role yet
+            raise LeaderNotAvailable(f"{request.topic}-{request.partition} is a replica whose leader this broker "
+                                     "does not know yet (starting, or away from ZooKeeper): retry")
         checked = request.checked  # validated ahead, a slice at a time (twlog.protocol.slicing): not again
         if isinstance(checked, Exception):
             raise checked

@@ -21,7 +21,7 @@ from twisted.logger import Logger
 
 from twlog.coord.replication.values import PartitionState
 from twlog.coord.zk import IZooKeeper
-from twlog.errors import NotEnoughReplicas, NotLeader
+from twlog.errors import LeaderNotAvailable, NotEnoughReplicas, NotLeader
 from twlog.protocol.codec import ACK_ALL
 from twlog.protocol.replication_codec import EpochEndOffsetRequest, ReplicaFetchRequest
 from twlog.protocol.server import Broker
@@ -57,6 +57,10 @@ class ReplicaManager:
         #: The replicated topics (L{twlog.replica.roles.ReplicaRoles} keeps it): a produce to one of their
         #: partitions this broker does not lead is refused, never written as a 0.7 partition's.
         self.replicated_topics: frozenset[str] = frozenset()
+        #: With a default replication factor: C{auto_create(topic)} for a produce to a topic neither replicated nor
+        #: held here; True when it is being created replicated (the produce gets LeaderNotAvailable, to retry),
+        #: False when it stays a 0.7 topic (held by other brokers, say) and the produce goes on as one.
+        self.auto_create: Callable[[str], bool] | None = None
         self.handlers = ReplicaHandlers(lambda topic, partition: self.leaders.get((topic, partition)), clock,
                                         count_error, max_fetch_wait_ms)
         logs.add_flush_listener(self._flushed)
@@ -124,6 +128,9 @@ class ReplicaManager:
             if topic in self.replicated_topics:
                 raise NotLeader(f"broker {self.broker_id} does not lead {topic}-{partition}: ask the cluster "
                                 "metadata (CLUSTER_METADATA_V2) for its leader")
+            if self.auto_create is not None and topic not in self._logs.topics() and self.auto_create(topic):
+                raise LeaderNotAvailable(f"{topic} is being created as a replicated topic: retry once its "
+                                         "partitions have leaders")
             return False
         if ack >= ACK_ALL:
             if leader.state.fenced:
