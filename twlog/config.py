@@ -137,6 +137,9 @@ class BrokerConfig:
     replica_lag_time_ms: int = 10_000
     #: ZooKeeper connect string ("host:port[,host:port...]"), or None to run on its own.
     zookeeper: str | None = None
+    #: How long ZooKeeper keeps the broker's session (its registration, its leaderships) once it stops hearing
+    #: from it: a killed leader's partitions move to another replica after about this long.
+    zookeeper_session_timeout_s: float = 6.0
     #: Send log bytes with sendfile(2) where the transport allows (off: read and write, to compare).
     sendfile: bool = True
     #: TCP port of the HTTP server serving Prometheus metrics at /metrics (0: any free port; None: no metrics).
@@ -184,6 +187,8 @@ class BrokerConfig:
             problems.append("listen_backlog must be at least 1")
         if self.replica_lag_time_ms < 1:
             problems.append("replica_lag_time_ms must be at least 1")
+        if not self.zookeeper_session_timeout_s > 0:
+            problems.append("zookeeper_session_timeout_s must be positive")
         if self.default_replication_factor < 1:
             problems.append("default_replication_factor must be at least 1")
         if self.min_insync_replicas < 1:

@@ -76,7 +76,7 @@ class BrokerService(Service):
         reactor=None,
         *,
         stop_reactor_on_error: bool = True,
-        zookeeper_session_timeout_s: float = 10.0,
+        zookeeper_session_timeout_s: float | None = None,
         zookeeper_connect_timeout_s: float = 15.0,
         unclean_exit_code: int | None = None,
         cannot_start_exit_code: int | None = None,
@@ -93,7 +93,8 @@ class BrokerService(Service):
         self.metrics = BrokerMetrics(self.broker, self.factory, self.logs) if config.metrics_port is not None else None
         self.metrics_port = None
         self.stop_reactor_on_error = stop_reactor_on_error
-        self.zookeeper_session_timeout_s = zookeeper_session_timeout_s
+        self.zookeeper_session_timeout_s = (config.zookeeper_session_timeout_s if zookeeper_session_timeout_s is None
+                                            else zookeeper_session_timeout_s)
         self.zookeeper_connect_timeout_s = zookeeper_connect_timeout_s
         self.unclean_exit_code = unclean_exit_code
         self.cannot_start_exit_code = cannot_start_exit_code

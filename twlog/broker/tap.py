@@ -172,10 +172,8 @@ class Options(usage.Options):
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
         ["zookeeper-session-timeout-s", None, 6.0,
-         "With --zookeeper: how long ZooKeeper keeps this broker's session (and its registration, and with it "
-         "its leaderships) after the broker stops answering: a killed leader's partitions move after about this "
-         "long. ZooKeeper holds it between 2 and 20 of its ticks.",
-         _seconds("zookeeper-session-timeout-s", positive=True, most=600)],
+         "How long ZooKeeper keeps this broker's session once it stops hearing from it: a killed broker's "
+         "leaderships move after about this long.", _seconds("zookeeper-session-timeout-s", positive=True)],
         ["metrics-port", None, None,
          "Serve Prometheus metrics over HTTP at http://INTERFACE:PORT/metrics (0: any free port, printed in the "
          "log; default: no metrics).", _int("metrics-port", 0)],
@@ -230,6 +228,7 @@ class Options(usage.Options):
                 listen_backlog=self["listen-backlog"],
                 replica_lag_time_ms=self["replica-lag-time-ms"],
                 zookeeper=self["zookeeper"],
+                zookeeper_session_timeout_s=self["zookeeper-session-timeout-s"],
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],
                 metrics_interface=self["metrics-interface"],
@@ -245,6 +244,5 @@ class Options(usage.Options):
 def makeService(options: Options) -> MultiService:
     """The service tree twistd runs for C{twistd twlog}."""
     top = MultiService()
-    BrokerService(options.config, unclean_exit_code=1, cannot_start_exit_code=1,
-                  zookeeper_session_timeout_s=options["zookeeper-session-timeout-s"]).setServiceParent(top)
+    BrokerService(options.config, unclean_exit_code=1, cannot_start_exit_code=1).setServiceParent(top)
     return top

@@ -44,6 +44,11 @@ _THROUGHPUT_BENCHMARKS = [
 ]
 
 
+#: The fault cases of C{twlog bench faults} (L{twlog.bench.fault_loop.CASES}; listed here so C{--help} stays fast).
+FAULT_CASES = ["kill-leader", "restart-follower", "slow-follower", "zombie-leader", "kip101-restart-then-leader-dies",
+               "kip101-two-down-reverse-order", "controller-dies-in-election", "all-down", "sigterm-leader"]
+
+
 def _benchmark(benches, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
     """C{twlog bench NAME}, which runs C{main_NAME(args)} of L{twlog.bench}C{.NAME}."""
     return subcommand(benches, name, f"twlog.bench.{name}:main_{name}", help_text, description)
@@ -115,6 +120,23 @@ def add_bench_commands(commands) -> None:
                            help="rebalance back-off after a conflict (default: 500, the consumers' default)")
     rebalance.add_argument("--scenario", type=scenarios, default=["start", "join"],
                            help="comma-separated: start (all join at once), join (default: start,join)")
+
+    faults = subcommand(
+        benches, "faults", "twlog.bench.fault_loop:main_faults",
+        "kill, pause and cut off replicated brokers under ack=all load, then check the history (lost writes...)",
+        "Start a local ZooKeeper and 3 broker processes, a topic of 2 partitions with replication factor 3 and "
+        "min.insync.replicas 2, and one ack=all producer per partition; run --cycles fault cycles (each a case "
+        "of --cases against partition 0's leader, then heal and wait for full ISRs); then read every partition "
+        "to its end and every replica's log, and check the history as Jepsen's Kafka checker does. Exit 1 on "
+        "any anomaly (the history is kept).",
+    )
+    positive_option(faults, "--cycles", default=len(FAULT_CASES), help="fault cycles, the cases taken in turn")
+    faults.add_argument("--cases", type=name_list("cases", FAULT_CASES), default=list(FAULT_CASES),
+                        help=f"comma-separated, taken in turn (default: {','.join(FAULT_CASES)})")
+    faults.add_argument("--seed", type=int, default=0, help="picks which follower a case hits (default: 0)")
+    faults.add_argument("--session-timeout-s", type=float, default=4.0,
+                        help="the brokers' ZooKeeper session timeout (default: 4)")
+    _dir_option(faults, "where the cluster's data and the history go (kept when an anomaly is found)")
 
     outage = subcommand(
         benches, "zk-outage", "twlog.bench.zk_outage:main_zk_outage",

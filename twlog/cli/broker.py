@@ -71,8 +71,7 @@ def main(argv: Sequence[str], reactor=None) -> int:
     held = _HeldUntilStarted(textFileLogObserver(sys.stderr))
     log_to(held)
     service = BrokerService(options.config, reactor, stop_reactor_on_error=False,
-                            zookeeper_connect_timeout_s=ZOOKEEPER_CONNECT_TIMEOUT_S,
-                            zookeeper_session_timeout_s=options["zookeeper-session-timeout-s"])
+                            zookeeper_connect_timeout_s=ZOOKEEPER_CONNECT_TIMEOUT_S)
     service.listening.addCallback(held.started)
     failure = serve(reactor, service)
     if failure is not None:

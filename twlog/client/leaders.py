@@ -139,9 +139,9 @@ class LeaderFinder:
         @raise ConnectionFailed: none answered.
         """
         errors = []
-        others = [self.shared(host, port) for host, port in self._brokers
-                  if (host, port) != (self._bootstrap.host, self._bootstrap.port)]
-        for connection in [self._bootstrap, *others]:
+        mine = (self._bootstrap.host, self._bootstrap.port)
+        for address in [mine, *(a for a in self._brokers if a != mine)]:
+            connection = self.shared(*address)  # (opened only when the ones before could not answer)
             try:
                 answer = await connection.request(ClusterMetadataV2Request((topic,)))
             except OLDER_BROKER[0]:  # InvalidRequest: type 14 unknown (its ConnectionLost is a ConnectionFailed)

@@ -39,6 +39,7 @@ from twlog.client.reader import (
     BATCH,
     MESSAGES,
     ON_CORRUPT,
+    REFRESH_ON,
     FetchedMessages,
     PartitionReader,
     Refresh,
@@ -240,6 +241,7 @@ class SimpleConsumer:
         options.setdefault("max_refreshes", 0)
         if follow:
             options["max_refreshes"] = FOLLOW_REFRESHES
+            options["refresh_on"] = (*REFRESH_ON, ConnectionFailed)
         return PartitionReader(tp, offset, max_bytes=max_bytes, on_corrupt=self.on_corrupt, decode=decode,
                                max_decompressed_bytes=self.options.max_decompressed_bytes, label=tp.number,
                                boundary=self._boundaries.get((tp.topic, tp.number)), on_skip=log_skip, **options)

@@ -62,8 +62,9 @@ class Turns:
 
 
 async def deliver_following(producer: Any, target: TopicPartition, payloads: list[bytes],
-                            once: Callable[[TopicPartition, list[bytes]], Awaitable[T]]) -> T:
-    """C{once(target, payloads)} (one delivery to the leader the router knows), sent again as the module says.
+                            once: Callable[[Any, TopicPartition, list[bytes]], Awaitable[T]]) -> T:
+    """C{once(producer, target, payloads)} (L{twlog.producer.delivery.deliver}: one delivery to the leader the
+    router knows), sent again as the module says.
 
     (C{producer} is the L{twlog.producer.producer.Producer} sending: its router, clock, options, C{retries}
     and C{leader_wait_s}.)
@@ -77,7 +78,7 @@ async def deliver_following(producer: Any, target: TopicPartition, payloads: lis
     attempt = resends = 0
     while True:
         try:
-            return await once(target, payloads)
+            return await once(producer, target, payloads)
         except FOLLOW_ON as e:
             if producer._closed and isinstance(e, ConnectionFailed):
                 raise

@@ -88,9 +88,8 @@ class Producer:
     @param zookeeper: a ZooKeeper connect string (C{host:port[,...][/chroot]}):
         the producer opens a session on first use and closes it in L{close};
         or a started L{IZooKeeper} session, which it leaves open.
-    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"} or
-        C{"flushed"} (ACK_PRODUCE; L{send} fires with the L{ProduceResult}), or C{"all"} (a replicated
-        partition: every in-sync replica holds the batch and the leader flushed it; docs/replication.md).
+    @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"}, C{"flushed"} or C{"all"} (ACK_PRODUCE; L{send}
+        fires with the L{ProduceResult}); C{"all"}: every in-sync replica holds it (docs/replication.md).
     @param partitioner: C{(key, n) -> index} for keyed sends; default L{hash_partitioner}.
     @param codec: a C{CODEC_*} number or name (C{"gzip"}); each batch is compressed as one wrapper.
     @param batch_size: turn on async batching: send a partition's queue at this many messages ...
@@ -102,10 +101,8 @@ class Producer:
         after the write, L{OutcomeUnknown}): at-least-once, a resend may store it twice (docs/protocol.md,
         ACK_PRODUCE).  Failures to connect are not retried here: each request already waits
         C{connect_attempts} attempts with backoff.
-    @param leader_wait_s: how long a batch for a replicated partition waits for the partition's leader, as it
-        moves (L{twlog.producer.failover}): it is sent again to the leader the producer learns, after
-        NotLeader, LeaderNotAvailable, NotEnoughReplicas or a leader it cannot reach; the batches of one such
-        partition go one at a time, in order.
+    @param leader_wait_s: how long a batch for a replicated partition follows its moving leader, one batch of
+        the partition at a time, in order (L{twlog.producer.failover}).
     @param options: the L{ClientOptions} of the broker connections; its fields may also be given
         as keywords (C{timeout_s=5}), replacing those of C{options}.
     @param connection_factory: C{(host, port) -> IBrokerConnection} (tests); default L{BrokerConnection}.
@@ -308,10 +305,8 @@ class Producer:
             try:
                 result = await self._deliver(target, payloads)
             except ConnectionFailed as e:
-                if broker is None:
-                    raise  # (a replicated partition that had no leader, and none came: waiting was the retry)
                 self._router.down.failed(broker)
-                if index is not None or key is not None:
+                if index is not None or key is not None or broker is None:  # (None: waiting was the retry)
                     # Pinned: never elsewhere.  Say that its partition is offline, if the cluster knows it now
                     # (unless the batch may be stored: that must not be lost from the error).
                     if not isinstance(e, ConnectionLost):
@@ -323,16 +318,12 @@ class Producer:
                 self._log.info("broker {broker} could not take a batch for {topic} ({error}); sending it to another "
                                "partition", broker=broker, topic=topic, error=str(e))
                 continue
-            if broker is not None:
-                self._router.down.reached(broker)
+            self._router.down.reached(broker)
             return result
 
     async def _deliver(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
-        if target.fixed_leader is not None:
-            return await deliver(self, target, payloads)
-        return await self._turns.run(target, lambda: deliver_following(self, target, payloads, self._deliver_once))
-
-    async def _deliver_once(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
+        if target.fixed_leader is None:  # a replicated partition: in its turn, following its leader
+            return await self._turns.run(target, lambda: deliver_following(self, target, payloads, deliver))
         return await deliver(self, target, payloads)
 
     def _publish_audit(self, events: list[bytes]) -> None:

@@ -56,38 +56,17 @@ import random
 import zlib
 from collections.abc import Callable
 
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from twlog.client.bootstrap import OLDER_BROKER
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
 from twlog.coord.layout import ClusterLayout, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
 from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, PartitionsOffline
 from twlog.partition import TopicPartition
-from twlog.producer.answers import read_answers, replicated_answer, with_topic
-from twlog.protocol.codec import ClusterMetadataRequest
-from twlog.protocol.replication_codec import ClusterMetadataV2Request, ClusterMetadataV2Response
-from twlog.protocol.responses import (
-    VIEW_CURRENT,
-    VIEW_STALE,
-    VIEW_STANDALONE,
-    VIEW_STARTING,
-    VIEWS,
-    ClusterMetadataResponse,
-)
-
-#: Which CLUSTER_METADATA answers the producer prefers: one that follows ZooKeeper describes the whole cluster.
-_PREFERENCE = [VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE, VIEW_STARTING]
-
-#: Static mode: how long partitions including bootstrap ones (a broker not holding the topic yet) are kept.
-PROVISIONAL_S = 1.0
-
-#: Static mode: how long a replicated topic's leaders are used before the brokers are asked again (a leader
-#: change is learnt sooner from the delivery that meets it; with ack="none" nothing meets it).
-REPLICATED_MAX_AGE_S = 10.0
+from twlog.producer.static import PROVISIONAL_S, REPLICATED_MAX_AGE_S, StaticBrokers  # noqa: F401 (re-exported)
 
 #: How long random batches avoid a broker that a delivery could not reach (unless no other broker is left).
 DOWN_S = 10.0
@@ -101,7 +80,7 @@ def hash_partitioner(key: bytes, num_partitions: int) -> int:
     return zlib.crc32(key) % num_partitions
 
 
-class Router:
+class Router(StaticBrokers):
     """Knows the partitions of topics (asking the brokers or following ZooKeeper) and picks one per batch.
 
     @param zookeeper: None (static brokers: the pool's), a connect string (the
@@ -300,66 +279,6 @@ class Router:
             return self._zk_partitions(topic)
         return await self._static_partitions(topic)
 
-    async def _static_partitions(self, topic: str) -> list[TopicPartition]:
-        """Ask the static brokers for the cluster (CLUSTER_METADATA): one that follows ZooKeeper describes it
-        all; brokers without ZooKeeper describe themselves."""
-        connections = self._pool.static
-        answers = await DeferredList([Deferred.fromCoroutine(self._ask_cluster(c, topic)) for c in connections],
-                                     consumeErrors=True)
-        cluster: list[ClusterMetadataResponse | ClusterMetadataV2Response] = []
-        problems = []
-        for connection, (ok, value) in zip(connections, answers):
-            if not ok:
-                problems.append(f"{connection.address}: {value.getErrorMessage()}")
-                continue
-            self._pool.learned(value.broker_id, connection)
-            if value.view in _PREFERENCE:
-                cluster.append(value)
-            else:
-                problems.append(f"{connection.address}: its view of the cluster is {VIEWS.get(value.view, value.view)}")
-        # A broker still reading ZooKeeper describes itself, as one without ZooKeeper does: use what it says.
-        cluster.sort(key=lambda answer: _PREFERENCE.index(answer.view))
-        if problems and cluster and cluster[0].view not in (VIEW_CURRENT, VIEW_STALE):
-            self._log.warn("producing to topic {topic} without the partitions of {problems}", topic=topic,
-                           problems="; ".join(problems))
-        replicated = replicated_answer(cluster, topic, self._read)
-        if replicated is not None:
-            return self._static_replicated(topic, replicated)
-        live, registered, offline = read_answers(cluster, topic, self._read)
-        if not live:
-            raise ConnectionFailed(f"no broker gave partitions for topic {topic!r}: " + "; ".join(problems))
-        self._pool.add(live)
-        self._static_layout = with_topic(ClusterLayout(live), self._static_layout, topic)
-        self._static_offline[topic] = sorted(tp for tp in offline if tp.fixed_leader not in live)
-        # Every live broker is a target: one that does not hold the topic yet gets partition 0 (it creates
-        # the log on the first write), as Kafka 0.7's producer bootstraps a new topic.
-        holders = {b for b, _ in registered}
-        pending = {(b, 0) for b in live if b not in holders}
-        if pending:
-            self._provisional[topic] = self._reactor.seconds() + PROVISIONAL_S
-        else:
-            self._provisional.pop(topic, None)
-        return [TopicPartition.on_broker(topic, b, p) for b, p in sorted(registered | pending)]
-
-    async def _ask_cluster(self, connection, topic: str) -> ClusterMetadataResponse | ClusterMetadataV2Response:
-        """C{connection}'s CLUSTER_METADATA_V2 answer for C{topic}; an older broker's CLUSTER_METADATA answer (it
-        closes the connection on type 14, which reconnects: it is asked type 8 from then on)."""
-        if id(connection) not in self._older:
-            try:
-                return await connection.request(ClusterMetadataV2Request((topic,)))
-            except OLDER_BROKER:
-                self._older.add(id(connection))
-        return await connection.request(ClusterMetadataRequest((topic,)))
-
-    def _static_replicated(self, topic: str, layout: ClusterLayout) -> list[TopicPartition]:
-        """C{topic}, a replicated topic in the best answer's C{layout}: its partitions with a live leader (the
-        offline ones are numbered too), kept for L{REPLICATED_MAX_AGE_S}."""
-        self._pool.add(layout.brokers)
-        self._static_layout = with_topic(layout, self._static_layout, topic)
-        self._static_offline[topic] = layout.offline_partitions(topic)
-        self._provisional[topic] = self._reactor.seconds() + REPLICATED_MAX_AGE_S
-        return layout.topic_partitions(topic)
-
     # -- ZooKeeper -----------------------------------------------------------------------
 
     async def _cluster(self) -> ClusterView:
@@ -451,11 +370,12 @@ class DownBrokers:
         self._clock = clock
         self._until: dict[int, float] = {}
 
-    def failed(self, broker_id: int) -> None:
-        """A delivery could not reach C{broker_id}: random batches avoid it for L{DOWN_S}."""
-        self._until[broker_id] = self._clock.seconds() + DOWN_S
+    def failed(self, broker_id: int | None) -> None:
+        """A delivery could not reach C{broker_id}: random batches avoid it for L{DOWN_S} (None: no broker)."""
+        if broker_id is not None:
+            self._until[broker_id] = self._clock.seconds() + DOWN_S
 
-    def reached(self, broker_id: int) -> None:
+    def reached(self, broker_id: int | None) -> None:
         """A delivery reached C{broker_id}: it is a target of random batches again."""
         self._until.pop(broker_id, None)
 
