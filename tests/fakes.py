@@ -9,8 +9,8 @@ from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
 from zope.interface import implementer
 
 from twlog.client.connection import IBrokerConnection
-from twlog.errors import NO_ERROR, ClientClosed, ConnectionFailed, check
-from twlog.protocol import codec
+from twlog.errors import NO_ERROR, ClientClosed, ConnectionFailed, InvalidRequest, check
+from twlog.protocol import codec, replication_codec
 from twlog.protocol.codec import (
     AckProduceRequest,
     AckProduceResponse,
@@ -85,6 +85,8 @@ class FakeConnection:
         self.topic_errors: dict[str, int] = {}
         #: CLUSTER_METADATA's answer: None for a broker without ZooKeeper (itself, from C{partitions}).
         self.cluster: codec.ClusterMetadataResponse | None = None
+        #: CLUSTER_METADATA_V2's answer: None for an older broker, which refuses type 14 (InvalidRequest).
+        self.cluster_v2: replication_codec.ClusterMetadataV2Response | None = None
         self.closed = False
         self.hold_sends = False
         self.hold_requests = False
@@ -110,6 +112,11 @@ class FakeConnection:
             return fail(ConnectionFailed(f"cannot connect to broker {self.address}: refused"))
         if isinstance(request, MetadataRequest):
             return succeed(self._decode(codec.encode_metadata_response(NO_ERROR, self._metadata(request)), request))
+        if isinstance(request, replication_codec.ClusterMetadataV2Request):
+            if self.cluster_v2 is None:
+                return fail(InvalidRequest(f"broker {self.address} does not know request type 14"))
+            frame = replication_codec.encode_cluster_metadata_v2_response(NO_ERROR, self.cluster_v2)
+            return succeed(self._decode(frame, request))
         if isinstance(request, codec.ClusterMetadataRequest):
             cluster = self.cluster or self._cluster(request)
             return succeed(self._decode(codec.encode_cluster_metadata_response(NO_ERROR, cluster), request))

@@ -62,6 +62,16 @@ class OptionsTests(SynchronousTestCase):
             e = self.assertRaises(usage.UsageError, parse, option, value)
             self.assertIn(option, str(e))
 
+    def test_zookeeper_session_timeout(self) -> None:
+        """--zookeeper-session-timeout-s is 6 s by default (issue 22: a killed leader's partitions move after about
+        that long) and reaches the config; a value that is not above 0 seconds is one line."""
+        self.assertEqual(parse()["zookeeper-session-timeout-s"], 6.0)
+        self.assertEqual(parse("--zookeeper-session-timeout-s", "2.5")["zookeeper-session-timeout-s"], 2.5)
+        self.assertEqual(parse("--zookeeper-session-timeout-s", "2.5").config.zookeeper_session_timeout_s, 2.5)
+        for bad in ("0", "-1", "soon"):
+            e = self.assertRaises(usage.UsageError, parse, "--zookeeper-session-timeout-s", bad)
+            self.assertEqual(str(e), f"--zookeeper-session-timeout-s must be a number of seconds above 0, not {bad!r}")
+
     def test_not_a_number(self) -> None:
         """A value that is not a whole number is a usage error naming the option."""
         e = self.assertRaises(usage.UsageError, parse, "--num-partitions", "zero")
@@ -109,4 +119,7 @@ class MakeServiceTests(SynchronousTestCase):
         (service,) = list(top)
         self.assertIsInstance(service, BrokerService)
         self.assertEqual(service.config, options.config)
+        self.assertEqual(service.zookeeper_session_timeout_s, 6.0)
         self.assertFalse(service.running)
+        (service,) = list(makeService(parse("--log-dir", self.mktemp(), "--zookeeper-session-timeout-s", "9")))
+        self.assertEqual(service.zookeeper_session_timeout_s, 9.0)

@@ -106,6 +106,19 @@ class ZooKeeperTests(SynchronousTestCase):
     def test_unknown_topic(self) -> None:
         self.failureResultOf(discover_async(["u"], zookeeper=self.zk, reactor=Clock()), UnknownTopic)
 
+    def test_replicated_topic_at_its_leaders(self) -> None:
+        """As the blocking discovery: a replicated topic's partitions located at their states' leaders."""
+        from twlog.coord.replication import store
+        from twlog.coord.replication.values import PartitionState
+        self.successResultOf(self.zk.create(paths.broker_id_path(2), b"b2:9093", makepath=True))
+        self.successResultOf(store.create_replicated_topic(self.zk, "r", {0: (1, 2), 1: (2, 1)}))
+        for p, leader in ((0, 2), (1, 1)):
+            self.successResultOf(store.create_state(self.zk, "r", p, PartitionState(leader, 1, 1, (1, 2))))
+        with self.assertLogs(discovery.__name__, "WARNING"):  # (the bad registration of setUp)
+            found = self.successResultOf(discover_async(["r"], zookeeper=self.zk, reactor=Clock(),
+                                                        check_reachable=False))
+        self.assertEqual([(p.name, p.leader, p.address) for p in found], [("0", 2, "b2:9093"), ("1", 1, "b1:9093")])
+
     def test_all_partitions(self) -> None:
         with self.assertLogs(discovery.__name__, "WARNING"):
             found = self.successResultOf(all_partitions_async(zookeeper=self.zk, reactor=Clock()))

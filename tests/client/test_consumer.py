@@ -70,7 +70,8 @@ class FetchTests(SynchronousTestCase):
         (warning,) = self.flushWarnings([self.test_partition_by_name])
         self.assertEqual(warning["category"], DeprecationWarning)
         self.assertIn("name t's partition", warning["message"])
-        self.assertEqual([r.fetches[0].partition for r in connection.requests], [2, 5, 3])
+        fetches = [r for r in connection.requests if isinstance(r, WaitFetchRequest)]
+        self.assertEqual([r.fetches[0].partition for r in fetches], [2, 5, 3])
         self.assertRaises(ValueError, consumer.fetch, "t", "seven", 100, 50)
 
     def test_partial_trailing_message_dropped(self) -> None:

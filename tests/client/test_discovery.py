@@ -18,6 +18,7 @@ from twlog.client.discovery import (
     registered_partitions,
 )
 from twlog.coord import paths
+from twlog.coord.replication.values import PartitionState, TopicAssignment
 from twlog.errors import (
     ConnectionFailed,
     InvalidRequest,
@@ -111,6 +112,22 @@ class RegisteredPartitionsTests(SynchronousTestCase):
             registered_partitions(zk, ["clicks"]),
             [PartitionLocation(TopicPartition.on_broker("clicks", 0, p), 0, "10.0.0.1", 9092) for p in (0, 1)],
         )
+
+    def test_replicated_topic_at_its_leaders(self) -> None:
+        """A replicated topic (no 0.7 registration) is read from /twlog/topics: partitions 0..P-1 at their
+        states' leaders; one with no state yet is offline (left out only when asked to)."""
+        zk = FakeBlockingZooKeeper({
+            paths.broker_id_path(1): b"b1:9093",
+            paths.broker_id_path(2): b"b2:9093",
+            paths.replicated_topic_path("r"): TopicAssignment("r", {0: (1, 2), 1: (2, 1), 2: (1, 2)}).encode(),
+            paths.partition_state_path("r", 0): PartitionState(2, 3, 1, (2, 1)).encode(),
+            paths.partition_state_path("r", 1): PartitionState(1, 0, 1, (1,)).encode(),
+        })
+        self.assertRaises(PartitionsOffline, registered_partitions, zk, ["r"])
+        self.assertEqual(registered_partitions(zk, ["r"], allow_partial=True), [
+            PartitionLocation(TopicPartition("r", "0"), 2, "b2", 9093),
+            PartitionLocation(TopicPartition("r", "1"), 1, "b1", 9093),
+        ])
 
     def test_twlog_registration_and_departed_brokers(self) -> None:
         """host:port registrations are read; topics registered by brokers no longer live are left out."""

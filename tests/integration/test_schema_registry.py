@@ -29,9 +29,9 @@ from twlog.avro import AvroDeserializer, AvroSerializer, RegistryClient, SyncReg
 from twlog.broker.service import BrokerService
 from twlog.client.discovery import discover
 from twlog.config import BrokerConfig, LogConfig
-from twlog.errors import UnknownTopic
 from twlog.consumer.simple import EARLIEST, SimpleConsumer
 from twlog.coord.zkserver import free_port
+from twlog.errors import UnknownTopic
 from twlog.producer import Producer
 
 USER_V1 = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}

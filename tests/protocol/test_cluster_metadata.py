@@ -256,6 +256,15 @@ class V2HandlerTests(BrokerTestMixin, SynchronousTestCase):
         named = decode_cluster_metadata_response(self.broker.cluster_metadata(ClusterMetadataRequest(("orders",))))
         self.assertEqual(named.topics, (TopicLayout("orders", ReplicatedTopic.code),))
 
+    def test_replicas_held_here_are_still_replicated(self) -> None:
+        """A broker holding replicas of a replicated topic (local logs, opened unannounced) describes it as the
+        view says: by partition, never as a 0.7 topic of its own; type 8 still leaves it out."""
+        self.logs.get_or_create_log("orders", 0)
+        self.logs.get_or_create_log("orders", 1)
+        self.assertEqual(self.ask("orders").topics, (ORDERS,))
+        named = decode_cluster_metadata_response(self.broker.cluster_metadata(ClusterMetadataRequest(("orders",))))
+        self.assertEqual(named.topics, (TopicLayout("orders", ReplicatedTopic.code),))
+
     def test_standalone(self) -> None:
         """Without ZooKeeper: itself, its 0.7 topics, no controller."""
         self.broker.cluster = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.replica.test_follower import FollowerTestMixin, Link
-from tests.replica.test_leader import LeaderTestMixin
+from tests.replica.test_leader import LeaderTestMixin, frame
 from twlog.coord.replication.values import PartitionState
 from twlog.errors import InvalidRequest, NotLeader
 from twlog.protocol import codec
@@ -88,3 +88,46 @@ class RoleTests(FollowerTestMixin, SynchronousTestCase):
         self.assertIsNone(follower.ended)
         self.assertEqual(self.logs.get_log("t", 0).epochs.latest_epoch, 6)
         self.assertIs(self.manager.leaders[("t", 0)], leader)
+
+
+class ReadGateTests(FollowerTestMixin, SynchronousTestCase):
+    """A follower does not serve clients' reads of its partition: NotLeader, naming the leader."""
+
+    def follow(self):
+        self.start_leader(isr=(1, 2))
+        self.produce(b"a", ack=ACK_APPENDED)
+        self.manager._connect = lambda broker: Link(self.broker)
+        return self.manager.become_follower("t", 0, leader_id=2, leader_epoch=5)
+
+    def test_wait_fetch_fetch_and_offsets_refused(self) -> None:
+        self.follow()
+        parts = codec.decode_multifetch_response(frame(self.broker.wait_fetch(
+            codec.WaitFetchRequest(0, 0, (codec.FetchRequest("t", 0, 0, 1000),))))).parts
+        self.assertEqual(parts[0].error, NotLeader.code)
+        offsets = codec.decode_offsets_response(frame(self.broker.offsets(codec.OffsetsRequest("t", 0, -1, 1))))
+        self.assertEqual((offsets.error, offsets.offsets), (NotLeader.code, ()))
+        error = self.assertRaises(NotLeader, self.manager.check_read, "t", 0)
+        self.assertIn("its leader, broker 2", str(error))
+        self.assertRaises(NotLeader, self.broker.boundaries, codec.BoundariesRequest("t", 0, (0,)))
+        # A 0.7 FETCH gets 0.7's nearest code, not data.
+        self.assertNotEqual(codec.decode_fetch_response(frame(self.broker.fetch(codec.FetchRequest("t", 0, 0, 1000))))
+                            .error, 0)
+
+    def test_held_wait_fetch_answered_on_becoming_follower(self) -> None:
+        """A client's WAIT_FETCH held on the leader is answered NotLeader as soon as the broker follows."""
+        self.start_leader(isr=(1, 2))
+        end = self.logs.get_log("t", 0).end_offset
+        held = self.broker.wait_fetch(codec.WaitFetchRequest(10_000, 1, (codec.FetchRequest("t", 0, end, 1000),)))
+        self.assertNoResult(held)
+        self.manager._connect = lambda broker: Link(self.broker)
+        self.manager.become_follower("t", 0, leader_id=2, leader_epoch=5)
+        parts = codec.decode_multifetch_response(frame(self.successResultOf(held))).parts
+        self.assertEqual(parts[0].error, NotLeader.code)
+
+    def test_leader_and_unreplicated_partitions_are_read(self) -> None:
+        self.start_leader(isr=(1, 2))
+        self.manager.check_read("t", 0)
+        self.manager.check_read("other", 0)
+        parts = codec.decode_multifetch_response(frame(self.broker.wait_fetch(
+            codec.WaitFetchRequest(0, 0, (codec.FetchRequest("t", 0, 0, 1000),))))).parts
+        self.assertEqual(parts[0].error, 0)

@@ -18,10 +18,16 @@ from twlog.coord.replication.values import PartitionState
 from twlog.errors import LeaderNotAvailable, NotLeader
 from twlog.protocol import codec
 from twlog.protocol.codec import ACK_APPENDED, AckProduceRequest, ProduceRequest
-from twlog.replica.manager import ReplicaManager
 from twlog.replica import roles
+from twlog.replica.manager import ReplicaManager
 from twlog.replica.roles import RETRY_S, ReplicaRoles
 from twlog.storage.message import encode_message_set
+
+
+def answer(testcase, response):
+    """A handler's answer: at once (bytes) or by a Deferred."""
+    return response if isinstance(response, bytes) else testcase.successResultOf(response)
+
 
 BROKERS = {1: b"127.0.0.1:9001", 2: b"127.0.0.1:9002", 3: b"127.0.0.1:9003"}
 
@@ -71,7 +77,7 @@ class RolesTests(BrokerTestMixin, SynchronousTestCase):
     def produce(self, partition: int):
         response = self.broker.handlers[AckProduceRequest](AckProduceRequest(ACK_APPENDED, 1000, (
             ProduceRequest("clicks", partition, encode_message_set([b"x"])),)))
-        return codec.decode_ack_produce_response(frame(response if isinstance(response, bytes) else self.successResultOf(response))).results[0]
+        return codec.decode_ack_produce_response(frame(answer(self, response))).results[0]
 
     def test_leads_when_the_state_says_so(self) -> None:
         """The state names broker 1: it leads at that epoch, with the topic's min.insync.replicas; partition 1,
@@ -166,7 +172,7 @@ class AutoCreateTests(BrokerTestMixin, SynchronousTestCase):
         self.successResultOf(log.epochs.assign(3, 0))
         response = self.broker.handlers[AckProduceRequest](AckProduceRequest(ACK_APPENDED, 1000, (
             ProduceRequest("t", 0, encode_message_set([b"x"])),)))
-        result = codec.decode_ack_produce_response(frame(response if isinstance(response, bytes) else self.successResultOf(response))).results[0]
+        result = codec.decode_ack_produce_response(frame(answer(self, response))).results[0]
         self.assertEqual(result.error, LeaderNotAvailable.code)
 
     def test_auto_create_hook(self) -> None:

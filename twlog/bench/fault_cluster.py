@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -20,7 +21,6 @@ from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
 from twlog.bench.faultproxy import BOTH, FROM_TARGET, TO_TARGET, FaultProxy
-from twlog.cli.local_brokers import broker_argv, registered_since
 from twlog.coord import paths
 from twlog.coord.replication.store import read_state
 from twlog.coord.replication.values import ControllerRecord, PartitionState
@@ -94,8 +94,11 @@ class FaultCluster:
             await self.wait_registered(b)
 
     def _spawn(self, broker: int) -> None:
-        argv = broker_argv(broker, self.ports[broker], self.log_dir(broker), self.proxies[broker].address + CHROOT,
-                           1, 50, "group", None, min_insync_replicas=self.min_isr)
+        # (as twlog local's children: they die with this process, twlog.cli.local_brokers.broker_child)
+        argv = [sys.executable, "-c", "from twlog.cli.local_brokers import broker_child; broker_child()",
+                "--broker-id", str(broker), "--port", str(self.ports[broker]), "--log-dir", self.log_dir(broker),
+                "--zookeeper", self.proxies[broker].address + CHROOT, "--num-partitions", "1",
+                "--flush-interval-ms", "50", "--min-insync-replicas", str(self.min_isr)]
         argv += ["--zookeeper-session-timeout-s", f"{self.session_timeout_s:g}",
                  "--replica-lag-time-ms", str(self.lag_time_ms), "--controlled-shutdown-timeout-s", "3"]
         out = open(os.path.join(self.root, f"broker-{broker}.out"), "ab")  # noqa: SIM115 (the child keeps it)
@@ -116,9 +119,9 @@ class FaultCluster:
                 raise _ExitedStarting(f"broker {broker} exited with {process.returncode} while starting: see "
                                       f"{self.root}/broker-{broker}.out")
             try:
-                value, _ = await self.zk.get(path)
-                if registered_since(value, self.ports[broker], self._spawned_ms[broker]):
-                    return
+                value, stat = await self.zk.get(path)
+                if value.endswith(b":%d" % self.ports[broker]) and stat.ctime >= self._spawned_ms[broker]:
+                    return  # (registered by the process last started: a killed one's node is older)
             except NoNodeError:
                 pass
             if self._reactor.seconds() > deadline:

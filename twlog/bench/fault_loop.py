@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
+import sys
+import tempfile
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
@@ -297,11 +301,6 @@ def fault_table(run: FaultRun, result: CheckResult, seconds: float) -> BenchTabl
 
 def main_faults(args) -> int:
     """Entry point of C{twlog bench faults}."""
-    import shutil
-    import sys
-    import tempfile
-    import time
-
     root = args.dir or tempfile.mkdtemp(prefix="twlog-faults-")
     cases = args.cases
     outcome: list = []

@@ -185,6 +185,7 @@ def add_bench_commands(commands) -> None:
 
     _add_latency(benches)
     _add_local(benches)
+    _add_replication(benches)
 
     crc = _benchmark(benches, "crc", "compare zlib's and crcmod's CRC-32 on message payloads",
                      "Nanoseconds per message of zlib.crc32 and crcmod's crc-32.")
@@ -283,6 +284,33 @@ def _add_local(benches) -> None:
                        help="also run twlog local from the twlog source tree DIR (e.g. a 'git worktree' of an older "
                        "commit), alternating with this one, to compare versions")
     _dir_option(local, "where the clusters keep their data")
+
+
+def _add_replication(benches) -> None:
+    """C{twlog bench replication} (issue 22): replication's cost in throughput, failover times, catch-up speed."""
+    replication = _benchmark(
+        benches, "replication", "produce throughput by replication factor and ack, failover after kill -9 and "
+        "SIGTERM of a leader, and a follower's catch-up speed, against broker processes",
+        "Start a local ZooKeeper and --brokers twlog broker processes (each with --zookeeper-session-timeout-s), "
+        "then, --rounds times each: produce --messages with the real Producer in batches of --batch to a fresh "
+        "topic of replication factor 1, 2 and 3, with ack appended and all (medians, and ratios to replication "
+        "factor 1 with ack=appended: issue 22's target is 40% for factor 3 with ack=all); send kill -9, then "
+        "SIGTERM, to the leader of a replication-factor-3 partition under ack=all load and time the first "
+        "acknowledgement by the new leader (targets: the session timeout + 2 s; 1 s and no producer error); stop a "
+        "follower, produce --catch-up-mb MB, start it again and time its catch-up. Print three tables.",
+    )
+    positive_option(replication, "--brokers", default=3, help="broker processes (at least 3)")
+    replication.add_argument("--messages", "-n", type=positive_int, default=100_000,
+                             help="messages per throughput run (default: 100,000)")
+    positive_option(replication, "--batch", default=50, help="messages per produce request")
+    _size_option(replication)
+    positive_option(replication, "--partitions", default=1, help="partitions of each throughput topic")
+    positive_option(replication, "--rounds", default=3, help="rounds of every measurement; the tables give medians")
+    replication.add_argument("--catch-up-mb", type=_positive_float, default=50.0,
+                             help="MB produced while the follower is stopped (default: 50)")
+    replication.add_argument("--session-timeout-s", type=_positive_float, default=6.0,
+                             help="the brokers' --zookeeper-session-timeout-s (default: 6, the brokers' default)")
+    _dir_option(replication, "where ZooKeeper and the brokers keep their data and logs")
 
 
 def _positive_float(text: str) -> float:

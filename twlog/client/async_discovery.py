@@ -168,7 +168,7 @@ async def _registered(zookeeper: str | IZooKeeper, topics: list[str] | None, opt
 
 async def read_registrations_async(zk: IZooKeeper, topics: Iterable[str] | None) -> Reading:
     """Read the brokers' and C{topics}' (None: every registered topic's) registrations from C{zk}, interpreted by
-    the layout (no watches)."""
+    the layout (no watches); a named replicated topic's assignment and partition states too."""
     brokers = await _values(zk, paths.BROKER_IDS)
     if topics is None:
         try:
@@ -177,7 +177,24 @@ async def read_registrations_async(zk: IZooKeeper, topics: Iterable[str] | None)
             topics = []
     registrations = {topic: await _values(zk, paths.broker_topic_path(topic)) for topic in topics}
     held = {topic: await _values(zk, paths.held_path(topic)) for topic in topics}
-    return ClusterLayout.from_registrations(brokers, registrations, held)
+    replicated = {}
+    for topic in topics:
+        if not registrations[topic] and not held[topic]:  # (as the view: a 0.7 topic is not looked for there)
+            try:
+                value, _ = await zk.get(paths.replicated_topic_path(topic))
+            except NoNodeError:
+                continue
+            states = await _values(zk, paths.partition_state_path(topic))  # partition -> its node's value ...
+            replicated[topic] = (value, {p: await _state(zk, topic, p) for p in states})  # ... its state's
+    return ClusterLayout.from_registrations(brokers, registrations, held, replicated)
+
+
+async def _state(zk: IZooKeeper, topic: str, partition: str) -> bytes | None:
+    try:
+        value, _ = await zk.get(f"{paths.partition_state_path(topic)}/{partition}/state")
+    except NoNodeError:
+        return None
+    return value
 
 
 async def _values(zk: IZooKeeper, parent: str) -> Mapping[str, bytes | None]:

@@ -355,11 +355,20 @@ def registered_brokers(zk: BlockingZooKeeper) -> dict[int, tuple[str, int]]:
 
 
 def read_registrations(zk: BlockingZooKeeper, topics: Iterable[str]) -> Reading:
-    """Read the brokers' and C{topics}' registrations from C{zk} (blocking), interpreted by the layout."""
+    """Read the brokers' and C{topics}' registrations from C{zk} (blocking), interpreted by the layout; a
+    replicated topic's assignment and partition states too (its partitions located at their leaders)."""
     brokers = _values(zk, paths.BROKER_IDS)
     topics = list(topics)
-    return ClusterLayout.from_registrations(brokers, {t: _values(zk, paths.broker_topic_path(t)) for t in topics},
-                                            {t: _values(zk, paths.held_path(t)) for t in topics})
+    registered = {t: _values(zk, paths.broker_topic_path(t)) for t in topics}
+    held = {t: _values(zk, paths.held_path(t)) for t in topics}
+    replicated = {}
+    for t in topics:
+        if not registered[t] and not held[t]:  # (as the view: a 0.7 topic is not looked for under /twlog/topics)
+            value = zk.get(paths.replicated_topic_path(t))
+            if value is not None:
+                parent = paths.partition_state_path(t)
+                replicated[t] = (value, {p: zk.get(f"{parent}/{p}/state") for p in zk.children(parent)})
+    return ClusterLayout.from_registrations(brokers, registered, held, replicated)
 
 
 def _values(zk: BlockingZooKeeper, parent: str) -> Mapping[str, bytes | None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twlog.client.connection import IBrokerConnection
@@ -54,9 +55,10 @@ async def answer(connection: IBrokerConnection, reader: PartitionReader, request
 
 async def read(connection: IBrokerConnection, reader: PartitionReader, request: Request | None = None, *,
                max_wait_ms: int = 0, min_bytes: int = 0,
-               on_refresh: Callable[[Refresh], IBrokerConnection | None] | None = None) -> Any:
+               on_refresh: Callable[[Refresh], IBrokerConnection | Deferred | None] | None = None) -> Any:
     """One fetch's worth of C{reader} (from C{request}, default its L{PartitionReader.next_request}): its probes
-    and re-reads sent, and its refreshes handed to C{on_refresh} (which may return the connection to use now).
+    and re-reads sent, and its refreshes handed to C{on_refresh} (which may return the connection to use now, or
+    a Deferred of it).
 
     @return: the L{Fetched} value (L{twlog.client.reader.FetchedMessages} or a L{MessageBatch}).
     @raise BrokerError: what the reader raises (L{FetchSizeTooSmall}, L{CorruptMessage}...).
@@ -69,5 +71,8 @@ async def read(connection: IBrokerConnection, reader: PartitionReader, request: 
         if isinstance(event, Fetched):
             return event.value
         if isinstance(event, Refresh) and on_refresh is not None:
-            connection = on_refresh(event) or connection
+            moved = on_refresh(event)
+            if isinstance(moved, Deferred):
+                moved = await moved
+            connection = moved or connection
         request = reader.next_request()

@@ -291,6 +291,9 @@ class PartitionReader:
     boundary: tuple[int, int] | None = attrs.field(kw_only=True, default=None)
     trusted_start: bool = attrs.field(kw_only=True, default=False)
     max_refreshes: int = attrs.field(kw_only=True, default=3)
+    #: The answers that ask for a refresh (L{REFRESH_ON}; a reader that follows a moving leader adds
+    #: L{twlog.errors.ConnectionFailed}: a leader that died cannot be connected to at all).
+    refresh_on: tuple[type[BaseException], ...] = attrs.field(kw_only=True, default=REFRESH_ON)
     on_skip: OnSkip = attrs.field(kw_only=True, default=log_skip)
     #: Where reading started.
     start: int = attrs.field(init=False, default=attrs.Factory(lambda self: self.offset, takes_self=True))
@@ -360,7 +363,7 @@ class PartitionReader:
     # -- internals ---------------------------------------------------------------------------------
 
     def _refused(self, request: Request, error: BaseException) -> Refresh | _SendNext:
-        if isinstance(error, REFRESH_ON):
+        if isinstance(error, self.refresh_on):
             self.refreshes += 1
             if self.refreshes > self.max_refreshes:
                 raise error

@@ -12,6 +12,12 @@ on past it.  L{MessageStream} is the async iterator over one partition
 that never ends: it uses the waiting fetch (WAIT_FETCH), so an idle consumer is
 woken by new data instead of sleeping and polling.  Rewinding is starting a
 new fetch or stream at any offset.
+
+A replicated topic's partition (C{"0"} to C{"P-1"}) is read from its leader,
+wherever it is: the consumer asks its broker (CLUSTER_METADATA_V2, L{twlog.client.leaders})
+which broker leads it, and reads there; on L{NotLeader}, L{LeaderNotAvailable} or
+a lost connection it asks again (after a backoff) and goes on at the same
+offset, up to L{FOLLOW_REFRESHES} times in a row.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from twisted.logger import Logger
 
 from twlog.client.connection import BrokerConnection, IBrokerConnection
 from twlog.client.fetching import log_skip, read
+from twlog.client.leaders import FOLLOW_REFRESHES, LeaderFinder
 from twlog.client.options import ClientOptions
 from twlog.client.reader import (
     BATCH,
     MESSAGES,
     ON_CORRUPT,
+    REFRESH_ON,
     FetchedMessages,
     PartitionReader,
     Refresh,
@@ -53,6 +61,12 @@ __all__ = ["EARLIEST", "LATEST", "ON_CORRUPT", "CorruptMessage", "FetchedMessage
 _log = Logger()
 
 
+def follows_leader(partition: str | int | TopicPartition, tp: TopicPartition) -> bool:
+    """Whether C{partition} (as given) names a replicated topic's partition, read from its leader: a name
+    C{"<n>"} (a bare int is the deprecated number on the consumer's broker, read there)."""
+    return not isinstance(partition, int) and tp.fixed_leader is None
+
+
 def partition_identity(topic: str, partition: str | int | TopicPartition) -> TopicPartition:
     """C{topic}'s C{partition}, from its name (C{"1-0"}, C{"3"}).
 
@@ -72,8 +86,9 @@ def partition_identity(topic: str, partition: str | int | TopicPartition) -> Top
 class SimpleConsumer:
     """Fetches from one broker, by topic, partition and offset.
 
-    A partition is named as everywhere (C{"1-0"}; C{"3"} of a replicated topic), and must be one this
-    broker leads.  A bare int (the number the broker knows it by) still works, with a DeprecationWarning.
+    A partition is named as everywhere (C{"1-0"}; C{"3"} of a replicated topic).  A 0.7 partition must be
+    one this broker holds; a replicated one is read from its leader, which this broker names.
+    A bare int (the number the broker knows it by) still works, with a DeprecationWarning.
 
     C{fetch} and C{offsets} share one connection; each L{stream} has its own,
     because a waiting fetch holds back every later answer on its connection.
@@ -122,6 +137,10 @@ class SimpleConsumer:
 
         self._new_connection = connection_factory
         self._connection = connection_factory()
+        #: Where replicated partitions' leaders are (asked of this consumer's broker).
+        self.leaders = LeaderFinder(self._connection, lambda h, p: BrokerConnection(h, p, reactor=reactor,
+                                                                                 options=self.options),
+                                    reactor, self.options)
         self._streams: set[MessageStream] = set()
         self._closed = False
         #: Per (topic, partition): the offset of the last message a fetch returned, and the offset after it.
@@ -152,14 +171,18 @@ class SimpleConsumer:
         @raise CorruptMessage: the message at C{offset} is corrupt (an L{InvalidMessage} naming the
             partition, its offset and the offset after it).
         """
-        reader = self._reader(partition_identity(topic, partition), offset, max_bytes or self.max_bytes, MESSAGES)
-        return Deferred.fromCoroutine(self._fetch(self._connection, reader, max_wait_ms, min_bytes))
+        tp = partition_identity(topic, partition)
+        follow = follows_leader(partition, tp)
+        reader = self._reader(tp, offset, max_bytes or self.max_bytes, MESSAGES, follow=follow)
+        return Deferred.fromCoroutine(self._fetch_led(reader, max_wait_ms, min_bytes, follow))
 
     def fetch_batch(self, topic: str, partition: str | int, offset: int, max_bytes: int | None = None
                     ) -> Deferred[MessageBatch]:
         """L{fetch}, decoded as a L{MessageBatch} (L{twlog.storage.batch}): no object per message until iterated."""
-        reader = self._reader(partition_identity(topic, partition), offset, max_bytes or self.max_bytes, BATCH)
-        return Deferred.fromCoroutine(self._fetch(self._connection, reader, None, None))
+        tp = partition_identity(topic, partition)
+        follow = follows_leader(partition, tp)
+        reader = self._reader(tp, offset, max_bytes or self.max_bytes, BATCH, follow=follow)
+        return Deferred.fromCoroutine(self._fetch_led(reader, None, None, follow))
 
     def batches(self, topic: str, partition: str | int, offset: int, *, max_bytes: int | None = None,
                 end: int | None = None, pipeline: bool = True) -> BatchReader:
@@ -176,8 +199,8 @@ class SimpleConsumer:
     def offsets(self, topic: str, partition: str | int, time: int = LATEST, max_offsets: int = 1
                 ) -> Deferred[list[int]]:
         """Valid offsets before C{time} (L{LATEST} -1, L{EARLIEST} -2, or ms since the epoch), newest first."""
-        number = partition_identity(topic, partition).number
-        return Deferred.fromCoroutine(self._offsets(topic, number, time, max_offsets))
+        tp = partition_identity(topic, partition)
+        return Deferred.fromCoroutine(self._offsets(tp, time, max_offsets, follows_leader(partition, tp)))
 
     def stream(
         self,
@@ -196,24 +219,29 @@ class SimpleConsumer:
         if self._closed:
             raise ClientClosed("the consumer is closed")
         # A lost connection is retried once (the retry reconnects with backoff), then surfaces.
-        reader = self._reader(partition_identity(topic, partition), offset, max_bytes or self.max_bytes, MESSAGES,
-                              max_refreshes=1)
-        stream = MessageStream(self, reader, idle_timeout_s)
+        tp = partition_identity(topic, partition)
+        follow = follows_leader(partition, tp)
+        reader = self._reader(tp, offset, max_bytes or self.max_bytes, MESSAGES, max_refreshes=1, follow=follow)
+        stream = MessageStream(self, reader, idle_timeout_s, follow=follow)
         self._streams.add(stream)
         return stream
 
     def close(self) -> Deferred[None]:
         """Close the connection and every stream."""
         self._closed = True
-        closing = [self._connection.close(), *(s.close() for s in list(self._streams))]
+        closing = [self._connection.close(), self.leaders.close(), *(s.close() for s in list(self._streams))]
         return DeferredList(closing, consumeErrors=True).addCallback(lambda _: None)
 
     # -- internals -----------------------------------------------------------
 
-    def _reader(self, tp: TopicPartition, offset: int, max_bytes: int, decode: str, **options: Any
-                ) -> PartitionReader:
+    def _reader(self, tp: TopicPartition, offset: int, max_bytes: int, decode: str, *, follow: bool = False,
+                **options: Any) -> PartitionReader:
         """A reader of C{tp} from C{offset} with the consumer's rules, knowing the boundary a fetch found there."""
-        options.setdefault("max_refreshes", 0)  # one broker, and a fetch is the caller's to retry
+        # One broker, and a fetch is the caller's to retry; a replicated partition's leader is followed.
+        options.setdefault("max_refreshes", 0)
+        if follow:
+            options["max_refreshes"] = FOLLOW_REFRESHES
+            options["refresh_on"] = (*REFRESH_ON, ConnectionFailed)
         return PartitionReader(tp, offset, max_bytes=max_bytes, on_corrupt=self.on_corrupt, decode=decode,
                                max_decompressed_bytes=self.options.max_decompressed_bytes, label=tp.number,
                                boundary=self._boundaries.get((tp.topic, tp.number)), on_skip=log_skip, **options)
@@ -237,11 +265,22 @@ class SimpleConsumer:
                                                                            fetched.messages))
         return fetched
 
-    async def _offsets(self, topic: str, partition: int, time: int, max_offsets: int) -> list[int]:
+    async def _fetch_led(self, reader: PartitionReader, max_wait_ms: int | None, min_bytes: int | None,
+                         follow: bool) -> Any:
+        """L{_fetch} on the consumer's connection, or a replicated partition's leader's (followed on refreshes)."""
+        if follow:
+            connection = await self.leaders.connection(reader.tp)
+            return await self._fetch(connection, reader, max_wait_ms, min_bytes, self.leaders.follow_for(reader.tp))
+        return await self._fetch(self._connection, reader, max_wait_ms, min_bytes)
+
+    async def _offsets(self, tp: TopicPartition, time: int, max_offsets: int, follow: bool) -> list[int]:
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        check_topic(topic, f"OFFSETS {topic}-{partition}")
-        response = await self._connection.request(OffsetsRequest(topic, partition, time, max_offsets))
+        check_topic(tp.topic, f"OFFSETS {tp.topic}-{tp.number}")
+        request = OffsetsRequest(tp.topic, tp.number, time, max_offsets)
+        if follow:
+            return list((await self.leaders.request(tp, request)).offsets)
+        response = await self._connection.request(request)
         return list(response.offsets)
 
 
@@ -257,8 +296,8 @@ class MessageStream:
 
     _log = Logger()
 
-    def __init__(self, consumer: SimpleConsumer, reader: PartitionReader, idle_timeout_s: float | None = None
-                 ) -> None:
+    def __init__(self, consumer: SimpleConsumer, reader: PartitionReader, idle_timeout_s: float | None = None, *,
+                 follow: bool = False) -> None:
         self.topic = reader.tp.topic
         self.partition = reader.tp.number
         self.next_offset = reader.offset
@@ -266,6 +305,8 @@ class MessageStream:
         self.idle_timeout_s = idle_timeout_s
         self._consumer = consumer
         self._reader = reader
+        #: Whether the partition is a replicated one, read from its leader wherever it moves.
+        self._follow = follow
         self._connection: BrokerConnection | None = None
         self._buffer: deque[MessageAndOffset] = deque()
         self._closed = False
@@ -298,7 +339,7 @@ class MessageStream:
                     raise StopAsyncIteration
                 wait_ms = min(wait_ms, left_ms)
             if self._connection is None:
-                self._connection = self._consumer._new_connection()
+                self._connection = await self._first_connection()
             try:
                 fetched = await self._consumer._fetch(self._connection, self._reader, wait_ms, None, self._retrying)
             except (ConnectionFailed, ClientClosed):
@@ -310,10 +351,26 @@ class MessageStream:
         self.next_offset = message.next_offset
         return message
 
-    def _retrying(self, refresh: Refresh) -> None:
-        """The reader asks to retry after a lost connection: the connection reconnects (with backoff) by itself."""
+    async def _first_connection(self) -> IBrokerConnection:
+        """The stream's own connection: to the consumer's broker, or to a replicated partition's leader."""
+        tp = self._reader.tp
+        if self._follow:
+            host, port = await self._consumer.leaders.address(tp)
+            return self._consumer.leaders.connect(host, port)
+        return self._consumer._new_connection()
+
+    def _retrying(self, refresh: Refresh) -> Deferred | None:
+        """The reader asks to retry: after a lost connection the connection reconnects (with backoff) by itself;
+        a replicated partition's leader is asked again, and the stream moves there (L{LeaderFinder.moved})."""
         self._log.info("stream {topic}-{partition}: {error}; retrying", topic=self.topic, partition=self.partition,
                        error=refresh.error)
+        if self._follow:
+            return Deferred.fromCoroutine(self._moved(refresh))
+        return None
+
+    async def _moved(self, refresh: Refresh) -> IBrokerConnection:
+        self._connection = await self._consumer.leaders.moved(self._reader.tp, refresh, self._connection)
+        return self._connection
 
 
 async def _nothing() -> None:

@@ -39,6 +39,7 @@ from twlog.errors import (
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
 from twlog.producer.delivery import deliver
+from twlog.producer.failover import Turns, deliver_following
 from twlog.producer.router import Partitioner, Router, hash_partitioner
 from twlog.protocol.codec import (
     ACK_ALL,
@@ -88,8 +89,7 @@ class Producer:
         the producer opens a session on first use and closes it in L{close};
         or a started L{IZooKeeper} session, which it leaves open.
     @param ack: C{"none"} (fire-and-forget PRODUCE), C{"appended"}, C{"flushed"} or C{"all"} (ACK_PRODUCE; L{send}
-        fires with the L{ProduceResult}); C{"all"} waits, on a replicated partition, until every in-sync replica
-        holds the set and the leader flushed it (as C{"flushed"} on a 0.7 partition).
+        fires with the L{ProduceResult}); C{"all"}: every in-sync replica holds it (docs/replication.md).
     @param partitioner: C{(key, n) -> index} for keyed sends; default L{hash_partitioner}.
     @param codec: a C{CODEC_*} number or name (C{"gzip"}); each batch is compressed as one wrapper.
     @param batch_size: turn on async batching: send a partition's queue at this many messages ...
@@ -101,6 +101,8 @@ class Producer:
         after the write, L{OutcomeUnknown}): at-least-once, a resend may store it twice (docs/protocol.md,
         ACK_PRODUCE).  Failures to connect are not retried here: each request already waits
         C{connect_attempts} attempts with backoff.
+    @param leader_wait_s: how long a batch for a replicated partition follows its moving leader, one batch of
+        the partition at a time, in order (L{twlog.producer.failover}).
     @param options: the L{ClientOptions} of the broker connections; its fields may also be given
         as keywords (C{timeout_s=5}), replacing those of C{options}.
     @param connection_factory: C{(host, port) -> IBrokerConnection} (tests); default L{BrokerConnection}.
@@ -128,6 +130,7 @@ class Producer:
         on_full: str = "block",
         ack_timeout_ms: int = 10_000,
         retries: int = 1,
+        leader_wait_s: float = 30.0,
         options: ClientOptions | None = None,
         connection_factory: Callable[[str, int], IBrokerConnection] | None = None,
         rng: random.Random | None = None,
@@ -147,6 +150,8 @@ class Producer:
         self.codec = _codec_number(codec)
         self.ack_timeout_ms = ack_timeout_ms
         self.retries = retries
+        self.leader_wait_s = leader_wait_s
+        self._turns = Turns()
         self.options = options = ClientOptions.build(options, **overrides)
         self._ack = ACK_MODES[ack]
         if connection_factory is None:
@@ -276,6 +281,8 @@ class Producer:
             target = self._router.choose(topic, partitions, key, index)
         except (ValueError, PartitionsOffline) as e:
             return fail(e)
+        if target.fixed_leader is None:
+            return None  # a replicated partition: in its turn, following its leader (twlog.producer.failover)
         connection = self._pool.get(self._router.leader(target))
         protocol = connection.ready() if connection is not None else None
         if protocol is None:
@@ -294,12 +301,12 @@ class Producer:
                 if last is None:
                     raise
                 raise last from None  # no other broker is left to try: the last one's error
-            broker = self._router.leader(target)
+            broker = self._router.layout().leader(target) if target.fixed_leader is None else target.fixed_leader
             try:
                 result = await self._deliver(target, payloads)
             except ConnectionFailed as e:
                 self._router.down.failed(broker)
-                if index is not None or key is not None:
+                if index is not None or key is not None or broker is None:  # (None: waiting was the retry)
                     # Pinned: never elsewhere.  Say that its partition is offline, if the cluster knows it now
                     # (unless the batch may be stored: that must not be lost from the error).
                     if not isinstance(e, ConnectionLost):
@@ -315,6 +322,8 @@ class Producer:
             return result
 
     async def _deliver(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
+        if target.fixed_leader is None:  # a replicated partition: in its turn, following its leader
+            return await self._turns.run(target, lambda: deliver_following(self, target, payloads, deliver))
         return await deliver(self, target, payloads)
 
     def _publish_audit(self, events: list[bytes]) -> None:

@@ -22,6 +22,17 @@ Either way, what it reads is interpreted by the one reading of the layout
 bad values are skipped, each logged once as a warning, and the router asks the
 layout for a partition's leader.
 
+A replicated topic's partitions are C{0} to C{P-1} (L{twlog.coord.layout}), each
+led by the broker its state names: the router learns the leaders from the view
+(ZooKeeper) or from CLUSTER_METADATA_V2 (type 14; a broker that does not know
+it, an older one, is asked CLUSTER_METADATA, type 8, from then on).  Static
+mode asks again at most every L{REPLICATED_MAX_AGE_S}, and whenever a
+delivery asks (L{Router.refresh}: the broker said NotLeader, or the leader
+cannot be reached).  A replicated partition keeps its number across a
+failover, only its leader changes: keys keep their partition, and a keyed (or
+indexed) batch to a partition with no leader right now waits for one
+(L{twlog.producer.failover}) instead of failing.
+
 Either way, a topic no live broker holds starts at partition 0 of each live
 broker (the broker creates the log on the first write and registers it);
 registrations replace those bootstrap partitions as they come, and the
@@ -45,7 +56,7 @@ import random
 import zlib
 from collections.abc import Callable
 
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -53,23 +64,9 @@ from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
 from twlog.coord.layout import ClusterLayout, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
-from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, PartitionsOffline, raise_for
+from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, PartitionsOffline
 from twlog.partition import TopicPartition
-from twlog.protocol.codec import ClusterMetadataRequest
-from twlog.protocol.responses import (
-    VIEW_CURRENT,
-    VIEW_STALE,
-    VIEW_STANDALONE,
-    VIEW_STARTING,
-    VIEWS,
-    ClusterMetadataResponse,
-)
-
-#: Which CLUSTER_METADATA answers the producer prefers: one that follows ZooKeeper describes the whole cluster.
-_PREFERENCE = [VIEW_CURRENT, VIEW_STALE, VIEW_STANDALONE, VIEW_STARTING]
-
-#: Static mode: how long partitions including bootstrap ones (a broker not holding the topic yet) are kept.
-PROVISIONAL_S = 1.0
+from twlog.producer.static import PROVISIONAL_S, REPLICATED_MAX_AGE_S, StaticBrokers  # noqa: F401 (re-exported)
 
 #: How long random batches avoid a broker that a delivery could not reach (unless no other broker is left).
 DOWN_S = 10.0
@@ -83,7 +80,7 @@ def hash_partitioner(key: bytes, num_partitions: int) -> int:
     return zlib.crc32(key) % num_partitions
 
 
-class Router:
+class Router(StaticBrokers):
     """Knows the partitions of topics (asking the brokers or following ZooKeeper) and picks one per batch.
 
     @param zookeeper: None (static brokers: the pool's), a connect string (the
@@ -128,6 +125,8 @@ class Router:
         self._seen: dict[str, set[TopicPartition]] = {}
         #: Static mode: each topic's partitions the answers named on brokers that are not live.
         self._static_offline: dict[str, list[TopicPartition]] = {}
+        #: Static connections (by id) that do not know CLUSTER_METADATA_V2 (older brokers): asked type 8.
+        self._older: set[int] = set()
         #: Brokers deliveries could not reach lately (L{DownBrokers}).
         self.down = DownBrokers(self._reactor)
         self._closed = False
@@ -152,6 +151,15 @@ class Router:
         """Ask again on the next send to C{topic} (a broker may be gone, or back)."""
         self._topics.pop(topic, None)
 
+    async def refresh(self, topic: str) -> None:
+        """Learn C{topic}'s leaders again (a delivery met NotLeader, no leader, or a leader it cannot reach): with
+        static brokers, ask them now; with ZooKeeper the view follows the partitions' states by its watches.
+
+        @raise ConnectionFailed: no broker could be asked.
+        """
+        self.forget(topic)
+        await self.partitions(topic)
+
     def choose(self, topic: str, partitions: list[TopicPartition], key: bytes | None,
                index: int | None, avoid: frozenset[int] | set[int] = frozenset()) -> TopicPartition:
         """The partition at C{index}, else the partitioner's for C{key}, else a random live one.
@@ -166,7 +174,12 @@ class Router:
         if index is None and key is None:
             layout = self.layout()
             leaders = {tp: layout.leader(tp) if tp.fixed_leader is None else tp.fixed_leader for tp in partitions}
-            return self.down.pick(topic, partitions, leaders, avoid, self._rng)
+            live = [tp for tp in partitions if leaders[tp] is not None]
+            if not live:
+                waiting = [tp for tp in self.numbered(topic, partitions) if tp.fixed_leader is None]
+                if waiting:  # every partition of a replicated topic is between leaders: one waits for its next
+                    return waiting[self._rng.randrange(len(waiting))]
+            return self.down.pick(topic, live, leaders, avoid, self._rng)
         numbered = self.numbered(topic, partitions)
         n = len(numbered)
         pinned = ("the partition asked for" if index is not None
@@ -176,7 +189,7 @@ class Router:
         if not 0 <= index < n:
             raise ValueError(f"partition index {index} is outside topic {topic!r}'s partitions [0, {n - 1}]")
         target = numbered[index]
-        if target not in partitions:
+        if target not in partitions and target.fixed_leader is not None:  # (a replicated one waits for a leader)
             raise PartitionsOffline(f"cannot write to {target}, {pinned}: {describe_offline([target])}",
                                     offline=[target], available=partitions)
         return target
@@ -266,44 +279,6 @@ class Router:
             return self._zk_partitions(topic)
         return await self._static_partitions(topic)
 
-    async def _static_partitions(self, topic: str) -> list[TopicPartition]:
-        """Ask the static brokers for the cluster (CLUSTER_METADATA): one that follows ZooKeeper describes it
-        all; brokers without ZooKeeper describe themselves."""
-        connections = self._pool.static
-        requests = [c.request(ClusterMetadataRequest((topic,))) for c in connections]
-        answers = await DeferredList(requests, consumeErrors=True)
-        cluster: list[ClusterMetadataResponse] = []
-        problems = []
-        for connection, (ok, value) in zip(connections, answers):
-            if not ok:
-                problems.append(f"{connection.address}: {value.getErrorMessage()}")
-                continue
-            self._pool.learned(value.broker_id, connection)
-            if value.view in _PREFERENCE:
-                cluster.append(value)
-            else:
-                problems.append(f"{connection.address}: its view of the cluster is {VIEWS.get(value.view, value.view)}")
-        # A broker still reading ZooKeeper describes itself, as one without ZooKeeper does: use what it says.
-        cluster.sort(key=lambda answer: _PREFERENCE.index(answer.view))
-        if problems and cluster and cluster[0].view not in (VIEW_CURRENT, VIEW_STALE):
-            self._log.warn("producing to topic {topic} without the partitions of {problems}", topic=topic,
-                           problems="; ".join(problems))
-        live, registered, offline = _read_answers(cluster, topic, self._read)
-        if not live:
-            raise ConnectionFailed(f"no broker gave partitions for topic {topic!r}: " + "; ".join(problems))
-        self._pool.add(live)
-        self._static_layout = ClusterLayout(live)
-        self._static_offline[topic] = sorted(tp for tp in offline if tp.fixed_leader not in live)
-        # Every live broker is a target: one that does not hold the topic yet gets partition 0 (it creates
-        # the log on the first write), as Kafka 0.7's producer bootstraps a new topic.
-        holders = {b for b, _ in registered}
-        pending = {(b, 0) for b in live if b not in holders}
-        if pending:
-            self._provisional[topic] = self._reactor.seconds() + PROVISIONAL_S
-        else:
-            self._provisional.pop(topic, None)
-        return [TopicPartition.on_broker(topic, b, p) for b, p in sorted(registered | pending)]
-
     # -- ZooKeeper -----------------------------------------------------------------------
 
     async def _cluster(self) -> ClusterView:
@@ -375,6 +350,8 @@ class Router:
         live = layout.brokers
         if not live:
             raise ConnectionFailed(f"no broker is registered in ZooKeeper at {self._zk.hosts}: none is live")
+        if any(tp.fixed_leader is None for tp in layout.partitions.get(topic, ())):
+            return layout.topic_partitions(topic)  # a replicated topic: those with a live leader now
         registered = [(tp.fixed_leader, tp.number) for tp in layout.topic_partitions(topic)]
         if not registered:
             # Nobody live holds it: partition 0 of each live broker, which creates the log on the first write.
@@ -393,11 +370,12 @@ class DownBrokers:
         self._clock = clock
         self._until: dict[int, float] = {}
 
-    def failed(self, broker_id: int) -> None:
-        """A delivery could not reach C{broker_id}: random batches avoid it for L{DOWN_S}."""
-        self._until[broker_id] = self._clock.seconds() + DOWN_S
+    def failed(self, broker_id: int | None) -> None:
+        """A delivery could not reach C{broker_id}: random batches avoid it for L{DOWN_S} (None: no broker)."""
+        if broker_id is not None:
+            self._until[broker_id] = self._clock.seconds() + DOWN_S
 
-    def reached(self, broker_id: int) -> None:
+    def reached(self, broker_id: int | None) -> None:
         """A delivery reached C{broker_id}: it is a target of random batches again."""
         self._until.pop(broker_id, None)
 
@@ -416,31 +394,3 @@ class DownBrokers:
             raise ConnectionFailed(f"no live partition of topic {topic!r} is left to try: brokers "
                                    f"{', '.join(map(str, sorted(avoid)))} could not be reached")
         return usable[rng.randrange(len(usable))]
-
-
-def _read_answers(cluster: list[ClusterMetadataResponse], topic: str, read: Callable[..., ClusterLayout]
-                  ) -> tuple[dict[int, tuple[str, int]], set[tuple[int, int]], set[TopicPartition]]:
-    """What static brokers' CLUSTER_METADATA answers (best view first) say of C{topic}: the live brokers, the
-    registered C{(broker id, partition)} and the offline partitions.  One broker that follows ZooKeeper describes
-    everything; each other one that answered is live and says what it holds itself (a view may lag behind a
-    broker that has just registered).  C{read} turns a reading into its layout, logging its problems.
-
-    @raise BrokerError: a broker refuses the topic (InvalidTopic).
-    """
-    live: dict[int, tuple[str, int]] = {}
-    registered: set[tuple[int, int]] = set()
-    offline: set[TopicPartition] = set()
-    for n, answer in enumerate(cluster):
-        whole = n == 0 or cluster[0].view not in (VIEW_CURRENT, VIEW_STALE)
-        refused = answer.layout(topic)
-        if refused is not None:
-            raise_for(refused.error, f"broker {answer.broker_id} refuses topic {topic!r}")
-        layout = read(ClusterLayout.from_metadata(answer))
-        registered.update((tp.fixed_leader, tp.number) for tp in layout.topic_partitions(topic)
-                          if whole or tp.fixed_leader == answer.broker_id)
-        if whole:
-            offline.update(layout.offline_partitions(topic))
-        for broker_id, address in layout.brokers.items():
-            if whole or broker_id == answer.broker_id:
-                live.setdefault(broker_id, address)
-    return live, registered, offline

@@ -7,11 +7,16 @@ larger than the fetch size is sent partial, and errors are 0.7 codes.
 WAIT_FETCH is held (L{FetchHandlers.waiting_fetches}) until C{min_bytes}
 are readable over all its fetches, woken by the logs' flushes, or until its
 wait ends.
+
+A partition this broker follows (the C{replication} gate, L{twlog.replica}) is not read for clients: a
+fetch of it is answered L{twlog.errors.NotLeader} naming the leader (FETCH and MULTIFETCH with its 0.7
+code), and a held WAIT_FETCH on it is answered at once when the broker stops leading it
+(L{FetchHandlers.roles_changed}).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -26,6 +31,13 @@ from twlog.storage.manager import LogManager
 from twlog.storage.segment import FileRegion
 
 __all__ = ["FetchHandlers"]
+
+
+class ReadGate(Protocol):
+    """What fetches ask of the broker's replica side (L{twlog.replica.manager.ReplicaManager})."""
+
+    def check_read(self, topic: str, partition: int) -> None:
+        """@raise NotLeader: C{topic}-C{partition} is replicated and this broker follows it (naming its leader)."""
 
 
 @attrs.define(eq=False)
@@ -48,6 +60,8 @@ class FetchHandlers:
         self._clock = clock
         self._errors = errors
         self._waiting: dict[tuple[str, int], set[_WaitingFetch]] = {}
+        #: The replica side, for replicated partitions; None: every partition here is read.
+        self.replication: ReadGate | None = None
 
     def _read(self, fetch: FetchRequest, kafka07: bool = False) -> tuple[int, FileRegion | None]:
         """One fetch: its error code and region.
@@ -58,6 +72,8 @@ class FetchHandlers:
         code.
         """
         try:
+            if self.replication is not None:
+                self.replication.check_read(fetch.topic, fetch.partition)
             check_partition(self._logs, fetch.topic, fetch.partition)
             log = self._logs.get_log(fetch.topic, fetch.partition)
             if log is None and fetch.topic in self._logs.deleted:
@@ -125,6 +141,11 @@ class FetchHandlers:
         for waiter in list(self._waiting.get((topic, partition), ())):
             if self._ready(waiter.request):
                 self._wake(waiter)
+
+    def roles_changed(self, topic: str, partition: int) -> None:
+        """This broker's role in C{topic}-C{partition} changed: answer the WAIT_FETCHes on it that now have an
+        answer (NotLeader, once it follows the partition)."""
+        self.flushed(topic, partition, None)
 
     def topic_deleted(self, topic: str) -> None:
         """C{topic} was deleted here: answer the WAIT_FETCHes on it now (their parts on it get TopicDeleted)."""

@@ -20,7 +20,15 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from twlog.config import BrokerConfig
-from twlog.errors import NO_ERROR, BrokerError, InvalidRequest, OffsetOutOfRange, ReplicatedTopic, kafka07_code
+from twlog.errors import (
+    NO_ERROR,
+    BrokerError,
+    InvalidRequest,
+    NotLeader,
+    OffsetOutOfRange,
+    ReplicatedTopic,
+    kafka07_code,
+)
 from twlog.protocol import codec
 from twlog.protocol import replication_codec as replication
 from twlog.protocol.codec import (
@@ -102,9 +110,18 @@ class MetadataHandlers:
         #: The controller this broker knows of, for CLUSTER_METADATA_V2 (NO_BROKER: none known), once set by
         #: the broker service (which runs the controller with ZooKeeper).
         self.controller_id: Callable[[], int] | None = None
+        #: The replica side (L{twlog.protocol.fetch.ReadGate}): OFFSETS and BOUNDARIES of a partition this broker
+        #: follows are answered NotLeader.  None: every partition here is read.
+        self.replication = None
 
     def offsets(self, request: OffsetsRequest, peer: str = "?") -> Response:
         """OFFSETS: offsets before a time, newest first (errors as Kafka 0.7 codes)."""
+        try:
+            if self.replication is not None:
+                self.replication.check_read(request.topic, request.partition)
+        except NotLeader as e:  # (a replicated topic: no 0.7 client asks about one, so its precise code)
+            self._errors.count(codec.OFFSETS, e.code)
+            return codec.encode_offsets_response(e.code, ())
         try:
             check_partition(self._logs, request.topic, request.partition)
         except BrokerError as e:
@@ -189,7 +206,8 @@ class MetadataHandlers:
             except BrokerError as e:
                 layouts.append(TopicLayout(topic, e.code))
                 continue
-            if not local.get(topic) and (found := replicated_of(topic)) is not None:
+            # (A replicated topic's own replicas are local logs too: the view says what the topic is.)
+            if (found := replicated_of(topic)) is not None:
                 if replicated:
                     layouts.append(found)
                 elif asked:  # an older client fails naming it, rather than read it as a 0.7 topic
@@ -243,6 +261,8 @@ class MetadataHandlers:
         Errors raise (InvalidTopic, WrongPartition, InvalidRequest for more than
         L{MAX_BOUNDARY_POSITIONS} positions, OffsetOutOfRange) and are sent as an error-only response.
         """
+        if self.replication is not None:
+            self.replication.check_read(request.topic, request.partition)
         check_partition(self._logs, request.topic, request.partition)
         if len(request.positions) > MAX_BOUNDARY_POSITIONS:
             raise InvalidRequest(f"{len(request.positions)} positions; at most {MAX_BOUNDARY_POSITIONS}")

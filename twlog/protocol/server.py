@@ -109,6 +109,13 @@ class Broker:
     @replication.setter
     def replication(self, gate: ReplicationGate | None) -> None:
         self._producing.replication = gate
+        self._fetching.replication = gate  # (it is a ReadGate too: fetches and offsets of followed partitions)
+        self._metadata.replication = gate
+
+    def roles_changed(self, topic: str, partition: int) -> None:
+        """This broker's role in C{topic}-C{partition} changed: held WAIT_FETCHes on it are answered if they can
+        be now (NotLeader, on a follower)."""
+        self._fetching.roles_changed(topic, partition)
 
     @property
     def cluster(self) -> ClusterSource | None:

@@ -52,6 +52,8 @@ class ReplicaManager:
         self.lag_time_ms = lag_time_ms
         self.leaders: dict[tuple[str, int], LeaderPartition] = {}
         self.followers: dict[tuple[str, int], Follower] = {}
+        #: Called with (topic, partition) after a role change (the broker wakes the client fetches held on it).
+        self._roles_changed: Callable[[str, int], Any] = lambda topic, partition: None
         #: The replicated topics (L{twlog.replica.roles.ReplicaRoles} keeps it): a produce to one of their
         #: partitions this broker does not lead is refused, never written as a 0.7 partition's.
         self.replicated_topics: frozenset[str] = frozenset()
@@ -73,6 +75,7 @@ class ReplicaManager:
         broker.handlers[ReplicaFetchRequest] = self.handlers.replica_fetch
         broker.handlers[EpochEndOffsetRequest] = self.handlers.epoch_end_offset
         broker.replication = self
+        self._roles_changed = broker.roles_changed
 
     # -- roles ------------------------------------------------------------------------
 
@@ -99,6 +102,7 @@ class ReplicaManager:
                             connection=self._connect(leader_id), clock=self._clock, **options)
         self.followers[(topic, partition)] = follower
         follower.start()
+        self._roles_changed(topic, partition)
         return follower
 
     def stop_partition(self, topic: str, partition: int) -> Deferred[None] | None:
@@ -107,6 +111,7 @@ class ReplicaManager:
         if leader is not None:
             leader.stop()
             self.handlers.changed(topic, partition)  # held fetches get NotLeader now
+            self._roles_changed(topic, partition)  # (clients' too, on a replicated topic)
         follower = self.followers.pop((topic, partition), None)
         if follower is None:
             return None
@@ -141,6 +146,17 @@ class ReplicaManager:
                                         f"{list(leader.state.isr)}, fewer than min.insync.replicas "
                                         f"{leader.state.min_isr}")
         return True
+
+    def check_read(self, topic: str, partition: int) -> None:
+        """The fetches' gate (L{twlog.protocol.fetch.ReadGate}): a client may not read a partition this broker
+        follows (its log may run past the high watermark, and its leader may move): NotLeader, naming the leader."""
+        follower = self.followers.get((topic, partition))
+        if follower is not None:
+            raise NotLeader(f"broker {self.broker_id} follows {topic}-{partition}: read it from its leader, "
+                            f"broker {follower.leader_id}")
+        if topic in self.replicated_topics and (topic, partition) not in self.leaders:
+            raise NotLeader(f"broker {self.broker_id} does not lead {topic}-{partition}: ask the cluster metadata "
+                            "(CLUSTER_METADATA_V2) for its leader")
 
     def appended(self, topic: str, partition: int) -> None:
         leader = self.leaders.get((topic, partition))
