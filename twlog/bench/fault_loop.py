@@ -274,7 +274,7 @@ async def run_faults(root: str, reactor, cases: Sequence[str], cycles: int, *, s
                 await run.pause(0.2)
             comparisons.append(comparison)
         history.record_replicas(log_dirs, TOPIC)
-        return run, check(history, comparisons, same_files=False)
+        return run, check(history, comparisons)
     finally:
         run.running = False
         history.close()
