@@ -146,6 +146,16 @@ class RolesTests(BrokerTestMixin, SynchronousTestCase):
         self.set_state(0, leader=1, epoch=1)
         self.assertEqual(self.manager.leaders, {}, "stopped: no longer following the view")
 
+    def test_shutting_down_follows_nothing(self) -> None:
+        """A stopping broker stops following at once, and a leadership moved away meanwhile leaves it with no
+        role (it does not follow the new leader back into the ISR it is leaving)."""
+        self.create()
+        self.set_state(0, leader=1, epoch=0)
+        self.roles.shut_down()
+        self.assertIn(("clicks", 0), self.manager.leaders, "it leads until the controller moves the lead")
+        self.set_state(0, leader=2, epoch=1, isr=(2,))
+        self.assertEqual((self.manager.leaders, self.manager.followers), ({}, {}))
+
     def test_taking_over_retried_after_a_failure(self) -> None:
         """Reading the state with its version fails (ZooKeeper away): tried again after RETRY_S."""
         self.create()

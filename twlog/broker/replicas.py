@@ -54,6 +54,10 @@ class BrokerReplicas:
     def start(self) -> None:
         self.roles.start()
 
+    def shut_down(self) -> None:
+        """The broker is stopping: follow nothing more (L{ReplicaRoles.shut_down}); lead until moved away."""
+        self.roles.shut_down()
+
     def stop(self) -> Deferred[Any]:
         """Stop leading and following (held C{ack=all} sets get NotLeader); fires once the followers stopped."""
         return self.roles.stop()

@@ -293,6 +293,8 @@ class BrokerService(Service):
             return succeed(None)
         # A controller first moves this broker's leaderships away (bounded), and resigns; its leaders and
         # followers follow the states it writes meanwhile (the view still watches them), then stop.
+        if replicas is not None:
+            replicas.shut_down()
         d = control.stop() if control is not None else succeed(None)
         d.addCallback(lambda _: replicas.stop() if replicas is not None else None)
         d.addBoth(lambda result: (view.stop() if view is not None else None, result)[1])

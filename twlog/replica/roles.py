@@ -57,12 +57,21 @@ class ReplicaRoles:
         #: The leader epoch each partition is being taken over at (the state is read again first).
         self._taking: dict[_Key, int] = {}
         self._stopped = False
+        #: Set when the broker starts stopping (L{shutting_down}): it follows nothing any more.
+        self.shutting_down = False
         self._listener: Callable[[], Any] = self.update
 
     def start(self) -> None:
         """Act on the view now and on each of its changes."""
         self._view.add_listener(self._listener)
         self.update()
+
+    def shut_down(self) -> None:
+        """The broker is stopping: stop following now, and follow nothing from now on (a controlled shutdown
+        moves its leaderships away meanwhile; it must not rejoin the ISRs it is leaving, as Kafka's does not)."""
+        self.shutting_down = True
+        for key in sorted(self._manager.followers):
+            self._manager.stop_partition(*key)
 
     def stop(self) -> Deferred[Any]:
         """Stop leading and following everything; fires once every follower has stopped."""
@@ -118,6 +127,10 @@ class ReplicaRoles:
                 self._report, key, "becoming the leader")
             return
         self._taking.pop(key, None)
+        if self.shutting_down:
+            if key in self._manager.leaders:
+                self._manager.stop_partition(topic, number)
+            return
         follower = self._manager.followers.get(key)
         if follower is not None and (follower.leader_id, follower.leader_epoch) == (state.leader, state.leader_epoch):
             return
