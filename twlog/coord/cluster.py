@@ -63,6 +63,8 @@ class ClusterView:
         self._reported: set[str] = set()
         self._topics: set[str] = set(topics)
         self._listeners: list[Callable[[], Any]] = []
+        #: The watch functions of this generation's reads, by what they re-read (L{_watcher}).
+        self._watchers: dict[tuple[object, int], Callable[[Any], None]] = {}
         self._generation = 0
         self._started = False
         self._session_lost = False
@@ -150,28 +152,14 @@ class ClusterView:
     def replica_states(self, topic: str) -> tuple[TopicAssignment, dict[int, PartitionState | None]] | None:
         """C{topic}'s assignment and each partition's state as ZooKeeper holds it (None: none yet, or a bad
         value), whether or not its leader is live; None when C{topic} is not a replicated topic read here."""
-        value, states = self._replicated_values.get(topic, (None, {}))
-        if value is None:
-            return None
-        try:
-            assignment = TopicAssignment.decode(topic, value, paths.replicated_topic_path(topic))
-        except BadReplicationValue:
-            return None
-        found: dict[int, PartitionState | None] = {}
-        for number in assignment.partitions:
-            data = states.get(str(number))
-            try:
-                found[number] = None if data is None else PartitionState.decode(
-                    data, paths.partition_state_path(topic, number))
-            except BadReplicationValue:
-                found[number] = None
-        return assignment, found
+        return decode_replica_states(topic, *self._replicated_values.get(topic, (None, {})))
 
     # -- reading and watching --------------------------------------------------------
 
     async def _refresh(self) -> None:
         self._generation += 1
         generation = self._generation
+        self._watchers = {k: w for k, w in self._watchers.items() if k[1] == generation}
         await self._read_brokers(generation)
         if self._all_topics:
             await self._read_topic_names(generation)
@@ -206,7 +194,7 @@ class ClusterView:
 
     async def _read_brokers(self, generation: int) -> None:
         await self._zk.ensure_path(paths.BROKER_IDS)
-        ids = await self._zk.children(paths.BROKER_IDS, watch=self._watcher(self._read_brokers, generation))
+        ids = await self._zk.children(paths.BROKER_IDS, watch=self._watcher(self._read_brokers, generation, "brokers"))
         values = await self._values(paths.BROKER_IDS, ids)  # (one gone meanwhile: the children watch fires again)
         if generation == self._generation:
             self._broker_values = values
@@ -217,7 +205,7 @@ class ClusterView:
         and, by its watch, each one created later."""
         await self._zk.ensure_path(parent)
         names = await self._zk.children(parent, watch=self._watcher(lambda g: self._read_topic_names(g, parent),
-                                                                    generation))
+                                                                    generation, ("names", parent)))
         new = [name for name in names if name not in self._topics]
         self._topics.update(new)
         if self._started and generation == self._generation and self.ready:
@@ -226,7 +214,7 @@ class ClusterView:
 
     async def _read_topic(self, topic: str, generation: int) -> None:
         path = paths.broker_topic_path(topic)
-        watch = self._watcher(lambda g: self._read_topic(topic, g), generation)
+        watch = self._watcher(lambda g: self._read_topic(topic, g), generation, ("topic", topic))
         try:
             ids = await self._zk.children(path, watch=watch)
         except NoNodeError:
@@ -316,7 +304,16 @@ class ClusterView:
             self._read_state = state
             self._changed()
 
-    def _watcher(self, read, generation: int):
+    def _watcher(self, read, generation: int, key: object = None):
+        """The watch that re-reads (C{read(generation)}); with a C{key}, the same function for every read of that
+        key in this generation, so a node read again is watched once (ZooKeeper's watches are a set per node:
+        a new function at each read would pile up, and one change would start as many re-reads)."""
+        if key is not None:
+            cached = self._watchers.get((key, generation))
+            if cached is None:
+                cached = self._watchers[(key, generation)] = self._watcher(read, generation)
+            return cached
+
         def watch(event) -> None:
             if self._started and generation == self._generation:
                 Deferred.fromCoroutine(read(generation)).addErrback(failed, event.path)
@@ -335,3 +332,23 @@ class ClusterView:
                 listener()
             except Exception:
                 self._log.failure("cluster listener failed")
+
+
+def decode_replica_states(topic: str, value: bytes | None, states: dict[str, bytes | None],
+                          ) -> tuple[TopicAssignment, dict[int, PartitionState | None]] | None:
+    """L{ClusterView.replica_states} from the values read: C{/twlog/topics/<topic>}'s and its partitions' states."""
+    if value is None:
+        return None
+    try:
+        assignment = TopicAssignment.decode(topic, value, paths.replicated_topic_path(topic))
+    except BadReplicationValue:
+        return None
+    found: dict[int, PartitionState | None] = {}
+    for number in assignment.partitions:
+        data = states.get(str(number))
+        try:
+            path = paths.partition_state_path(topic, number)
+            found[number] = None if data is None else PartitionState.decode(data, path)
+        except BadReplicationValue:
+            found[number] = None
+    return assignment, found

@@ -16,6 +16,7 @@ import logging
 import warnings
 from collections.abc import Callable
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (  # noqa: F401  (re-exported: callers catch these)
@@ -242,6 +243,9 @@ class ZooKeeper:
         self._lost_at: float | None = None
         self._closing = False
         self._state_listeners: list[Callable[[str], Any]] = []
+        #: Each watch function's kazoo watcher (L{_watch}); a function no one holds any more goes with it.
+        self._watchers: WeakKeyDictionary[Callable[[WatchedEvent], Any], Callable[[WatchedEvent], None]] = (
+            WeakKeyDictionary())
         self._client.add_listener(self._kazoo_state)
 
     # -- session -------------------------------------------------------------------
@@ -364,14 +368,19 @@ class ZooKeeper:
         return d
 
     def _watch(self, watch: Callable[[WatchedEvent], Any] | None):
+        """The kazoo watcher of C{watch}: one per function, so that kazoo (which keeps a set of watchers per path)
+        registers a watch set again on a node once, and fires it once, however often the node is read."""
         if watch is None:
             return None
-        reactor = self._reactor
+        wrapper = self._watchers.get(watch)
+        if wrapper is None:
+            reactor = self._reactor
 
-        def on_kazoo_thread(event: WatchedEvent) -> None:
-            reactor.callFromThread(watch, event)
+            def on_kazoo_thread(event: WatchedEvent) -> None:
+                reactor.callFromThread(watch, event)
 
-        return on_kazoo_thread
+            wrapper = self._watchers[watch] = on_kazoo_thread
+        return wrapper
 
 
 def _fire(d: Deferred, result) -> None:

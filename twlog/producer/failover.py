@@ -23,10 +23,17 @@ from typing import Any, TypeVar
 from twisted.internet.defer import DeferredLock
 from twisted.internet.task import deferLater
 
-from twlog.errors import ConnectionFailed, ConnectionLost, LeaderNotAvailable, NotEnoughReplicas, NotLeader
+from twlog.errors import (
+    ConnectionFailed,
+    ConnectionLost,
+    LeaderNotAvailable,
+    NotEnoughReplicas,
+    NotLeader,
+    PartitionsOffline,
+)
 from twlog.partition import TopicPartition
 
-__all__ = ["FOLLOW_ON", "MAX_BACKOFF_S", "Turns", "deliver_following"]
+__all__ = ["FOLLOW_ON", "MAX_BACKOFF_S", "Turns", "deliver_following", "wait_created"]
 
 #: What sends a replicated partition's batch again, to its leader as the router learns it again.
 FOLLOW_ON = (NotLeader, LeaderNotAvailable, NotEnoughReplicas, ConnectionFailed)
@@ -97,3 +104,18 @@ async def deliver_following(producer: Any, target: TopicPartition, payloads: lis
                 await producer._router.refresh(target.topic)
             except ConnectionFailed as failed:
                 producer._log.info("{p}: cannot learn its leader now ({error})", p=str(target), error=str(failed))
+
+
+async def wait_created(producer, target: TopicPartition, error: LeaderNotAvailable, waited: float) -> float:
+    """A batch for a 0.7 partition got C{error}: its broker is creating the topic replicated
+    (C{--default-replication-factor}) and stored nothing.  Wait a little and forget the topic's layout, so the
+    batch goes to a partition of the replicated topic once it has leaders; the time waited so far.
+
+    @raise LeaderNotAvailable: C{error}, for a replicated partition (its own failover handled it), a partition
+        of a broker that is down (L{PartitionsOffline}), or once C{producer.leader_wait_s} has passed.
+    """
+    if isinstance(error, PartitionsOffline) or target.fixed_leader is None or waited >= producer.leader_wait_s:
+        raise error
+    producer._router.forget(target.topic)
+    await deferLater(producer._reactor, MAX_BACKOFF_S / 4, lambda: None)
+    return waited + MAX_BACKOFF_S / 4

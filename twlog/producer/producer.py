@@ -34,12 +34,13 @@ from twlog.errors import (
     ClientClosed,
     ConnectionFailed,
     ConnectionLost,
+    LeaderNotAvailable,
     PartitionsOffline,
 )
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
 from twlog.producer.delivery import deliver
-from twlog.producer.failover import Turns, deliver_following
+from twlog.producer.failover import Turns, deliver_following, wait_created
 from twlog.producer.router import Partitioner, Router, hash_partitioner
 from twlog.protocol.codec import (
     ACK_ALL,
@@ -200,27 +201,23 @@ class Producer:
     ) -> Deferred[ProduceResult | None]:
         """Send C{messages} (one bytes, or a list: one request) to a partition of C{topic}.
 
-        The partition is the one at C{partition_index} if given (an index into
-        the topic's partitions sorted by name, as C{twlog produce --partition N}
-        counts), else chosen by the partitioner from C{key}, else at random.
-        C{partition=} is the deprecated name of C{partition_index=}.
+        The partition is the one at C{partition_index} if given (an index into the topic's partitions sorted
+        by name, as C{twlog produce --partition N} counts), else chosen by the partitioner from C{key}, else at
+        random.  C{partition=} is the deprecated name of C{partition_index=}.
 
-        Indices and keys count over every partition known, offline ones included
-        (L{partitions} with C{offline=True}): when the partition they pick is on a
-        broker that is down, the send fails (L{PartitionsOffline}, or the
-        L{ConnectionFailed} of reaching it) and is never sent elsewhere.  A random
-        batch whose broker cannot be reached is sent to a partition of another
-        live broker (with L{ConnectionLost}, one that may have stored it: at least
-        once), and random batches avoid that broker for a while.
+        Indices and keys count over every partition known, offline ones included (L{partitions} with
+        C{offline=True}): when the partition they pick is on a broker that is down, the send fails
+        (L{PartitionsOffline}, or the L{ConnectionFailed} of reaching it) and is never sent elsewhere.  A random
+        batch whose broker cannot be reached is sent to a partition of another live broker (with
+        L{ConnectionLost}, one that may have stored it: at least once), and random batches avoid that broker
+        for a while.
 
-        Without batching the Deferred fires once the request is written
-        (C{ack="none"}: with None) or acknowledged (with the L{ProduceResult}:
-        the offset of the first message and the next offset).  With batching
-        it fires with None once the messages are queued; delivery failures are
-        logged, counted in C{failed}, and raised by the next L{flush}.
+        Without batching the Deferred fires once the request is written (C{ack="none"}: with None) or
+        acknowledged (with the L{ProduceResult}: the offset of the first message and the next offset).  With
+        batching it fires with None once the messages are queued; delivery failures are logged, counted in
+        C{failed}, and raised by the next L{flush}.
 
-        @raise QueueFull: async mode with C{on_full="drop"} and no room.
-        @raise ConnectionFailed: no broker could be reached.
+        @raise QueueFull: async mode with C{on_full="drop"} and no room.  @raise ConnectionFailed: no broker.
         @raise BrokerError: the broker rejected the batch (acknowledged modes).
         @raise PartitionsOffline: the partition the index or key picks is on a broker that is down.
         """
@@ -294,6 +291,7 @@ class Producer:
     ) -> ProduceResult | None:
         tried: set[int] = set()
         last: ConnectionFailed | None = None
+        created_wait = 0.0  # how long a batch waited for a topic its first write creates replicated
         while True:
             try:
                 target = self._router.choose(topic, await self._router.partitions(topic), key, index, avoid=tried)
@@ -304,6 +302,9 @@ class Producer:
             broker = self._router.layout().leader(target) if target.fixed_leader is None else target.fixed_leader
             try:
                 result = await self._deliver(target, payloads)
+            except LeaderNotAvailable as e:  # (a topic being created replicated: wait_created)
+                created_wait = await wait_created(self, target, e, created_wait)
+                continue
             except ConnectionFailed as e:
                 self._router.down.failed(broker)
                 if index is not None or key is not None or broker is None:  # (None: waiting was the retry)

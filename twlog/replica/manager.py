@@ -117,8 +117,8 @@ class ReplicaManager:
             return None
         d = follower.stop()
         close = getattr(getattr(follower, "connection", None), "close", None)
-        if close is not None:  # each follower has a connection of its own to its leader
-            d.addBoth(lambda result: (close(), result)[1])
+        if close is not None:  # each follower has a connection of its own: closed now, not once the loop ends
+            close()  # (a dead leader's connection would otherwise go on reconnecting until the loop's backoff)
         return d
 
     # -- the produce handlers' gate (ReplicationGate) ------------------------------------
