@@ -121,6 +121,25 @@ class ViewTests(SynchronousTestCase):
         self.assertGreater(self.changes, before)
         self.assertEqual(view.topic_partitions("clicks"), [tp("0"), tp("1")])
 
+    def test_one_watch_per_node(self) -> None:
+        """However often a topic is read again, each of its nodes holds one watch of the view (piled-up watches
+        would start as many re-reads at the next change)."""
+        view = self.view()
+        self.create()
+        for epoch in range(4):
+            for p in (0, 1):
+                state = PartitionState(2, epoch, 1, (2,))
+                if epoch == 0:
+                    self.successResultOf(Deferred.fromCoroutine(store.create_state(self.zk, "clicks", p, state)))
+                else:
+                    _, version = self.successResultOf(Deferred.fromCoroutine(store.read_state(self.zk, "clicks", p)))
+                    self.successResultOf(Deferred.fromCoroutine(
+                        store.write_state_cas(self.zk, "clicks", p, state, version)))
+        self.assertEqual(view.replica_states("clicks")[1][0].leader_epoch, 3)
+        for path in (paths.partition_state_path("clicks", 0), paths.replicated_topic_path("clicks")):
+            mine = [w for w, session in self.server._data_watches.get(path, {}).items() if session is self.zk]
+            self.assertEqual(len(mine), 1, path)
+
     def test_all_topics_sees_replicated_ones(self) -> None:
         view = self.view(topics=(), all_topics=True)
         self.create("orders")

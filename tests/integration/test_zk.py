@@ -54,6 +54,23 @@ class ZooKeeperTests(TestCase):
         self.assertIs(thread, main)
         self.assertEqual(event.path, "/w")
 
+    async def test_a_watch_set_again_fires_once(self) -> None:
+        """The same watch function given on every read of a node fires once at its change, not once per read
+        (a ClusterView reads a node again at each change of its topic: piled-up watches made re-read storms)."""
+        zk = await connect(self)
+        await zk.create("/once", b"0")
+        fired: list = []
+
+        def watch(event) -> None:
+            fired.append(event.path)
+
+        for _ in range(5):
+            await zk.get("/once", watch=watch)
+        await zk.set("/once", b"1")
+        await zk.get("/once")  # (after the change: its watch events came first, on the same connection)
+        await deferLater(reactor, 0.1, lambda: None)  # (the events' hop to the reactor thread)
+        self.assertEqual(fired, ["/once"])
+
     async def test_ephemeral_nodes_go_with_the_session(self) -> None:
         """An ephemeral node disappears when its session is closed; another session sees it go."""
         hosts = (await connect(self)).hosts
