@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.replica.state import ReplicaState
+from twlog.replica.state import JOIN_FETCH_WINDOW_S, ReplicaState
 
 
 def state(**overrides) -> ReplicaState:
@@ -97,6 +97,16 @@ class IsrTests(SynchronousTestCase):
         self.assertEqual(s.wanted_isr(leader_end=300, now=2.0), (1, 2, 3))
         s.isr_written((1, 2, 3), leader_end=300)
         self.assertIsNone(s.wanted_isr(leader_end=300, now=2.0))
+
+    def test_a_follower_that_stopped_fetching_does_not_rejoin(self) -> None:
+        """A follower that died caught up, and that the controller took out of the ISR, is not added back on its
+        last fetch: joining needs a fetch within JOIN_FETCH_WINDOW_S."""
+        s = state(isr=(1, 2, 3))
+        s.fetched(3, 300, leader_end=300, now=1.0)
+        s.isr_written((1, 2), leader_end=300)  # (the controller's shrink, read again)
+        self.assertIsNone(s.wanted_isr(leader_end=300, now=1.0 + JOIN_FETCH_WINDOW_S + 0.1))
+        s.fetched(3, 300, leader_end=300, now=9.0)  # it fetches again: it joins
+        self.assertEqual(s.wanted_isr(leader_end=300, now=9.0), (1, 2, 3))
 
     def test_the_leader_always_stays(self) -> None:
         """Every follower lagging leaves the leader alone in the ISR, never an empty one."""

@@ -28,6 +28,9 @@ __all__ = ["DEFAULT_REPLICA_LAG_TIME_MS", "ReplicaState"]
 
 #: Kafka's C{replica.lag.time.max.ms} default, and twlog's (C{--replica-lag-time-ms}).
 DEFAULT_REPLICA_LAG_TIME_MS = 10_000
+#: A follower outside the ISR joins only if it fetched within this many seconds (a follower fetches at least
+#: every REPLICA_FETCH wait, 0.5 s by default): not on the last fetch of a broker that died caught up.
+JOIN_FETCH_WINDOW_S = 2.0
 
 
 @attrs.define
@@ -137,15 +140,18 @@ class ReplicaState:
         """The ISR the leader should write, in replica order, or None when the current one is right.
 
         Lagging members leave; a follower outside it whose end has reached the high watermark (so holds
-        every acknowledged message), and that is not lagging, joins.  The leader always stays.  A fenced
+        every acknowledged message), that is not lagging and that fetched within L{JOIN_FETCH_WINDOW_S}, joins.  The leader always stays.  A fenced
         leader asks for nothing.
         """
         if self.fenced:
             return None
         out = set(self.lagging(now))
         limit = self.lag_time_ms / 1000
+        # (and fetching now: a follower that died caught up, which the controller took out, must not come back
+        # on its last fetch; at a fetch this holds at once)
         joining = {r for r in self.followers if r not in self.isr and r in self.ends
-                   and self.ends[r] >= self.high_watermark and now - self.caught_up_at.get(r, now) <= limit}
+                   and self.ends[r] >= self.high_watermark and now - self.caught_up_at.get(r, now) <= limit
+                   and now - self.previous_fetch.get(r, (now - JOIN_FETCH_WINDOW_S - 1, 0))[0] <= JOIN_FETCH_WINDOW_S}
         wanted = tuple(r for r in self.replicas if (r in self.isr and r not in out) or r in joining or r == self.leader)
         return None if set(wanted) == set(self.isr) else wanted
 
