@@ -140,8 +140,8 @@ class ReplicaState:
         """The ISR the leader should write, in replica order, or None when the current one is right.
 
         Lagging members leave; a follower outside it whose end has reached the high watermark (so holds
-        every acknowledged message), that is not lagging and that fetched within L{JOIN_FETCH_WINDOW_S}, joins.  The leader always stays.  A fenced
-        leader asks for nothing.
+        every acknowledged message), that is not lagging and that fetched within L{JOIN_FETCH_WINDOW_S},
+        joins.  The leader always stays.  A fenced leader asks for nothing.
         """
         if self.fenced:
             return None
