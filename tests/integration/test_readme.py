@@ -59,6 +59,9 @@ RUNS: dict[tuple[str, str], str] = {
     ("README.md", "./dev local --brokers 2"): "the cluster the other README blocks run against",
     ("README.md", "twlog topics create --zookeeper localhost:2181 --topic clicks --partitions 4"):
         "the quickstart commands",
+    ("README.md", "./dev local --brokers 3 --replication-factor 3 --min-insync-replicas 2"): "the replicated cluster",
+    ("README.md", "seq 1 1000 | twlog produce --zookeeper localhost:2181 --topic orders --ack all"):
+        "the replicated quickstart, then again after a broker's kill -9",
     ("README.md", "from twisted.internet.task import react"): "Twisted producer and consumer",
     ("README.md", "from twlog import GroupConsumer"): "group consumer, stopped once it printed new messages",
     ("README.md", "from twlog import BlockingConsumer"): "blocking stream, stopped once it printed the topic",
@@ -98,7 +101,7 @@ class Cluster:
     def __init__(self, testcase: SynchronousTestCase, dev_local: str, data: str) -> None:
         words = shlex.split(dev_local)
         testcase.assertEqual(words[:2], ["./dev", "local"], dev_local)
-        first, metrics, zookeeper = free_ports(2), free_ports(2), free_port()
+        first, metrics, zookeeper = free_ports(3), free_ports(3), free_port()
         self.ports = {2181: zookeeper, 9092: first, 9093: first + 1, 9192: metrics, 9193: metrics + 1}
         argv = [sys.executable, "-m", "twlog.cli", "local", *words[2:], "--data", data, "--port", str(first),
                 "--zookeeper-port", str(zookeeper), "--metrics-port", str(metrics)]
@@ -161,8 +164,9 @@ class DocsTestCase(SynchronousTestCase):
         self.ran.add(block.key)
         return block
 
-    def ran_every_block_of(self, document: str) -> None:
-        self.assertEqual(self.ran, {key for key in RUNS if key[0] == document})
+    def ran_every_block_of(self, document: str, ignore=frozenset()) -> None:
+        """Every block of C{document} listed in RUNS ran (but those another test runs, C{ignore})."""
+        self.assertEqual(self.ran, {key for key in RUNS if key[0] == document} - set(ignore))
 
     def local_paths(self, text: str) -> str:
         text = re.sub(r"(?<![\w./])\.venv/bin/", "\0", text.replace("$PWD/.venv/bin/", "\0")).replace("\0", BIN + "/")
@@ -215,7 +219,38 @@ class ReadmeTests(DocsTestCase):
         mirroring(self, cluster, ENV)
         avro_registry(self, cluster, ENV)
         self.storage_engine()
-        self.ran_every_block_of("README.md")
+        self.ran_every_block_of("README.md", ignore={k for k in RUNS if "replicat" in RUNS[k]})
+
+    def test_readme_replicated(self) -> None:
+        """The replicated cluster's blocks run, and do what the README says, before and after a broker's kill -9."""
+        dev_local = self.block(README, "./dev local --brokers 3 --replication-factor 3 --min-insync-replicas 2")
+        cluster = Cluster(self, dev_local.commands()[0], str(self.tmp / "replicated"))
+        self.assertIn("3 broker(s) at", cluster.banner)
+        self.assertIn("new topics are replicated on 3 brokers (min.insync.replicas 2)", cluster.banner)
+        block = self.block(README, "seq 1 1000 | twlog produce --zookeeper localhost:2181 --topic orders --ack all")
+        produce, describe, consume = [self.command(cluster, line) for line in block.commands()]
+        numbers = sorted(str(i) for i in range(1, 1001))
+        self.assertIn("sent 1,000 messages to orders", self.sh(produce)[1])
+        out = self.sh(describe)[0]
+        self.assertIn("orders: 12 partitions, replication factor 3", out)
+        rows = re.findall(r"^(\d+) +(\d) +0 +([0-2],[0-2],[0-2]) +([0-2],[0-2],[0-2]) *$", out, re.M)
+        self.assertEqual(sorted(int(r[0]) for r in rows), list(range(12)), out)
+        self.assertEqual(sorted(self.sh(consume)[0].split()), numbers)
+        # Kill -9 a broker: once its session timed out, its partitions are led by others; nothing is lost.
+        children = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(cluster.process.process.pid)],
+                                  capture_output=True, text=True).stdout.splitlines()
+        (victim,) = [int(line.split()[0]) for line in children if "--broker-id 1 " in line]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:
+            described = self.sh(describe)[0]
+            if not re.search(r"^\d+ +1 ", described, re.M) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        self.assertNotRegex(described, r"(?m)^\d+ +1 ", "broker 1 still leads partitions 30 s after its kill")
+        self.assertEqual(sorted(self.sh(consume)[0].split()), numbers)
+        self.assertIn("sent 1,000 messages to orders", self.sh(produce)[1])
+        self.assertEqual(len(self.sh(consume)[0].split()), 2000)
 
     def metrics(self, cluster: Cluster) -> None:
         """The metrics URL the README shows answers (with the test's port) in Prometheus text format."""
