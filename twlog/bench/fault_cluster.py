@@ -30,6 +30,8 @@ from twlog.coord.zkserver import ZooKeeperServer, free_port
 __all__ = ["FaultCluster"]
 
 CHROOT = "/faults"
+#: Small segments, so that a run rolls several and the checker compares their boundaries across replicas.
+SEGMENT_BYTES = 64 * 1024
 #: How many times a broker that exits while starting is started again.
 START_ATTEMPTS = 3
 
@@ -98,7 +100,8 @@ class FaultCluster:
         argv = [sys.executable, "-c", "from twlog.cli.local_brokers import broker_child; broker_child()",
                 "--broker-id", str(broker), "--port", str(self.ports[broker]), "--log-dir", self.log_dir(broker),
                 "--zookeeper", self.proxies[broker].address + CHROOT, "--num-partitions", "1",
-                "--flush-interval-ms", "50", "--min-insync-replicas", str(self.min_isr)]
+                "--flush-interval-ms", "50", "--min-insync-replicas", str(self.min_isr),
+                "--segment-bytes", str(SEGMENT_BYTES)]
         argv += ["--zookeeper-session-timeout-s", f"{self.session_timeout_s:g}",
                  "--replica-lag-time-ms", str(self.lag_time_ms), "--controlled-shutdown-timeout-s", "3"]
         out = open(os.path.join(self.root, f"broker-{broker}.out"), "ab")  # noqa: SIM115 (the child keeps it)
