@@ -178,3 +178,34 @@ class FailoverTests(TestCase):
         await until(lambda: restarted in self.roles(0)[1], "the restarted broker follows")
         await assert_identical("after a follower's restart")
         self.assertEqual(await self.read_all(leader, 0), sent)
+
+    async def test_lost_disk(self) -> None:
+        """A broker started again with its id on an empty log directory (a lost disk) follows from the start,
+        holds every acknowledged message, rejoins the ISR, and can lead: nothing is lost with it."""
+        self.hosts, self.brokers = fresh_connect_string(), {}
+        for b in (1, 2, 3):
+            await self.start(b)
+        await run(create_topic, "create", "-z", self.hosts, "-t", TOPIC, "-n", "1", "--replication-factor", "3",
+                  "--min-insync-replicas", "2")
+        await until(lambda: self.roles(0)[0] is not None and len(self.roles(0)[1]) == 2, "a leader, two followers")
+        leader, followers = self.roles(0)
+        sent = [b"d%03d" % i for i in range(60)]
+        for i in range(0, 60, 6):
+            await self.produce_all(leader, 0, sent[i:i + 6])
+        lost = min(followers)
+        await self.brokers[lost].stopService()
+        del self.brokers[lost]
+        await self.start(lost, self.mktemp())  # the same id, an empty disk
+        await until(lambda: lost in self.roles(0)[1], "the broker with the new disk follows")
+        state = self.brokers[leader].replicas.manager.leaders[(TOPIC, 0)].state
+        await until(lambda: lost in state.isr, "it rejoined the ISR", timeout_s=20)
+        self.assertEqual(self.brokers[lost].logs.get_log(TOPIC, 0).end_offset,
+                         self.brokers[leader].logs.get_log(TOPIC, 0).end_offset)
+        # Its leader and the other follower go (SIGTERM's path): it leads, with everything.
+        other = next(b for b in followers if b != lost)
+        await self.brokers[other].stopService()
+        del self.brokers[other]
+        await self.brokers[leader].stopService()
+        del self.brokers[leader]
+        await until(lambda: self.roles(0)[0] == lost, "the broker with the new disk leads")
+        self.assertEqual(await self.read_all(lost, 0), sent)
