@@ -4,6 +4,7 @@ task.Clock."""
 
 from __future__ import annotations
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -12,10 +13,10 @@ from tests.fakezk import FakeZooKeeper
 from twlog.coord import paths
 from twlog.coord.replication import store
 from twlog.coord.replication.values import PartitionState
-from twlog.errors import LeaderNotAvailable, NotLeader
+from twlog.errors import LeaderNotAvailable, NotLeader, PartitionsOffline
 from twlog.partition import TopicPartition
 from twlog.producer import Producer, hash_partitioner
-from twlog.producer.failover import MAX_BACKOFF_S
+from twlog.producer.failover import MAX_BACKOFF_S, wait_created
 from twlog.protocol import codec
 from twlog.protocol.codec import AckProduceRequest, ClusterMetadataRequest, ProduceResult
 from twlog.protocol.replication_codec import (
@@ -235,3 +236,30 @@ class ZooKeeperFailoverTests(SynchronousTestCase):
         self.assertEqual({p for p, _ in produced(self.connections["b2"])}, {1})
         self.assertEqual(produced(self.connections.get("b1", FakeConnection())), [])
 
+
+
+class WaitCreatedTests(SynchronousTestCase):
+    """A 0.7 partition's broker answering LeaderNotAvailable or NotLeader: the topic is (being) made replicated."""
+
+    def setUp(self) -> None:
+        self.forgotten: list[str] = []
+        router = type("R", (), {"forget": lambda _self, topic: self.forgotten.append(topic)})()
+        self.producer = type("P", (), {"leader_wait_s": 1.0, "_router": router, "_reactor": Clock()})()
+
+    def test_waits_and_forgets_the_layout(self) -> None:
+        old = TopicPartition("t", "1-0")
+        for error in (LeaderNotAvailable("being created"), NotLeader("replicated now")):
+            d = Deferred.fromCoroutine(wait_created(self.producer, old, error, 0.0))
+            self.assertNoResult(d)
+            self.producer._reactor.advance(MAX_BACKOFF_S / 4)
+            self.assertEqual(self.successResultOf(d), MAX_BACKOFF_S / 4)
+        self.assertEqual(self.forgotten, ["t", "t"])
+
+    def test_raises_for_a_replicated_partition_offline_or_after_the_wait(self) -> None:
+        cases = [(TopicPartition("t", "0"), LeaderNotAvailable("x"), 0.0),
+                 (TopicPartition("t", "1-0"), PartitionsOffline("down", offline=(), available=()), 0.0),
+                 (TopicPartition("t", "1-0"), LeaderNotAvailable("x"), 1.0)]
+        for target, error, waited in cases:
+            self.failureResultOf(Deferred.fromCoroutine(wait_created(self.producer, target, error, waited)),
+                                 type(error))
+        self.assertEqual(self.forgotten, [])

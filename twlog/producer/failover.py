@@ -106,10 +106,12 @@ async def deliver_following(producer: Any, target: TopicPartition, payloads: lis
                 producer._log.info("{p}: cannot learn its leader now ({error})", p=str(target), error=str(failed))
 
 
-async def wait_created(producer, target: TopicPartition, error: LeaderNotAvailable, waited: float) -> float:
+async def wait_created(producer, target: TopicPartition, error: LeaderNotAvailable | NotLeader,
+                       waited: float) -> float:
     """A batch for a 0.7 partition got C{error}: its broker is creating the topic replicated
-    (C{--default-replication-factor}) and stored nothing.  Wait a little and forget the topic's layout, so the
-    batch goes to a partition of the replicated topic once it has leaders; the time waited so far.
+    (C{--default-replication-factor}: LeaderNotAvailable), or another broker made it replicated first
+    (NotLeader), and stored nothing.  Wait a little and forget the topic's layout, so the batch goes to a
+    partition of the replicated topic once it has leaders; the time waited so far.
 
     @raise LeaderNotAvailable: C{error}, for a replicated partition (its own failover handled it), a partition
         of a broker that is down (L{PartitionsOffline}), or once C{producer.leader_wait_s} has passed.

@@ -35,6 +35,7 @@ from twlog.errors import (
     ConnectionFailed,
     ConnectionLost,
     LeaderNotAvailable,
+    NotLeader,
     PartitionsOffline,
 )
 from twlog.partition import TopicPartition
@@ -302,7 +303,7 @@ class Producer:
             broker = self._router.layout().leader(target) if target.fixed_leader is None else target.fixed_leader
             try:
                 result = await self._deliver(target, payloads)
-            except LeaderNotAvailable as e:  # (a topic being created replicated: wait_created)
+            except (LeaderNotAvailable, NotLeader) as e:  # (a topic being created replicated: wait_created)
                 created_wait = await wait_created(self, target, e, created_wait)
                 continue
             except ConnectionFailed as e:
