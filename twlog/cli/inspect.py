@@ -288,7 +288,8 @@ def _progress_cells(progress: PartitionProgress | None) -> tuple[str, str]:
     (Offsets without thousands separators, so the two columns read alike.)"""
     if progress is None:
         return "?", "?"
-    return str(progress.high_watermark), ",".join(f"{r}:{'?' if end is None else end}" for r, end in progress.ends.items())
+    ends = ",".join(f"{r}:{'?' if end is None else end}" for r, end in progress.ends.items())
+    return str(progress.high_watermark), ends
 
 
 async def delete_topic(reactor, args) -> None:
