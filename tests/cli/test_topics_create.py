@@ -14,6 +14,7 @@ from tests.cli.test_main import run_main
 from twlog.cli.common import UsageError
 from twlog.cli.inspect import _created_sentence, _describe_replicated, create_topic
 from twlog.cli.main import build_parser
+from twlog.client.replica_status import PartitionProgress
 from twlog.client.topics import TopicCreated
 from twlog.errors import LeaderNotAvailable
 from twlog.protocol.replication_codec import NO_BROKER, UNDEFINED_EPOCH, ReplicatedLayout
@@ -110,29 +111,41 @@ class ReplicatedParseTests(SynchronousTestCase):
 
 
 class DescribeReplicatedTests(SynchronousTestCase):
-    """What `twlog topics describe` prints for a replicated topic: leader, leader epoch, replicas, ISR."""
+    """What `twlog topics describe` prints for a replicated topic: leader, leader epoch, replicas, ISR, and as
+    each leader answered REPLICA_STATUS, high watermark and replica ends (unknown: "?" or null)."""
 
     LAYOUT = ReplicatedLayout("orders", 0, (
         ReplicatedPartition(0, 0, 1, 2, (1, 2, 3), (1, 3)),
         ReplicatedPartition(1, LeaderNotAvailable.code, NO_BROKER, UNDEFINED_EPOCH, (2, 3, 1), ()),
+        ReplicatedPartition(2, 0, 3, 0, (3, 1, 2), (3, 1, 2)),
     ))
+    #: Partition 0's leader answered (follower 2, out of the ISR, has not fetched); partition 2's could not be asked.
+    PROGRESS = {0: PartitionProgress(0, 1, 2, 1200, {1: 1200, 2: None, 3: 1200})}
 
     def describe(self, json: bool) -> tuple[str, str]:
         out, err = io.StringIO(), io.StringIO()
         with redirect_stdout(out), redirect_stderr(err):
-            _describe_replicated(argparse.Namespace(json=json), self.LAYOUT)
+            _describe_replicated(argparse.Namespace(json=json), self.LAYOUT, self.PROGRESS)
         return out.getvalue(), err.getvalue()
 
     def test_json(self) -> None:
         out, _ = self.describe(True)
         self.assertEqual(json.loads(out), {"topic": "orders", "replicated": True, "partitions": [
-            {"name": "0", "leader": 1, "leader_epoch": 2, "replicas": [1, 2, 3], "isr": [1, 3]},
-            {"name": "1", "leader": None, "leader_epoch": None, "replicas": [2, 3, 1], "isr": []},
+            {"name": "0", "leader": 1, "leader_epoch": 2, "replicas": [1, 2, 3], "isr": [1, 3],
+             "high_watermark": 1200, "replica_ends": {"1": 1200, "2": None, "3": 1200}},
+            {"name": "1", "leader": None, "leader_epoch": None, "replicas": [2, 3, 1], "isr": [],
+             "high_watermark": None, "replica_ends": None},
+            {"name": "2", "leader": 3, "leader_epoch": 0, "replicas": [3, 1, 2], "isr": [3, 1, 2],
+             "high_watermark": None, "replica_ends": None},
         ]})
 
     def test_table(self) -> None:
         out, err = self.describe(False)
-        self.assertIn("orders: 2 partitions, replication factor 3", out)
+        self.assertIn("orders: 3 partitions, replication factor 3", out)
+        self.assertEqual(out.split("\n")[1].split(), ["partition", "leader", "leader", "epoch", "replicas", "isr",
+                                                      "high", "watermark", "replica", "ends"])
         rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
-        self.assertEqual(rows, [["0", "1", "2", "1,2,3", "1,3"], ["1", "none", "-", "2,3,1", "-"]])
+        self.assertEqual(rows, [["0", "1", "2", "1,2,3", "1,3", "1200", "1:1200,2:?,3:1200"],
+                                ["1", "none", "-", "2,3,1", "-", "?", "?"],
+                                ["2", "3", "0", "3,1,2", "3,1,2", "?", "?"]])
         self.assertEqual(err, "twlog: warning: orders: partition 1 has no live leader\n")

@@ -233,8 +233,14 @@ class ReadmeTests(DocsTestCase):
         self.assertIn("sent 1,000 messages to orders", self.sh(produce)[1])
         out = self.sh(describe)[0]
         self.assertIn("orders: 12 partitions, replication factor 3", out)
-        rows = re.findall(r"^(\d+) +(\d) +0 +([0-2],[0-2],[0-2]) +([0-2],[0-2],[0-2]) *$", out, re.M)
+        rows = re.findall(r"^(\d+) +(\d) +0 +([0-2],[0-2],[0-2]) +([0-2],[0-2],[0-2]) +(\d+) +"
+                          r"([0-2]:\d+,[0-2]:\d+,[0-2]:\d+) *$", out, re.M)
         self.assertEqual(sorted(int(r[0]) for r in rows), list(range(12)), out)
+        # each leader's high watermark, and its own end (in the replica ends) at least that: 1,000 numbers stored
+        self.assertGreater(sum(int(r[4]) for r in rows), 0, out)
+        for r in rows:
+            ends = dict(e.split(":") for e in r[5].split(","))
+            self.assertGreaterEqual(int(ends[r[1]]), int(r[4]), out)
         self.assertEqual(sorted(self.sh(consume)[0].split()), numbers)
         # Kill -9 a broker: once its session timed out, its partitions are led by others; nothing is lost.
         children = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(cluster.process.process.pid)],

@@ -7,6 +7,7 @@ scraped over HTTP, say so."""
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 
 from twisted.trial.unittest import TestCase
@@ -16,7 +17,7 @@ from tests.integration.test_metrics import get, samples
 from tests.integration.test_replication_control import run
 from tests.integration.test_replication_zk import until
 from tests.integration.zookeeper import fresh_connect_string
-from twlog.cli.inspect import create_topic
+from twlog.cli.inspect import create_topic, describe_topic
 from twlog.client.connection import BrokerConnection
 from twlog.errors import NotEnoughReplicas, NotLeader
 from twlog.protocol.codec import ACK_ALL, AckProduceRequest, FetchRequest, ProduceRequest
@@ -99,6 +100,8 @@ class FailoverTests(TestCase):
         self.assertEqual(await self.read_all(leader, 0), first)
         await until(lambda: all(self.brokers[b].logs.get_log(TOPIC, 0).high_watermark == end for b in followers),
                     "the followers learn the high watermark")
+        await self.assert_described(0, end, {1: end, 2: end, 3: end})
+        await self.assert_described(1, 0, {1: 0, 2: 0, 3: 0})
         segments = {b: self.brokers[b].logs.get_log(TOPIC, 0).segments[0].path for b in (1, 2, 3)}
         for b in followers:
             self.assertTrue(filecmp.cmp(segments[leader], segments[b], shallow=False), "replicas byte-identical")
@@ -129,6 +132,22 @@ class FailoverTests(TestCase):
         self.assertEqual(await self.scrape(new_leader, "twlog_replica_lag_bytes", topic=TOPIC, partition="0",
                                            replica=str(leader)), 0)
         self.assertTrue(os.path.exists(segments[leader]))
+        total = self.brokers[new_leader].logs.get_log(TOPIC, 0).end_offset
+        await until(lambda: all(state.state.ends.get(b) == total for b in state.state.followers),
+                    "the new leader has heard both followers at its end")
+        await self.assert_described(0, total, {1: total, 2: total, 3: total})
+
+    async def assert_described(self, partition: int, high_watermark: int, ends: dict[int, int]) -> None:
+        """`twlog topics describe` (JSON and table) gives C{partition}'s high watermark and each replica's end, as
+        its leader answers REPLICA_STATUS."""
+        address = f"127.0.0.1:{self.brokers[min(self.brokers)].broker.port}"
+        described = json.loads(await run(describe_topic, "describe", "-b", address, "-t", TOPIC, "--json"))
+        found = next(p for p in described["partitions"] if p["name"] == str(partition))
+        self.assertEqual((found["high_watermark"], found["replica_ends"]),
+                         (high_watermark, {str(b): end for b, end in ends.items()}), found)
+        table = await run(describe_topic, "describe", "-b", address, "-t", TOPIC)
+        row = next(line.split() for line in table.splitlines() if line.split()[:1] == [str(partition)])
+        self.assertEqual(row[-2:], [str(high_watermark), ",".join(f"{r}:{ends[r]}" for r in found["replicas"])])
 
     async def test_segment_files_identical_over_many_segments(self) -> None:
         """With small segments the leader rolls many times; every replica's segment files are the leader's, byte

@@ -38,6 +38,7 @@ from twlog.protocol.codec import (
 )
 from twlog.protocol.connection import BROKER_MOVES, BrokerProtocolState
 from twlog.protocol.factory import BrokerFactory
+from twlog.protocol.replica_status_codec import ReplicaStatusRequest
 from twlog.protocol.server import Broker
 from twlog.statemachine import IllegalTransition, StateMachine
 from twlog.storage.manager import LogManager
@@ -108,11 +109,12 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
 
     def test_every_request_type_has_a_handler(self) -> None:
         """Every request type the codec decodes is dispatched to a handler of one of the families, but
-        REPLICA_FETCH and EPOCH_END_OFFSET (12, 13), which the broker answers as unknown types until the
-        replica data path is wired; CLUSTER_METADATA_V2 (14) is served."""
+        REPLICA_FETCH, EPOCH_END_OFFSET and REPLICA_STATUS (12, 13, 15), which the broker answers as unknown
+        types until the replica side is installed (tests/replica); CLUSTER_METADATA_V2 (14) is served."""
         self.assertEqual(set(self.broker.handlers),
                          set(typing.get_args(codec.Request)) - {replication_codec.ReplicaFetchRequest,
-                                                                replication_codec.EpochEndOffsetRequest})
+                                                                replication_codec.EpochEndOffsetRequest,
+                                                                ReplicaStatusRequest})
         self.assertIs(self.broker.handlers[FetchRequest].__self__, self.broker._fetching)
 
     def test_families_share_the_error_counts(self) -> None:

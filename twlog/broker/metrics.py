@@ -66,6 +66,7 @@ REQUEST_NAMES = {
     replication_codec.REPLICA_FETCH: "REPLICA_FETCH",
     replication_codec.EPOCH_END_OFFSET: "EPOCH_END_OFFSET",
     replication_codec.CLUSTER_METADATA_V2: "CLUSTER_METADATA_V2",
+    replication_codec.REPLICA_STATUS: "REPLICA_STATUS",
 }
 
 #: Upper bounds (seconds) of the request latency buckets: a waiting fetch may last up to

@@ -23,6 +23,7 @@ from twlog.cli.suggest import suggest_topic
 from twlog.client.async_discovery import bootstrap_async, cluster_layout_async
 from twlog.client.discovery import log_problems
 from twlog.client.options import ClientOptions
+from twlog.client.replica_status import PartitionProgress, ask_leaders
 from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated, create_replicated
 from twlog.client.topics import create_topic as create_on_brokers
 from twlog.client.topics import delete_topic as delete_on_brokers
@@ -128,10 +129,16 @@ async def topics(reactor, args) -> None:
 
 async def describe_topic(reactor, args) -> None:
     """Print C{--topic}'s partitions: leader broker and address, earliest and latest offset, size in bytes of log.
-    A replicated topic's: leader, leader epoch, replicas and ISR (L{_describe_replicated})."""
+    A replicated topic's: leader, leader epoch, replicas, ISR, high watermark and replica ends
+    (L{_describe_replicated}), the last two asked of each leader (REPLICA_STATUS)."""
     replicated = await _replicated_layout(reactor, args, args.topic)
     if replicated is not None:
-        return _describe_replicated(args, replicated)
+        layout, addresses = replicated
+        options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+        progress, problems = await ask_leaders(layout, addresses, reactor=reactor, options=options)
+        for line in problems:
+            print(f"twlog: warning: {line}: its high watermark and replica ends are unknown", file=sys.stderr)
+        return _describe_replicated(args, layout, progress)
     locations = await find_partitions(args, args.topic, reactor)
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
     rows = []
@@ -221,36 +228,44 @@ async def create_replicated_topic(reactor, args) -> None:
               "it does", file=sys.stderr)
 
 
-async def _replicated_layout(reactor, args, topic: str) -> ReplicatedLayout | None:
-    """C{topic}'s partitions with leader, epoch, replicas and ISR if it is a replicated topic, else None: read
-    from ZooKeeper (C{--zookeeper}) or a broker's CLUSTER_METADATA_V2 answer (C{--broker})."""
+async def _replicated_layout(reactor, args, topic: str
+                             ) -> tuple[ReplicatedLayout, dict[int, tuple[str, int]]] | None:
+    """C{topic}'s partitions with leader, epoch, replicas and ISR, and the live brokers' addresses, if it is a
+    replicated topic, else None: read from ZooKeeper (C{--zookeeper}) or a broker's CLUSTER_METADATA_V2 answer
+    (C{--broker})."""
     options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
     try:
         if not getattr(args, "zookeeper", None):
             cluster = await bootstrap_async(args.broker, (topic,), options, reactor=reactor)
             found = cluster.response.layout(topic)
-            return found if isinstance(found, ReplicatedLayout) else None
+            return (found, cluster.response.addresses) if isinstance(found, ReplicatedLayout) else None
         zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
         try:
             await zk.start()
             view = ClusterView(zk, (topic,))
             await view.start()
             view.stop()
-            return view.replicated(topic)
+            found = view.replicated(topic)
+            return (found, dict(view.layout().brokers)) if found is not None else None
         finally:
             await zk.stop()
     except (ConnectionFailed, ZooKeeperUnavailable) as e:
         raise TwlogError(str(e)) from None
 
 
-def _describe_replicated(args, layout: ReplicatedLayout) -> None:
-    """Print a replicated topic's partitions: leader, leader epoch, replicas, ISR (a table, or JSON)."""
+def _describe_replicated(args, layout: ReplicatedLayout, progress: dict[int, PartitionProgress]) -> None:
+    """Print a replicated topic's partitions: leader, leader epoch, replicas, ISR, and, as each leader answered
+    (C{progress}; a partition missing from it is unknown), the high watermark and each replica's end (a table,
+    or JSON)."""
     partitions = layout.partitions
     if getattr(args, "json", False):
         print_json({"topic": layout.topic, "replicated": True, "partitions": [
             {"name": str(p.partition), "leader": p.leader if p.leader >= 0 else None,
              "leader_epoch": p.leader_epoch if p.leader_epoch >= 0 else None,
-             "replicas": list(p.replicas), "isr": list(p.isr)} for p in partitions]})
+             "replicas": list(p.replicas), "isr": list(p.isr),
+             "high_watermark": progress[p.partition].high_watermark if p.partition in progress else None,
+             "replica_ends": ({str(r): end for r, end in progress[p.partition].ends.items()}
+                              if p.partition in progress else None)} for p in partitions]})
         return
     offline = [p.partition for p in partitions if p.leader < 0]
     if offline:
@@ -260,11 +275,21 @@ def _describe_replicated(args, layout: ReplicatedLayout) -> None:
     factor = len(partitions[0].replicas) if partitions else 0
     title = (f"{layout.topic}: {len(partitions)} partition{'s' if len(partitions) != 1 else ''}, replication "
              f"factor {factor}")
-    print_table(["partition", "leader", "leader epoch", "replicas", "isr"],
+    print_table(["partition", "leader", "leader epoch", "replicas", "isr", "high watermark", "replica ends"],
                 [(p.partition, p.leader if p.leader >= 0 else "none",
                   p.leader_epoch if p.leader_epoch >= 0 else "-", ",".join(map(str, p.replicas)),
-                  ",".join(map(str, p.isr)) or "-") for p in partitions],
-                title=title, right=["leader epoch"])
+                  ",".join(map(str, p.isr)) or "-", *_progress_cells(progress.get(p.partition)))
+                 for p in partitions],
+                title=title, right=["leader epoch", "high watermark"])
+
+
+def _progress_cells(progress: PartitionProgress | None) -> tuple[str, str]:
+    """The high watermark and C{replica ends} cells (C{1:1200,2:1200,0:800}) of a partition; C{?} when unknown.
+    (Offsets without thousands separators, so the two columns read alike.)"""
+    if progress is None:
+        return "?", "?"
+    ends = ",".join(f"{r}:{'?' if end is None else end}" for r, end in progress.ends.items())
+    return str(progress.high_watermark), ends
 
 
 async def delete_topic(reactor, args) -> None:

@@ -8,7 +8,7 @@ tools share one codec.  A frame is what follows the C{int32} size prefix
   - request:  C{[int16 type][body]}
   - response: C{[int16 error][body]}
 
-Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-11 are twlog's; 12-14 are
+Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-11 are twlog's; 12-15 are
 replication's, whose values and responses are in L{twlog.protocol.replication_codec}.  Strings
 are C{[int16 length][utf-8]}.  docs/protocol.md is the reference.  Readers take
 C{(buf, pos)} and return C{(value, next_pos)} (L{twlog.protocol.primitives});

@@ -1,5 +1,5 @@
 # -*- test-case-name: tests.protocol.test_replication_codec -*-
-"""The replication requests on the wire, types 12 to 14 (pure: no I/O, no Twisted).
+"""The replication requests on the wire, types 12 to 15 (pure: no I/O, no Twisted).
 
 docs/protocol.md, "Replication requests", is the reference:
 
@@ -12,6 +12,8 @@ docs/protocol.md, "Replication requests", is the reference:
   - 14 CLUSTER_METADATA_V2: CLUSTER_METADATA (type 8) that also describes replicated topics
     (leader, leader epoch, replicas, ISR per partition).  Type 8 keeps its layout, so the twlog
     clients that read it keep working; it does not list replicated topics.
+  - 15 REPLICA_STATUS: what a partition's leader knows of its replicas (its values and coders are in
+    L{twlog.protocol.replica_status_codec}; C{twlog topics describe} asks it).
 
 L{twlog.protocol.codec} decodes, encodes and describes these requests with the others
 (L{read_request}, L{encode_request}, L{describe_request} here); the values, the broker's
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 import attrs
 
 from twlog.errors import NO_ERROR, MalformedRequest
+from twlog.protocol import replica_status_codec as status
 from twlog.protocol.primitives import (
     I16,
     I32,
@@ -121,9 +124,12 @@ class ClusterMetadataV2Request:
     topics: tuple[str, ...] = ()
 
 
-ReplicationRequest = ReplicaFetchRequest | EpochEndOffsetRequest | ClusterMetadataV2Request
-REPLICATION_REQUESTS = (ReplicaFetchRequest, EpochEndOffsetRequest, ClusterMetadataV2Request)
-TYPES = frozenset((REPLICA_FETCH, EPOCH_END_OFFSET, CLUSTER_METADATA_V2))
+REPLICA_STATUS = status.REPLICA_STATUS
+ReplicationRequest = (ReplicaFetchRequest | EpochEndOffsetRequest | ClusterMetadataV2Request
+                      | status.ReplicaStatusRequest)
+REPLICATION_REQUESTS = (ReplicaFetchRequest, EpochEndOffsetRequest, ClusterMetadataV2Request,
+                        status.ReplicaStatusRequest)
+TYPES = frozenset((REPLICA_FETCH, EPOCH_END_OFFSET, CLUSTER_METADATA_V2, REPLICA_STATUS))
 
 
 def _read_replica_fetch(buf: bytes, pos: int) -> tuple[ReplicaFetch, int]:
@@ -148,6 +154,8 @@ def read_request(kind: int, frame: bytes, pos: int) -> tuple[ReplicationRequest,
         replica_id, max_wait_ms, min_bytes, count = _RF_HEAD.unpack_from(frame, pos)
         fetches, pos = read_many(frame, pos + _RF_HEAD.size, count, _read_replica_fetch)
         return ReplicaFetchRequest(replica_id, max_wait_ms, min_bytes, fetches), pos
+    if kind == REPLICA_STATUS:
+        return status.read_replica_status_request(frame, pos)
     count, pos = read_int16(frame, pos)
     if kind == EPOCH_END_OFFSET:
         queries, pos = read_many(frame, pos, count, _read_epoch_query)
@@ -171,6 +179,8 @@ def encode_request(request: ReplicationRequest) -> bytes:
             for q in request.queries)])
     if isinstance(request, ClusterMetadataV2Request):
         return b"".join([I16.pack(CLUSTER_METADATA_V2), I16.pack(len(request.topics)), *map(write_str, request.topics)])
+    if isinstance(request, status.ReplicaStatusRequest):
+        return status.encode_replica_status_request(request)
     raise TypeError(f"not a replication request: {request!r}")
 
 
@@ -182,6 +192,8 @@ def describe_request(request: ReplicationRequest) -> str:
     if isinstance(request, EpochEndOffsetRequest):
         parts = ", ".join(f"{q.topic}-{q.partition} epoch {q.leader_epoch}" for q in request.queries)
         return f"EPOCH_END_OFFSET {parts}"
+    if isinstance(request, status.ReplicaStatusRequest):
+        return status.describe_replica_status(request)
     return "CLUSTER_METADATA_V2 " + (", ".join(request.topics) or "(all topics)")
 
 
@@ -423,11 +435,13 @@ RESPONSE_DECODERS = {
     ReplicaFetchRequest: decode_replica_fetch_response,
     EpochEndOffsetRequest: decode_epoch_end_offset_response,
     ClusterMetadataV2Request: decode_cluster_metadata_v2_response,
+    **status.RESPONSE_DECODERS,
 }
 
 __all__ = [
     "ANY_EPOCH", "CLUSTER_METADATA_V2", "EPOCH_END_OFFSET", "KIND_07", "KIND_REPLICATED", "NO_BROKER",
-    "REPLICATION_REQUESTS", "REPLICA_FETCH", "RESPONSE_DECODERS", "TYPES", "UNDEFINED_EPOCH", "UNDEFINED_OFFSET",
+    "REPLICATION_REQUESTS", "REPLICA_FETCH", "REPLICA_STATUS", "RESPONSE_DECODERS", "TYPES", "UNDEFINED_EPOCH",
+    "UNDEFINED_OFFSET",
     "ClusterMetadataV2Request", "ClusterMetadataV2Response", "EpochEndOffset", "EpochEndOffsetRequest",
     "EpochEndOffsetResponse", "EpochQuery", "PartitionState", "ReplicaFetch", "ReplicaFetchPart",
     "ReplicaFetchRequest", "ReplicaFetchResponse", "ReplicatedLayout", "ReplicationRequest",

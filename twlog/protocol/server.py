@@ -103,7 +103,8 @@ class Broker:
     @property
     def replication(self) -> ReplicationGate | None:
         """The replica side that produce asks about replicated partitions (L{twlog.replica}); None: no partition
-        has followers.  Its REPLICA_FETCH and EPOCH_END_OFFSET handlers are added to L{handlers} with it."""
+        has followers.  Its REPLICA_FETCH, EPOCH_END_OFFSET and REPLICA_STATUS handlers are added to L{handlers}
+        with it."""
         return self._producing.replication
 
     @replication.setter

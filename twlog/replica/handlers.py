@@ -1,5 +1,6 @@
 # -*- test-case-name: tests.replica.test_handlers -*-
-"""The leader's answers to its followers: REPLICA_FETCH (type 12) and EPOCH_END_OFFSET (type 13).
+"""The leader's answers to its followers, REPLICA_FETCH (type 12) and EPOCH_END_OFFSET (type 13), and to tools,
+REPLICA_STATUS (type 15).
 
 docs/protocol.md, "Replication requests", is the reference.  L{ReplicaHandlers} finds the partition's
 L{LeaderPartition} (C{leaders}), checks the request's leader epoch (older: FencedLeaderEpoch, 27; newer:
@@ -9,7 +10,9 @@ follower's end: the leader records it (L{LeaderPartition.fetched}) before readin
 in the answer already counts it.  The bytes are read up to the leader's written end (L{Log.read_replica})
 and sent with sendfile, as FETCH's, from one segment, whose base offset the answer gives (the follower's
 segments start where the leader's do); a fetch with fewer than C{min_bytes} is held, as WAIT_FETCH, until
-the leader appends or C{max_wait_ms} (capped by C{max_fetch_wait_ms}) passes.
+the leader appends or C{max_wait_ms} (capped by C{max_fetch_wait_ms}) passes.  REPLICA_STATUS answers
+what the leader knows: its epoch, high watermark and end, and each follower's end and time since it was
+last caught up (L{ReplicaState}).
 """
 
 from __future__ import annotations
@@ -33,6 +36,14 @@ from twlog.errors import (
     UnknownLeaderEpoch,
 )
 from twlog.protocol.handling import Response
+from twlog.protocol.replica_status_codec import (
+    REPLICA_STATUS,
+    UNKNOWN,
+    FollowerStatus,
+    ReplicaStatus,
+    ReplicaStatusRequest,
+    encode_replica_status_response,
+)
 from twlog.protocol.replication_codec import (
     ANY_EPOCH,
     EPOCH_END_OFFSET,
@@ -92,7 +103,8 @@ def check_epoch(leader: LeaderPartition, asked: int, what: str) -> None:
 
 
 class ReplicaHandlers:
-    """REPLICA_FETCH and EPOCH_END_OFFSET over the partitions this broker leads (C{leaders(topic, partition)}).
+    """REPLICA_FETCH, EPOCH_END_OFFSET and REPLICA_STATUS over the partitions this broker leads
+    (C{leaders(topic, partition)}).
 
     Call L{changed} when a led partition's log grows or its high watermark moves (wakes held fetches).
     """
@@ -199,3 +211,21 @@ class ReplicaHandlers:
     def epoch_end_offset(self, request: EpochEndOffsetRequest, peer: str = "?") -> Response:
         """EPOCH_END_OFFSET: where each asked epoch ends on this leader (KIP-101)."""
         return encode_epoch_end_offset_response(NO_ERROR, [self._end_of(q) for q in request.queries])
+
+    # -- REPLICA_STATUS -----------------------------------------------------------------
+
+    def _status_of(self, topic: str, partition: int) -> ReplicaStatus:
+        try:
+            leader = self._leader(topic, partition)
+        except BrokerError as e:
+            self._count_error(REPLICA_STATUS, e.code)
+            return ReplicaStatus(partition, e.code)
+        state, end, now = leader.state, leader.log.end_offset, self._clock.seconds()
+        followers = tuple(FollowerStatus(r, state.ends.get(r, UNKNOWN), round(state.lag(r, end, now)[1] * 1000))
+                          for r in state.followers)
+        return ReplicaStatus(partition, NO_ERROR, leader.leader_epoch, state.high_watermark, end, followers)
+
+    def replica_status(self, request: ReplicaStatusRequest, peer: str = "?") -> Response:
+        """REPLICA_STATUS: what this leader knows of each asked partition's replicas (NotLeader for the others)."""
+        return encode_replica_status_response(NO_ERROR, [self._status_of(request.topic, p)
+                                                         for p in request.partitions])

@@ -3,8 +3,8 @@
 
 The controller's wiring tells it, per partition, to lead (L{ReplicaManager.become_leader}) or to
 follow (L{ReplicaManager.become_follower}), or to drop it (L{ReplicaManager.stop_partition}).  Installed
-on a L{twlog.protocol.server.Broker} (L{ReplicaManager.install}), it answers REPLICA_FETCH and
-EPOCH_END_OFFSET (L{ReplicaHandlers}) and is the produce handlers' L{ReplicationGate}: a set to a
+on a L{twlog.protocol.server.Broker} (L{ReplicaManager.install}), it answers REPLICA_FETCH,
+EPOCH_END_OFFSET and REPLICA_STATUS (L{ReplicaHandlers}) and is the produce handlers' L{ReplicationGate}: a set to a
 partition it follows is refused with NotLeader; an C{ack=all} set is refused before appending with
 NotEnoughReplicas when the ISR is smaller than min.insync.replicas (or the leader is fenced), and
 answered once the high watermark covers it and the leader flushed it.
@@ -23,6 +23,7 @@ from twlog.coord.replication.values import PartitionState
 from twlog.coord.zk import IZooKeeper
 from twlog.errors import LeaderNotAvailable, NotEnoughReplicas, NotLeader
 from twlog.protocol.codec import ACK_ALL
+from twlog.protocol.replica_status_codec import ReplicaStatusRequest
 from twlog.protocol.replication_codec import EpochEndOffsetRequest, ReplicaFetchRequest
 from twlog.protocol.server import Broker
 from twlog.replica.follower import Follower
@@ -70,10 +71,11 @@ class ReplicaManager:
         logs.add_flush_listener(self._flushed)
 
     def install(self, broker: Broker) -> None:
-        """Serve REPLICA_FETCH and EPOCH_END_OFFSET on C{broker}, and gate its produces."""
+        """Serve REPLICA_FETCH, EPOCH_END_OFFSET and REPLICA_STATUS on C{broker}, and gate its produces."""
         self.handlers._count_error = broker.count_error
         broker.handlers[ReplicaFetchRequest] = self.handlers.replica_fetch
         broker.handlers[EpochEndOffsetRequest] = self.handlers.epoch_end_offset
+        broker.handlers[ReplicaStatusRequest] = self.handlers.replica_status
         broker.replication = self
         self._roles_changed = broker.roles_changed
 
