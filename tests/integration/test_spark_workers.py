@@ -1,4 +1,7 @@
-"""A Spark job whose workers' Python lacks twlog's dependencies: register() says so, clearly, on a real session."""
+"""A Spark job whose workers' Python lacks twlog's dependencies: register() says so, clearly, on a real session.
+
+(With PYSPARK_PYTHON set to twlog's Python register() passes: test_spark_registration checks that in its session.)
+"""
 
 from __future__ import annotations
 
@@ -47,10 +50,3 @@ class WorkersPythonTests(TestCase):
         self.assertIn(f"refused: Spark's Python workers run {SYSTEM_PYTHON} (PYSPARK_PYTHON, by default the python3 "
                       f"on the PATH), which cannot import twlog (ModuleNotFoundError: No module named ".encode(), out)
         self.assertIn(f"set PYSPARK_PYTHON={sys.executable} (the Python that has twlog)".encode(), out)
-
-    async def test_workers_python_with_twlog(self) -> None:
-        """With PYSPARK_PYTHON set to twlog's Python the source is found (or registered), as before."""
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-        out, err, status = await getProcessOutputAndValue(sys.executable, ["-c", JOB], env=env, path=ROOT,
-                                                          reactor=reactor)
-        self.assertEqual((status, out), (0, b"registered\n"), err[-2000:])
