@@ -71,3 +71,41 @@ class LeaderConnectionTests(SynchronousTestCase):
         with LeaderConnection(FIRST, find=cluster.find, connect=cluster.connect) as leader:
             self.assertEqual(leader.read(PartitionReader(TP, 0, max_bytes=100)).next_offset, 33)
         self.assertEqual(cluster.asked, [])
+
+
+class _Offsets:
+    """A connection whose OFFSETS answer is C{answer} (a value, or an error raised)."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.asked: list[tuple[str, int, int]] = []
+
+    def offset(self, topic: str, partition: int, time: int) -> int:
+        self.asked.append((topic, partition, time))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def close(self) -> None:
+        pass
+
+
+class LeaderOffsetTests(SynchronousTestCase):
+    def test_offset_follows_a_moved_leader(self) -> None:
+        """NotLeader, then a broker gone: the partition is found again each time; its leader then answers."""
+        answers = {("h1", 9091): _Offsets(NotLeader("no")), ("h3", 9093): _Offsets(ConnectionFailed("refused")),
+                   ("h2", 9092): _Offsets(42)}
+        found = [PartitionLocation(TP, 3, "h3", 9093), MOVED]
+        leader = LeaderConnection(FIRST, zookeeper="zk:2181", find=lambda topics, **k: [found.pop(0)],
+                                  connect=lambda host, port, options: answers[host, port])
+        self.assertEqual(leader.offset(-1), 42)
+        self.assertEqual(answers["h2", 9092].asked, [("t", 0, -1)])
+        self.assertEqual(leader.location, MOVED)
+
+    def test_offset_gives_up(self) -> None:
+        """A leader that does not come: the error, after max_refreshes refreshes."""
+        stuck = _Offsets(LeaderNotAvailable("none"))
+        leader = LeaderConnection(FIRST, zookeeper="zk:2181", find=lambda topics, **k: [FIRST],
+                                  connect=lambda host, port, options: stuck)
+        self.assertRaises(LeaderNotAvailable, leader.offset, -2, max_refreshes=2)
+        self.assertEqual(len(stuck.asked), 3)

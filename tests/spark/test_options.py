@@ -164,3 +164,76 @@ class OfflineStreamingTests(SynchronousTestCase):
         with self.assertLogs("twlog.spark.options", "WARNING"):
             planned = reader.partitions(start, end)
         self.assertEqual([(p.tp.name, p.start, p.end) for p in planned], [("0-0", 10, 100)])
+
+
+class _Leader:
+    """A connection to C{port}: it leads partition 0 of C{orders} only if C{port} is in C{leads}, else it answers
+    NotLeader (or refuses the connection, if C{port} is in C{down})."""
+
+    def __init__(self, port: int, leads: set[int], down: set[int], asked: list[int]) -> None:
+        self.port, self.leads, self.down = port, leads, down
+        asked.append(port)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def offset(self, topic: str, number: int, time: int) -> int:
+        from twlog.errors import ConnectionFailed, NotLeader
+
+        if self.port in self.down:
+            raise ConnectionFailed(f"h:{self.port} refused the connection")
+        if self.port not in self.leads:
+            raise NotLeader(f"broker at h:{self.port} does not lead {topic} {number}")
+        return 0 if time == -2 else 100
+
+
+class OnLeaderTests(SynchronousTestCase):
+    """Driver requests (bounds, boundaries) follow a replicated partition's leader when it moves."""
+
+    def options(self, ports: list[int], leads: set[int], down: set[int] = frozenset()) -> SourceOptions:
+        """A source of C{orders} whose discoveries find partition 0 at each of C{ports} in turn (the last one
+        from then on)."""
+        self.asked: list[int] = []
+        self.slept: list[float] = []
+
+        def find(*args, **kwargs) -> list[PartitionLocation]:
+            port = ports.pop(0) if len(ports) > 1 else ports[0]
+            return [PartitionLocation(TopicPartition("orders", "0"), port - 9090, "h", port)]
+
+        return SourceOptions({"zookeeper": "z:2181", "subscribe": "orders"}, False, find=find,
+                             connect=lambda host, port, o: _Leader(port, leads, down, self.asked),
+                             sleep=self.slept.append)
+
+    def test_leader_moved(self) -> None:
+        """The leader found answers NotLeader; found again, the next refuses connections (it is stopping); found
+        again, the third answers: LEADER_WAIT_S before each new discovery."""
+        from twlog.spark.options import LEADER_WAIT_S
+
+        o = self.options([9091, 9092, 9093], leads={9093}, down={9092})
+        (tp,) = o.partitions()
+        self.assertEqual(o.bounds(tp), (0, 100))
+        self.assertEqual(self.asked, [9091, 9092, 9093])
+        self.assertEqual(self.slept, [LEADER_WAIT_S, LEADER_WAIT_S])
+
+    def test_gives_up(self) -> None:
+        """A leader that never comes: the last error, after LEADER_RETRIES tries more."""
+        from twlog.errors import NotLeader
+        from twlog.spark.options import LEADER_RETRIES
+
+        o = self.options([9091], leads=set())
+        (tp,) = o.partitions()
+        self.assertRaises(NotLeader, o.bounds, tp)
+        self.assertEqual(len(self.asked), LEADER_RETRIES + 1)
+
+    def test_07_partition_not_retried(self) -> None:
+        """A 0.7 partition never moves: its broker's refusal is raised at once."""
+        from twlog.errors import ConnectionFailed
+
+        asked: list[int] = []
+        o = SourceOptions({"brokers": "h:9092", "subscribe": "clicks"}, False, find=lambda *a, **k: list(FOUND),
+                          connect=lambda host, port, opts: _Leader(port, set(), {port}, asked), sleep=self.fail)
+        self.assertRaises(ConnectionFailed, o.bounds, FOUND[0])
+        self.assertEqual(asked, [9092])

@@ -71,12 +71,10 @@ def read_topic(zookeeper: str, topic: str, on_payload: Callable[[bytes], object]
     read = 0
     for location in discover([topic], zookeeper=zookeeper, options=options):
         with LeaderConnection(location, zookeeper=zookeeper, options=options) as leader:
-            connection = leader.connection
-            partition = location.number
-            end = connection.offset(topic, partition, LATEST)
-            offset = connection.offset(topic, partition, EARLIEST)
+            end = leader.offset(LATEST)  # (asked of the partition's leader, found again if it moved)
+            offset = leader.offset(EARLIEST)
             if since_ms is not None:
-                offset = max(offset, connection.offset(topic, partition, since_ms))
+                offset = max(offset, leader.offset(since_ms))
             read += _read_range(leader, location, offset, end, on_payload, options)
             if ends is not None:
                 ends[location.name] = end
@@ -105,12 +103,11 @@ def follow_topic(zookeeper: str, topic: str, start: dict[str, int], seconds: flo
         first = True
         while True:
             for location, leader in zip(locations, leaders):
-                connection = leader.connection
-                end = connection.offset(topic, location.number, LATEST)
+                end = leader.offset(LATEST)
                 asked_ms = None if first else clock()
                 offset = offsets.get(location.name)
                 if offset is None:
-                    offset = connection.offset(topic, location.number, EARLIEST)
+                    offset = leader.offset(EARLIEST)
                 if end > offset:
                     read += _read_range(leader, location, offset, end, lambda p: on_payload(p, asked_ms), options)
                 offsets[location.name] = max(offset, end)

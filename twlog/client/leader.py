@@ -19,7 +19,7 @@ from typing import Any
 
 from twlog.client.discovery import discover
 from twlog.client.options import ClientOptions
-from twlog.client.reader import PartitionReader, Refresh
+from twlog.client.reader import REFRESH_ON, PartitionReader, Refresh
 from twlog.client.sync import SyncConnection, read
 from twlog.coord.layout import PartitionLocation
 from twlog.errors import BrokerTimeout, ConnectionFailed, UnknownTopic
@@ -63,6 +63,19 @@ class LeaderConnection:
     def read(self, reader: PartitionReader) -> Any:
         """One fetch's worth of C{reader} (L{twlog.client.sync.read}), following the leader on its refreshes."""
         return read(self.connection, reader, self.refresh)
+
+    def offset(self, time: int, max_refreshes: int = 3) -> int:
+        """The partition's offset for C{time} (C{EARLIEST}, C{LATEST} or a time in ms), asked of its leader: found
+        again (L{refresh}) when the answer is NotLeader or LeaderNotAvailable or the broker cannot be reached, at
+        most C{max_refreshes} times in a row (the reader's bound); then the error is raised."""
+        for attempt in range(1, max_refreshes + 2):
+            try:
+                return self.connection.offset(self.location.topic, self.location.number, time)
+            except (*REFRESH_ON, ConnectionFailed) as e:
+                if attempt > max_refreshes:
+                    raise
+                self.refresh(Refresh(e, attempt))
+        raise AssertionError("unreachable")
 
     def refresh(self, event: Refresh) -> SyncConnection:
         """Find the partition's leader again (after C{event}); reconnect there if it moved."""

@@ -6,12 +6,15 @@ analysis datacenter that pulls from them through embedded consumers.  Per
 source cluster, every topic whose name matches the whitelist (and not the
 blacklist) gets a group consumer (L{twlog.consumer.group.GroupConsumer}) in
 the mirror's group; topics that appear later are picked up from the source's
-topic registry (a ZooKeeper watch on C{/brokers/topics}).  Several mirror processes
+topic registries (ZooKeeper watches on C{/brokers/topics}, and on C{/twlog/topics}
+for replicated topics, whose partitions the group consumer reads from their
+leaders).  Several mirror processes
 with the same group share the partitions through the group's rebalance.
 
 Delivery is at-least-once across clusters: the consumers run with
 C{manual_offsets}, so a source offset is committed only once the target
-acknowledged (ACK_PRODUCE, flushed) every message before it
+acknowledged (ACK_PRODUCE, C{ack="all"}: flushed, and on a replicated target
+topic held by every in-sync replica) every message before it
 (L{twlog.mirror.tracker}); a mirror killed at any moment copies again, after
 its restart, at most what was in flight.  Payload bytes are copied unchanged
 (audit envelopes included); compressed sets are re-batched uncompressed.
@@ -34,7 +37,7 @@ from twlog.consumer.group import GroupConsumer
 from twlog.consumer.stream import GroupStream
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView
-from twlog.coord.zk import CONNECTED, ZooKeeper, split_chroot
+from twlog.coord.zk import CONNECTED, NoNodeError, ZooKeeper, split_chroot
 from twlog.errors import RebalanceFailed, TwlogError
 from twlog.mirror.copier import Copier
 from twlog.mirror.tracker import OffsetTracker
@@ -202,7 +205,15 @@ class SourceCluster:
         if self.mirror.stopping:
             return
         await self.zk.ensure_path(paths.BROKER_TOPICS)
-        self.topics = set(await self.zk.children(paths.BROKER_TOPICS, watch=lambda event: self.follow_topics()))
+        topics = set(await self.zk.children(paths.BROKER_TOPICS, watch=lambda event: self.follow_topics()))
+        # Replicated topics: watched once their registry exists (the mirror does not create it in the source).
+        if await self.zk.exists(paths.REPLICATED_TOPICS, watch=lambda event: self.follow_topics()) is not None:
+            try:
+                topics |= set(await self.zk.children(paths.REPLICATED_TOPICS,
+                                                     watch=lambda event: self.follow_topics()))
+            except NoNodeError:
+                pass  # (removed meanwhile: the watch above calls again)
+        self.topics = topics
         self._changed()
 
     def session_changed(self, state: str) -> None:
@@ -313,7 +324,9 @@ class Mirror:
                 host, port = shared[0]
                 raise MirrorRefused(f"--from {source.hosts} and --to {self.settings.target} name the same cluster: "
                                     f"broker {host}:{port} is registered in both")
-        self.producer = Producer(zookeeper=self.target_zk, reactor=self._reactor, ack="flushed",
+        # ack "all": flushed on the leader, and on a replicated topic by every in-sync replica (the same as
+        # "flushed" on a 0.7 topic): a source offset is committed only once the copy survives a failover.
+        self.producer = Producer(zookeeper=self.target_zk, reactor=self._reactor, ack="all",
                                  options=self.client_options)
         for source in self.sources:
             source.zk.add_state_listener(source.session_changed)

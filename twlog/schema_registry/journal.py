@@ -3,7 +3,12 @@
 
 Every record goes to the topic's first partition (index 0: partitions ordered by broker id and
 partition, as the producer and discovery both order them), acknowledged once flushed: when
-L{Journal.append} returns, the record is on disk and readable.  L{Journal.read_new} reads from
+L{Journal.append} returns, the record is on disk and readable.  A journal given ZooKeeper that
+finds no such topic creates it replicated when the cluster has L{REPLICATION_FACTOR} live brokers
+or more (one partition, L{REPLICATION_FACTOR} replicas, C{min.insync.replicas}
+L{MIN_INSYNC_REPLICAS}); on a replicated topic, however created, records are acknowledged with
+C{ack="all"} (every in-sync replica holds the record, the leader has flushed it), and the
+partition's leader is found again after the connection to it drops.  L{Journal.read_new} reads from
 where the last read stopped to the partition's end.  Once found, that partition is kept: if the
 cluster later shows another first partition (its broker is down), the journal refuses to read or
 write elsewhere, naming the partition.  The journal watches its connection to that partition's
@@ -26,13 +31,20 @@ from twlog.client.connection import BrokerConnection, client_endpoint
 from twlog.client.discovery import PartitionLocation, discover, parse_brokers
 from twlog.client.options import ClientOptions
 from twlog.consumer.simple import LATEST, SimpleConsumer
-from twlog.coord.zk import split_chroot
+from twlog.client.topics import create_replicated
+from twlog.coord import paths
+from twlog.coord.replication.store import ReplicatedTopicExists
+from twlog.coord.zk import NoNodeError, ZooKeeper, ZooKeeperUnavailable, split_chroot
 from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
 from twlog.partition import TopicPartition, address_text
 from twlog.producer import Producer
 
 #: The topic holding the registry's records (Confluent's registry keeps its own in the Kafka topic _schemas).
 TOPIC = "twlog-schemas"
+#: With this many live brokers or more, the topic is created replicated, on this many of them...
+REPLICATION_FACTOR = 3
+#: ... taking a record while this many replicas are in sync (Kafka's usual 3 and 2: one broker may be lost).
+MIN_INSYNC_REPLICAS = 2
 
 
 class _QuietFactory(Factory):
@@ -73,8 +85,15 @@ class Journal:
     async def append(self, record: dict) -> int:
         """Append C{record}; its offset, once the broker has flushed it."""
         payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+        if self._location is None and self._zookeeper is not None:
+            await self._create_topic()
+            await self._locate()
+        ack = "all" if self._replicated else "flushed"
+        if self._producer is not None and self._producer.ack != ack:  # (the topic was made replicated meanwhile)
+            await self.disconnect()
+            await self._locate()
         if self._producer is None:
-            self._producer = Producer(self._brokers, zookeeper=self._zookeeper, reactor=self._reactor, ack="flushed",
+            self._producer = Producer(self._brokers, zookeeper=self._zookeeper, reactor=self._reactor, ack=ack,
                                       options=self.options)
         if self._location is not None:
             first = (await self._producer.partitions(TOPIC))[0]
@@ -132,9 +151,46 @@ class Journal:
             return
         raise ConnectionFailed("cannot connect to " + "; ".join(reasons))
 
+    @property
+    def _replicated(self) -> bool:
+        """Whether the records' partition, once found, is a replicated topic's (its leader may move)."""
+        return self._location is not None and self._location.tp.fixed_leader is None
+
+    async def _create_topic(self) -> None:
+        """Create the topic replicated if the cluster in ZooKeeper has L{REPLICATION_FACTOR} live brokers or more;
+        with fewer, leave it to the first append (as the brokers create topics).  A topic created meanwhile (by
+        another registry) is used as it is.
+
+        @raise ConnectionFailed: ZooKeeper cannot be reached.
+        """
+        zk = ZooKeeper(self._zookeeper, reactor=self._reactor, connect_timeout_s=self.options.connect_timeout_s)
+        try:
+            await zk.start()
+            try:
+                live = [name for name in await zk.children(paths.BROKER_IDS) if name.isdigit()]
+            except NoNodeError:
+                live = []
+            if len(live) < REPLICATION_FACTOR:
+                return
+            try:
+                await create_replicated(zk, TOPIC, 1, REPLICATION_FACTOR, clock=self._reactor,
+                                        min_insync_replicas=MIN_INSYNC_REPLICAS)
+            except ReplicatedTopicExists:
+                return
+            self._log.info("created {topic}: 1 partition on {replicas} of the {live} live brokers, "
+                           "min.insync.replicas {minimum}", topic=TOPIC, replicas=REPLICATION_FACTOR, live=len(live),
+                           minimum=MIN_INSYNC_REPLICAS)
+        except ZooKeeperUnavailable as e:
+            raise ConnectionFailed(str(e)) from None
+        finally:
+            await zk.stop()
+
     def disconnect(self) -> Deferred[None]:
-        """Close the consumer and the producer (stopping their reconnection attempts); remade on use."""
+        """Close the consumer and the producer (stopping their reconnection attempts); remade on use.  A
+        replicated partition's leader is found again then (it may have moved)."""
         self._watched = None
+        if self._replicated:
+            self._location = None
         consumer, self._consumer, self._connection = self._consumer, None, None
         producer, self._producer = self._producer, None
 

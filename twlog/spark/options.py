@@ -14,13 +14,23 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from twlog.client.discovery import discover, resolve_partition
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord.layout import PartitionLocation, describe_offline
-from twlog.errors import OffsetOutOfRange, PartitionsOffline, UnknownTopic
+from twlog.errors import (
+    BrokerTimeout,
+    ConnectionFailed,
+    LeaderNotAvailable,
+    NotLeader,
+    OffsetOutOfRange,
+    PartitionsOffline,
+    UnknownTopic,
+)
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import EARLIEST, LATEST
 
@@ -37,6 +47,14 @@ OPTIONS = (
     "minPartitions",
 )
 _KNOWN = {name.lower(): name for name in OPTIONS}
+
+#: A driver request to a partition's leader that finds it gone (L{SourceOptions.on_leader}) is sent again to the
+#: leader found then, at most this many times, this long apart: a controlled shutdown moves leaderships in well
+#: under a second, a dead leader's move waits for its ZooKeeper session to expire (6 s by default).
+LEADER_RETRIES = 10
+LEADER_WAIT_S = 1.0
+
+_T = TypeVar("_T")
 
 
 def check_options(options) -> dict[str, str]:
@@ -85,9 +103,15 @@ def _bool(value: str | None, default: bool) -> bool:
 class SourceOptions:
     """The source's options, parsed and checked once on the driver."""
 
-    def __init__(self, options, stream: bool, *, find: Callable[..., list[PartitionLocation]] = discover) -> None:
-        """@param find: L{discover}, or a stand-in (tests): how the partitions are found."""
+    def __init__(self, options, stream: bool, *, find: Callable[..., list[PartitionLocation]] = discover,
+                 connect: Callable[..., SyncConnection] = SyncConnection,
+                 sleep: Callable[[float], Any] = time.sleep) -> None:
+        """@param find: L{discover}, or a stand-in (tests): how the partitions are found.
+        @param connect: C{connect(host, port, options)} gives a L{SyncConnection} (or one like it).
+        @param sleep: how to wait before asking a moved leader again (C{time.sleep})."""
         self._find = find
+        self._connect = connect
+        self._sleep = sleep
         options = check_options(options)
         self.brokers = options.get("brokers")
         alias = options.get("kafka.bootstrap.servers")
@@ -194,17 +218,44 @@ class SourceOptions:
         return sorted(wanted & set(offline))
 
     def connect(self, tp: PartitionLocation) -> SyncConnection:
-        return SyncConnection(tp.host, tp.port, self.client)
+        return self._connect(tp.host, tp.port, self.client)
+
+    def on_leader(self, tp: PartitionLocation, call: Callable[[SyncConnection], _T]) -> _T:
+        """C{call(connection)} over a connection to C{tp}'s leader (on the driver).
+
+        A replicated partition's leader that moved since C{tp} was found (it answers L{NotLeader}, the partition has no leader for now,
+        or its broker is gone) is found again, from the same brokers or ZooKeeper, and asked there: at most
+        L{LEADER_RETRIES} times, L{LEADER_WAIT_S} apart; then the last error is raised.
+        """
+        for attempt in range(LEADER_RETRIES + 1):
+            try:
+                with self.connect(tp) as c:
+                    return call(c)
+            except (NotLeader, LeaderNotAvailable, ConnectionFailed, BrokerTimeout) as e:
+                if attempt == LEADER_RETRIES or tp.tp.fixed_leader is not None:  # (a 0.7 partition never moves)
+                    raise
+                _logger.info("twlog: %s: %s; finding its leader again", tp, e)
+                self._sleep(LEADER_WAIT_S)
+                tp = self._locate(tp)
+        raise AssertionError("unreachable")
+
+    def _locate(self, tp: PartitionLocation) -> PartitionLocation:
+        """Where C{tp} is now (C{tp} itself when that cannot be learnt: its address is tried again)."""
+        try:
+            found = self._find([tp.topic], brokers=self.brokers, zookeeper=self.zookeeper, options=self.client,
+                               check_reachable=False, allow_partial=True)
+        except (ConnectionFailed, BrokerTimeout, UnknownTopic, PartitionsOffline):
+            return tp
+        return next((location for location in found if location.tp == tp.tp), tp)
 
     def boundaries(self, tp: PartitionLocation, positions: list[int]) -> list[int]:
-        """The first message at or after each of C{positions} of C{tp}, asked of its broker (BOUNDARIES)."""
-        with self.connect(tp) as c:
-            return c.boundaries(tp.topic, tp.number, positions)
+        """The first message at or after each of C{positions} of C{tp}, asked of its leader (BOUNDARIES)."""
+        return self.on_leader(tp, lambda c: c.boundaries(tp.topic, tp.number, positions))
 
     def bounds(self, tp: PartitionLocation) -> tuple[int, int]:
-        """The partition's earliest and latest (flushed end) offsets."""
-        with self.connect(tp) as c:
-            return c.offset(tp.topic, tp.number, EARLIEST), c.offset(tp.topic, tp.number, LATEST)
+        """The partition's earliest and latest offsets (its high watermark, if replicated), asked of its leader."""
+        return self.on_leader(tp, lambda c: (c.offset(tp.topic, tp.number, EARLIEST),
+                                             c.offset(tp.topic, tp.number, LATEST)))
 
     def start(self, tp: PartitionLocation, earliest: int, latest: int) -> int:
         """Where reading C{tp} starts, per startingOffsets and failOnDataLoss."""

@@ -12,9 +12,12 @@ Register it once per session, then read as from Spark's Kafka source::
           .load())
 
 Rows (L{SCHEMA}): C{topic string, partition string, offset long, value binary,
-broker int}.  C{partition} is the cluster-wide name C{<broker id>-<partition>};
+broker int}.  C{partition} is the cluster-wide name C{<broker id>-<partition>}
+(a replicated topic's: its number C{"0"} to C{"P-1"}, whatever broker leads it);
 C{offset} the message's byte position in that partition's log (messages of a
-compressed set share their wrapper's offset); C{broker} the broker id.
+compressed set share their wrapper's offset, and a byte offset means the same on
+every replica); C{broker} the broker id (of a replicated partition, its leader
+when the query planned the read).
 
 Options (names as in Spark's Kafka source where they fit; case-insensitive, as
 Spark matches them; an unknown option is an error listing the known ones,
@@ -31,7 +34,7 @@ L{OPTIONS}):
   - C{startingOffsets}: C{earliest} (batch default), C{latest} (stream default),
     or JSON C{{"topic": {"0-1": 1234}}} with -2 for earliest and -1 for latest;
     partitions the JSON does not name start at the earliest offset.  Keys are
-    partition names C{<broker id>-<partition>} or cluster-wide indexes C{"3"}
+    partition names C{<broker id>-<partition>} (a replicated topic's: C{"0"}..) or cluster-wide indexes C{"3"}
     (L{twlog.partition.resolve_partition}); a topic not read, or a key that
     names no partition, is an error listing the valid ones.
   - C{endingOffsets} (batch only): C{latest} (default) or JSON as above;
@@ -64,7 +67,11 @@ straight from the fetched bytes (L{twlog.spark.arrow}), so a range is never
 held whole in memory; every CRC is checked.
 
 Streaming offsets are C{{"topic": {"<broker>-<partition>": offset}}} in Spark's
-checkpoint.  Every trigger rediscovers the partitions: a new partition (or a new
+checkpoint (C{{"topic": {"0": offset}}} for a replicated topic: they stay valid
+across leader changes).  A replicated partition's leader is followed: executors
+find it again when it answers NotLeader (L{twlog.client.leader}), and the
+driver's offset requests do too (L{SourceOptions.on_leader}), so batch and
+streaming queries run across a failover.  Every trigger rediscovers the partitions: a new partition (or a new
 broker's) first enters the offsets at its earliest offset, and is read from the
 next micro-batch on.  C{trigger(availableNow=True)} reads up to the ends seen
 when the query starts.
@@ -321,7 +328,7 @@ def _sorted(offsets: dict) -> dict:
 
 
 class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches between checkpointed offsets C{{"topic": {"<broker>-<partition>": offset}}}."""
+    """Micro-batches between checkpointed offsets C{{"topic": {"<partition name>": offset}}}."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -378,7 +385,7 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _boundary(self, tp: PartitionLocation, offset: int, budget: int) -> int:
         """The end of the last whole message within C{budget} bytes from C{offset} (at least one message)."""
-        with self.options.connect(tp) as c:
+        def ask(c) -> int:
             try:
                 data = c.fetch(tp.topic, tp.number, offset, budget) if budget >= 4 else b""
                 messages = list(iter_messages(data, offset, deep=False))
@@ -387,7 +394,9 @@ class TwlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not messages:
                 data = c.fetch(tp.topic, tp.number, offset, self.options.fetch_size)
                 messages = list(iter_messages(data, offset, deep=False))[:1]
-        return messages[-1].next_offset if messages else offset
+            return messages[-1].next_offset if messages else offset
+
+        return self.options.on_leader(tp, ask)
 
     def partitions(self, start: dict, end: dict) -> list[TwlogPartition]:
         o = self.options
