@@ -30,8 +30,8 @@ from twisted.logger import Logger
 from twlog.client.connection import BrokerConnection, client_endpoint
 from twlog.client.discovery import PartitionLocation, discover, parse_brokers
 from twlog.client.options import ClientOptions
-from twlog.consumer.simple import LATEST, SimpleConsumer
 from twlog.client.topics import create_replicated
+from twlog.consumer.simple import LATEST, SimpleConsumer
 from twlog.coord import paths
 from twlog.coord.replication.store import ReplicatedTopicExists
 from twlog.coord.zk import NoNodeError, ZooKeeper, ZooKeeperUnavailable, split_chroot
