@@ -223,8 +223,9 @@ class SourceOptions:
     def on_leader(self, tp: PartitionLocation, call: Callable[[SyncConnection], _T]) -> _T:
         """C{call(connection)} over a connection to C{tp}'s leader (on the driver).
 
-        A replicated partition's leader that moved since C{tp} was found (it answers L{NotLeader}, the partition has no leader for now,
-        or its broker is gone) is found again, from the same brokers or ZooKeeper, and asked there: at most
+        A replicated partition's leader that moved since C{tp} was found (it answers L{NotLeader}, the partition
+        has no leader for now, or its broker is gone) is found again, from the same brokers or ZooKeeper, and
+        asked there: at most
         L{LEADER_RETRIES} times, L{LEADER_WAIT_S} apart; then the last error is raised.
         """
         for attempt in range(LEADER_RETRIES + 1):
