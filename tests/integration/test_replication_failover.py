@@ -17,6 +17,7 @@ from tests.integration.test_metrics import get, samples
 from tests.integration.test_replication_control import run
 from tests.integration.test_replication_zk import until
 from tests.integration.zookeeper import fresh_connect_string
+from twlog.bench.faultproxy import FaultProxy
 from twlog.cli.inspect import create_topic, describe_topic
 from twlog.client.connection import BrokerConnection
 from twlog.errors import NotEnoughReplicas, NotLeader
@@ -228,3 +229,59 @@ class FailoverTests(TestCase):
         del self.brokers[leader]
         await until(lambda: self.roles(0)[0] == lost, "the broker with the new disk leads")
         self.assertEqual(await self.read_all(lost, 0), sent)
+
+    async def test_leader_cut_off_from_followers_then_zookeeper(self) -> None:
+        """Jepsen 2013's case: the leader cut off from its followers, not from ZooKeeper, shrinks the ISR to itself,
+        and then acknowledges nothing with ack=all (below min.insync.replicas 2); cut off from ZooKeeper too, it
+        fences itself, and as the only ISR member left it is not replaced by an out-of-sync follower (unclean
+        election off): the partition is offline, and once healed nothing acknowledged is lost."""
+        self.hosts, self.brokers = fresh_connect_string(), {}
+        server, chroot = self.hosts.split("/", 1) if "/" in self.hosts else (self.hosts, "")
+        host, port = server.split(":")
+        zk_proxies, replica_proxies = {}, {}
+        for b in (1, 2, 3):
+            zk_proxies[b] = FaultProxy(host, int(port))
+            await zk_proxies[b].start()
+            self.addCleanup(zk_proxies[b].stop)
+            self.brokers[b] = await start_broker(
+                self, self.mktemp(), broker_id=b, zookeeper=zk_proxies[b].address + (f"/{chroot}" if chroot else ""),
+                flush_interval_ms=5, replica_lag_time_ms=1500, zookeeper_session_timeout_s=3.0)
+        for b, service in self.brokers.items():  # followers reach each leader through a proxy of its own
+            replica_proxies[b] = FaultProxy("127.0.0.1", service.broker.port)
+            await replica_proxies[b].start()
+            self.addCleanup(replica_proxies[b].stop)
+        for service in self.brokers.values():
+            service.replicas.manager._connect = lambda leader: BrokerConnection(
+                "127.0.0.1", replica_proxies[leader].port)
+        await run(create_topic, "create", "-z", self.hosts, "-t", TOPIC, "-n", "1", "--replication-factor", "3",
+                  "--min-insync-replicas", "2")
+        await until(lambda: self.roles(0)[0] is not None and len(self.roles(0)[1]) == 2, "a leader, two followers")
+        leader, followers = self.roles(0)
+        acknowledged = [b"a%02d" % i for i in range(20)]
+        await self.produce_all(leader, 0, acknowledged)
+        led = self.brokers[leader].replicas.manager.leaders[(TOPIC, 0)]
+
+        replica_proxies[leader].cut()  # the followers can no longer fetch; ZooKeeper still reachable
+        await until(lambda: led.state.isr == (leader,), "the leader shrank the ISR to itself", timeout_s=15)
+        with self.assertRaises(NotEnoughReplicas):
+            await self.produce_all(leader, 0, [b"never acknowledged"])
+
+        zk_proxies[leader].cut()  # and now cut off from ZooKeeper as well
+        await until(lambda: led.state.fenced, "the leader fenced itself")
+        with self.assertRaises(NotEnoughReplicas):
+            await self.produce_all(leader, 0, [b"never acknowledged either"])
+        await until(lambda: leader not in self.brokers[min(followers)].cluster.brokers, "its session expired",
+                    timeout_s=15)
+        view = self.brokers[min(followers)].cluster
+        await until(lambda: view.replica_states(TOPIC)[1][0].leader == -1, "the controller took it offline")
+        self.assertEqual(view.replica_states(TOPIC)[1][0].isr, (leader,), "no out-of-sync follower leads")
+        self.assertEqual(set(self.brokers[min(followers)].replicas.manager.leaders), set())
+
+        zk_proxies[leader].heal()
+        replica_proxies[leader].heal()
+        await until(lambda: self.roles(0)[0] == leader and len(self.roles(0)[1]) == 2, "healed: it leads again",
+                    timeout_s=20)
+        await until(lambda: len(self.brokers[leader].replicas.manager.leaders[(TOPIC, 0)].state.isr) == 3,
+                    "the followers rejoined", timeout_s=20)
+        self.assertEqual(await self.read_all(leader, 0), acknowledged)
+        await self.produce_all(leader, 0, [b"after"])
