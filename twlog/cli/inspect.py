@@ -310,6 +310,9 @@ async def delete_topic(reactor, args) -> None:
         if args.zookeeper:
             zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
             await zk.start()
+            if await zk.exists(paths.replicated_topic_path(args.topic)) is not None:
+                raise TwlogError(f"{args.topic!r} is a replicated topic, and deleting one is not supported yet (its "
+                                 "replicas would be made again by its leaders and followers): nothing was deleted")
             readers = await _groups_reading(zk, args.topic)
             if readers and not args.force:
                 raise TwlogError(f"topic {args.topic!r} is being read by {_readers_text(readers)}: stop "
