@@ -14,10 +14,9 @@ from twisted.trial.unittest import TestCase
 from tests.integration.broker import start_broker
 from tests.integration.test_replication_zk import until
 from tests.integration.zookeeper import fresh_connect_string
-from twlog.cli.inspect import create_topic, delete_topic, describe_topic
+from twlog.cli.inspect import create_topic, describe_topic
 from twlog.cli.main import build_parser
 from twlog.coord.replication.controller import ControllerState
-from twlog.errors import TwlogError
 
 
 async def run(command, *argv: str) -> str:
@@ -56,9 +55,6 @@ class ReplicatedTopicTests(TestCase):
             self.assertEqual(p["replicas"], created["replicas"][p["name"]])
             self.assertEqual((p["leader"], p["leader_epoch"], sorted(p["isr"])), (p["replicas"][0], 0, [1, 2]))
         by_zookeeper = json.loads(await run(describe_topic, "describe", "-z", hosts, "-t", "orders", "--json"))
-        with self.assertRaises(TwlogError) as refused:  # (not supported yet: refused, with nothing deleted)
-            await run(delete_topic, "delete", "-z", hosts, "-t", "orders")
-        self.assertIn("'orders' is a replicated topic, and deleting one is not supported yet", str(refused.exception))
         self.assertEqual(by_zookeeper["partitions"], partitions)
 
         # The controller stops (what SIGTERM does): its leaderships move to the other broker first.

@@ -18,9 +18,10 @@ from tests.integration.test_replication_control import run
 from tests.integration.test_replication_zk import until
 from tests.integration.zookeeper import fresh_connect_string
 from twlog.bench.faultproxy import FaultProxy
-from twlog.cli.inspect import create_topic, describe_topic
+from twlog.cli.inspect import create_topic, delete_topic, describe_topic
 from twlog.client.connection import BrokerConnection
-from twlog.errors import NotEnoughReplicas, NotLeader
+from twlog.coord import paths
+from twlog.errors import NotEnoughReplicas, NotLeader, TwlogError
 from twlog.protocol.codec import ACK_ALL, AckProduceRequest, FetchRequest, ProduceRequest
 from twlog.storage.fetched import iter_messages
 from twlog.storage.message import encode_message_set
@@ -285,3 +286,38 @@ class FailoverTests(TestCase):
                     "the followers rejoined", timeout_s=20)
         self.assertEqual(await self.read_all(leader, 0), acknowledged)
         await self.produce_all(leader, 0, [b"after"])
+
+    async def test_delete_and_create_again(self) -> None:
+        """twlog topics delete of a replicated topic: refused while a replica's broker is down (nothing deleted);
+        with every broker up, every replica log goes and its ZooKeeper state; the name then makes a new, empty
+        topic."""
+        self.hosts, self.brokers = fresh_connect_string(), {}
+        log_dirs = {b: self.mktemp() for b in (1, 2, 3)}
+        for b in (1, 2, 3):
+            await self.start(b, log_dirs[b])
+        await run(create_topic, "create", "-z", self.hosts, "-t", TOPIC, "-n", "2", "--replication-factor", "3",
+                  "--min-insync-replicas", "2")
+        for p in (0, 1):
+            await until(lambda p=p: self.roles(p)[0] is not None and len(self.roles(p)[1]) == 2, f"{p} has roles")
+        await self.produce_all(self.roles(0)[0], 0, [b"old"])
+        await self.brokers[3].stopService()
+        del self.brokers[3]
+        with self.assertRaises(TwlogError) as refused:
+            await run(delete_topic, "delete", "-z", self.hosts, "-t", TOPIC)
+        self.assertIn("broker 3, with replicas of 'events', is down", str(refused.exception))
+        await self.start(3, log_dirs[3])
+        await until(lambda: self.roles(0)[0] is not None and len(self.roles(0)[1]) == 2, "every replica back")
+
+        out = await run(delete_topic, "delete", "-z", self.hosts, "-t", TOPIC)
+        self.assertIn("deleted replicated topic events: its replicas on brokers 1, 2, 3", out)
+        for service in self.brokers.values():
+            self.assertEqual([k for k in service.logs.logs() if k[0] == TOPIC], [])
+            self.assertEqual((service.replicas.manager.leaders, service.replicas.manager.followers), ({}, {}))
+        zk = self.brokers[1].zookeeper
+        self.assertIsNone(await zk.exists(paths.replicated_topic_path(TOPIC)))
+        self.assertIsNone(await zk.exists(paths.delete_topic_path(TOPIC)))
+
+        await run(create_topic, "create", "-z", self.hosts, "-t", TOPIC, "-n", "1", "--replication-factor", "3")
+        await until(lambda: self.roles(0)[0] is not None and len(self.roles(0)[1]) == 2, "the new topic has roles")
+        await self.produce_all(self.roles(0)[0], 0, [b"new"])
+        self.assertEqual(await self.read_all(self.roles(0)[0], 0), [b"new"])

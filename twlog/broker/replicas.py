@@ -16,9 +16,10 @@ from twisted.logger import Logger
 from twlog.client.connection import BrokerConnection
 from twlog.client.topics import create_replicated
 from twlog.config import BrokerConfig
+from twlog.coord import paths
 from twlog.coord.cluster import ClusterView
 from twlog.coord.replication.store import ReplicatedTopicExists
-from twlog.coord.zk import IZooKeeper
+from twlog.coord.zk import CONNECTED, IZooKeeper, NodeExistsError, NoNodeError
 from twlog.errors import LeaderNotAvailable
 from twlog.protocol.server import Broker
 from twlog.replica.manager import ReplicaManager
@@ -27,6 +28,9 @@ from twlog.storage.manager import LogManager
 from twlog.storage.topics import MAX_PARTITIONS
 
 __all__ = ["BrokerReplicas"]
+
+#: How many tenths of a second a deleted topic's name waits for the view to forget it (L{_finish_deletion}).
+FINISH_TRIES = 50
 
 
 class BrokerReplicas:
@@ -44,15 +48,62 @@ class BrokerReplicas:
         self.manager.install(broker)
         self.roles = ReplicaRoles(config.broker_id, self.manager, view, logs, zk, reactor,
                                   default_min_isr=config.min_insync_replicas)
-        self._config, self._zk = config, zk
+        self._config, self._zk, self._logs = config, zk, logs
         #: Topics being created replicated (C{--default-replication-factor}), and why the last try failed, if it did.
         self._creating: set[str] = set()
+        self._stopped = False
+        self._deletion_watch = self._watch_deletions  # (one watch function: set once however often it is read)
         self.auto_create_failures: dict[str, str] = {}
         if config.default_replication_factor > 1:
             self.manager.auto_create = self._auto_create
 
     def start(self) -> None:
         self.roles.start()
+        self._zk.add_state_listener(self._session_changed)
+        self._watch_deletions()
+
+    # -- deleting replicated topics (twlog topics delete) --------------------------------
+
+    def _watch_deletions(self, event: object = None) -> None:
+        if not self._stopped:
+            Deferred.fromCoroutine(self._read_deletions()).addErrback(
+                lambda f: self._log.warn("broker {id}: reading the topics being deleted failed ({error}); read "
+                                         "again at the next change", id=self._config.broker_id,
+                                         error=f.getErrorMessage() or f.type.__name__))
+
+    async def _read_deletions(self) -> None:
+        await self._zk.ensure_path(paths.DELETE_TOPICS)
+        marked = set(await self._zk.children(paths.DELETE_TOPICS, watch=self._deletion_watch))
+        for topic in sorted(self.roles.deleting - marked):  # done: the topic's name is free again
+            self._finish_deletion(topic, FINISH_TRIES)
+        for topic in sorted(marked - self.roles.deleting):
+            self.roles.deleting.add(topic)
+            Deferred.fromCoroutine(self._delete_here(topic)).addErrback(
+                lambda f, topic=topic: self._log.failure("broker {id}: deleting the replicas of {topic} failed", f,
+                                                         id=self._config.broker_id, topic=topic))
+
+    def _finish_deletion(self, topic: str, tries: int) -> None:
+        """Its deletion done, give C{topic}'s name back, once the view no longer holds the deleted topic's state
+        (else a role could start on it again); a topic made again at once under the name is taken after
+        C{FINISH_TRIES} tenths of a second."""
+        if self._stopped or topic not in self.roles.deleting:
+            return
+        if self._view.replica_states(topic) is not None and tries > 0:
+            self._reactor.callLater(0.1, self._finish_deletion, topic, tries - 1)
+            return
+        self.roles.deleting.discard(topic)
+        self.roles.update()
+
+    async def _delete_here(self, topic: str) -> None:
+        """Stop leading and following C{topic}, delete its logs here, then say so under its deletion mark."""
+        self.roles.update()
+        count = await self._logs.delete_topic(topic) if topic in self._logs.topics() else 0
+        self._log.info("broker {id}: deleted the {count} replica logs of replicated topic {topic}",
+                       id=self._config.broker_id, count=count, topic=topic)
+        try:
+            await self._zk.create(paths.delete_topic_path(topic, self._config.broker_id))
+        except (NodeExistsError, NoNodeError):
+            pass  # (said before, or the deletion already finished)
 
     def shut_down(self) -> None:
         """The broker is stopping: follow nothing more (L{ReplicaRoles.shut_down}); lead until moved away."""
@@ -60,7 +111,13 @@ class BrokerReplicas:
 
     def stop(self) -> Deferred[Any]:
         """Stop leading and following (held C{ack=all} sets get NotLeader); fires once the followers stopped."""
+        self._stopped = True
+        self._zk.remove_state_listener(self._session_changed)
         return self.roles.stop()
+
+    def _session_changed(self, state: str) -> None:
+        if state == CONNECTED:  # (a new session has no watches: read the marks again)
+            self._watch_deletions()
 
     def _auto_create(self, topic: str) -> bool:
         """Create C{topic} replicated (once at a time), unless the cluster holds it as a 0.7 topic."""

@@ -24,7 +24,7 @@ from twlog.client.async_discovery import bootstrap_async, cluster_layout_async
 from twlog.client.discovery import log_problems
 from twlog.client.options import ClientOptions
 from twlog.client.replica_status import PartitionProgress, ask_leaders
-from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated, create_replicated
+from twlog.client.topics import REGISTRATION_WAIT_S, TopicCreated, create_replicated, delete_replicated
 from twlog.client.topics import create_topic as create_on_brokers
 from twlog.client.topics import delete_topic as delete_on_brokers
 from twlog.consumer.membership import read_members, sorted_children
@@ -310,13 +310,13 @@ async def delete_topic(reactor, args) -> None:
         if args.zookeeper:
             zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
             await zk.start()
-            if await zk.exists(paths.replicated_topic_path(args.topic)) is not None:
-                raise TwlogError(f"{args.topic!r} is a replicated topic, and deleting one is not supported yet (its "
-                                 "replicas would be made again by its leaders and followers): nothing was deleted")
+            replicated = await zk.exists(paths.replicated_topic_path(args.topic)) is not None
             readers = await _groups_reading(zk, args.topic)
             if readers and not args.force:
                 raise TwlogError(f"topic {args.topic!r} is being read by {_readers_text(readers)}: stop "
                                  f"{'them' if len(readers) > 1 else 'it'} first, or --force")
+        if zk is not None and replicated:
+            return await _delete_replicated(reactor, zk, args)
         try:
             deleted = await deferToThread(delete_on_brokers, args.topic, options=options, **source)
         except UnknownTopic as e:
@@ -360,6 +360,21 @@ def _readers_text(readers: dict[str, int]) -> str:
     """C{group demo (2 live members)}, or several."""
     parts = [f"{group} ({n} live member{'s' if n != 1 else ''})" for group, n in readers.items()]
     return ("group " if len(parts) == 1 else "groups ") + ", ".join(parts)
+
+
+async def _delete_replicated(reactor, zk, args) -> None:
+    """C{twlog topics delete} of a replicated topic: its replicas on every broker (L{delete_replicated}), its
+    state in ZooKeeper, and the groups' committed offsets."""
+    brokers = await delete_replicated(zk, args.topic, clock=reactor)
+    cleared = await _delete_offsets(zk, args.topic)
+    if getattr(args, "json", False):
+        print_json({"topic": args.topic, "deleted": True, "replicated": True, "brokers": list(brokers),
+                    "offsets_deleted_for_groups": cleared})
+        return
+    sentence = f"deleted replicated topic {args.topic}: its replicas on brokers {', '.join(map(str, brokers))}"
+    if cleared:
+        sentence += f"; and the committed offsets of group{'s' if len(cleared) != 1 else ''} {', '.join(cleared)}"
+    print(sentence)
 
 
 async def _delete_offsets(zk, topic: str) -> list[str]:

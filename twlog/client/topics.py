@@ -35,7 +35,15 @@ from twlog.coord.replication.assign import assign_replicas
 from twlog.coord.replication.store import MIN_INSYNC_REPLICAS
 from twlog.coord.replication.values import TopicAssignment
 from twlog.coord.zk import BlockingZooKeeper, IZooKeeper, NoNodeError, ZooKeeperUnavailable
-from twlog.errors import BrokerTimeout, ConnectionFailed, InvalidRequest, TopicExists, UnknownTopic, raise_for
+from twlog.errors import (
+    BrokerTimeout,
+    ConnectionFailed,
+    InvalidRequest,
+    TopicExists,
+    TwlogError,
+    UnknownTopic,
+    raise_for,
+)
 from twlog.partition import address_text
 from twlog.protocol.codec import CreateTopicRequest, DeleteTopicRequest
 from twlog.protocol.replication_codec import ReplicatedLayout
@@ -294,3 +302,40 @@ async def create_replicated(zk: IZooKeeper, topic: str, partitions: int, replica
         if started or clock.seconds() >= deadline:
             return ReplicatedTopicCreated(created, live, started)
         await deferLater(clock, _POLL_S)
+
+
+async def delete_replicated(zk: IZooKeeper, topic: str, *, clock,
+                            wait_s: float = REGISTRATION_WAIT_S) -> tuple[int, ...]:
+    """Delete replicated topic C{topic}: mark it (C{/twlog/delete_topics/<topic>}), wait until every broker with a
+    replica of it has stopped its roles and deleted its logs, then remove its ZooKeeper state; the brokers.
+
+    @raise TwlogError: a replica's broker is down (its replicas must go too: nothing is deleted), or a broker did
+        not delete its replicas within C{wait_s} (the mark stays, and the brokers finish when they can; run
+        the command again).
+    """
+    assignment = await store.read_topic(zk, topic)
+    replicas = tuple(sorted({b for r in assignment.partitions.values() for b in r}))
+    try:
+        names = await zk.children(paths.BROKER_IDS)
+    except NoNodeError:
+        names = []
+    down = [b for b in replicas if str(b) not in names]
+    if down:
+        raise TwlogError(f"broker{'s' if len(down) > 1 else ''} {', '.join(map(str, down))}, with replicas of "
+                         f"{topic!r}, {'are' if len(down) > 1 else 'is'} down: start "
+                         f"{'them' if len(down) > 1 else 'it'} first, so that every replica goes; nothing was deleted")
+    await zk.ensure_path(paths.delete_topic_path(topic))
+    deadline = clock.seconds() + wait_s
+    while True:
+        done = {int(n) for n in await zk.children(paths.delete_topic_path(topic)) if n.isdigit()}
+        left = [b for b in replicas if b not in done]
+        if not left:
+            break
+        if clock.seconds() >= deadline:
+            raise TwlogError(f"broker{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} did not delete "
+                             f"{'their' if len(left) > 1 else 'its'} replicas of {topic!r} within {wait_s:g} s; the "
+                             "deletion goes on when they do: run the command again to finish it")
+        await deferLater(clock, _POLL_S)
+    await store.delete_tree(zk, paths.replicated_topic_path(topic))
+    await store.delete_tree(zk, paths.delete_topic_path(topic))
+    return replicas

@@ -14,6 +14,9 @@ CONTROLLER = "/twlog/controller"
 CONTROLLER_EPOCH = "/twlog/controller_epoch"
 #: Persistent: the replicated topics (Kafka 0.8's shapes, kept away from 0.7 clients' C{/brokers/topics}).
 REPLICATED_TOPICS = "/twlog/topics"
+#: Replicated topics being deleted: C{<topic>} (persistent, empty), with a child C{<broker id>} for each replica
+#: broker that has deleted its replicas (Kafka's C{/admin/delete_topics}).
+DELETE_TOPICS = "/twlog/delete_topics"
 
 
 def broker_id_path(broker_id: int) -> str:
@@ -43,6 +46,12 @@ def held_path(topic: str | None = None, broker_id: int | None = None) -> str:
 def replicated_topic_path(topic: str | None = None) -> str:
     """C{/twlog/topics[/<topic>]}: persistent, a replicated topic's assignment and config (JSON)."""
     return REPLICATED_TOPICS if topic is None else f"{REPLICATED_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str | None = None, broker_id: int | None = None) -> str:
+    """C{/twlog/delete_topics[/<topic>[/<broker id>]]}: a replicated topic being deleted, and each broker done."""
+    path = DELETE_TOPICS if topic is None else f"{DELETE_TOPICS}/{topic}"
+    return path if broker_id is None else f"{path}/{broker_id}"
 
 
 def partition_state_path(topic: str, partition: int | None = None) -> str:

@@ -59,6 +59,8 @@ class ReplicaRoles:
         self._stopped = False
         #: Set when the broker starts stopping (L{shutting_down}): it follows nothing any more.
         self.shutting_down = False
+        #: Replicated topics being deleted (C{/twlog/delete_topics}): no role in them, produces refused.
+        self.deleting: set[str] = set()
         self._listener: Callable[[], Any] = self.update
 
     def start(self) -> None:
@@ -94,6 +96,8 @@ class ReplicaRoles:
                 continue
             assignment, states = found
             replicated.add(topic)
+            if topic in self.deleting:
+                continue
             for number, replicas in assignment.partitions.items():
                 state = states.get(number)
                 if self.broker_id in replicas and state is not None and state.online:

@@ -23,7 +23,7 @@ from twlog.errors import TwlogError
 from twlog.storage.manager import validate_topic
 
 __all__ = ["MIN_INSYNC_REPLICAS", "InvalidTopicConfig", "ReplicatedTopicExists", "StateChanged",
-           "create_replicated_topic", "create_state",
+           "create_replicated_topic", "create_state", "delete_tree",
            "increment_controller_epoch", "leaderships", "list_topics", "read_controller_epoch", "read_state",
            "read_topic", "resign_controller", "write_state_cas"]
 
@@ -220,3 +220,17 @@ async def leaderships(zk: IZooKeeper, broker_id: int, checkpoint: Checkpoint = _
 
 
 __all__ += ["BadReplicationValue"]
+
+
+async def delete_tree(zk: IZooKeeper, path: str) -> None:
+    """Delete C{path} and everything under it (gone already: nothing to do)."""
+    try:
+        children = await zk.children(path)
+    except NoNodeError:
+        return
+    for child in children:
+        await delete_tree(zk, f"{path}/{child}")
+    try:
+        await zk.delete(path)
+    except NoNodeError:
+        pass
