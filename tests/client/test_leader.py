@@ -65,6 +65,17 @@ class LeaderConnectionTests(SynchronousTestCase):
         self.assertRaises(LeaderNotAvailable, leader.read, PartitionReader(TP, 0, max_bytes=100))
         self.assertEqual(len(cluster.asked), 3)
 
+    def test_waits_while_the_leader_stays(self) -> None:
+        """With C{wait_s}, a refresh that finds the leader where it was (killed, its session not expired yet)
+        waits before the request goes again; one that finds it moved does not."""
+        cluster = Cluster({("h1", 9091): [wait_frame(b"", LeaderNotAvailable.code), wait_frame(b"", NotLeader.code)],
+                           ("h2", 9092): [wait_frame(SET)]}, [FIRST, MOVED])
+        slept: list[float] = []
+        leader = LeaderConnection(FIRST, zookeeper="zk:2181", find=cluster.find, connect=cluster.connect, wait_s=1.0,
+                                  sleep=slept.append)
+        self.assertEqual(leader.read(PartitionReader(TP, 0, max_bytes=100)).next_offset, 33)
+        self.assertEqual((slept, leader.location), ([1.0], MOVED))
+
     def test_without_a_source_it_reconnects(self) -> None:
         """Given neither brokers nor ZooKeeper, a refresh keeps the address (nothing to ask)."""
         cluster = Cluster({("h1", 9091): [wait_frame(b"", NotLeader.code), wait_frame(SET)]}, [])

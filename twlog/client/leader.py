@@ -14,6 +14,7 @@ times in a row this happens.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,8 +43,12 @@ class LeaderConnection:
     def __init__(self, location: PartitionLocation, *, brokers: str | Sequence[tuple[str, int]] | None = None,
                  zookeeper: str | None = None, options: ClientOptions | None = None,
                  find: Callable[..., list[PartitionLocation]] = discover,
-                 connect: Callable[..., SyncConnection] = SyncConnection) -> None:
+                 connect: Callable[..., SyncConnection] = SyncConnection, wait_s: float = 0.0,
+                 sleep: Callable[[float], Any] = time.sleep) -> None:
+        """@param wait_s: how long a refresh that finds the leader where it was (a killed broker whose session
+            has not expired yet, or no leader elected yet) waits before the request is sent again."""
         self.location = location
+        self.wait_s, self._sleep = wait_s, sleep
         self._brokers = brokers
         self._zookeeper = zookeeper
         self._options = ClientOptions.build(options)
@@ -85,6 +90,8 @@ class LeaderConnection:
                          found.address)
             self.connection.close()
             self.connection = self._connect(found.host, found.port, self._options)
+        elif self.wait_s:  # the same leader (or none learnt): give the election time
+            self._sleep(self.wait_s)
         if found is not None:
             self.location = found
         return self.connection

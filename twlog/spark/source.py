@@ -93,12 +93,27 @@ from pyspark.sql.streaming.datasource import (
 from twlog.client.discovery import PartitionLocation
 from twlog.client.leader import LeaderConnection
 from twlog.client.options import ClientOptions
-from twlog.client.reader import FetchedMessages, PartitionReader
-from twlog.errors import FetchSizeTooSmall, InvalidMessage, OffsetNotOnBoundary, OffsetOutOfRange, UnknownTopic
+from twlog.client.reader import REFRESH_ON, FetchedMessages, PartitionReader
+from twlog.errors import (
+    ConnectionFailed,
+    FetchSizeTooSmall,
+    InvalidMessage,
+    OffsetNotOnBoundary,
+    OffsetOutOfRange,
+    UnknownTopic,
+)
 from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
 from twlog.spark.avro import avro_batches, avro_schema, with_values
 from twlog.spark.envelope import envelope_schema, open_batches
-from twlog.spark.options import DEFAULT_FETCH_SIZE, OPTIONS, SourceOptions, check_options, resolve_offset
+from twlog.spark.options import (
+    DEFAULT_FETCH_SIZE,
+    LEADER_RETRIES,
+    LEADER_WAIT_S,
+    OPTIONS,
+    SourceOptions,
+    check_options,
+    resolve_offset,
+)
 from twlog.spark.split import split_ranges
 from twlog.spark.workers import WorkersCannotImportTwlog, check_workers_python
 from twlog.storage.message import CorruptMessage, iter_messages
@@ -186,11 +201,16 @@ def read_range(part: TwlogPartition) -> Iterator:
     if not isinstance(part, TwlogPartition):
         return  # Spark's placeholder partition when the plan is empty
     tp = part.tp
+    # A replicated partition's leader may be killed mid-read: its connection refused, then no leader until the
+    # controller moves it (the brokers' session timeout): the read waits for that, as the driver does.
+    replicated = tp.tp.fixed_leader is None
+    follow = {"refresh_on": (*REFRESH_ON, ConnectionFailed), "max_refreshes": LEADER_RETRIES} if replicated else {}
     reader = PartitionReader(tp.tp, part.start, max_bytes=part.fetch_size, end=part.end, label=tp.name,
                              on_corrupt="fail" if part.fail_on_data_loss else "skip", decode=_decoder(part),
                              max_decompressed_bytes=part.options.max_decompressed_bytes,
-                             on_skip=lambda error: _log_skip(part, error))
-    with LeaderConnection(tp, brokers=part.brokers, zookeeper=part.zookeeper, options=part.options) as leader:
+                             on_skip=lambda error: _log_skip(part, error), **follow)
+    with LeaderConnection(tp, brokers=part.brokers, zookeeper=part.zookeeper, options=part.options,
+                          wait_s=LEADER_WAIT_S if replicated else 0.0) as leader:
         while not reader.done:
             rows = _read_fetch(leader, part, reader)
             if len(rows.offsets):
