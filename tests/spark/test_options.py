@@ -237,3 +237,24 @@ class OnLeaderTests(SynchronousTestCase):
                           connect=lambda host, port, opts: _Leader(port, set(), {port}, asked), sleep=self.fail)
         self.assertRaises(ConnectionFailed, o.bounds, FOUND[0])
         self.assertEqual(asked, [9092])
+
+    def test_waits_for_a_replicated_partitions_leader(self) -> None:
+        """A replicated partition with no leader (an election under way) is discovered again, LEADER_WAIT_S
+        apart, until it has one; a 0.7 partition's broker down fails at once (above)."""
+        from twlog.spark import options as module
+
+        replicated = [PartitionLocation(TopicPartition("orders", str(n)), 1, "h", 9092) for n in (0, 1)]
+        answers: list = [PartitionsOffline("orders:0 has no live leader", [TopicPartition("orders", "0")],
+                                           replicated[1:])] * 2 + [replicated]
+        slept: list[float] = []
+        self.patch(module.time, "sleep", slept.append)
+
+        def find(*args, **kwargs):
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        o = SourceOptions({"brokers": "h:1", "subscribe": "orders"}, False, find=find)
+        self.assertEqual([p.name for p in o.partitions()], ["0", "1"])
+        self.assertEqual(slept, [module.LEADER_WAIT_S] * 2)

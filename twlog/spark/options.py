@@ -176,7 +176,7 @@ class SourceOptions:
         @raise PartitionsOffline: as said.
         """
         try:
-            found = self._find(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
+            found = self._find_waiting()
         except PartitionsOffline as e:
             found = e.available
             offline = self._wanted_offline(e.offline, found)
@@ -201,6 +201,22 @@ class SourceOptions:
                 except ValueError as e:
                     raise UnknownTopic(f"assign: {e}") from None
         return [tp for tp in found if str(tp.tp) in chosen]
+
+    def _find_waiting(self) -> list[PartitionLocation]:
+        """The partitions discovered now; while only replicated partitions lack a leader (an election under way:
+        a leader stopped or killed, its session not expired yet), discovered again, up to L{LEADER_RETRIES}
+        times L{LEADER_WAIT_S} apart, before their L{PartitionsOffline} is raised."""
+        for attempt in range(LEADER_RETRIES + 1):
+            try:
+                return self._find(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
+            except PartitionsOffline as e:
+                offline = self._wanted_offline(e.offline, e.available)
+                if attempt == LEADER_RETRIES or not offline or any(tp.fixed_leader is not None for tp in offline):
+                    raise
+                _logger.info("twlog: %s: waiting for a leader (%d of %d)", describe_offline(offline), attempt + 1,
+                             LEADER_RETRIES)
+                time.sleep(LEADER_WAIT_S)
+        raise AssertionError("unreachable")
 
     def _wanted_offline(self, offline: list[TopicPartition], found: list[PartitionLocation]) -> list[TopicPartition]:
         """Those of C{offline} this read wants: all, or with C{assign} the assigned ones (names and indexes are
