@@ -40,6 +40,11 @@ class FollowTheLeaderTests(TestCase):
                                                      replica_lag_time_ms=1000)
         return self.brokers[broker_id]
 
+    def high_watermark(self, partition: int) -> int | None:
+        """The high watermark of C{partition} at its leader now (None: no leader)."""
+        leader = self.leader(partition)
+        return None if leader is None else self.brokers[leader].logs.get_log(TOPIC, partition).high_watermark
+
     def leader(self, partition: int) -> int | None:
         return next((b for b, s in self.brokers.items()
                      if s.replicas is not None and (TOPIC, partition) in s.replicas.manager.leaders), None)
@@ -147,4 +152,6 @@ class FollowTheLeaderTests(TestCase):
         for p in ("0", "1"):
             await until(lambda p=p: self.leader(int(p)) is not None, f"partition {p} has a leader")
             value, _ = await zk.get(paths.offset_path("g", TOPIC, p))
-            self.assertEqual(int(value), self.brokers[self.leader(int(p))].logs.get_log(TOPIC, int(p)).high_watermark)
+            # (a new leader's high watermark reaches what the old one had once its followers fetch from it)
+            await until(lambda p=p, value=value: int(value) == self.high_watermark(int(p)),
+                        f"partition {p}'s high watermark reaches the committed offset")
