@@ -13,10 +13,10 @@ from tests.fakezk import FakeZooKeeper
 from twlog.coord import paths
 from twlog.coord.replication import store
 from twlog.coord.replication.values import PartitionState
-from twlog.errors import LeaderNotAvailable, NotLeader, PartitionsOffline
+from twlog.errors import ConnectionFailed, LeaderNotAvailable, MessageSizeTooLarge, NotLeader, PartitionsOffline
 from twlog.partition import TopicPartition
 from twlog.producer import Producer, hash_partitioner
-from twlog.producer.failover import MAX_BACKOFF_S, wait_created
+from twlog.producer.failover import MAX_BACKOFF_S, PartitionQueue, wait_created
 from twlog.protocol import codec
 from twlog.protocol.codec import AckProduceRequest, ClusterMetadataRequest, ProduceResult
 from twlog.protocol.replication_codec import (
@@ -118,6 +118,44 @@ class StaticFailoverTests(SynchronousTestCase):
         self.successResultOf(first)
         self.successResultOf(second)
         self.assertEqual(produced(self.connections["b2"]), [(0, [b"first"]), (0, [b"second"])])
+
+    def test_batches_that_waited_go_together_each_with_its_offsets(self) -> None:
+        """While a request is out, later batches wait; the next request carries them all, a set each, in order,
+        and each send gets its own set's offsets."""
+        producer = self.make({0: 1, 1: 2})
+        self.successResultOf(producer.partitions("r"))
+        self.connections["b1"].hold_requests = True
+        first = producer.send("r", [b"a"], partition_index=0)
+        later = [producer.send("r", [b"b%d" % n] * (n + 1), partition_index=0) for n in range(3)]
+        requests = [r for r in self.connections["b1"].requests if isinstance(r, AckProduceRequest)]
+        self.assertEqual(len(requests), 1)
+        self.connections["b1"].held.pop(0).callback(None)
+        self.connections["b1"].held.pop(0).callback(None)
+        requests = [r for r in self.connections["b1"].requests if isinstance(r, AckProduceRequest)]
+        self.assertEqual([len(r.produces) for r in requests], [1, 3])
+        self.assertEqual(produced(self.connections["b1"]),
+                         [(0, [b"a"]), (0, [b"b0"]), (0, [b"b1"] * 2), (0, [b"b2"] * 3)])
+        results = [self.successResultOf(d) for d in [first, *later]]
+        for before, after in zip(results, results[1:]):
+            self.assertEqual(after.offset, before.next_offset)
+        self.assertEqual([r.next_offset - r.offset for r in results[1:]],
+                         [len(p.messages) for p in requests[1].produces])
+
+    def test_a_refused_set_fails_its_own_send_only(self) -> None:
+        """A set refused for itself (too large) fails its send; the sets around it in the request are stored."""
+        producer = self.make({0: 1})
+        self.successResultOf(producer.partitions("r"))
+        self.connections["b1"].hold_requests = True
+        sends = [producer.send("r", [b"%d" % n], partition_index=0) for n in range(4)]
+        held = self.connections["b1"].held.pop(0)
+        self.connections["b1"].responses.append(codec.encode_ack_produce_response(0, [
+            ProduceResult("r", 0, 0, 10, 20), ProduceResult("r", 0, MessageSizeTooLarge.code, 5000, 1000),
+            ProduceResult("r", 0, 0, 20, 30)]))
+        held.callback(None)
+        self.assertEqual(self.successResultOf(sends[1]).offset, 10)
+        error = self.failureResultOf(sends[2], MessageSizeTooLarge).value
+        self.assertIn("5000", str(error))
+        self.assertEqual(self.successResultOf(sends[3]).offset, 20)
 
     def test_batching_producer_keeps_order_too(self) -> None:
         producer = self.make({0: 1}, batch_size=1)
@@ -263,3 +301,54 @@ class WaitCreatedTests(SynchronousTestCase):
             self.failureResultOf(Deferred.fromCoroutine(wait_created(self.producer, target, error, waited)),
                                  type(error))
         self.assertEqual(self.forgotten, [])
+
+
+class PartitionQueueTests(SynchronousTestCase):
+    """The queue alone, with a scripted send."""
+
+    def setUp(self) -> None:
+        self.calls: list[tuple[TopicPartition, list[list[bytes]]]] = []
+        self.answers: list[Deferred] = []
+
+        def send(tp, sets):
+            self.calls.append((tp, sets))
+            d: Deferred = Deferred()
+            self.answers.append(d)
+            return d
+
+        self.queue = PartitionQueue(send, max_bytes=10)
+        self.tp = TopicPartition("r", "0")
+
+    def test_a_request_carries_at_most_max_bytes_unless_one_batch_is_larger(self) -> None:
+        sends = [self.queue.deliver(self.tp, [b"x" * size]) for size in (1, 4, 4, 4, 20, 1)]
+        self.answers.pop(0).callback([1])
+        self.answers.pop(0).callback([2, 3])  # 4 + 4: a third 4 would pass 10
+        self.answers.pop(0).callback([4])
+        self.answers.pop(0).callback([5])  # 20: alone
+        self.answers.pop(0).callback([6])
+        self.assertEqual([[len(p[0]) for p in sets] for _, sets in self.calls], [[1], [4, 4], [4], [20], [1]])
+        self.assertEqual([self.successResultOf(d) for d in sends], [1, 2, 3, 4, 5, 6])
+        self.assertFalse(self.queue.busy(self.tp))
+
+    def test_partitions_do_not_wait_for_each_other(self) -> None:
+        self.queue.deliver(self.tp, [b"a"])
+        self.queue.deliver(TopicPartition("r", "1"), [b"b"])
+        self.assertEqual([tp.name for tp, _ in self.calls], ["0", "1"])
+
+    def test_a_failed_request_fails_each_of_its_batches_and_the_next_goes_on(self) -> None:
+        sends = [self.queue.deliver(self.tp, [b"%d" % n]) for n in range(3)]
+        self.answers.pop(0).callback([1])
+        self.answers.pop(0).errback(ConnectionFailed("refused"))
+        self.failureResultOf(sends[1], ConnectionFailed)
+        self.failureResultOf(sends[2], ConnectionFailed)
+        later = self.queue.deliver(self.tp, [b"3"])
+        self.answers.pop(0).callback([4])
+        self.assertEqual(self.successResultOf(later), 4)
+
+    def test_a_leader_moving_between_sets_sends_the_rest_again_in_order(self) -> None:
+        sends = [self.queue.deliver(self.tp, [b"%d" % n]) for n in range(4)]
+        self.answers.pop(0).callback([0])
+        self.answers.pop(0).callback([1, NotLeader("moved"), 3])
+        self.assertEqual(self.calls[-1][1], [[b"2"], [b"3"]])
+        self.answers.pop(0).callback([2, 3])
+        self.assertEqual([self.successResultOf(d) for d in sends], [0, 1, 2, 3])

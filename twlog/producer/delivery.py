@@ -16,27 +16,33 @@ from twlog.errors import (
     MessageSizeTooLarge,
     OutcomeUnknown,
     ProtocolViolation,
-    check,
     error_for,
 )
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import ACK_NONE, AckProduceRequest, AckProduceResponse, ProduceRequest, ProduceResult
 from twlog.storage.message import encode_message_set
 
-__all__ = ["deliver"]
+__all__ = ["deliver", "deliver_sets"]
 
 
 def _raise_unknown(response: AckProduceResponse, context: str) -> AckProduceResponse:
-    """C{response}, unless it answers its one set with L{OutcomeUnknown} (the batch may be stored): raised."""
-    if len(response.results) == 1 and response.results[0].error == OutcomeUnknown.code:
+    """C{response}, unless it answers its first set with L{OutcomeUnknown} (the batch may be stored): raised, so
+    that the whole request is resent."""
+    if response.results and response.results[0].error == OutcomeUnknown.code:
         raise error_for(OutcomeUnknown.code, f"{context} may or may not be stored")
     return response
 
 
-def _raise_if_resend_refused(result: ProduceResult, uncertain: Exception | None, context: str) -> None:
-    """After an unknown outcome, a resend refused ("not written": true of the resend only) is still unknown."""
-    if result.error != 0 and uncertain is not None:
-        raise OutcomeUnknown(f"{uncertain}; the resend was refused: {error_for(result.error, context)}")
+def _outcome(result: ProduceResult, uncertain: Exception | None, context: str) -> ProduceResult | Exception:
+    """One set's result, or the exception its refusal means.  After an unknown outcome, a resend refused ("not
+    written": true of the resend only) is still unknown."""
+    if result.error == 0:
+        return result
+    if uncertain is not None:
+        return OutcomeUnknown(f"{uncertain}; the resend was refused: {error_for(result.error, context)}")
+    if result.error == MessageSizeTooLarge.code:  # it carries the size and the broker's limit
+        return result.size_error(context)
+    return error_for(result.error, context)
 
 
 async def deliver(producer, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
@@ -48,19 +54,39 @@ async def deliver(producer, target: TopicPartition, payloads: list[bytes]) -> Pr
     @raise OutcomeUnknown: the batch may or may not be stored, and the retries are spent.
     @raise BrokerError: the broker refused it (nothing was stored).
     """
+    outcome = (await deliver_sets(producer, target, [payloads]))[0]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+async def deliver_sets(producer, target: TopicPartition, sets: list[list[bytes]]
+                       ) -> list[ProduceResult | None | Exception]:
+    """Send C{sets} (batches, in order) to C{target}'s leader in one request, a message set each, with C{producer}'s
+    settings and retries; each set's outcome, in order: its result (None without acknowledgements), or the
+    L{BrokerError} that refused it (nothing of it stored).  A refusal of the first set is raised (the broker
+    refuses every set of a partition alike for the reasons a resend can mend: L{NotLeader} and the like), as is
+    anything that befell the whole request.
+
+    @raise ConnectionFailed: the leader cannot be reached (L{ConnectionLost}: the sets may be stored).
+    @raise OutcomeUnknown: the sets may or may not be stored, and the retries are spent.
+    @raise BrokerError: the broker refused the first set (nothing of it was stored).
+    """
     topic = target.topic
     connection = producer._pool.get(producer._router.leader(target))
     if connection is None:
         producer._router.forget(topic)
         raise ConnectionFailed(f"broker {producer._router.leader(target)} left the cluster: cannot write {target}")
-    produce = ProduceRequest(topic, target.number, encode_message_set(payloads, producer.codec))
+    produces = tuple(ProduceRequest(topic, target.number, encode_message_set(payloads, producer.codec))
+                     for payloads in sets)
     attempt, uncertain = 0, None  # uncertain: why an earlier attempt may have stored the batch
     while True:
         try:
             if producer._ack == ACK_NONE:
-                await connection.send(produce)
-                return None
-            request = AckProduceRequest(producer._ack, producer.ack_timeout_ms, (produce,))
+                for produce in produces:
+                    await connection.send(produce)
+                return [None] * len(produces)
+            request = AckProduceRequest(producer._ack, producer.ack_timeout_ms, produces)
             timeout_s = producer.options.timeout_s + producer.ack_timeout_ms / 1000
             response = _raise_unknown(await connection.request(request, timeout_s=timeout_s),
                                       f"broker {connection.address}, the batch for {target}")
@@ -90,10 +116,11 @@ async def deliver(producer, target: TopicPartition, payloads: list[bytes]) -> Pr
                 "or answered"
             ) from None
     results = response.results
-    if len(results) != 1:
-        raise ProtocolViolation(f"broker {connection.address} answered one produce with {len(results)} results")
+    if len(results) != len(produces):
+        raise ProtocolViolation(f"broker {connection.address} answered {len(produces)} produces with "
+                                f"{len(results)} results")
     context = f"broker {connection.address} did not take the batch for {target}"
-    _raise_if_resend_refused(results[0], uncertain, context)
-    if results[0].error == MessageSizeTooLarge.code:  # it carries the size and the broker's limit
-        raise results[0].size_error(context)
-    return check(results[0], context)
+    outcomes = [_outcome(result, uncertain, context) for result in results]
+    if isinstance(outcomes[0], Exception):
+        raise outcomes[0]
+    return outcomes

@@ -11,16 +11,21 @@ Nothing was stored by those, so the resend is safe.  A batch that may have been 
 after the write, the outcome unknown) is resent to the new leader too, counted against the producer's
 C{retries} (at least once: it may be stored twice, never reordered).
 
-Order: the batches of one replicated partition go one at a time, in the order they were sent
-(L{Turns}), so a later batch never overtakes one being retried: Kafka's C{max.in.flight.requests=1}.
+Order: one request at a time per replicated partition, its batches in the order they were sent
+(L{PartitionQueue}), so a later batch never overtakes one being retried: Kafka's
+C{max.in.flight.requests=1}.  Batches sent while a request is out wait, and go together in the next
+request (one set each, up to L{COALESCE_BYTES}), each answered with its own offsets: a slow
+acknowledgement (C{ack="all"}: the followers' fetches and the leader's fsync) is paid once for every
+batch that waited for it, as Kafka's accumulator fills its next batch while one is in flight.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from twisted.internet.defer import DeferredLock
+from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
 from twlog.errors import (
@@ -33,7 +38,7 @@ from twlog.errors import (
 )
 from twlog.partition import TopicPartition
 
-__all__ = ["FOLLOW_ON", "MAX_BACKOFF_S", "Turns", "deliver_following", "wait_created"]
+__all__ = ["COALESCE_BYTES", "FOLLOW_ON", "MAX_BACKOFF_S", "PartitionQueue", "deliver_following", "wait_created"]
 
 #: What sends a replicated partition's batch again, to its leader as the router learns it again.
 FOLLOW_ON = (NotLeader, LeaderNotAvailable, NotEnoughReplicas, ConnectionFailed)
@@ -44,33 +49,82 @@ MAX_BACKOFF_S = 1.0
 T = TypeVar("T")
 
 
-class Turns:
-    """One delivery at a time per partition, in the order they asked (a FIFO lock per partition)."""
+#: The most payload bytes one request to a replicated partition carries when batches have waited (a batch
+#: larger than this goes alone): Kafka's C{max.request.size} default.
+COALESCE_BYTES = 1024 * 1024
 
-    def __init__(self) -> None:
-        self._locks: dict[TopicPartition, DeferredLock] = {}
+Outcome = Any  # a set's result (ProduceResult or None), or the Exception that refused it
 
-    async def run(self, tp: TopicPartition, work: Callable[[], Awaitable[T]]) -> T:
-        """C{await work()} once every delivery to C{tp} asked before has finished."""
-        lock = self._locks.get(tp)
-        if lock is None:
-            lock = self._locks[tp] = DeferredLock()
-        await lock.acquire()
-        try:
-            return await work()
-        finally:
-            lock.release()
-            if not lock.locked and not lock.waiting:
-                self._locks.pop(tp, None)
+SendSets = Callable[[TopicPartition, list[list[bytes]]], Awaitable[list[Outcome]]]
+
+
+class PartitionQueue:
+    """One request at a time per partition, in the order the batches came; the batches that came while one was
+    out go together in the next request.
+
+    C{send(tp, sets)} delivers C{sets} in one request and gives each set's outcome in order (raising for a
+    failure of the whole request, which every batch of it then gets).  An outcome that is one of L{FOLLOW_ON}
+    (the leader moved between two sets of a request) puts that batch and the later ones back at the head of
+    the queue, to be sent again in order.
+    """
+
+    def __init__(self, send: SendSets, max_bytes: int = COALESCE_BYTES) -> None:
+        self._send = send
+        self._max_bytes = max_bytes
+        self._waiting: dict[TopicPartition, deque[tuple[list[bytes], Deferred]]] = {}
+
+    def deliver(self, tp: TopicPartition, payloads: list[bytes]) -> Deferred:
+        """Deliver C{payloads} to C{tp} after every batch given before; fires with its outcome."""
+        done: Deferred = Deferred()
+        waiting = self._waiting.get(tp)
+        if waiting is None:  # idle: this batch starts the partition's run
+            waiting = self._waiting[tp] = deque()
+            waiting.append((payloads, done))
+            Deferred.fromCoroutine(self._run(tp, waiting))
+        else:
+            waiting.append((payloads, done))
+        return done
 
     def busy(self, tp: TopicPartition) -> bool:
         """Whether a delivery to C{tp} is under way or waiting."""
-        return tp in self._locks
+        return tp in self._waiting
+
+    def _take(self, waiting: deque[tuple[list[bytes], Deferred]]) -> list[tuple[list[bytes], Deferred]]:
+        group = [waiting.popleft()]
+        size = sum(map(len, group[0][0]))
+        while waiting:
+            more = sum(map(len, waiting[0][0]))
+            if size + more > self._max_bytes:
+                break
+            group.append(waiting.popleft())
+            size += more
+        return group
+
+    async def _run(self, tp: TopicPartition, waiting: deque[tuple[list[bytes], Deferred]]) -> None:
+        try:
+            while waiting:
+                group = self._take(waiting)
+                try:
+                    outcomes = await self._send(tp, [payloads for payloads, _ in group])
+                except Exception as e:
+                    for _, done in group:
+                        done.errback(e)
+                    continue
+                for n, ((payloads, done), outcome) in enumerate(zip(group, outcomes, strict=True)):
+                    if isinstance(outcome, FOLLOW_ON):  # to be sent again, with the batches after it, in order
+                        waiting.extendleft(reversed(group[n:]))
+                        break
+                    if isinstance(outcome, Exception):
+                        done.errback(outcome)
+                    else:
+                        done.callback(outcome)
+        finally:
+            del self._waiting[tp]
 
 
-async def deliver_following(producer: Any, target: TopicPartition, payloads: list[bytes],
-                            once: Callable[[Any, TopicPartition, list[bytes]], Awaitable[T]]) -> T:
-    """C{once(producer, target, payloads)} (L{twlog.producer.delivery.deliver}: one delivery to the leader the
+async def deliver_following(producer: Any, target: TopicPartition, payloads: Any,
+                            once: Callable[[Any, TopicPartition, Any], Awaitable[T]]) -> T:
+    """C{once(producer, target, payloads)} (L{twlog.producer.delivery.deliver_sets}: one request to the leader the
     router knows), sent again as the module says.
 
     (C{producer} is the L{twlog.producer.producer.Producer} sending: its router, clock, options, C{retries}

@@ -40,8 +40,8 @@ from twlog.errors import (
 )
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
-from twlog.producer.delivery import deliver
-from twlog.producer.failover import Turns, deliver_following, wait_created
+from twlog.producer.delivery import deliver, deliver_sets
+from twlog.producer.failover import PartitionQueue, deliver_following, wait_created
 from twlog.producer.router import Partitioner, Router, hash_partitioner
 from twlog.protocol.codec import (
     ACK_ALL,
@@ -153,7 +153,7 @@ class Producer:
         self.ack_timeout_ms = ack_timeout_ms
         self.retries = retries
         self.leader_wait_s = leader_wait_s
-        self._turns = Turns()
+        self._queue = PartitionQueue(lambda tp, sets: deliver_following(self, tp, sets, deliver_sets))
         self.options = options = ClientOptions.build(options, **overrides)
         self._ack = ACK_MODES[ack]
         if connection_factory is None:
@@ -325,7 +325,7 @@ class Producer:
 
     async def _deliver(self, target: TopicPartition, payloads: list[bytes]) -> ProduceResult | None:
         if target.fixed_leader is None:  # a replicated partition: in its turn, following its leader
-            return await self._turns.run(target, lambda: deliver_following(self, target, payloads, deliver))
+            return await self._queue.deliver(target, payloads)
         return await deliver(self, target, payloads)
 
     def _publish_audit(self, events: list[bytes]) -> None:
