@@ -285,3 +285,30 @@ class SegmentFilesTests(FollowerTestMixin, SynchronousTestCase):
         self.assertEqual(self.follower_log().end_offset, leader.end_offset)
         self.assertGreaterEqual(len(leader.segments), 4)
         self.assert_same_segment_files(leader, self.follower_log())
+
+    def test_below_the_leaders_log_start_it_starts_there(self) -> None:
+        """A follower that was away while the leader's retention deleted what it lacks (its end is below the
+        leader's log start) empties its log, starts it at the leader's start and catches up, with the leader's
+        segment files; nothing below that start is kept, and it records the leader's epoch."""
+        self.start_leader(isr=(1, 2), min_isr=1, retention_bytes=6000)
+        self.produce_sets([3, 5])
+        follower = self.start_follower(max_bytes=900)
+        follower.start()
+        self.successResultOf(follower.stop())
+        away_end = self.follower_log().end_offset
+        self.produce_sets([4, 6, 2, 5, 3, 6], tag=b"n")
+        leader = self.leader_log()
+        self.successResultOf(leader.flush())
+        expired = leader.expire_segments(int(self.clock.seconds() * 1000))
+        for segment in expired:
+            os.unlink(segment.path)
+        self.assertGreater(leader.start_offset, away_end)
+        self.follower = Follower(2, "t", 0, self.follower_log(), leader_id=1, leader_epoch=4, connection=self.link,
+                                 clock=self.clock, max_bytes=900)
+        self.follower.start()
+        self.addCleanup(lambda: self.follower.stop())
+        follower_log = self.follower_log()
+        self.assertEqual(self.follower.truncations, 1)
+        self.assertEqual((follower_log.start_offset, follower_log.end_offset), (leader.start_offset, leader.end_offset))
+        self.assert_same_segment_files(leader, follower_log)
+        self.assertEqual(follower_log.epochs.entries, [(4, leader.start_offset)])

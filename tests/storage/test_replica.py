@@ -506,3 +506,56 @@ class EpochsOfALogTests(ReplicaTestMixin, SynchronousTestCase):
         expired = log.expire_segments(now_ms=0)
         self.assertEqual(len(expired), 1)
         self.assertEqual(log.epochs.entries, [(1, SEGMENT)])
+
+
+class StartAtTests(ReplicaTestMixin, SynchronousTestCase):
+    """start_at: a follower below its leader's log start empties its log and starts again there."""
+
+    def test_empties_the_log_and_starts_at_the_offset(self) -> None:
+        log = self.open_log()
+        for i in range(25):  # segments at 0, SEGMENT and 2 * SEGMENT
+            log.append(encode_message_set(payloads(1, i)))
+        self.successResultOf(log.flush())
+        self.successResultOf(log.epochs.assign(3, 0))
+        log.high_watermark = 20 * ENTRY
+        start = 7 * SEGMENT
+        self.assertEqual(self.successResultOf(log.start_at(start)), start)
+        self.assertEqual((log.start_offset, log.end_offset, log.flushed_offset), (start, start, start))
+        self.assertEqual(log.high_watermark, start)
+        self.assertEqual(log.epochs.entries, [])
+        self.assertEqual([f for f in self.files(log) if f.endswith(".log")], [segment_name(start)])
+        self.assertFalse([f for f in self.files(log) if f.endswith(replica.DELETED_SUFFIX)])
+        with self.assertRaises(OffsetOutOfRange):
+            log.read(0, 1000)
+        self.assertEqual(log.append(encode_message_set(payloads(1, 50))).offset, start)
+        self.successResultOf(log.flush())
+        self.assertEqual(read_all(log, start), [])  # the high watermark: until the leader says more
+        log.high_watermark = log.end_offset
+        self.assertEqual(read_all(log, start), payloads(1, 50))
+
+    def test_reopened_it_starts_there(self) -> None:
+        directory = self.mktemp()
+        log = self.open_log(directory=directory)
+        for i in range(12):
+            log.append(encode_message_set(payloads(1, i)))
+        self.successResultOf(log.start_at(5 * SEGMENT))
+        log.append(encode_message_set(payloads(2, 60)))
+        self.successResultOf(log.flush())
+        log.close()
+        again = self.open_log(directory=directory)
+        self.assertEqual((again.start_offset, again.end_offset), (5 * SEGMENT, 5 * SEGMENT + 2 * ENTRY))
+        self.assertEqual(read_all(again, 5 * SEGMENT), payloads(2, 60))
+
+    def test_at_its_own_end_it_only_empties(self) -> None:
+        log = self.open_log()
+        for i in range(3):
+            log.append(encode_message_set(payloads(1, i)))
+        self.successResultOf(log.start_at(log.end_offset))
+        self.assertEqual((log.start_offset, log.end_offset), (3 * ENTRY, 3 * ENTRY))
+
+    def test_below_the_end_is_refused(self) -> None:
+        log = self.open_log()
+        log.append(encode_message_set(payloads(2)))
+        with self.assertRaises(ValueError):
+            log.start_at(ENTRY)
+        self.assertEqual(log.end_offset, 2 * ENTRY)

@@ -14,7 +14,9 @@ On becoming a follower (KIP-101, docs/protocol.md "13 EPOCH_END_OFFSET"):
      (C{Log.high_watermark}, never past its own end).
 
 Errors are retried after C{backoff_s}: a connection lost, NotLeader or an epoch that is not the
-leader's (the controller's next state moves this follower); OffsetOutOfRange starts again from step 1.
+leader's (the controller's next state moves this follower); OffsetOutOfRange starts again from step 1,
+after emptying the log to start at the leader's log start when its end is below it (the leader's
+retention deleted what it lacks: C{Log.start_at}).
 NotFollower stops it.  L{Follower.stop} ends the loop (the manager stops it on a leader change); every
 loop turn is one request, so it is bounded by the requests' timeouts.
 """
@@ -164,6 +166,7 @@ class Follower:
     def _record_epoch(self) -> None:
         if self._epoch_start is not None and self.log.end_offset >= self._epoch_start[1]:
             epoch, start = self._epoch_start
+            start = max(start, self.log.start_offset)  # (an epoch that began before this log's start)
             self._epoch_start = None
             self.log.epochs.assign(epoch, start).addErrback(
                 lambda f: self._log.failure("{follower}: recording epoch {epoch}", f, follower=self, epoch=epoch))
@@ -179,6 +182,12 @@ class Follower:
         if self._stopping:
             return
         part = response.parts[0]
+        if part.error == OffsetOutOfRange.code and offset < part.log_start:
+            self._log.warn("{follower}: its end {offset} is below the leader's log start {start} (retention): "
+                           "emptying its log to start there", follower=self, offset=offset, start=part.log_start)
+            self.truncations += 1
+            await self._await(self.log.start_at(part.log_start))
+            raise _Restart()
         if part.error == OffsetOutOfRange.code:
             self._log.warn("{follower}: offset {offset} is outside the leader's log [{start}, {end}]: truncating "
                            "again", follower=self, offset=offset, start=part.log_start, end=part.leader_end)

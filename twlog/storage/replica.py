@@ -12,6 +12,9 @@ replication needs of one partition's storage:
     epochs and the high watermark follow; the cut is made durable by the next
     fsync, and the renamed files are unlinked on the thread pool after it.
     Leftover C{.deleted} files are removed when the directory is opened again.
+  - L{ReplicaLog.start_at}: empty the log and start it again at a later offset,
+    as a follower does when its end is below its leader's log start (the
+    leader's retention deleted what it lacks): Kafka's C{truncateFullyAndStartAt}.
   - L{ReplicaLog.read_replica}: a leader's read for its followers, up to its written end.
   - L{ReplicaLog.append_replica}: append bytes the leader already validated, at
     exactly the leader's offset of them (L{OffsetMismatch} otherwise), checking
@@ -280,6 +283,48 @@ class ReplicaLog:
             flushed.addCallback(self._unlink, renamed)
         return gatherResults([flushed, epochs], consumeErrors=True).addCallbacks(
             lambda _: offset, lambda failure: failure.value.subFailure)
+
+    def start_at(self, offset: int) -> Deferred[int]:
+        """Empty the log and start it again at C{offset}, at or past its end: a follower whose end is below its
+        leader's log start takes the leader's log from there (Kafka's C{truncateFullyAndStartAt}).
+
+        The log is first truncated to its start (L{truncate_to}: every later segment goes, the first is cut
+        empty); then that empty segment's file is replaced by an empty one whose base is C{offset}, so the
+        leader's first segment and this one start at the same offset.  The leader epochs are cleared (the
+        follower records its leader's again), and the high watermark, if any, moves to C{offset}.
+
+        @return: fires with C{offset} once the new segment and the epochs' file are durable.
+        @raise ValueError: C{offset} is below the end.
+        @raise StorageFailed: as L{truncate_to}, or the new segment could not be created (the log fails).
+        """
+        if offset < self.end_offset:
+            raise ValueError(f"{self.directory}: cannot start again at {offset}, below the end {self.end_offset}")
+        return Deferred.fromCoroutine(self._start_at(offset))
+
+    async def _start_at(self, offset: int) -> int:
+        await self.truncate_to(self._segments.start_offset)
+        if offset > self._segments.end_offset:
+            old = self._segments.active
+            try:
+                segment = Segment.open(self.directory, offset, create=True)
+                os.rename(old.path, old.path + DELETED_SUFFIX)
+            except OSError as e:
+                message = f"starting {self.directory} again at offset {offset} failed: {describe(e)}"
+                self._flusher.fail(e, message)
+                raise StorageFailed(f"{message}; restart the broker to recover it") from None
+            self._segments.start_again(segment)
+            old.discard_pending()
+            self._flusher.started_again(offset, segment)
+            if self._high_watermark is not None:
+                self._high_watermark = offset
+            self._log.warn("{directory}: emptied and started again at offset {offset}", directory=self.directory,
+                           offset=offset)
+            flushed = self._flusher.flush()
+            flushed.addCallback(self._unlink, [old.path + DELETED_SUFFIX])
+            await flushed
+        await self.epochs.truncate_from_end(0)
+        self._tell_flush_listeners()
+        return offset
 
     def _unlink(self, result: object, paths: list[str]) -> object:
         """The cut is durable: unlink the renamed segments on the thread pool (a failure is logged; the files

@@ -118,6 +118,13 @@ class SegmentList:
         self._bases.pop()
         return self._segments.pop()
 
+    def start_again(self, segment: Segment) -> list[Segment]:
+        """Make C{segment} the only segment (the log starts again at its base, past the end: a follower below
+        its leader's log start); return the segments taken off the list (their files stay: the caller's)."""
+        assert segment.base_offset >= self.end_offset, "a log never goes back"
+        old, self._segments, self._bases = self._segments, [segment], [segment.base_offset]
+        return old
+
     def close(self) -> None:
         """Close every segment's descriptor."""
         for segment in self._segments:
