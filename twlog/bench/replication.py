@@ -5,7 +5,8 @@ It starts a local ZooKeeper and C{--brokers} C{twlog broker} processes (L{Replic
 broker with C{--zookeeper-session-timeout-s}), then measures, C{--rounds} times each, in turns
 (L{twlog.bench.replication_runs}):
 
-1. produce throughput of a real L{twlog.producer.Producer} in batches of C{--batch}, for each replication
+1. produce throughput of a real L{twlog.producer.Producer} in batches of C{--batch}, at most C{--waiting}
+   of them unacknowledged per partition (by default what the async Producer's queue holds), for each replication
    factor (1 to 3) with C{ack} appended and all, each on a fresh topic of C{--partitions} partitions; the
    table gives medians and ratios to replication factor 1 with C{ack=appended}, and whether replication
    factor 3 with C{ack=all} reaches issue 22's 40% of it;
@@ -13,6 +14,8 @@ broker with C{--zookeeper-session-timeout-s}), then measures, C{--rounds} times 
    load, and the time to the first acknowledgement by the new leader is set against issue 22's targets
    (the session timeout plus 2 s; 1 s and no producer error);
 3. a follower's catch-up speed after C{--catch-up-mb} MB were produced while it was stopped.
+
+C{--parts} picks some of the three.
 
 Everything runs on 127.0.0.1 under a temporary directory (removed afterwards unless C{--dir} is given);
 every broker and the ZooKeeper server are stopped by process id at the end, and die with the bench.
@@ -41,6 +44,8 @@ from twlog.errors import TwlogError
 
 #: Issue 22's targets.
 THROUGHPUT_TARGET = 0.40
+#: The async Producer's default queue bound (C{max_queued_messages}): the default window is what it holds.
+DEFAULT_QUEUED_MESSAGES = 10_000
 KILL_MARGIN_S = 2.0
 SIGTERM_TARGET_S = 1.0
 ACKS = ("appended", "all")
@@ -60,7 +65,8 @@ def _median_rate(runs: Sequence[ThroughputRun], factor: int, ack: str) -> float:
     return median(r.msg_s for r in runs if (r.replication_factor, r.ack) == (factor, ack))
 
 
-def throughput_table(runs: Sequence[ThroughputRun], batch: int, size: int, partitions: int) -> BenchTable:
+def throughput_table(runs: Sequence[ThroughputRun], batch: int, size: int, partitions: int, waiting: int = 4
+                     ) -> BenchTable:
     """One row per replication factor and ack: medians over the rounds, and the ratios."""
     table = BenchTable(f"replication: produce throughput, batch {batch}, {size}-byte messages, {partitions} "
                        f"partition{'s' if partitions != 1 else ''} (medians over the rounds)", [
@@ -82,8 +88,9 @@ def throughput_table(runs: Sequence[ThroughputRun], batch: int, size: int, parti
         verdict = "meets" if ratio >= THROUGHPUT_TARGET else "does NOT meet"
         table.note(f"RF 3 with ack=all reaches {_pct(ratio)}% of RF 1 with ack=appended: {verdict} issue 22's "
                    f"target of {_pct(THROUGHPUT_TARGET)}%.")
-    table.note("(one Producer with ZooKeeper, one request per batch, at most 4 per partition waiting; a replicated "
-               "partition's batches go one at a time; each run on a fresh topic, min.insync.replicas min(2, RF); "
+    table.note(f"(one Producer with ZooKeeper, one send per batch, at most {waiting} per partition waiting; a "
+               "replicated partition has one request out at a time, carrying the batches that waited for it; each "
+               "run on a fresh topic, min.insync.replicas min(2, RF); "
                f"{os.cpu_count()} CPUs shared by every broker, ZooKeeper and the producer)")
     return table
 
@@ -140,7 +147,9 @@ async def run_bench(reactor, progress: BenchProgress, args, root: str) -> list[B
         await cluster.start()
         throughput: list[ThroughputRun] = []
         factors = [f for f in (1, 2, 3) if f <= args.brokers]
-        for round_ in range(1, args.rounds + 1):
+        parts = getattr(args, "parts", ("throughput", "failover", "catch-up"))
+        args.waiting = getattr(args, "waiting", None) or max(1, DEFAULT_QUEUED_MESSAGES // args.batch)
+        for round_ in range(1, args.rounds + 1 if "throughput" in parts else 1):
             for factor in factors:
                 for ack in ACKS:
                     progress.step(f"round {round_}/{args.rounds}: produce, RF {factor}, ack={ack}",
@@ -153,26 +162,33 @@ async def run_bench(reactor, progress: BenchProgress, args, root: str) -> list[B
 
                     throughput.append(await measure_throughput(
                         cluster, f"bench-r{round_}-rf{factor}-{ack}", factor, ack, args.messages, args.batch,
-                        args.size, args.partitions, advance))
+                        args.size, args.partitions, args.waiting, advance))
         failovers: list[FailoverRun] = []
-        await cluster.create_topic("bench-failover", 1, 3, 2)
-        for round_ in range(1, args.rounds + 1):
+        if "failover" in parts:
+            await cluster.create_topic("bench-failover", 1, 3, 2)
+        for round_ in range(1, args.rounds + 1 if "failover" in parts else 1):
             for how in HOW:
                 progress.step(f"round {round_}/{args.rounds}: failover, the leader stopped by {how}")
                 failovers.append(await measure_failover(cluster, "bench-failover", how, args.batch, args.size))
                 progress.log(f"  {how}: broker {failovers[-1].leader} -> {failovers[-1].new_leader}, first ack=all "
                              f"success after {failovers[-1].seconds:.2f} s")
         catch_ups: list[CatchUpRun] = []
-        await cluster.create_topic("bench-catch-up", 1, 3, 1)
-        for round_ in range(1, args.rounds + 1):
+        if "catch-up" in parts:
+            await cluster.create_topic("bench-catch-up", 1, 3, 1)
+        for round_ in range(1, args.rounds + 1 if "catch-up" in parts else 1):
             progress.step(f"round {round_}/{args.rounds}: a follower stopped, {args.catch_up_mb:g} MB produced, "
                           "started again")
             catch_ups.append(await measure_catch_up(cluster, "bench-catch-up", args.catch_up_mb, args.batch, args.size))
     finally:
         progress.step("stopping the brokers and ZooKeeper")
         await cluster.stop()
-    tables = [throughput_table(throughput, args.batch, args.size, args.partitions),
-              failover_table(failovers, args.session_timeout_s), catch_up_table(catch_ups, args.catch_up_mb)]
+    tables = []
+    if throughput:
+        tables.append(throughput_table(throughput, args.batch, args.size, args.partitions, args.waiting))
+    if failovers:
+        tables.append(failover_table(failovers, args.session_timeout_s))
+    if catch_ups:
+        tables.append(catch_up_table(catch_ups, args.catch_up_mb))
     tables[-1].note(f"(the machine's 1-minute load average: {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
                     "end; above the CPU count, other work shared the CPUs)")
     return tables

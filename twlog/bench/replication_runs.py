@@ -122,7 +122,7 @@ async def _produce(reactor, producer: Producer, topic: str, partitions: int, cou
 
 
 async def measure_throughput(cluster: ReplicationCluster, topic: str, replication_factor: int, ack: str,
-                             messages: int, batch: int, size: int, partitions: int,
+                             messages: int, batch: int, size: int, partitions: int, waiting: int = 4,
                              progress_done: Callable[[int], object] = lambda n: None) -> ThroughputRun:
     """Produce C{messages} to a fresh topic of C{replication_factor} with C{ack}; the time it took."""
     reactor = cluster.reactor
@@ -133,7 +133,8 @@ async def measure_throughput(cluster: ReplicationCluster, topic: str, replicatio
         await _produce(reactor, producer, topic, partitions, partitions, batch, size, partitions)  # warm up
         count = max(1, messages // batch)
         started = reactor.seconds()
-        await _produce(reactor, producer, topic, partitions, count, batch, size, 4 * partitions, progress_done)
+        await _produce(reactor, producer, topic, partitions, count, batch, size, waiting * partitions,
+                       progress_done)
         elapsed = reactor.seconds() - started
     finally:
         await producer.close()

@@ -44,6 +44,8 @@ _THROUGHPUT_BENCHMARKS = [
 ]
 
 
+#: The measurements of C{twlog bench replication}, in the order they run.
+REPLICATION_PARTS = ["throughput", "failover", "catch-up"]
 #: The fault cases of C{twlog bench faults} (L{twlog.bench.fault_loop.CASES}; listed here so C{--help} stays fast).
 FAULT_CASES = ["kill-leader", "restart-follower", "slow-follower", "zombie-leader", "kip101-restart-then-leader-dies",
                "kip101-two-down-reverse-order", "controller-dies-in-election", "all-down", "sigterm-leader"]
@@ -305,6 +307,14 @@ def _add_replication(benches) -> None:
     positive_option(replication, "--batch", default=50, help="messages per produce request")
     _size_option(replication)
     positive_option(replication, "--partitions", default=1, help="partitions of each throughput topic")
+    replication.add_argument("--waiting", type=positive_int, default=None,
+                             help="batches sent and not yet acknowledged per partition, at most (the application's "
+                                  "window; while a replicated partition's request is out, the batches waiting go "
+                                  "together in its next request) (default: 10,000 / --batch, the messages the async "
+                                  "Producer's queue holds by default, max_queued_messages)")
+    replication.add_argument("--parts", type=name_list("parts", REPLICATION_PARTS), default=list(REPLICATION_PARTS),
+                             help="which measurements to run, comma-separated (default: all of "
+                                  f"{','.join(REPLICATION_PARTS)})")
     positive_option(replication, "--rounds", default=3, help="rounds of every measurement; the tables give medians")
     replication.add_argument("--catch-up-mb", type=_positive_float, default=50.0,
                              help="MB produced while the follower is stopped (default: 50)")
