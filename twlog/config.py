@@ -106,6 +106,9 @@ class BrokerConfig:
     #: The host name clients should use to reach this broker (default: the interface, or the
     #: machine's name when listening on every interface).
     host: str | None = None
+    #: The port clients and followers should use to reach this broker when it is not C{port} (a proxy or a NAT in
+    #: front of it: Kafka 0.8's C{advertised.port}); None: the port it listens on.
+    advertised_port: int | None = None
     #: Frames larger than this are refused before they are buffered.
     max_request_bytes: int = 100 * 1024 * 1024
     #: Bytes of requests all connections together may buffer (partial frames, and frames waiting behind
@@ -166,6 +169,8 @@ class BrokerConfig:
         problems = []
         if self.broker_id < 0:
             problems.append("broker_id must not be negative")
+        if self.advertised_port is not None and not 1 <= self.advertised_port <= 65535:
+            problems.append("advertised_port must be between 1 and 65535")
         if not 0 <= self.port <= 65535:
             problems.append("port must be between 0 and 65535")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:

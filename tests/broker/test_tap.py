@@ -25,6 +25,14 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual((config.port, config.interface, config.zookeeper, config.sendfile),
                          (9092, "127.0.0.1", None, True))
 
+    def test_advertised_port(self) -> None:
+        """--advertised-port (a proxy in front of the broker) reaches the config; 0 or a word is refused."""
+        self.assertEqual(parse("--advertised-port", "19092").config.advertised_port, 19092)
+        self.assertIsNone(parse().config.advertised_port)
+        for bad in ("0", "port"):
+            with self.assertRaises(usage.UsageError):
+                parse("--advertised-port", bad)
+
     def test_every_option_reaches_the_config(self) -> None:
         """Each option lands in its BrokerConfig or LogConfig field; underscores in numbers are allowed."""
         config = parse(

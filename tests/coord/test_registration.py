@@ -134,6 +134,18 @@ class RegistrationStateTests(RegistrationTestCase):
         self.assertIs(registration.state, S.REGISTERED)
         self.assertRegistered({"clicks": 3})
 
+    def test_advertised_port_is_registered(self) -> None:
+        """With an advertised port (a proxy in front of the broker), /brokers/ids/<id> names it, not the port
+        listened on."""
+        zk = FakeZooKeeper()
+        zk.start()
+        settings = BrokerConfig(log=LogConfig("unused"), broker_id=5, host="127.0.0.1", advertised_port=19092)
+        registration = BrokerRegistration(zk, settings, FakeLogs(), 9092, clock=self.clock)
+        self.successResultOf(registration.start())
+        written = self.successResultOf(zk.get(paths.broker_id_path(5)))[0]
+        self.assertEqual(parse_broker_address(written), ("127.0.0.1", 19092))
+        self.assertEqual(registration.address, "127.0.0.1:19092")
+
     def test_waits_for_own_previous_registration_in_07_form(self) -> None:
         """A previous run's 0.7-form value (another creator timestamp) or an IPv6 one is this broker's too."""
         for host, value in (("127.0.0.1", b"127.0.0.1-1200000000000:127.0.0.1:9092"),

@@ -131,6 +131,14 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
         self.assertEqual(codec.decode_metadata_response(self.broker.metadata(MetadataRequest())).port, 9094)
         self.assertEqual((self.broker.port, self.broker.cluster), (9094, None))
 
+    def test_advertised_port_is_the_one_described(self) -> None:
+        """With --advertised-port, METADATA and CLUSTER_METADATA name it, not the port listened on."""
+        self.make_broker(advertised_port=19094)
+        self.broker.port = 9094
+        self.assertEqual(codec.decode_metadata_response(self.broker.metadata(MetadataRequest())).port, 19094)
+        cluster = codec.decode_cluster_metadata_response(self.broker.cluster_metadata(codec.ClusterMetadataRequest()))
+        self.assertEqual([(b.broker_id, b.port) for b in cluster.brokers], [(0, 19094)])
+
 class ProtocolTests(BrokerTestMixin, SynchronousTestCase):
     def setUp(self) -> None:
         self.make_broker(flush_messages=1000, flush_interval_ms=100, max_inflight_per_connection=4,

@@ -107,6 +107,9 @@ class Options(usage.Options):
         ["port", "p", 9092, "TCP port to listen on (0: any free port).", _int("port", 0)],
         ["interface", None, "127.0.0.1", "Interface to listen on; 0.0.0.0 for every IPv4 interface."],
         ["host", None, None, "Host name clients should use to reach this broker (default: the interface)."],
+        ["advertised-port", None, None,
+         "Port clients and followers should use to reach this broker, when a proxy or NAT in front of it listens "
+         "elsewhere (default: --port).", _int("advertised-port", 1)],
         ["log-dir", "d", "twlog-data", "Directory for the partition logs (created if missing)."],
         ["broker-id", "b", 0, "This broker's id, unique in its cluster.", _int("broker-id", 0)],
         ["num-partitions", "n", 1, "Partitions of a new topic on this broker.", _int("num-partitions", 1)],
@@ -220,6 +223,7 @@ class Options(usage.Options):
                 port=self["port"],
                 interface=self["interface"],
                 host=self["host"],
+                advertised_port=self["advertised-port"],
                 max_request_bytes=self["max-request-bytes"],
                 max_buffered_request_bytes=self["max-buffered-request-bytes"],
                 request_timeout_s=self["request-timeout-s"],

@@ -116,6 +116,7 @@ class BrokerRegistration:
         self._logs = logs
         self._clock = clock
         self.broker_id = config.broker_id
+        port = config.advertised_port or port
         #: This broker's address, C{host:port}.
         self.address = broker_address(config.advertised_host, port)
         #: What this broker writes to C{/brokers/ids/<id>} (0.7's form; the creator id dates from now).

@@ -148,9 +148,14 @@ class MetadataHandlers:
         else:
             topics = [TopicMetadata(t, NO_ERROR, n) for t, n in sorted(self._logs.topics().items())]
         metadata = codec.MetadataResponse(
-            self._config.broker_id, self._config.advertised_host, self.port, tuple(topics)
+            self._config.broker_id, self._config.advertised_host, self.advertised_port, tuple(topics)
         )
         return codec.encode_metadata_response(NO_ERROR, metadata)
+
+    @property
+    def advertised_port(self) -> int:
+        """The port clients are told to use: C{--advertised-port}, else the one listened on."""
+        return self._config.advertised_port or self.port
 
     def cluster_metadata(self, request: ClusterMetadataRequest, peer: str = "?") -> Response:
         """CLUSTER_METADATA: every live broker and where the topics asked for (all when none) are held.
@@ -181,7 +186,7 @@ class MetadataHandlers:
                  ) -> tuple[BrokerAddress, int, tuple[BrokerAddress, ...], list]:
         """This broker, the view, the live brokers and the topics' layouts for CLUSTER_METADATA (V2 with
         C{replicated}: replicated topics as L{replication.ReplicatedLayout})."""
-        me = BrokerAddress(self._config.broker_id, self._config.advertised_host, self.port)
+        me = BrokerAddress(self._config.broker_id, self._config.advertised_host, self.advertised_port)
         local = self._logs.topics()
         cluster = self.cluster
         replicated_of: Callable[[str], replication.ReplicatedLayout | None] = _not_replicated
