@@ -3,6 +3,12 @@
 link through a L{FaultProxy}, so that a broker can be killed (SIGKILL), stopped (SIGTERM), paused (SIGSTOP),
 restarted on the same log directory and port, or cut off from ZooKeeper (L{FaultCluster}).
 
+Each broker also has a proxy in front of its port, whose address it registers (C{--advertised-port}): its
+followers reach it through that proxy, so that a leader can be cut off from its followers, one way or both
+(L{FaultCluster.cut_peers}).  The run's own clients go straight to the brokers
+(L{FaultCluster.client_connections} maps each registered address to the broker's own port), so a cut between
+brokers leaves them connected.
+
 Brokers are C{twlog broker} children (L{twlog.cli.local_brokers.broker_argv}: they die with this process),
 each with its output in C{<root>/broker-<id>.out}.
 """
@@ -14,13 +20,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
-from twlog.bench.faultproxy import BOTH, FROM_TARGET, TO_TARGET, FaultProxy
+from twlog.bench.faultproxy import BOTH, DROP, FROM_TARGET, TO_TARGET, FaultProxy
+from twlog.client.connection import BrokerConnection
+from twlog.client.options import ClientOptions
 from twlog.coord import paths
 from twlog.coord.replication.store import read_state
 from twlog.coord.replication.values import ControllerRecord, PartitionState
@@ -56,6 +64,8 @@ class FaultCluster:
         self.session_timeout_s, self.lag_time_ms, self.min_isr = session_timeout_s, lag_time_ms, min_insync_replicas
         self.server = ZooKeeperServer(os.path.join(self.root, "zookeeper"))
         self.proxies: dict[int, FaultProxy] = {}
+        #: The proxy in front of each broker's port, whose address the broker registers (its followers' way in).
+        self.peer_proxies: dict[int, FaultProxy] = {}
         self.ports = {b: free_port() for b in self.ids}
         self.processes: dict[int, subprocess.Popen] = {}
         self.paused: set[int] = set()
@@ -81,6 +91,20 @@ class FaultCluster:
     def address(self, broker: int) -> tuple[str, int]:
         return "127.0.0.1", self.ports[broker]
 
+    def advertised_port(self, broker: int) -> int:
+        """The port broker C{broker} registers: its peer proxy's."""
+        return self.peer_proxies[broker].port
+
+    def client_connections(self, options: ClientOptions | None = None) -> Callable[[str, int], BrokerConnection]:
+        """A C{connection_factory} for the run's producers: a registered (proxy) address goes to its broker's own
+        port, past the proxy, so that cuts between brokers leave clients connected."""
+        own = {self.peer_proxies[b].port: self.ports[b] for b in self.ids}
+
+        def connect(host: str, port: int) -> BrokerConnection:
+            return BrokerConnection(host, own.get(port, port), reactor=self._reactor, options=options)
+
+        return connect
+
     async def start(self) -> None:
         """Start ZooKeeper, a proxy per broker, every broker; fire once all are registered."""
         os.makedirs(self.root, exist_ok=True)
@@ -88,6 +112,8 @@ class FaultCluster:
         for b in self.ids:
             proxy = self.proxies[b] = FaultProxy("127.0.0.1", self.server.port, reactor=self._reactor)
             await proxy.start()
+            peers = self.peer_proxies[b] = FaultProxy("127.0.0.1", self.ports[b], reactor=self._reactor)
+            await peers.start()
         self.zk = ZooKeeper(self.zookeeper, reactor=self._reactor, create_chroot=True)
         await self.zk.start()
         for b in self.ids:
@@ -99,6 +125,7 @@ class FaultCluster:
         # (as twlog local's children: they die with this process, twlog.cli.local_brokers.broker_child)
         argv = [sys.executable, "-c", "from twlog.cli.local_brokers import broker_child; broker_child()",
                 "--broker-id", str(broker), "--port", str(self.ports[broker]), "--log-dir", self.log_dir(broker),
+                "--advertised-port", str(self.advertised_port(broker)),
                 "--zookeeper", self.proxies[broker].address + CHROOT, "--num-partitions", "1",
                 "--flush-interval-ms", "50", "--min-insync-replicas", str(self.min_isr),
                 "--segment-bytes", str(SEGMENT_BYTES)]
@@ -123,7 +150,7 @@ class FaultCluster:
                                       f"{self.root}/broker-{broker}.out")
             try:
                 value, stat = await self.zk.get(path)
-                if value.endswith(b":%d" % self.ports[broker]) and stat.ctime >= self._spawned_ms[broker]:
+                if value.endswith(b":%d" % self.advertised_port(broker)) and stat.ctime >= self._spawned_ms[broker]:
                     return  # (registered by the process last started: a killed one's node is older)
             except NoNodeError:
                 pass
@@ -194,6 +221,17 @@ class FaultCluster:
             self.event(f"broker {broker}: ZooKeeper link healed")
         self.proxies[broker].heal()
 
+    def cut_peers(self, broker: int, direction: str = BOTH, mode: str = DROP) -> None:
+        """Cut broker C{broker} off from the brokers that connect to it (its followers), C{direction}
+        (L{TO_TARGET}: their requests; L{FROM_TARGET}: its answers) in C{mode}; clients stay connected."""
+        self.event(f"broker {broker}: link from its followers cut ({direction}, {mode})")
+        self.peer_proxies[broker].cut(direction, mode)
+
+    def heal_peers(self, broker: int) -> None:
+        if any(self.peer_proxies[broker].cut_mode(d) is not None for d in (TO_TARGET, FROM_TARGET)):
+            self.event(f"broker {broker}: link from its followers healed")
+        self.peer_proxies[broker].heal()
+
     # -- what ZooKeeper says ----------------------------------------------------------
 
     async def state(self, topic: str, partition: int) -> PartitionState | None:
@@ -229,7 +267,7 @@ class FaultCluster:
             if self.running(b):
                 self.kill(b)
                 await self.wait_exit(b)
-        for proxy in self.proxies.values():
+        for proxy in [*self.proxies.values(), *self.peer_proxies.values()]:
             await proxy.stop()
         if self.zk is not None:
             await self.zk.stop()

@@ -30,10 +30,12 @@ from twisted.internet.task import deferLater
 
 from twlog.bench.common import BenchProgress, BenchTable, Column, react_with_progress
 from twlog.bench.fault_cluster import FaultCluster
+from twlog.bench.faultproxy import DROP, FROM_TARGET, HOLD, TO_TARGET
 from twlog.bench.history import History
 from twlog.bench.history_checks import CheckResult, check
 from twlog.bench.replica_logs import compare_segment_files
 from twlog.client.connection import BrokerConnection
+from twlog.client.options import ClientOptions
 from twlog.client.topics import create_replicated
 from twlog.errors import TwlogError
 from twlog.producer import Producer
@@ -113,6 +115,39 @@ async def zombie_leader(run: FaultRun) -> None:
     run.cluster.heal_zookeeper(leader)
 
 
+async def leader_cut_from_followers(run: FaultRun) -> None:
+    """Jepsen 2013: the leader cut off from its followers (both ways) but not from ZooKeeper, past the lag time:
+    it shrinks the ISR to itself and must refuse ack=all (min.insync.replicas 2); then cut off from ZooKeeper
+    too, until its session expires: no ISR member is left live, so the partition goes offline rather than be led
+    by a follower that lacks what was acknowledged; healed, it leads again and the followers catch up."""
+    leader = await run.leader()
+    run.cluster.cut_peers(leader)
+    await run.pause(run.cluster.lag_time_ms / 1000 + 2.0)
+    run.cluster.cut_zookeeper(leader)
+    await run.pause(run.expire_s())
+    run.cluster.heal_zookeeper(leader)
+    run.cluster.heal_peers(leader)
+
+
+async def leader_answers_held(run: FaultRun) -> None:
+    """One way: the leader's answers to its followers held (they reach it, their fetches are never answered)
+    past the lag time: the ISR shrinks to the leader, ack=all is refused; healed, the held answers arrive in order
+    and the followers rejoin."""
+    leader = await run.leader()
+    run.cluster.cut_peers(leader, FROM_TARGET, HOLD)
+    await run.pause(run.cluster.lag_time_ms / 1000 + 2.0)
+    run.cluster.heal_peers(leader)
+
+
+async def follower_requests_dropped(run: FaultRun) -> None:
+    """One way: the followers' requests to the leader dropped (each connection aborted as it sends), past the lag
+    time, while the leader's answers could still flow; healed, the followers reconnect and rejoin."""
+    leader = await run.leader()
+    run.cluster.cut_peers(leader, TO_TARGET, DROP)
+    await run.pause(run.cluster.lag_time_ms / 1000 + 2.0)
+    run.cluster.heal_peers(leader)
+
+
 async def follower_restart_then_leader_dies(run: FaultRun) -> None:
     """KIP-101 case 1: a follower restarts, and the leader dies at once."""
     leader = await run.leader()
@@ -178,6 +213,9 @@ CASES: dict[str, Case] = {
     "controller-dies-in-election": controller_dies_in_election,
     "all-down": all_down,
     "sigterm-leader": sigterm_leader,
+    "leader-cut-from-followers": leader_cut_from_followers,
+    "leader-answers-held": leader_answers_held,
+    "follower-requests-dropped": follower_requests_dropped,
 }
 
 
@@ -185,8 +223,10 @@ CASES: dict[str, Case] = {
 
 
 async def _write(run: FaultRun, partition: int) -> None:
+    options = ClientOptions.build(timeout_s=15)
     producer = Producer(zookeeper=run.cluster.zookeeper, reactor=run.reactor, ack="all", retries=3,
-                        leader_wait_s=60.0, ack_timeout_ms=10_000, timeout_s=15)
+                        leader_wait_s=60.0, ack_timeout_ms=10_000, options=options,
+                        connection_factory=run.cluster.client_connections(options))
     name = f"p{partition}"
     seq = 0
     try:
@@ -252,6 +292,7 @@ async def run_faults(root: str, reactor, cases: Sequence[str], cycles: int, *, s
                 if cluster.running(b) and b in cluster.paused:
                     cluster.kill(b, signal.SIGCONT)
                 cluster.heal_zookeeper(b)
+                cluster.heal_peers(b)
             for b in cluster.ids:
                 if not cluster.running(b):
                     cluster.event(f"broker {b}: found not running (exit status {cluster.processes[b].returncode})")

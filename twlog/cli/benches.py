@@ -48,7 +48,8 @@ _THROUGHPUT_BENCHMARKS = [
 REPLICATION_PARTS = ["throughput", "failover", "catch-up"]
 #: The fault cases of C{twlog bench faults} (L{twlog.bench.fault_loop.CASES}; listed here so C{--help} stays fast).
 FAULT_CASES = ["kill-leader", "restart-follower", "slow-follower", "zombie-leader", "kip101-restart-then-leader-dies",
-               "kip101-two-down-reverse-order", "controller-dies-in-election", "all-down", "sigterm-leader"]
+               "kip101-two-down-reverse-order", "controller-dies-in-election", "all-down", "sigterm-leader",
+               "leader-cut-from-followers", "leader-answers-held", "follower-requests-dropped"]
 
 
 def _benchmark(benches, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
