@@ -284,6 +284,14 @@ class ConnectionFailed(TwlogError):
     retriable = True
 
 
+class BrokerUnreachable(ConnectionFailed):
+    """A broker that holds (leads) C{held}, the partitions a reader located on it, cannot be reached."""
+
+    def __init__(self, message: str, held=()) -> None:
+        super().__init__(message)
+        self.held = list(held)
+
+
 class BrokerTimeout(TwlogError):
     """No answer came from the broker within the timeout."""
 

@@ -247,7 +247,6 @@ class OnLeaderTests(SynchronousTestCase):
         answers: list = [PartitionsOffline("orders:0 has no live leader", [TopicPartition("orders", "0")],
                                            replicated[1:])] * 2 + [replicated]
         slept: list[float] = []
-        self.patch(module.time, "sleep", slept.append)
 
         def find(*args, **kwargs):
             answer = answers.pop(0)
@@ -255,6 +254,38 @@ class OnLeaderTests(SynchronousTestCase):
                 raise answer
             return answer
 
-        o = SourceOptions({"brokers": "h:1", "subscribe": "orders"}, False, find=find)
+        o = SourceOptions({"brokers": "h:1", "subscribe": "orders"}, False, find=find, sleep=slept.append)
         self.assertEqual([p.name for p in o.partitions()], ["0", "1"])
         self.assertEqual(slept, [module.LEADER_WAIT_S] * 2)
+
+    def test_waits_while_a_killed_leader_is_still_registered(self) -> None:
+        """A replicated partition's leader killed (kill -9) stays registered until its session expires: its
+        refused connection (BrokerUnreachable) is discovered again, LEADER_WAIT_S apart, until another leads; a
+        0.7 partition's unreachable broker is raised at once."""
+        from twlog.errors import BrokerUnreachable
+        from twlog.spark import options as module
+
+        replicated = [PartitionLocation(TopicPartition("orders", str(n)), 2, "h", 9093) for n in (0, 1)]
+        refused = BrokerUnreachable("broker 1 at h:9092 holds orders:0, orders:1 but cannot be reached: refused",
+                                    [tp.tp for tp in replicated])
+        answers: list = [refused, refused, replicated]
+        slept: list[float] = []
+
+        def find(*args, **kwargs):
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        o = SourceOptions({"brokers": "h:1", "subscribe": "orders"}, False, find=find, sleep=slept.append)
+        self.assertEqual([p.name for p in o.partitions()], ["0", "1"])
+        self.assertEqual(slept, [module.LEADER_WAIT_S] * 2)
+
+        old = BrokerUnreachable("broker 1 at h:9092 holds clicks:1-0 but cannot be reached: refused",
+                                [TopicPartition("clicks", "1-0")])
+
+        def find_old(*args, **kwargs):
+            raise old
+
+        o = SourceOptions({"brokers": "h:1", "subscribe": "clicks"}, False, find=find_old, sleep=self.fail)
+        self.assertRaises(BrokerUnreachable, o.partitions)

@@ -55,7 +55,7 @@ from twlog.client.sync import SyncConnection
 from twlog.coord import paths
 from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading, describe_offline
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
-from twlog.errors import BrokerTimeout, ConnectionFailed, PartitionsOffline, UnknownTopic, raise_for
+from twlog.errors import BrokerTimeout, BrokerUnreachable, ConnectionFailed, PartitionsOffline, UnknownTopic, raise_for
 from twlog.partition import TopicPartition, address_text, describe_partitions, resolve_partition
 from twlog.protocol.codec import MetadataResponse
 from twlog.storage.manager import validate_topic
@@ -311,10 +311,11 @@ def holders_to_check(locations: Iterable[PartitionLocation], skip: Iterable[int]
     return [(broker_id, sorted(held)) for broker_id, held in sorted(by_broker.items())]
 
 
-def unreachable(broker_id: int, held: Sequence[PartitionLocation], error: BaseException) -> ConnectionFailed:
+def unreachable(broker_id: int, held: Sequence[PartitionLocation], error: BaseException) -> BrokerUnreachable:
     """The error for broker C{broker_id}, holding C{held}, that cannot be reached."""
     names = ", ".join(str(location.tp) for location in held)
-    return ConnectionFailed(f"broker {broker_id} at {held[0].address} holds {names} but cannot be reached: {error}")
+    return BrokerUnreachable(f"broker {broker_id} at {held[0].address} holds {names} but cannot be reached: {error}",
+                             [location.tp for location in held])
 
 
 def check_answered_as(broker_id: int, held: Sequence[PartitionLocation], answered: int) -> None:

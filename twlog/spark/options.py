@@ -24,6 +24,7 @@ from twlog.client.sync import SyncConnection
 from twlog.coord.layout import PartitionLocation, describe_offline
 from twlog.errors import (
     BrokerTimeout,
+    BrokerUnreachable,
     ConnectionFailed,
     LeaderNotAvailable,
     NotLeader,
@@ -204,18 +205,24 @@ class SourceOptions:
 
     def _find_waiting(self) -> list[PartitionLocation]:
         """The partitions discovered now; while only replicated partitions lack a leader (an election under way:
-        a leader stopped or killed, its session not expired yet), discovered again, up to L{LEADER_RETRIES}
-        times L{LEADER_WAIT_S} apart, before their L{PartitionsOffline} is raised."""
+        a leader stopped or killed, its session not expired yet), or their leader cannot be reached (killed, still
+        registered until its session expires), discovered again, up to L{LEADER_RETRIES} times L{LEADER_WAIT_S}
+        apart, before their L{PartitionsOffline} or L{BrokerUnreachable} is raised."""
         for attempt in range(LEADER_RETRIES + 1):
             try:
                 return self._find(self.topics, brokers=self.brokers, zookeeper=self.zookeeper, options=self.client)
+            except BrokerUnreachable as e:
+                if attempt == LEADER_RETRIES or not e.held or any(tp.fixed_leader is not None for tp in e.held):
+                    raise
+                _logger.info("twlog: %s; waiting for a new leader (%d of %d)", e, attempt + 1, LEADER_RETRIES)
+                self._sleep(LEADER_WAIT_S)
             except PartitionsOffline as e:
                 offline = self._wanted_offline(e.offline, e.available)
                 if attempt == LEADER_RETRIES or not offline or any(tp.fixed_leader is not None for tp in offline):
                     raise
                 _logger.info("twlog: %s: waiting for a leader (%d of %d)", describe_offline(offline), attempt + 1,
                              LEADER_RETRIES)
-                time.sleep(LEADER_WAIT_S)
+                self._sleep(LEADER_WAIT_S)
         raise AssertionError("unreachable")
 
     def _wanted_offline(self, offline: list[TopicPartition], found: list[PartitionLocation]) -> list[TopicPartition]:
