@@ -190,6 +190,18 @@ class _Leader:
         return 0 if time == -2 else 100
 
 
+def scripted(answers: list):
+    """A discovery that gives (or raises) C{answers} in turn."""
+
+    def find(*args, **kwargs):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return find
+
+
 class OnLeaderTests(SynchronousTestCase):
     """Driver requests (bounds, boundaries) follow a replicated partition's leader when it moves."""
 
@@ -247,14 +259,8 @@ class OnLeaderTests(SynchronousTestCase):
         answers: list = [PartitionsOffline("orders:0 has no live leader", [TopicPartition("orders", "0")],
                                            replicated[1:])] * 2 + [replicated]
         slept: list[float] = []
-
-        def find(*args, **kwargs):
-            answer = answers.pop(0)
-            if isinstance(answer, Exception):
-                raise answer
-            return answer
-
-        o = SourceOptions({"brokers": "h:1", "subscribe": "orders"}, False, find=find, sleep=slept.append)
+        o = SourceOptions({"brokers": "h:1", "subscribe": "orders"}, False, find=scripted(answers),
+                          sleep=slept.append)
         self.assertEqual([p.name for p in o.partitions()], ["0", "1"])
         self.assertEqual(slept, [module.LEADER_WAIT_S] * 2)
 
@@ -270,14 +276,8 @@ class OnLeaderTests(SynchronousTestCase):
                                     [tp.tp for tp in replicated])
         answers: list = [refused, refused, replicated]
         slept: list[float] = []
-
-        def find(*args, **kwargs):
-            answer = answers.pop(0)
-            if isinstance(answer, Exception):
-                raise answer
-            return answer
-
-        o = SourceOptions({"brokers": "h:1", "subscribe": "orders"}, False, find=find, sleep=slept.append)
+        o = SourceOptions({"brokers": "h:1", "subscribe": "orders"}, False, find=scripted(answers),
+                          sleep=slept.append)
         self.assertEqual([p.name for p in o.partitions()], ["0", "1"])
         self.assertEqual(slept, [module.LEADER_WAIT_S] * 2)
 
