@@ -3,8 +3,8 @@
 and cut off from ZooKeeper, then the history checked as Jepsen's Kafka checker does.
 
 A L{FaultCluster} runs three brokers; a topic of two partitions, replication factor 3 and
-C{min.insync.replicas} 2, is written by one L{Producer} per partition with C{ack="all"} (one send at a time,
-unique values), and each send's outcome is recorded in a L{History}: acknowledged with its offset, or
+C{min.insync.replicas} 2, is written by one L{Producer} per partition with C{ack="all"} (L{WINDOW} sends
+outstanding, unique values), and each send's outcome is recorded in a L{History}: acknowledged with its offset, or
 unknown (any error: the producer's retries may have stored it).  Each cycle runs one fault case
 (L{CASES}) against the current leader of partition 0, then heals everything and waits until every ISR is
 full again.  At the end the load stops, each partition is read to its end from its leader, every replica's
@@ -22,6 +22,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
@@ -46,6 +47,9 @@ __all__ = ["CASES", "FaultRun", "fault_table", "main_faults", "run_faults"]
 
 TOPIC = "faults"
 PARTITIONS = (0, 1)
+#: Sends each partition's writer keeps outstanding: those that wait while one request is out go together in the
+#: next (the producer's L{twlog.producer.failover.PartitionQueue}), and the checker sees that their order holds.
+WINDOW = 8
 
 Case = Callable[["FaultRun"], Awaitable[None]]
 
@@ -223,23 +227,33 @@ CASES: dict[str, Case] = {
 
 
 async def _write(run: FaultRun, partition: int) -> None:
+    """Send unique values to C{partition} with C{ack="all"}, L{WINDOW} outstanding, each outcome recorded."""
     options = ClientOptions.build(timeout_s=15)
     producer = Producer(zookeeper=run.cluster.zookeeper, reactor=run.reactor, ack="all", retries=3,
                         leader_wait_s=60.0, ack_timeout_ms=10_000, options=options,
                         connection_factory=run.cluster.client_connections(options))
     name = f"p{partition}"
+
+    async def one(send) -> bool:
+        try:
+            result = await producer.send(TOPIC, send.value, partition_index=partition)
+        except (TwlogError, OSError) as e:
+            run.history.unknown(send, f"{type(e).__name__}: {e}")
+            return False
+        run.history.ok(send, result.offset)
+        return True
+
+    pending: deque[Deferred] = deque()
     seq = 0
     try:
         while run.running:
-            send = run.history.invoke(name, TOPIC, partition, f"{name}-{seq}")
-            seq += 1
-            try:
-                result = await producer.send(TOPIC, send.value, partition_index=partition)
-            except (TwlogError, OSError) as e:
-                run.history.unknown(send, f"{type(e).__name__}: {e}")
+            while len(pending) < WINDOW:
+                pending.append(Deferred.fromCoroutine(one(run.history.invoke(name, TOPIC, partition, f"{name}-{seq}"))))
+                seq += 1
+            if not await pending.popleft():
                 await run.pause(0.1)
-            else:
-                run.history.ok(send, result.offset)
+        while pending:
+            await pending.popleft()
     finally:
         await producer.close()
 
