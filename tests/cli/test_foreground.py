@@ -67,3 +67,22 @@ class ServeTests(SynchronousTestCase):
     def test_failure_without_message(self) -> None:
         """A failure with no message is named by its type."""
         self.assertEqual(serve(FakeReactor(), FakeService(ValueError())), "ValueError")
+
+
+class ReconnectLinesTests(SynchronousTestCase):
+    def test_client_service_retry_lines_are_dropped(self) -> None:
+        """Twisted's "Scheduling retry" line (one per reconnection attempt) is dropped; its other lines and
+        twlog's own are kept."""
+        from twisted.logger import Logger, PredicateResult
+
+        from twlog.cli.foreground import CLIENT_SERVICE_NAMESPACE, no_reconnect_lines
+
+        events: list[dict] = []
+        retrying = Logger(namespace=f"{CLIENT_SERVICE_NAMESPACE}._Core", observer=events.append)
+        retrying.info("Scheduling retry {attempt} to connect {endpoint} in {delay} seconds.", attempt=3,
+                      endpoint="e", delay=1.2)
+        retrying.info("Stopping factory {factory}", factory="f")
+        Logger(namespace="twlog.replica.follower", observer=events.append).info(
+            "Scheduling retry of nothing: ours")
+        self.assertEqual([no_reconnect_lines(e) for e in events],
+                         [PredicateResult.no, PredicateResult.maybe, PredicateResult.maybe])

@@ -9,13 +9,34 @@ the reactor stops and the command gets the one line saying why.
 from __future__ import annotations
 
 from twisted.application.service import IService
-from twisted.logger import FilteringLogObserver, ILogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner
+from twisted.logger import (
+    FilteringLogObserver,
+    ILogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+    PredicateResult,
+    globalLogBeginner,
+)
+
+#: Where Twisted's ClientService logs each reconnection attempt ("Scheduling retry N to connect ...").
+CLIENT_SERVICE_NAMESPACE = "twisted.application._client_service"
+
+
+def no_reconnect_lines(event: dict) -> PredicateResult:
+    """Drop Twisted's ClientService line for each reconnection attempt: a follower of a leader that died, or a
+    client of a broker that is down, would write one every second or so.  twlog's own line says what failed."""
+    if str(event.get("log_namespace", "")).startswith(CLIENT_SERVICE_NAMESPACE) and \
+            str(event.get("log_format", "")).startswith("Scheduling retry"):
+        return PredicateResult.no
+    return PredicateResult.maybe
 
 
 def log_to(observer: ILogObserver) -> None:
-    """Send the log's events of level info and above to C{observer} (stdout and stderr left as they are)."""
-    globalLogBeginner.beginLoggingTo([FilteringLogObserver(observer, [LogLevelFilterPredicate(LogLevel.info)])],
-                                     redirectStandardIO=False)
+    """Send the log's events of level info and above to C{observer} (stdout and stderr left as they are), but
+    Twisted's lines for each reconnection attempt (L{no_reconnect_lines})."""
+    globalLogBeginner.beginLoggingTo(
+        [FilteringLogObserver(observer, [LogLevelFilterPredicate(LogLevel.info), no_reconnect_lines])],
+        redirectStandardIO=False)
 
 
 def serve(reactor, service: IService) -> str | None:

@@ -43,6 +43,7 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
+from twlog.cli.foreground import no_reconnect_lines
 from twlog.cli.local_brokers import (
     START_TIMEOUT_S,
     BrokerChild,
@@ -251,7 +252,8 @@ async def _run_cluster(reactor, args, data: str) -> None:
     ports = check_ports(args.zookeeper_port, args.port, args.brokers, first_metrics_port)
     # Our own log lines (and any Twisted reports) go to stderr, beside the brokers' relayed logs.
     globalLogBeginner.beginLoggingTo(
-        [FilteringLogObserver(textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(LogLevel.info)])],
+        [FilteringLogObserver(textFileLogObserver(sys.stderr),
+                              [LogLevelFilterPredicate(LogLevel.info), no_reconnect_lines])],
         redirectStandardIO=False,
     )
     print(f"starting ZooKeeper under {os.path.join(data, 'zookeeper')} ...", file=sys.stderr)
