@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import attrs
 
@@ -236,10 +236,14 @@ class Segment:
         if fd >= 0:
             os.close(fd)
 
+    #: Set by retention once the file is unlinked: closes the last descriptor of the deleted file on the thread
+    #: pool, where the filesystem frees its blocks (15-20 ms for 64 MB on ext4; a reactor stall otherwise).
+    close_later: Callable[[int], object] | None = None
+
     def __del__(self) -> None:
         fd, self.fd = self.fd, -1  # after close(), or when retention dropped it: nothing to write
         if fd >= 0:
-            os.close(fd)
+            (self.close_later or os.close)(fd)
 
     def __repr__(self) -> str:
         return f"<Segment {self.path} size={self.size}>"
