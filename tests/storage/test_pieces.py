@@ -8,7 +8,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.errors import StorageFailed
+from twlog.errors import NotLeader, StorageFailed
 from twlog.storage import log as log_module
 from twlog.storage.message import encode_message_set
 from twlog.storage.segment import segment_name
@@ -152,3 +152,42 @@ class FailedPieceTests(PiecesMixin, SynchronousTestCase):
         iteration(self.clock)
         self.failureResultOf(done, StorageFailed)
         self.assertEqual((log.end_offset, self.file_size()), (2 * ENTRY, 2 * ENTRY))
+
+
+class FollowingMeanwhileTests(PiecesMixin, SynchronousTestCase):
+    """The broker stops leading the partition while a produced set is written in pieces: the log follows its
+    leader (a truncation, the leader's bytes), the set stops with NotLeader, nothing of it written."""
+
+    def test_truncated_meanwhile(self) -> None:
+        log = self.open_pieced()
+        log.append(encode_message_set(payloads(3)))
+        self.successResultOf(log.flush())
+        done = log.append_in_pieces(SET, 50)
+        iteration(self.clock)
+        self.assertEqual(self.successResultOf(log.truncate_to(2 * ENTRY)), 2 * ENTRY)
+        self.failureResultOf(done, NotLeader)
+        self.assertFalse(log.pieces.busy)
+        self.assertEqual((log.end_offset, self.file_size()), (2 * ENTRY, 2 * ENTRY))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_leaders_bytes_meanwhile(self) -> None:
+        log = self.open_pieced()
+        log.append(encode_message_set(payloads(2)))
+        done = log.append_in_pieces(SET, 50)
+        leaders = encode_message_set(payloads(1, 90))
+        self.assertEqual(log.append_replica(leaders, 2 * ENTRY, leader_segment_base=0), (2 * ENTRY, 3 * ENTRY, 1))
+        self.failureResultOf(done, NotLeader)
+        self.successResultOf(log.flush())
+        self.assertEqual(self.file_size(), 3 * ENTRY)
+        self.assertEqual(read_all(log), payloads(2) + payloads(1, 90))
+
+    def test_segment_cut_under_it_is_not_a_failing_disk(self) -> None:
+        """A segment cut under the set by anything else stops it with StorageFailed, the log not suspended."""
+        log = self.open_pieced(storage_retry_s=10)
+        log.append(encode_message_set(payloads(2)))
+        done = log.append_in_pieces(SET, 50)
+        log.segments[-1].cut(ENTRY)
+        iteration(self.clock)
+        self.failureResultOf(done, StorageFailed)
+        self.assertIsNone(log.suspended)
+        self.assertEqual(self.file_size(), ENTRY)

@@ -19,11 +19,14 @@ tells the others when their turn comes, in the order they asked.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Generator
 from typing import Generic, TypeVar
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+from twlog.errors import StorageFailed
 
 __all__ = ["PIECED_SET_BYTES", "PIECE_BYTES", "PiecedWrites"]
 
@@ -103,8 +106,9 @@ class PiecedWrites:
             else:
                 self._end(run, None, result)
             return
-        except OSError as e:
-            self._end(run, run.failed(e))
+        except OSError as e:  # (ESTALE: the segment was cut or closed under it, not a failing disk)
+            error = StorageFailed(f"the set was not written: {e.strerror}") if e.errno == errno.ESTALE else None
+            self._end(run, error or run.failed(e))
             return
         except Exception as e:
             run.steps.close()
