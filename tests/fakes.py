@@ -236,3 +236,14 @@ class FakeLogs:
         del self._topics[topic]
         for listener in self._delete_listeners:
             listener(topic)
+
+
+def iteration(clock) -> None:
+    """Run the calls due now but not the ones they schedule, as one reactor iteration does (runUntilCurrent
+    leaves calls added while it runs to the next iteration; Clock.advance would run them too)."""
+    due = [c for c in clock.getDelayedCalls() if c.getTime() <= clock.seconds()]
+    for call in sorted(due, key=lambda c: c.getTime()):
+        if call.active():
+            clock.calls.remove(call)
+            call.called = 1
+            call.func(*call.args, **call.kw)

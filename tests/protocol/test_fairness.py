@@ -29,22 +29,12 @@ from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.turns import MIN_SECONDS_PER_TURN, SECONDS_PER_ROUND, TURN, Turns
 from twlog.storage.message import encode_message_set
 
+from ..fakes import iteration
 from .test_server import BrokerTestMixin, frame, responses
 
 OFFSETS = frame(OffsetsRequest("t", 0, -1, 1))
 #: Frames per turn in these tests (the default, FRAMES_PER_TURN, is larger): small numbers read better.
 PER_TURN = 16
-
-
-def iteration(clock: Clock) -> None:
-    """Run the calls due now but not the ones they schedule, as one reactor iteration does (runUntilCurrent
-    leaves calls added while it runs to the next iteration; Clock.advance would run them too)."""
-    due = [c for c in clock.getDelayedCalls() if c.getTime() <= clock.seconds()]
-    for call in sorted(due, key=lambda c: c.getTime()):
-        if call.active():
-            clock.calls.remove(call)
-            call.called = 1
-            call.func(*call.args, **call.kw)
 
 
 def ack_produce(size: int) -> bytes:

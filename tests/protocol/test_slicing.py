@@ -21,7 +21,7 @@ from twlog.storage.compression import CODEC_GZIP
 from twlog.storage.message import encode_message_set
 from twlog.storage.validation import validate_message_set
 
-from .test_fairness import iteration
+from ..fakes import iteration
 from .test_server import BrokerTestMixin, frame, responses
 
 

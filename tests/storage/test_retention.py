@@ -231,6 +231,24 @@ class DeletionTests(RetentionMixin, SynchronousTestCase):
         self.assertEqual(self.successResultOf(d), 2)
         self.assertEqual(self.files(self.log), [segment_name(2180)])
 
+    def test_last_descriptor_closed_on_the_pool(self) -> None:
+        """A deleted segment's last descriptor is closed on the pool, where the filesystem frees the file's blocks
+        (15-20 ms for 64 MB on ext4, which held the reactor when it was closed there); a region handed out before
+        keeps its segment open until it goes."""
+        first, second = (s.fd for s in self.log.segments[:2])
+        region = self.log.read(1090, 4096)
+        d = self.manager.run_retention()
+        self.runner.run_one()  # the unlinks; the segments are dropped, their descriptors' closes queued
+        self.successResultOf(d)
+        os.fstat(first)
+        self.runner.run_all()
+        self.assertRaises(OSError, os.fstat, first)
+        self.assertEqual([m.payload for m in iter_messages(region.read(), 1090)], payloads(10, 10))
+        del region
+        os.fstat(second)
+        self.runner.run_all()
+        self.assertRaises(OSError, os.fstat, second)
+
     def test_failed_deletion_leaves_no_gap(self) -> None:
         """When unlinking the oldest expired segment fails, the partition still opens on the next start."""
         d = self.manager.run_retention()

@@ -14,6 +14,10 @@ anything is appended, when the ISR is smaller than min.insync.replicas
 it and the leader flushed it, with L{NotEnoughReplicasAfterAppend} when the ISR fell
 below min.insync.replicas first, and L{RequestTimedOut} at the request's timeout.
 
+A set of at least L{PIECED_SET_BYTES} (checked ahead, L{twlog.protocol.slicing}) is written a piece at a
+time with the reactor running in between (L{twlog.storage.pieces}); sets for its partition wait their turn,
+in order, and its request is answered once all of it is in.
+
 Each set of a request is answered on its own, and every answer is true: a set
 refused or not written (L{StorageFailed}: a full disk, a failed roll) has no
 byte stored, whatever happened to the other sets of the request; a set that
@@ -43,8 +47,14 @@ from twlog.protocol.codec import (
 from twlog.protocol.handling import ErrorCounts, Response
 from twlog.storage.log import AppendResult
 from twlog.storage.manager import LogManager
+from twlog.storage.pieces import PIECED_SET_BYTES
 
 __all__ = ["ProduceHandlers", "ReplicationGate"]
+
+#: An appended set: where it landed, and whether its partition is replicated here.
+Appended = tuple[AppendResult, bool]
+#: A set's outcome: appended, or refused (its answer).
+Part = Appended | ProduceResult
 
 
 class ReplicationGate(Protocol):
@@ -80,8 +90,15 @@ class ProduceHandlers:
         #: The replica side, for replicated partitions; None: every partition is its own ISR.
         self.replication: ReplicationGate | None = None
 
-    def _append(self, request: ProduceRequest, ack: int = 0) -> tuple[AppendResult, bool]:
-        """Append C{request}'s set; return where it landed and whether the partition is replicated here."""
+    def _append(self, request: ProduceRequest, ack: int = 0) -> Appended | Deferred[Appended]:
+        """Append C{request}'s set; return where it landed and whether the partition is replicated here.
+
+        Once its turn comes: a set written in pieces to the partition (L{twlog.storage.pieces}) is waited for;
+        a large checked set is itself written in pieces (a Deferred then).
+        """
+        waiting = self._logs.get_log(request.topic, request.partition)
+        if waiting is not None and waiting.pieces.busy:
+            return waiting.pieces.turn().addCallback(lambda _: self._append(request, ack))
         replicated = self.replication is not None and self.replication.check_produce(
             request.topic, request.partition, ack)
         log = self._logs.get_or_create_log(request.topic, request.partition)
@@ -91,7 +108,11 @@ class ProduceHandlers:
         checked = request.checked  # validated ahead, a slice at a time (twlog.protocol.slicing): not again
         if isinstance(checked, Exception):
             raise checked
-        appended = log.append(request.messages, checked)
+        if checked is not None and len(request.messages) >= PIECED_SET_BYTES:
+            return log.append_in_pieces(request.messages, checked).addCallback(self._appended, request, replicated)
+        return self._appended(log.append(request.messages, checked), request, replicated)
+
+    def _appended(self, appended: AppendResult, request: ProduceRequest, replicated: bool) -> Appended:
         if replicated:
             self.replication.appended(request.topic, request.partition)
         return appended, replicated
@@ -111,27 +132,52 @@ class ProduceHandlers:
 
     def produce(self, request: ProduceRequest, peer: str = "?", kind: int = codec.PRODUCE) -> None:
         """PRODUCE: append, answer nothing; a rejected set is logged (the producer does not wait)."""
-        try:
-            self._append(request)
-        except BrokerError as e:
-            self._refused(kind, peer, request, e)
+        outcome = self._try_append(request, 0, peer, kind)
+        if isinstance(outcome, Deferred):
+            outcome.addErrback(lambda failure: self._log.failure("produce to {topic}-{partition} failed", failure,
+                                                                 topic=request.topic, partition=request.partition))
 
     def multiproduce(self, request: MultiProduceRequest, peer: str = "?") -> None:
         """MULTIPRODUCE: each set as a PRODUCE."""
         for produce in request.produces:
             self.produce(produce, peer, codec.MULTIPRODUCE)
 
+    def _try_append(self, produce: ProduceRequest, ack: int, peer: str, kind: int) -> Part | Deferred[Part]:
+        """L{_append}, or the set's refusal (logged and counted) if it is refused."""
+        try:
+            outcome = self._append(produce, ack)
+        except BrokerError as e:
+            return self._refusal(kind, peer, produce, e)
+        if isinstance(outcome, Deferred):
+            return outcome.addErrback(lambda failure: self._refusal(kind, peer, produce,
+                                                                    failure.trap(BrokerError) and failure.value))
+        return outcome
+
+    def _refusal(self, kind: int, peer: str, produce: ProduceRequest, error: BrokerError) -> ProduceResult:
+        self._refused(kind, peer, produce, error)
+        return ProduceResult.refused(produce.topic, produce.partition, error)
+
     def ack_produce(self, request: AckProduceRequest, peer: str = "?") -> Response | Deferred[Response] | None:
         """ACK_PRODUCE: append every set, then answer with the offsets (after the fsync when asked)."""
+        parts = [self._try_append(produce, request.ack, peer, codec.ACK_PRODUCE) for produce in request.produces]
+        if any(isinstance(part, Deferred) for part in parts):  # a set written in pieces, or waiting for one
+            return Deferred.fromCoroutine(self._await_parts(request, parts))
+        return self._answer(request, parts)
+
+    async def _await_parts(self, request: AckProduceRequest, parts: list[Part | Deferred[Part]]) -> bytes:
+        done = [await part if isinstance(part, Deferred) else part for part in parts]
+        answer = self._answer(request, done)
+        return await answer if isinstance(answer, Deferred) else answer
+
+    def _answer(self, request: AckProduceRequest, parts: list[Part]) -> Response | Deferred[Response]:
+        """The answer once every set is appended or refused: at once, or after the flushes asked for."""
         results: list[ProduceResult] = []
         flushes: list[tuple[int, Deferred[int]]] = []
-        for produce in request.produces:
-            try:
-                appended, replicated = self._append(produce, request.ack)
-            except BrokerError as e:
-                self._refused(codec.ACK_PRODUCE, peer, produce, e)
-                results.append(ProduceResult.refused(produce.topic, produce.partition, e))
+        for produce, part in zip(request.produces, parts):
+            if isinstance(part, ProduceResult):  # refused
+                results.append(part)
                 continue
+            appended, replicated = part
             results.append(ProduceResult(produce.topic, produce.partition, NO_ERROR, *appended[:2]))
             log = self._logs.get_log(produce.topic, produce.partition)
             if request.ack >= ACK_ALL and replicated:

@@ -18,15 +18,16 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from twlog.config import LogConfig
-from twlog.errors import MessageSizeTooLarge, TooManyOpenFiles
+from twlog.errors import MessageSizeTooLarge, StorageFailed, TooManyOpenFiles
 from twlog.storage.epochs import LeaderEpochCache
 from twlog.storage.flush import Flusher, ThreadRunner
 from twlog.storage.log_reader import EARLIEST_TIME, LATEST_TIME, LogReader
+from twlog.storage.pieces import PIECE_BYTES, PiecedWrites
 from twlog.storage.recovery import Truncation, recover_segment
 from twlog.storage.replica import AppendResult, ReplicaLog
 from twlog.storage.retention import segments_to_expire
@@ -45,14 +46,8 @@ class Log(ReplicaLog):
 
     _log = Logger()
 
-    def __init__(
-        self,
-        segments: SegmentList,
-        config: LogConfig,
-        clock: IReactorTime,
-        run_in_thread: ThreadRunner,
-        epochs: LeaderEpochCache | None = None,
-    ) -> None:
+    def __init__(self, segments: SegmentList, config: LogConfig, clock: IReactorTime, run_in_thread: ThreadRunner,
+                 epochs: LeaderEpochCache | None = None) -> None:
         self.directory = segments.directory
         self._run_in_thread = run_in_thread
         self.epochs = epochs or LeaderEpochCache(self.directory, run_in_thread)
@@ -64,6 +59,8 @@ class Log(ReplicaLog):
                                 self._tell_flush_listeners)
         self._reader = LogReader(segments, lambda: self.visible_end, config.segment_bytes,
                                  run_in_thread)
+        #: The set being written in pieces, if any (L{append_in_pieces}).
+        self.pieces = PiecedWrites(clock)
         self.closed = False
 
     @classmethod
@@ -83,30 +80,7 @@ class Log(ReplicaLog):
         @raise CorruptLog: segments leave a gap or overlap.
         @raise TooManyOpenFiles: out of descriptors; nothing is left open (opening again later works).
         """
-        parent_created = not os.path.isdir(directory)
-        segments, created = SegmentList.open(directory)
-        try:
-            truncation = recover_segment(segments.active, config.segment_bytes) if recover else None
-            log = cls(segments, config, clock, run_in_thread, LeaderEpochCache.open(directory, run_in_thread))
-        except BaseException:
-            segments.close()
-            raise
-        if created:  # a new segment file (and maybe a new directory) to make durable
-            log._flusher.sync_directory(directory)
-            if parent_created:
-                log._flusher.sync_directory(os.path.dirname(os.path.abspath(directory)))
-        if truncation is not None:
-            cls._log.warn(
-                "recovery truncated {removed_bytes} bytes from {path} at offset {offset}: {reason}",
-                removed_bytes=truncation.removed_bytes,
-                path=truncation.path,
-                offset=truncation.offset,
-                reason=truncation.reason,
-            )
-        log.last_truncation = truncation
-        log.epochs.truncate_from_end(log.end_offset + 1).addErrback(logged)  # epochs begun in a cut tail
-        log.epochs.truncate_from_start(log.start_offset).addErrback(logged)
-        return log
+        return _open(cls, directory, config, clock, run_in_thread, recover)
 
     #: What recovery cut from the last segment when the log was opened, if anything.
     last_truncation: Truncation | None = None
@@ -163,22 +137,45 @@ class Log(ReplicaLog):
             count = validate_message_set(message_set, self._max_message_bytes, self._config.max_decompressed_bytes)
         return self._write(message_set, count)
 
-    def _write(self, message_set: bytes | bytearray | memoryview, count: int | None, roll: bool | None = None):
-        """Append C{count} checked messages: in a new segment if C{roll}, or (None) if they do not fit."""
+    def append_in_pieces(self, message_set: bytes | bytearray | memoryview, count: int) -> Deferred[AppendResult]:
+        """L{append} of C{count} checked messages, a piece at a time with the reactor running in between
+        (L{twlog.storage.pieces}); raises (or fails with) what L{append} raises.  Wait for C{pieces.turn()} first."""
+        active = self._prepare(message_set, count)
+        if active is None:
+            return succeed(AppendResult(self.end_offset, self.end_offset, 0))
+        offset = active.end_offset
+        return self.pieces.run(active.append_in_pieces(message_set, PIECE_BYTES), self._flusher.check_writable,
+                               lambda: self._appended(active, offset, count),
+                               lambda e: self._flusher.write_failed(active, e, f"writing to {active.path}"))
+
+    def _prepare(self, message_set: bytes | bytearray | memoryview, count: int | None, roll: bool | None = None):
+        """The segment C{count} messages go to, rolled if due (L{_write}); None if there are none."""
+        if self.pieces.busy:
+            raise RuntimeError(f"{self.directory}: an append while a set is being written in pieces")
         self._flusher.check_writable()
         size = len(message_set)
         if roll is None and size > self._config.segment_bytes:
             raise set_too_large(size, self._config.segment_bytes)
         if not count:
-            return AppendResult(self.end_offset, self.end_offset, 0)
+            return None
         active = self._segments.active
         if active.size and (active.size + size > self._config.segment_bytes if roll is None else roll):
             active = self._roll()
+        return active
+
+    def _write(self, message_set: bytes | bytearray | memoryview, count: int | None, roll: bool | None = None):
+        """Append C{count} checked messages: in a new segment if C{roll}, or (None) if they do not fit."""
+        active = self._prepare(message_set, count, roll)
+        if active is None:
+            return AppendResult(self.end_offset, self.end_offset, 0)
         offset = active.end_offset
         try:
             active.append(message_set)
         except OSError as e:
             raise self._flusher.write_failed(active, e, f"writing to {active.path}") from None
+        return self._appended(active, offset, count)
+
+    def _appended(self, active: Segment, offset: int, count: int) -> AppendResult:
         if active.size == active.written:  # in the file already
             self._flusher.suspension.wrote()
         next_offset = active.end_offset
@@ -330,13 +327,44 @@ class Log(ReplicaLog):
         segment): a fetch response being sent from them still sends its bytes.
         """
         self.closed = True
+        self.pieces.cancel(error)
         self._flusher.abandon(error)
 
     def close(self) -> None:
         """Stop timers and close every segment.  Flush first to keep unflushed data."""
         self.closed = True
+        self.pieces.cancel(StorageFailed(f"{self.directory} closed while a set was being written: not written"))
         self._flusher.close()
         self._segments.close()
+
+
+def _open(cls: type[Log], directory: str, config: LogConfig, clock: IReactorTime, run_in_thread: ThreadRunner,
+          recover: bool) -> Log:
+    """L{Log.open}."""
+    parent_created = not os.path.isdir(directory)
+    segments, created = SegmentList.open(directory)
+    try:
+        truncation = recover_segment(segments.active, config.segment_bytes) if recover else None
+        log = cls(segments, config, clock, run_in_thread, LeaderEpochCache.open(directory, run_in_thread))
+    except BaseException:
+        segments.close()
+        raise
+    if created:  # a new segment file (and maybe a new directory) to make durable
+        log._flusher.sync_directory(directory)
+        if parent_created:
+            log._flusher.sync_directory(os.path.dirname(os.path.abspath(directory)))
+    if truncation is not None:
+        cls._log.warn(
+            "recovery truncated {removed_bytes} bytes from {path} at offset {offset}: {reason}",
+            removed_bytes=truncation.removed_bytes,
+            path=truncation.path,
+            offset=truncation.offset,
+            reason=truncation.reason,
+        )
+    log.last_truncation = truncation
+    log.epochs.truncate_from_end(log.end_offset + 1).addErrback(logged)  # epochs begun in a cut tail
+    log.epochs.truncate_from_start(log.start_offset).addErrback(logged)
+    return log
 
 
 def logged(failure: object) -> None:

@@ -34,12 +34,20 @@ from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.logger import Logger
 
 from twlog.config import LogConfig
-from twlog.errors import LogTruncated, OffsetMismatch, OffsetNotOnBoundary, OffsetOutOfRange, StorageFailed
+from twlog.errors import (
+    LogTruncated,
+    NotLeader,
+    OffsetMismatch,
+    OffsetNotOnBoundary,
+    OffsetOutOfRange,
+    StorageFailed,
+)
 from twlog.storage.entry import MIN_MESSAGE_BYTES
 from twlog.storage.epochs import LeaderEpochCache
 from twlog.storage.failures import describe
 from twlog.storage.flush import Flusher, ThreadRunner
 from twlog.storage.log_reader import LogReader
+from twlog.storage.pieces import PiecedWrites
 from twlog.storage.segment import FileRegion, Segment
 from twlog.storage.segment_list import DELETED_SUFFIX, SegmentList
 from twlog.storage.validation import check_entries, scan
@@ -139,6 +147,7 @@ class ReplicaLog:
     _write: Callable[..., AppendResult]
     _tell_flush_listeners: Callable[[], Any]
     _reader: LogReader
+    pieces: PiecedWrites
     write_out: Callable[[], None]
     end_offset: int
     flushed_offset: int
@@ -202,6 +211,7 @@ class ReplicaLog:
         """
         if self.closed:
             raise RuntimeError(f"{self.directory} is closed")
+        self._stop_pieces()
         if expected_offset != self.end_offset:
             raise OffsetMismatch(f"{self.directory}: the leader's bytes start at offset {expected_offset}, but this "
                                  f"replica ends at {self.end_offset}", expected_offset, self.end_offset)
@@ -212,6 +222,11 @@ class ReplicaLog:
         self._flusher.check_writable()
         roll = self.align_segment(leader_segment_base)
         return self._write(message_set, count, roll=roll)
+
+    def _stop_pieces(self) -> None:
+        """The log follows its leader now (a truncation, the leader's bytes): a produced set still being written
+        in pieces (L{twlog.storage.pieces}) stops, cut back, and its producer is told L{NotLeader}."""
+        self.pieces.cancel(NotLeader(f"{self.directory} follows its leader now: the set was not written"))
 
     def align_segment(self, leader_segment_base: int) -> bool:
         """Whether the next append (at the end) must start a new segment to match the leader's, whose segment
@@ -259,6 +274,7 @@ class ReplicaLog:
         """
         if self.closed:
             raise RuntimeError(f"{self.directory} is closed")
+        self._stop_pieces()
         if self._flusher.failed is not None:
             raise StorageFailed(f"{self.directory} failed ({self._flusher.failed}); restart the broker to recover it")
         if offset == self.end_offset:

@@ -65,6 +65,14 @@ def delete_segments(segments: list[Segment]) -> int:
     return len(segments)
 
 
+def close_quietly(fd: int) -> None:
+    """Close C{fd}, a deleted segment's last descriptor (on the thread pool; nobody waits to hear of an error)."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 class ExpiringLog(Protocol):
     """What retention needs of a partition log (L{twlog.storage.log.Log} provides it)."""
 
@@ -127,6 +135,8 @@ class Retention:
         return gatherResults(runs).addCallback(sum)
 
     def _deleted(self, deleted: int, expired: list[Segment]) -> int:
+        for segment in expired[:deleted]:  # its last descriptor, when nothing refers to it any more
+            segment.close_later = self._close_later
         if deleted < len(expired):
             self._log.warn(
                 "retention could not delete {path}; it and {left} newer expired segments stay on disk"
@@ -134,6 +144,9 @@ class Retention:
                 path=expired[deleted].path, left=len(expired) - deleted - 1,
             )
         return deleted
+
+    def _close_later(self, fd: int) -> None:
+        self._run_in_thread(close_quietly, fd)
 
     def _deletion_failed(self, failure) -> int:
         self._log.failure("retention failed to delete segments", failure)
