@@ -1,6 +1,7 @@
 """`twlog bench faults` end to end, briefly: three broker processes under ack=all load, three fault cases once
 each (the leader killed, the leader cut off from its followers through the proxy between brokers and then from
-ZooKeeper (Jepsen 2013), the leader stopped by SIGTERM), and the history checker's verdict. The long loop (every case, 50 cycles and more) is the command itself: docs/replication.md."""
+ZooKeeper (Jepsen 2013), the leader stopped by SIGTERM), and the history checker's verdict. The long loop (every
+case, 50 cycles and more) is the command itself: docs/replication.md."""
 
 from __future__ import annotations
 

@@ -332,14 +332,6 @@ class Flusher:
             self._cut = (min(self._cut[0], end), error)
         self._flush_waiters.fail_past(end, error)
 
-    def started_again(self, offset: int, segment: Segment) -> None:
-        """The log was emptied and starts again at C{offset}, in C{segment} (C{ReplicaLog.start_at}):
-        everything before C{offset} is gone, so flushes cover up to it; the next flush fsyncs the new file and the
-        directory."""
-        self._dirty = [segment]
-        self._sync_directories.add(self.directory)
-        self.flushed_offset = max(self.flushed_offset, offset)
-
     # -- failures ----------------------------------------------------------
 
     def check_writable(self) -> None:

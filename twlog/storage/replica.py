@@ -330,7 +330,9 @@ class ReplicaLog:
                 raise StorageFailed(f"{message}; restart the broker to recover it") from None
             self._segments.start_again(segment)
             old.discard_pending()
-            self._flusher.started_again(offset, segment)
+            self._flusher.appended(segment, 0)  # the new file, and its directory, go with the next fsync
+            self._flusher.sync_directory(self.directory)
+            self._flusher.flushed_offset = max(self._flusher.flushed_offset, offset)  # nothing is before it
             if self._high_watermark is not None:
                 self._high_watermark = offset
             self._log.warn("{directory}: emptied and started again at offset {offset}", directory=self.directory,
