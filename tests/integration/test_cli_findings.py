@@ -144,6 +144,29 @@ class DeleteTopicTests(TestCase):
         self.assertEqual((status, out), (1, b""))
         self.assertIn(b"topic 'clicks' does not exist on the brokers known to 127.0.0.1:", err)
 
+    async def test_refused_while_a_holder_is_down(self) -> None:
+        """A broker that holds the topic is down: delete is refused in one line naming it (its logs would bring
+        the topic back when it starts), by ZooKeeper and by a broker address, with --force too; nothing is
+        deleted. Once the broker is forgotten (retired for good), the live ones delete it."""
+        log_dir = self.brokers[1].broker.logs.config.log_dir
+        await self.brokers[1].stopService()  # leaves ZooKeeper, as a dead broker does once its session expires
+        down = ("cannot delete topic 'clicks': broker 1, which holds clicks:1-0..1-1, is not registered: down?; its "
+                "logs would bring the topic back when it starts, so nothing was deleted: start it and delete again "
+                "(or, for a broker retired for good, twlog brokers forget --broker-id 1 first)")
+        for where in (("-z", self.zookeeper), ("-z", self.zookeeper, "--force"), ("-b", self.address(0), "--force")):
+            status, out, err = await twlog("topics", "delete", "-t", "clicks", *where)
+            self.assertEqual((status, out), (1, b""), where)
+            self.assertEqual(err.decode(), f"twlog: {down}\n", where)
+        self.assertEqual(sorted(self.brokers[0].broker.logs.topics()), ["clicks"])
+        self.assertTrue([n for n in os.listdir(log_dir) if n.startswith("clicks")])
+        self.assertEqual(sorted(await self.zk.children(paths.held_path("clicks"))), ["0", "1"])
+
+        status, _, err = await twlog("brokers", "forget", "-z", self.zookeeper, "--broker-id", "1")
+        self.assertEqual(status, 0, err)
+        status, out, err = await twlog("topics", "delete", "-z", self.zookeeper, "-t", "clicks")
+        self.assertEqual((status, out, err), (0, b"deleted clicks on 1 broker (0)\n", b""))
+        self.assertEqual(self.brokers[0].broker.logs.topics(), {})
+
     def address(self, index: int) -> str:
         return f"127.0.0.1:{self.brokers[index].broker.port}"
 

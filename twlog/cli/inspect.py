@@ -293,7 +293,8 @@ def _progress_cells(progress: PartitionProgress | None) -> tuple[str, str]:
 
 
 async def delete_topic(reactor, args) -> None:
-    """Delete C{--topic} on every broker that holds it, and its committed offsets; refused while a group reads it.
+    """Delete C{--topic} on every broker that holds it, and its committed offsets; refused while a group reads it,
+    and while a broker that holds it is down (its logs would bring the topic back when it starts).
 
     A group reads the topic when one of its live members (C{/consumers/<group>/ids/*}) is subscribed to it;
     that needs ZooKeeper, so without C{--zookeeper} only C{--force} deletes.  With C{--zookeeper}, every
@@ -393,8 +394,9 @@ async def _delete_offsets(zk, topic: str) -> list[str]:
 
 
 async def _delete_held(zk, topic: str) -> None:
-    """Delete what ZooKeeper remembers of which brokers held C{topic} (C{/twlog/held/<topic>}), down brokers'
-    included: the topic is gone, so their partitions are no longer missing."""
+    """Delete what ZooKeeper remembers of which brokers held C{topic} (C{/twlog/held/<topic>}): the topic is gone.
+    (A broker that is down keeps its logs, which would bring the topic back: L{delete_on_brokers} refuses while
+    one holds it.)"""
     for broker in await sorted_children(zk, paths.held_path(topic)):
         with suppress(NoNodeError):
             await zk.delete(f"{paths.held_path(topic)}/{broker}")
