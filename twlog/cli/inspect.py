@@ -35,7 +35,7 @@ from twlog.coord.layout import PartitionLocation, describe_offline
 from twlog.coord.replication.store import MIN_INSYNC_REPLICAS
 from twlog.coord.zk import NoNodeError, NotEmptyError, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
-from twlog.partition import address_text
+from twlog.partition import TopicPartition, address_text
 from twlog.protocol.codec import EARLIEST, LATEST
 from twlog.protocol.replication_codec import ReplicatedLayout
 
@@ -139,7 +139,10 @@ async def describe_topic(reactor, args) -> None:
         for line in problems:
             print(f"twlog: warning: {line}: its high watermark and replica ends are unknown", file=sys.stderr)
         return _describe_replicated(args, layout, progress)
-    locations = await find_partitions(args, args.topic, reactor)
+    offline: list[TopicPartition] = []  # (a down broker's: shown with unknown offsets, and said on stderr)
+    locations = await find_partitions(args, args.topic, reactor, offline=offline)
+    if offline:
+        print(f"twlog: warning: {describe_offline(offline)} (offsets shown as ?)", file=sys.stderr)
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
     rows = []
     try:
@@ -154,16 +157,21 @@ async def describe_topic(reactor, args) -> None:
         for consumer in consumers.values():
             await consumer.close()
     if getattr(args, "json", False):
-        print_json({"topic": args.topic, "partitions": [
-            {"partition": loc.name, "leader": loc.leader, "broker": loc.address, "earliest": earliest,
-             "latest": latest, "size": latest - earliest} for loc, earliest, latest in rows]})
+        described = [(loc.tp, {"partition": loc.name, "leader": loc.leader, "broker": loc.address,
+                               "earliest": earliest, "latest": latest, "size": latest - earliest})
+                     for loc, earliest, latest in rows]
+        described += [(tp, {"partition": tp.name, "leader": tp.fixed_leader, "broker": None, "earliest": None,
+                            "latest": None, "size": None, "offline": True}) for tp in offline]
+        print_json({"topic": args.topic, "partitions": [p for _, p in sorted(described, key=lambda d: d[0])]})
         return
-    brokers = {loc.leader for loc, _, _ in rows}
-    title = (f"{args.topic}: {len(rows)} partition{'s' if len(rows) != 1 else ''} on {len(brokers)} "
+    brokers = {loc.leader for loc, _, _ in rows} | {tp.fixed_leader for tp in offline}
+    count = len(rows) + len(offline)
+    title = (f"{args.topic}: {count} partition{'s' if count != 1 else ''} on {len(brokers)} "
              f"broker{'s' if len(brokers) != 1 else ''}; size = latest - earliest, in bytes of log")
-    print_table(["partition", "leader", "earliest", "latest", "size"],
-                [(loc.name, f"{loc.leader} ({loc.address})", earliest, latest, latest - earliest)
-                 for loc, earliest, latest in rows],
+    table = [(loc.tp, loc.name, f"{loc.leader} ({loc.address})", earliest, latest, latest - earliest)
+             for loc, earliest, latest in rows]
+    table += [(tp, tp.name, f"{tp.fixed_leader} (down: not registered)", "?", "?", "?") for tp in offline]
+    print_table(["partition", "leader", "earliest", "latest", "size"], [row[1:] for row in sorted(table)],
                 title=title, right=["earliest", "latest", "size"])
 
 
