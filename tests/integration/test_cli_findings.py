@@ -44,6 +44,17 @@ class OneBrokerTests(TestCase):
         self.assertEqual((status, out), (1, b""))
         self.assertIn(b"the earliest offsets are 0-0: 0, 0-1: 0", err)
 
+    async def test_consume_from_inside_a_message(self) -> None:
+        """consume -o with an offset inside a message names the nearest message boundaries (as groups reset
+        does), in one line; an offset on a boundary reads from there."""
+        status, out, err = await twlog("consume", "-b", self.broker, "-t", "clicks", "-p", "0-0", "-o", "13")
+        self.assertEqual((status, out), (1, b""))
+        one_line(self, err)
+        self.assertEqual(err, b"twlog: offset 13 does not start a message of clicks:0-0: the nearest message "
+                              b"boundaries are 10 and 20\n")
+        status, out, err = await twlog("consume", "-b", self.broker, "-t", "clicks", "-p", "0-0", "-o", "10")
+        self.assertEqual((status, out), (0, b"b\nc\n"), err)
+
     async def test_did_you_mean(self) -> None:
         """A mistyped topic name is refused naming the topic it was probably meant to be."""
         for command in (("consume",), ("offsets",), ("topics", "describe")):
