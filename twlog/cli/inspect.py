@@ -200,6 +200,23 @@ async def create_topic(reactor, args) -> None:
     if not created.registered:
         print(f"twlog: warning: not every broker's registration of {created.topic} was visible within "
               f"{REGISTRATION_WAIT_S:g} s; producers may see only some partitions for a moment", file=sys.stderr)
+    down = sorted(set(await _down_brokers(reactor, source, options)) - set(created.brokers))
+    if down:
+        ids = ", ".join(map(str, down))
+        print(f"twlog: warning: broker{'s' if len(down) != 1 else ''} {ids} {'are' if len(down) != 1 else 'is'} down "
+              f"(not registered, known to hold other topics), so {created.topic} has no partitions there: run this "
+              f"again once {'they are' if len(down) != 1 else 'it is'} back to make them", file=sys.stderr)
+
+
+async def _down_brokers(reactor, source: dict, options: ClientOptions) -> list[int]:
+    """The brokers that are down (not registered) and known to hold some topic; none if the cluster cannot be read
+    now."""
+    try:
+        layout, _ = await cluster_layout_async(reactor=reactor, options=options, **source)
+    except (ConnectionFailed, ZooKeeperUnavailable):
+        return []
+    return sorted({tp.fixed_leader for topic in layout.topics() for tp in layout.offline_partitions(topic)
+                   if tp.fixed_leader is not None})
 
 
 async def create_replicated_topic(reactor, args) -> None:
