@@ -587,6 +587,27 @@ class AssignmentReportTests(GroupTestCase):
             "now reading no partitions, gave up t:0-0..0-3 (the ZooKeeper session was lost)",
         ])
 
+    def test_says_why_it_gave_up_a_down_brokers_partitions(self) -> None:
+        """A broker that held the topic goes: each member says that no member can read its partitions and names
+        the broker (not a bare 'gave up', which reads as if another member took them); once the broker is back,
+        one more line each, without it."""
+        self.register_broker(1, {"t": 2})
+        self.successResultOf(self.admin.create(paths.held_path("t", 1), b"2", makepath=True))
+        consumer, changes = self.listened()
+        other, others = self.listened("c")
+        self.assertEqual((changes[-1], others), ("now reading t:0-0..0-2 (3 partitions), gave up t:{0-3, 1-0..1-1}",
+                                                 ["now reading t:{0-3, 1-0..1-1} (3 partitions)"]))
+        for path in (paths.broker_id_path(1), paths.broker_topic_path("t", 1)):  # its session expired
+            self.successResultOf(self.admin.delete(path))
+        why = "no member can read 2 partitions: broker 1, which holds t:1-0..1-1, is not registered: down?"
+        self.assertEqual(changes[-1], f"now reading t:0-0..0-1 (2 partitions), gave up t:0-2; {why}")
+        self.assertEqual(others[-1], f"now reading t:0-2..0-3 (2 partitions), gave up t:1-0..1-1; {why}")
+        self.assertEqual([line for line in changes + others if "can read" in line], [changes[-1], others[-1]])
+        self.register_broker(1, {"t": 2})
+        self.assertEqual((changes[-1], others[-1]), ("now reading t:0-0..0-2 (3 partitions)",
+                                                     "now reading t:{0-3, 1-0..1-1} (3 partitions), gave up t:0-2"))
+        self.assertIn(f"consumer c of group g: {others[-2]}", self.logged)
+
 
 class ZooKeeperLossTests(GroupTestCase):
     """Offsets through a lost connection or session: committed first thing when the same session is back,

@@ -44,6 +44,17 @@ class OneBrokerTests(TestCase):
         self.assertEqual((status, out), (1, b""))
         self.assertIn(b"the earliest offsets are 0-0: 0, 0-1: 0", err)
 
+    async def test_consume_from_inside_a_message(self) -> None:
+        """consume -o with an offset inside a message names the nearest message boundaries (as groups reset
+        does), in one line; an offset on a boundary reads from there."""
+        status, out, err = await twlog("consume", "-b", self.broker, "-t", "clicks", "-p", "0-0", "-o", "13")
+        self.assertEqual((status, out), (1, b""))
+        one_line(self, err)
+        self.assertEqual(err, b"twlog: offset 13 does not start a message of clicks:0-0: the nearest message "
+                              b"boundaries are 10 and 20\n")
+        status, out, err = await twlog("consume", "-b", self.broker, "-t", "clicks", "-p", "0-0", "-o", "10")
+        self.assertEqual((status, out), (0, b"b\nc\n"), err)
+
     async def test_did_you_mean(self) -> None:
         """A mistyped topic name is refused naming the topic it was probably meant to be."""
         for command in (("consume",), ("offsets",), ("topics", "describe")):
@@ -143,6 +154,36 @@ class DeleteTopicTests(TestCase):
         status, out, err = await twlog("topics", "delete", "-b", self.address(1), "-t", "clicks", "--force")
         self.assertEqual((status, out), (1, b""))
         self.assertIn(b"topic 'clicks' does not exist on the brokers known to 127.0.0.1:", err)
+
+    async def test_refused_while_a_holder_is_down(self) -> None:
+        """A broker that holds the topic is down: delete is refused in one line naming it (its logs would bring
+        the topic back when it starts), by ZooKeeper and by a broker address, with --force too; nothing is
+        deleted; a topic created meanwhile says broker 1 will not have it. Once the broker is forgotten (retired
+        for good), the live ones delete it."""
+        log_dir = self.brokers[1].broker.logs.config.log_dir
+        await self.brokers[1].stopService()  # leaves ZooKeeper, as a dead broker does once its session expires
+        down = ("cannot delete topic 'clicks': broker 1, which holds clicks:1-0..1-1, is not registered: down?; its "
+                "logs would bring the topic back when it starts, so nothing was deleted: start it and delete again "
+                "(or, for a broker retired for good, twlog brokers forget --broker-id 1 first)")
+        for where in (("-z", self.zookeeper), ("-z", self.zookeeper, "--force"), ("-b", self.address(0), "--force")):
+            status, out, err = await twlog("topics", "delete", "-t", "clicks", *where)
+            self.assertEqual((status, out), (1, b""), where)
+            self.assertEqual(err.decode(), f"twlog: {down}\n", where)
+        self.assertEqual(sorted(self.brokers[0].broker.logs.topics()), ["clicks"])
+        self.assertTrue([n for n in os.listdir(log_dir) if n.startswith("clicks")])
+        self.assertEqual(sorted(await self.zk.children(paths.held_path("clicks"))), ["0", "1"])
+
+        # topics create meanwhile makes the topic on the live broker, and says broker 1 will not have it.
+        status, out, err = await twlog("topics", "create", "-b", self.address(0), "-t", "views", "-n", "2")
+        self.assertEqual((status, out), (0, b"created views: 2 partitions on 1 broker (2 in all)\n"), err)
+        self.assertEqual(err, b"twlog: warning: broker 1 is down (not registered, known to hold other topics), so "
+                              b"views has no partitions there: run this again once it is back to make them\n")
+
+        status, _, err = await twlog("brokers", "forget", "-z", self.zookeeper, "--broker-id", "1")
+        self.assertEqual(status, 0, err)
+        status, out, err = await twlog("topics", "delete", "-z", self.zookeeper, "-t", "clicks")
+        self.assertEqual((status, out, err), (0, b"deleted clicks on 1 broker (0)\n", b""))
+        self.assertEqual(self.brokers[0].broker.logs.topics(), {"views": 2})
 
     def address(self, index: int) -> str:
         return f"127.0.0.1:{self.brokers[index].broker.port}"

@@ -79,6 +79,19 @@ class DeadBrokerTests(TestCase):
         self.assertRegex(out.decode(), r"clicks +1 \(down: not registered\) +4 +1-0 \.\. 1-3")
         self.assertEqual(err.decode(), f"twlog: warning: {DOWN}\n")
 
+        # topics describe: every partition, broker 1's with unknown offsets, and a line saying why (exit 0).
+        status, out, err = await twlog("topics", "describe", "-z", zookeeper, "-t", "clicks")
+        self.assertEqual((status, err.decode()), (0, f"twlog: warning: {DOWN} (offsets shown as ?)\n"))
+        self.assertRegex(out.decode(), r"clicks: 8 partitions on 2 brokers")
+        self.assertRegex(out.decode(), r"0-1 +0 \(127\.0\.0\.1:\d+\) +0 +\d+ +\d+\n")
+        for name in ("1-0", "1-1", "1-2", "1-3"):
+            self.assertRegex(out.decode(), rf"{name} +1 \(down: not registered\) +\? +\? +\?\n")
+        status, out, err = await twlog("topics", "describe", "-b", broker0, "-t", "clicks", "--json")
+        self.assertEqual(status, 0, err)
+        described = json.loads(out)["partitions"]
+        self.assertEqual([p["partition"] for p in described], [f"{b}-{n}" for b in (0, 1) for n in range(4)])
+        self.assertEqual([(p["leader"], p["latest"], p.get("offline")) for p in described[4:]], [(1, None, True)] * 4)
+
         # groups: the committed offsets of broker 1's partitions, with an unknown lag the total leaves out.
         status, out, err = await twlog("groups", "-z", zookeeper, "-g", "readers", "--json")
         self.assertEqual(status, 0, err)
@@ -149,3 +162,29 @@ class DeadBrokerTests(TestCase):
         self.assertIn(DOWN, str(caught.exception))
         self.assertIn("set failOnDataLoss=false", str(caught.exception))
         self.assertEqual(await spark_call(count, failOnDataLoss="false"), 30)
+
+        # A streaming query alike: it stops naming broker 1, or with failOnDataLoss=false writes broker 0's 30.
+        out, checkpoint = self.mktemp(), self.mktemp()
+
+        def stream(**options):
+            reader = (spark.readStream.format("twlog").option("brokers", broker0).option("subscribe", "clicks")
+                      .option("startingOffsets", "earliest"))
+            for name, value in options.items():
+                reader = reader.option(name, value)
+            query = (reader.load().writeStream.format("parquet").option("path", out)
+                     .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+            try:
+                query.awaitTermination(120)
+            except Exception as e:  # (StreamingQueryException: the query failed)
+                return e
+            if query.isActive:
+                query.stop()
+                raise AssertionError("the query did not finish")
+            return query.exception()
+
+        failed = await spark_call(stream)
+        self.assertIsNotNone(failed)
+        self.assertIn(DOWN, str(failed))
+        self.assertIsNone(await spark_call(stream, failOnDataLoss="false"))
+        rows = await spark_call(lambda: spark.read.parquet(out).collect())
+        self.assertEqual(sorted(bytes(r.value) for r in rows), sorted(b"0-1 %d" % i for i in range(30)))

@@ -374,3 +374,9 @@ class GroupsCommandTests(TestCase):
         self.assertIn("left out broker 1, which holds clicks:1-0..1-1, is not registered: down?", err)
         self.assertEqual([await self.committed(zk, "g", n) for n in ("0-0", "0-1", "1-0", "1-1")],
                          [0, 0, ends["1-0"], ends["1-1"]])
+
+        # A member reads the rest and says why it leaves broker 1's partitions out (no other member has them).
+        status, out, err = await run_twlog("consume", "-z", zk.hosts, "-g", "g", "-t", "clicks", "-n", "1")
+        self.assertEqual((status, len(out.splitlines())), (0, 1), err)
+        self.assertIn("twlog: now reading clicks:0-0..0-1 (2 partitions); no member can read 2 partitions: broker 1, "
+                      "which holds clicks:1-0..1-1, is not registered: down?\n", err)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import sys
 from collections import Counter
 
@@ -21,8 +23,8 @@ from tests.integration.mirroring import (
     until,
 )
 from tests.integration.test_cli import one_line, twlog
-from tests.integration.test_local import LocalProcess
-from twlog.coord.zkserver import free_port
+from tests.integration.test_local import LocalProcess, banner_ports, child_pids, command_line, start_local
+from twlog.coord.zkserver import free_port, free_ports
 from twlog.envelope import open_envelope
 
 
@@ -203,3 +205,41 @@ class SharedMirrorTests(TestCase):
         for mirror in mirrors:
             self.assertEqual(mirror.output.count(b"the target cannot take"), 1, mirror.output)
             await mirror.said(r"acknowledges again")
+
+
+class DeadSourceBrokerTests(TestCase):
+    """A source broker killed under a running mirror: its partitions are never left out in silence (issue 20)."""
+
+    timeout = 240
+
+    async def test_mirror_names_the_dead_broker_and_copies_the_rest(self) -> None:
+        """Once the killed broker's session has expired, the mirror says once per rebalance that no member can
+        read its partitions, naming it, and each status line's lag says what it leaves out; the live broker's
+        messages, old and new, are copied."""
+        data = os.path.abspath(self.mktemp())
+        local, transport = start_local(self, "--brokers", "2", "--data", data, "--port", str(free_ports(2)),
+                                       "--zookeeper-port", str(free_port()), "--no-metrics", "--flush-interval-ms",
+                                       "50")
+        zk_port, _ = banner_ports(await local.ready)
+        source = f"127.0.0.1:{zk_port}"
+        target = await local_cluster(self, "target")
+        status, _, err = await twlog("topics", "create", "-z", source, "-t", "clicks", "-n", "2")
+        self.assertEqual(status, 0, err)
+        for partition in ("0-0", "1-0"):
+            await produce(source, "clicks", [b"%s %d" % (partition.encode(), i) for i in range(20)], "-p", partition)
+        mirror = start_mirror(self, "--from", source, "--to", target, "--whitelist", "clicks",
+                              "--status-interval", "0.5")
+
+        async def copied(count: int) -> bool:
+            return len(await topic_values(target, "clicks")) == count
+
+        await until(lambda: copied(40))
+        brokers = {int(command_line(p)[command_line(p).index("--broker-id") + 1]): p
+                   for p in child_pids(transport.pid) if "--broker-id" in command_line(p)}
+        os.kill(brokers[1], signal.SIGKILL)
+        down = "broker 1, which holds clicks:1-0..1-1, is not registered: down?"
+        await mirror.said(re.escape(f"cannot be read by any member: {down}"), timeout_s=60)
+        await mirror.said(re.escape(f"(leaves out clicks:1-0..1-1: {down})"), timeout_s=30)
+        await produce(source, "clicks", [b"0-1 %d" % i for i in range(10)], "-p", "0-1")
+        await until(lambda: copied(50))
+        self.assertNotIn(b"Traceback", mirror.output)

@@ -132,6 +132,29 @@ class OfflinePartitionsTests(SynchronousTestCase):
         self.assertIn("leaving out 2 partitions that cannot be read (failOnDataLoss=false): broker 1, which holds "
                       "clicks:1-0..1-1", logged.output[0])
 
+    def test_said_once_while_the_same_and_when_back(self) -> None:
+        """A streaming query discovers at every trigger: the same offline partitions are said once, and their
+        return once."""
+        down = [True]
+
+        def find(*args, **kwargs):
+            if down[0]:
+                return _broker_1_down()
+            return list(FOUND)
+
+        o = SourceOptions({"brokers": "h:1", "subscribe": "clicks", "failOnDataLoss": "false"}, True, find=find)
+        with self.assertLogs("twlog.spark.options", "WARNING") as logged:
+            for _ in range(3):
+                o.partitions()
+            down[0] = False
+            o.partitions()
+            o.partitions()
+        self.assertEqual([line.split(":", 2)[2] for line in logged.output], [
+            "twlog: leaving out 2 partitions that cannot be read (failOnDataLoss=false): broker 1, which holds "
+            "clicks:1-0..1-1, is not registered: down?",
+            "twlog: every partition can be read again",
+        ])
+
     def test_assign_counts_only_the_assigned(self) -> None:
         """Assigned partitions all readable: no error; one assigned offline: the error names it alone."""
         o = SourceOptions({"brokers": "h:1", "assign": '{"clicks": ["0-1"]}'}, False, find=_broker_1_down)
@@ -161,7 +184,7 @@ class OfflineStreamingTests(SynchronousTestCase):
         with self.assertLogs("twlog.spark.options", "WARNING"):
             end = reader.latestOffset(start)
         self.assertEqual(end, {"clicks": {"0-0": 100, "0-1": 100, "1-0": 5, "1-1": 7}})
-        with self.assertLogs("twlog.spark.options", "WARNING"):
+        with self.assertNoLogs("twlog.spark.options", "WARNING"):  # (said once, at latestOffset)
             planned = reader.partitions(start, end)
         self.assertEqual([(p.tp.name, p.start, p.end) for p in planned], [("0-0", 10, 100)])
 

@@ -135,14 +135,15 @@ def where(args) -> str:
     return ", ".join(address_text(h, p) for h, p in parse_brokers(args.broker))
 
 
-async def find_partitions(args, topic: str, reactor=None) -> list[PartitionLocation]:
+async def find_partitions(args, topic: str, reactor=None, offline: list | None = None) -> list[PartitionLocation]:
     """Every partition of C{topic} in the cluster that C{--zookeeper} or C{--broker} names, sorted; with
     C{--partition}, that one alone.
 
     Asked on the reactor (L{discover_async}): no thread.  Bad registrations are skipped, with a warning each.
     A partition whose broker is down is never left out in silence: the command fails naming the broker and
     its partitions, unless C{--allow-partial}, when one stderr line says what is left out.  With
-    C{--partition}, only that partition's broker matters.
+    C{--partition}, only that partition's broker matters.  Given an C{offline} list, the partitions whose
+    broker is down are put there instead, for the caller to show (C{topics describe}).
 
     @raise TwlogError: the topic does not exist there, the brokers (ZooKeeper) cannot be reached, or a
         partition's broker is down.
@@ -159,6 +160,9 @@ async def find_partitions(args, topic: str, reactor=None) -> list[PartitionLocat
     except PartitionsOffline as e:
         if wanted is not None:
             return [_one_of(e.available, e.offline, wanted)]
+        if offline is not None:
+            offline.extend(e.offline)
+            return e.available
         if not getattr(args, "allow_partial", False) or not e.available:
             hint = "" if getattr(args, "allow_partial", True) else " (--allow-partial reads the rest)"
             raise TwlogError(f"{e}{hint}") from None

@@ -21,6 +21,8 @@ from twlog.cli import avro
 from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, stop_on_shutdown
 from twlog.cli.consume_group import consume_group
 from twlog.cli.formats import Formatter, message_formatter
+from twlog.client.connection import BrokerConnection
+from twlog.consumer.admin import OffsetRefused, check_reset_offset
 from twlog.consumer.simple import EARLIEST, LATEST, SimpleConsumer
 from twlog.coord.layout import PartitionLocation
 from twlog.envelope import strip
@@ -72,7 +74,7 @@ async def consume(reactor, args) -> None:
 
     output = _Output(args, _formatter(args))
     try:
-        starts = [await start_offset(consumer_of(location), location, args.offset) for location in locations]
+        starts = [await start_offset(consumer_of(location), location, args.offset, reactor) for location in locations]
         if args.follow:
             await _follow(reactor, locations, starts, consumer_of, output)
         else:
@@ -85,10 +87,12 @@ async def consume(reactor, args) -> None:
         await bounded(reactor, closing, CLOSE_TIMEOUT_S)
 
 
-async def start_offset(consumer: SimpleConsumer, location: PartitionLocation, offset: str | int) -> int:
-    """Where to start reading C{location}: its earliest or latest offset, or a byte offset inside its log.
+async def start_offset(consumer: SimpleConsumer, location: PartitionLocation, offset: str | int, reactor=None) -> int:
+    """Where to start reading C{location}: its earliest or latest offset, or a byte offset inside its log where a
+    message starts.
 
-    @raise TwlogError: a byte offset outside the partition's log, naming its valid range.
+    @raise TwlogError: a byte offset outside the partition's log, naming its valid range; or one inside a
+        message, naming the nearest message boundaries (asked of the broker, as C{groups reset} does).
     """
     if offset == "earliest":
         (first,) = await consumer.offsets(location.topic, location.name, EARLIEST, 1)
@@ -102,6 +106,14 @@ async def start_offset(consumer: SimpleConsumer, location: PartitionLocation, of
             f"offset {offset} is outside partition {location.name} of {location.topic!r}: valid offsets are "
             f"{earliest} to {latest} (or earliest, latest)"
         )
+    if earliest < int(offset) < latest:
+        connection = BrokerConnection(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
+        try:
+            await check_reset_offset(connection.request, location.tp, int(offset))
+        except OffsetRefused as e:
+            raise TwlogError(str(e)) from None
+        finally:
+            await connection.close()
     return int(offset)
 
 

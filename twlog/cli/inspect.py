@@ -35,7 +35,7 @@ from twlog.coord.layout import PartitionLocation, describe_offline
 from twlog.coord.replication.store import MIN_INSYNC_REPLICAS
 from twlog.coord.zk import NoNodeError, NotEmptyError, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
-from twlog.partition import address_text
+from twlog.partition import TopicPartition, address_text
 from twlog.protocol.codec import EARLIEST, LATEST
 from twlog.protocol.replication_codec import ReplicatedLayout
 
@@ -139,7 +139,10 @@ async def describe_topic(reactor, args) -> None:
         for line in problems:
             print(f"twlog: warning: {line}: its high watermark and replica ends are unknown", file=sys.stderr)
         return _describe_replicated(args, layout, progress)
-    locations = await find_partitions(args, args.topic, reactor)
+    offline: list[TopicPartition] = []  # (a down broker's: shown with unknown offsets, and said on stderr)
+    locations = await find_partitions(args, args.topic, reactor, offline=offline)
+    if offline:
+        print(f"twlog: warning: {describe_offline(offline)} (offsets shown as ?)", file=sys.stderr)
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
     rows = []
     try:
@@ -154,16 +157,21 @@ async def describe_topic(reactor, args) -> None:
         for consumer in consumers.values():
             await consumer.close()
     if getattr(args, "json", False):
-        print_json({"topic": args.topic, "partitions": [
-            {"partition": loc.name, "leader": loc.leader, "broker": loc.address, "earliest": earliest,
-             "latest": latest, "size": latest - earliest} for loc, earliest, latest in rows]})
+        described = [(loc.tp, {"partition": loc.name, "leader": loc.leader, "broker": loc.address,
+                               "earliest": earliest, "latest": latest, "size": latest - earliest})
+                     for loc, earliest, latest in rows]
+        described += [(tp, {"partition": tp.name, "leader": tp.fixed_leader, "broker": None, "earliest": None,
+                            "latest": None, "size": None, "offline": True}) for tp in offline]
+        print_json({"topic": args.topic, "partitions": [p for _, p in sorted(described, key=lambda d: d[0])]})
         return
-    brokers = {loc.leader for loc, _, _ in rows}
-    title = (f"{args.topic}: {len(rows)} partition{'s' if len(rows) != 1 else ''} on {len(brokers)} "
+    brokers = {loc.leader for loc, _, _ in rows} | {tp.fixed_leader for tp in offline}
+    count = len(rows) + len(offline)
+    title = (f"{args.topic}: {count} partition{'s' if count != 1 else ''} on {len(brokers)} "
              f"broker{'s' if len(brokers) != 1 else ''}; size = latest - earliest, in bytes of log")
-    print_table(["partition", "leader", "earliest", "latest", "size"],
-                [(loc.name, f"{loc.leader} ({loc.address})", earliest, latest, latest - earliest)
-                 for loc, earliest, latest in rows],
+    table = [(loc.tp, loc.name, f"{loc.leader} ({loc.address})", earliest, latest, latest - earliest)
+             for loc, earliest, latest in rows]
+    table += [(tp, tp.name, f"{tp.fixed_leader} (down: not registered)", "?", "?", "?") for tp in offline]
+    print_table(["partition", "leader", "earliest", "latest", "size"], [row[1:] for row in sorted(table)],
                 title=title, right=["earliest", "latest", "size"])
 
 
@@ -192,6 +200,23 @@ async def create_topic(reactor, args) -> None:
     if not created.registered:
         print(f"twlog: warning: not every broker's registration of {created.topic} was visible within "
               f"{REGISTRATION_WAIT_S:g} s; producers may see only some partitions for a moment", file=sys.stderr)
+    down = sorted(set(await _down_brokers(reactor, source, options)) - set(created.brokers))
+    if down:
+        ids = ", ".join(map(str, down))
+        print(f"twlog: warning: broker{'s' if len(down) != 1 else ''} {ids} {'are' if len(down) != 1 else 'is'} down "
+              f"(not registered, known to hold other topics), so {created.topic} has no partitions there: run this "
+              f"again once {'they are' if len(down) != 1 else 'it is'} back to make them", file=sys.stderr)
+
+
+async def _down_brokers(reactor, source: dict, options: ClientOptions) -> list[int]:
+    """The brokers that are down (not registered) and known to hold some topic; none if the cluster cannot be read
+    now."""
+    try:
+        layout, _ = await cluster_layout_async(reactor=reactor, options=options, **source)
+    except (ConnectionFailed, ZooKeeperUnavailable):
+        return []
+    return sorted({tp.fixed_leader for topic in layout.topics() for tp in layout.offline_partitions(topic)
+                   if tp.fixed_leader is not None})
 
 
 async def create_replicated_topic(reactor, args) -> None:
@@ -293,7 +318,8 @@ def _progress_cells(progress: PartitionProgress | None) -> tuple[str, str]:
 
 
 async def delete_topic(reactor, args) -> None:
-    """Delete C{--topic} on every broker that holds it, and its committed offsets; refused while a group reads it.
+    """Delete C{--topic} on every broker that holds it, and its committed offsets; refused while a group reads it,
+    and while a broker that holds it is down (its logs would bring the topic back when it starts).
 
     A group reads the topic when one of its live members (C{/consumers/<group>/ids/*}) is subscribed to it;
     that needs ZooKeeper, so without C{--zookeeper} only C{--force} deletes.  With C{--zookeeper}, every
@@ -393,8 +419,9 @@ async def _delete_offsets(zk, topic: str) -> list[str]:
 
 
 async def _delete_held(zk, topic: str) -> None:
-    """Delete what ZooKeeper remembers of which brokers held C{topic} (C{/twlog/held/<topic>}), down brokers'
-    included: the topic is gone, so their partitions are no longer missing."""
+    """Delete what ZooKeeper remembers of which brokers held C{topic} (C{/twlog/held/<topic>}): the topic is gone.
+    (A broker that is down keeps its logs, which would bring the topic back: L{delete_on_brokers} refuses while
+    one holds it.)"""
     for broker in await sorted_children(zk, paths.held_path(topic)):
         with suppress(NoNodeError):
             await zk.delete(f"{paths.held_path(topic)}/{broker}")

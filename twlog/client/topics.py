@@ -30,6 +30,7 @@ from twlog.client.discovery import bootstrap, registered_brokers
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
+from twlog.coord.layout import describe_offline
 from twlog.coord.replication import store
 from twlog.coord.replication.assign import assign_replicas
 from twlog.coord.replication.store import MIN_INSYNC_REPLICAS
@@ -39,12 +40,13 @@ from twlog.errors import (
     BrokerTimeout,
     ConnectionFailed,
     InvalidRequest,
+    PartitionsOffline,
     TopicExists,
     TwlogError,
     UnknownTopic,
     raise_for,
 )
-from twlog.partition import address_text
+from twlog.partition import TopicPartition, address_text
 from twlog.protocol.codec import CreateTopicRequest, DeleteTopicRequest
 from twlog.protocol.replication_codec import ReplicatedLayout
 from twlog.storage.manager import MAX_PARTITIONS, validate_topic
@@ -62,6 +64,8 @@ class Cluster:
     holders: dict[int, int]
     #: Where it was learnt, for messages.
     source: str
+    #: The brokers that held the topic and are not live now (id -> count): their logs of it are still on disk.
+    down: dict[int, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -108,19 +112,26 @@ def read_cluster(topic: str, *, brokers: str | Sequence[tuple[str, int]] | None 
         if isinstance(layout, ReplicatedLayout):
             raise TopicExists(f"topic {topic!r} is a replicated topic ({len(layout.partitions)} partitions, each on "
                               "several brokers): per-broker create and delete do not apply to it")
-        holders = dict(layout.holders) if layout is not None else {}
-        return Cluster(cluster.response.addresses, holders, f"the brokers known to {cluster.asked}")
+        addresses = cluster.response.addresses
+        every = dict(layout.holders) if layout is not None else {}  # (a down holder has no address)
+        holders = {b: n for b, n in every.items() if b in addresses}
+        down = {b: n for b, n in every.items() if b not in addresses}
+        return Cluster(addresses, holders, f"the brokers known to {cluster.asked}", down)
     try:
         with BlockingZooKeeper(zookeeper, options.timeout_s) as zk:
             live = registered_brokers(zk)
-            holders = {}
+            holders, down = {}, {}
             for child in zk.children(paths.broker_topic_path(topic)):
                 count = zk.get(paths.broker_topic_path(topic, int(child)))
                 if int(child) in live and count is not None:
                     holders[int(child)] = int(count.decode() or 0)
+            for child in zk.children(paths.held_path(topic)):  # (what a broker that is down now registered)
+                count = zk.get(paths.held_path(topic, int(child)))
+                if child.isdigit() and int(child) not in live and count is not None and count.decode().isdigit():
+                    down[int(child)] = int(count.decode())
     except ZooKeeperUnavailable as e:
         raise ConnectionFailed(str(e)) from None
-    return Cluster(live, holders, f"the brokers registered in ZooKeeper at {zookeeper}")
+    return Cluster(live, holders, f"the brokers registered in ZooKeeper at {zookeeper}", down)
 
 
 def create_topic(topic: str, partitions: int, *, brokers: str | Sequence[tuple[str, int]] | None = None,
@@ -140,7 +151,7 @@ def create_topic(topic: str, partitions: int, *, brokers: str | Sequence[tuple[s
     cluster = read_cluster(topic, brokers=brokers, zookeeper=zookeeper, options=options)
     if not cluster.brokers:
         raise ConnectionFailed(f"no live broker among {cluster.source}")
-    others = {b: n for b, n in sorted(cluster.holders.items()) if n != partitions}
+    others = {b: n for b, n in sorted({**cluster.down, **cluster.holders}.items()) if n != partitions}
     if others:
         held = ", ".join(f"{n} partitions on broker {b}" for b, n in others.items())
         raise TopicExists(f"topic {topic!r} already exists with {held}, not the {partitions} asked for on each "
@@ -218,10 +229,19 @@ def delete_topic(topic: str, *, brokers: str | Sequence[tuple[str, int]] | None 
     @raise UnknownTopic: no live broker holds the topic.
     @raise ConnectionFailed: the cluster cannot be read, or a holder cannot be reached (naming each;
         nothing is deleted).
+    @raise PartitionsOffline: a broker that holds the topic is down (naming it; nothing is deleted): its logs
+        would register the topic again when it starts.
     """
     validate_topic(topic)
     options = ClientOptions.build(options)
     cluster = read_cluster(topic, brokers=brokers, zookeeper=zookeeper, options=options)
+    if cluster.down:
+        offline = [TopicPartition(topic, f"{b}-{n}") for b, count in sorted(cluster.down.items()) for n in range(count)]
+        retired = " and ".join(f"twlog brokers forget --broker-id {b}" for b in sorted(cluster.down))
+        raise PartitionsOffline(
+            f"cannot delete topic {topic!r}: {describe_offline(offline)}; its logs would bring the topic back when it "
+            f"starts, so nothing was deleted: start it and delete again (or, for a broker retired for good, "
+            f"{retired} first)", offline)
     holders = {b: cluster.brokers[b] for b in sorted(cluster.holders) if b in cluster.brokers}
     if not holders:
         raise UnknownTopic(f"topic {topic!r} does not exist on {cluster.source}")

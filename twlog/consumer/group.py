@@ -19,9 +19,11 @@ claimed the partitions, and commits first thing when a lost connection comes
 back (docs/coordination.md, "Through a ZooKeeper loss").
 
 Each time the partitions a member reads change (a rebalance ends with others,
-the session is lost, a rebalance fails), it logs one info line
-(L{AssignmentChange}: C{now reading clicks:0-0..0-3 (4 partitions), gave up
-clicks:1-0}) and tells the listeners of its L{GroupConsumer.assignments}.
+the session is lost, a rebalance fails), or those that no member can read
+(their broker is down) change, it logs one info line (L{AssignmentChange}:
+C{now reading clicks:0-0..0-3 (4 partitions), gave up clicks:1-0..1-3; no
+member can read 4 partitions: broker 1, which holds clicks:1-0..1-3, is not
+registered: down?}) and tells the listeners of its L{GroupConsumer.assignments}.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from twlog.consumer.session import SessionEvents
 from twlog.consumer.simple import check_on_corrupt
 from twlog.consumer.stream import RESET_TIMES, BrokerFetcher, GroupMessage, GroupStream
 from twlog.coord.cluster import ClusterView
+from twlog.coord.layout import describe_offline
 from twlog.coord.zk import IZooKeeper, ZooKeeper
 from twlog.errors import ClientClosed, RebalanceFailed
 from twlog.partition import TopicPartition, partition_ranges
@@ -68,15 +71,23 @@ class AssignmentChange:
     lost: frozenset[TopicPartition] = frozenset()
     #: Why, when it is not a completed rebalance (C{"the ZooKeeper session was lost"}).
     reason: str | None = None
+    #: The subscribed partitions that no member of the group can read (their broker is down).
+    unreadable: frozenset[TopicPartition] = frozenset()
 
     def describe(self) -> str:
-        """C{now reading clicks:0-0..0-3 (4 partitions), gave up clicks:1-0}."""
+        """C{now reading clicks:0-0..0-3 (4 partitions), gave up clicks:1-0..1-3; no member can read 4 partitions:
+        broker 1, which holds clicks:1-0..1-3, is not registered: down?}."""
         count = len(self.now)
         text = (f"now reading {partition_ranges(self.now)} ({count} partition{'s' if count != 1 else ''})" if count
                 else "now reading no partitions")
         if self.lost:
             text += f", gave up {partition_ranges(self.lost)}"
-        return text + (f" ({self.reason})" if self.reason else "")
+        text += f" ({self.reason})" if self.reason else ""
+        if self.unreadable:
+            count = len(self.unreadable)
+            text += (f"; no member can read {count} partition{'s' if count != 1 else ''}: "
+                     f"{describe_offline(self.unreadable)}")
+        return text
 
 
 class AssignmentReporter:
@@ -89,6 +100,8 @@ class AssignmentReporter:
         self._listeners: list[Callable[[AssignmentChange], object]] = []
         #: The partitions last reported; whether anything was (the first rebalance is said even if it gives none).
         self._reported: frozenset[TopicPartition] = frozenset()
+        #: The partitions no member could read at the last report (said again only when that changes).
+        self._unreadable: frozenset[TopicPartition] = frozenset()
         self._announced = False
 
     def add_listener(self, listener: Callable[[AssignmentChange], object]) -> None:
@@ -102,18 +115,21 @@ class AssignmentReporter:
     def moved(self, source: GroupState, target: GroupState) -> None:
         """After a rebalance (STABLE), or on losing everything (SESSION_LOST, FAILED), report what changed."""
         if target is GroupState.STABLE:
-            self._report(frozenset(p.tp for p in self._consumer.rebalancer.consumption.active()), None)
+            rebalancer = self._consumer.rebalancer
+            self._report(frozenset(p.tp for p in rebalancer.consumption.active()), None, rebalancer.offline)
         elif target is GroupState.SESSION_LOST:
             self._report(frozenset(), "the ZooKeeper session was lost")
         elif target is GroupState.FAILED:
             self._report(frozenset(), "the rebalance failed")
 
-    def _report(self, now: frozenset[TopicPartition], reason: str | None) -> None:
-        if now == self._reported and self._announced:
+    def _report(self, now: frozenset[TopicPartition], reason: str | None,
+                unreadable: frozenset[TopicPartition] = frozenset()) -> None:
+        """Report C{now} if it, or what no member can read, changed since the last report (or nothing was)."""
+        if now == self._reported and unreadable == self._unreadable and self._announced:
             return
         self._announced = True
-        change = AssignmentChange(now, self._reported - now, reason)
-        self._reported = now
+        change = AssignmentChange(now, self._reported - now, reason, unreadable)
+        self._reported, self._unreadable = now, unreadable
         consumer = self._consumer
         self._log.info("consumer {consumer} of group {group}: {change}", consumer=consumer.consumer_id,
                        group=consumer.group, change=change.describe())

@@ -29,6 +29,7 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.layout import describe_offline
 from twlog.coord.zk import EventType, IZooKeeper, KazooException
 from twlog.errors import ClientClosed, RebalanceFailed
+from twlog.partition import TopicPartition
 from twlog.statemachine import StateMachine, logged_by
 
 
@@ -118,6 +119,8 @@ class Rebalancer:
         self.rebalances = 0
         self.retries = 0
         self.last_rebalance_s = 0.0
+        #: The subscribed partitions the last completed rebalance found offline: no member of the group reads them.
+        self.offline: frozenset[TopicPartition] = frozenset()
         self._running = False
         self._again = False
         self._sleep: Deferred | None = None
@@ -335,6 +338,7 @@ class Rebalancer:
         self.check(generation)
         self.consumption.start(plan, offsets, layout)
         offline = [tp for topic in sorted(self._subscription) for tp in layout.offline_partitions(topic)]
+        self.offline = frozenset(offline)
         if offline:  # never left out in silence: no member of the group can read them until their broker is back
             self._log.warn("group {group}: {count} partition(s) cannot be read by any member: {why}", group=self.group,
                            count=len(offline), why=describe_offline(offline))

@@ -156,6 +156,8 @@ class SourceOptions:
         timeout_s = _int(options, "timeoutMs", 30000) / 1000
         self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s)
         self._offsets_checked = False
+        #: The offline partitions last warned about (failOnDataLoss=false): said again only when they change.
+        self._said_offline: frozenset = frozenset()
         budget = options.get("maxoffsetspertrigger")
         self.max_bytes_per_trigger = _int(options, "maxOffsetsPerTrigger", None) if budget is not None else None
         if self.max_bytes_per_trigger is not None and self.max_bytes_per_trigger < 1:
@@ -171,11 +173,13 @@ class SourceOptions:
 
         A partition whose broker is down (the cluster knows it, no live broker leads it) is never left out in
         silence: the read fails naming the broker and its partitions, or, with C{failOnDataLoss=false}, the
-        partitions that can be read are read and a warning names the others (a streaming query keeps their
-        offsets, and reads them once their broker is back).  With C{assign}, only the assigned ones count.
+        partitions that can be read are read and a warning names the others, once while they stay the same (a
+        streaming query keeps their offsets, and reads them once their broker is back, saying so).  With
+        C{assign}, only the assigned ones count.
 
         @raise PartitionsOffline: as said.
         """
+        offline: list = []
         try:
             found = self._find_waiting()
         except PartitionsOffline as e:
@@ -184,9 +188,12 @@ class SourceOptions:
             if offline and self.fail_on_data_loss:
                 raise PartitionsOffline(f"{describe_offline(offline)} (set failOnDataLoss=false to read the "
                                         "partitions that can be reached)", offline, found) from None
-            if offline:
+            if offline and frozenset(offline) != self._said_offline:  # (once, not at every trigger)
                 _logger.warning("twlog: leaving out %d partition%s that cannot be read (failOnDataLoss=false): %s",
                                 len(offline), "" if len(offline) == 1 else "s", describe_offline(offline))
+        if self._said_offline and not offline:
+            _logger.warning("twlog: every partition can be read again")
+        self._said_offline = frozenset(offline)
         if not self._offsets_checked:
             self.starting = _name_offsets(self.starting, "startingOffsets", found, self.topics)
             self.ending = _name_offsets(self.ending, "endingOffsets", found, self.topics)
