@@ -42,6 +42,20 @@ def spark_session():
     return _spark
 
 
+#: Spark settings for the Spark jobs the tests run as processes of their own (examples/etl_parquet.py, the README's
+#: snippets, fresh sessions): no web UI, and 2 shuffle partitions instead of Spark's 200 (a groupBy of a few rows
+#: otherwise runs 200 tasks, each a round trip to a Python worker).  What the jobs compute does not depend on them.
+SUBPROCESS_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+                   "spark.ui.showConsoleProgress": "false"}
+
+
+def spark_env(env: dict[str, str]) -> dict[str, str]:
+    """C{env} for a process that starts a Spark session: L{SUBPROCESS_CONF} given to it through PYSPARK_SUBMIT_ARGS
+    (read by pyspark when it launches the JVM; settings the job's own builder sets still win)."""
+    conf = " ".join(f"--conf {key}={value}" for key, value in SUBPROCESS_CONF.items())
+    return {**env, "PYSPARK_SUBMIT_ARGS": f"{conf} pyspark-shell"}
+
+
 def spark_call(function, *args, **kwargs):
     """Run a blocking Spark call in a thread; a Deferred of its result (the reactor keeps running)."""
     return deferToThread(function, *args, **kwargs)
