@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import atexit
 import base64
-import ctypes
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 from twisted.internet import reactor
@@ -21,6 +15,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
+from tests.integration.shared_local import shared_local
 from tests.integration.test_cli import twlog
 from tests.integration.test_local import start_local
 from twlog.coord.zkserver import free_port, free_ports
@@ -41,50 +36,10 @@ async def local_cluster(testcase: TestCase, name: str, processes: list | None = 
     return re.search(r"ZooKeeper at (127\.0\.0\.1:\d+)", banner).group(1)
 
 
-_shared: dict[str, str] = {}
-
-
-async def shared_local_cluster(name: str, timeout_s: float = 120.0) -> str:
-    """A `twlog local` cluster (one broker) shared by the tests of a module, each with topics of its own: started on
-    first use, in a process outside trial's reactor (it outlives a test), stopped by its pid (SIGTERM) when the run
-    ends, and by Linux's parent-death signal if the run is killed.  Its ZooKeeper connect string."""
-    if name in _shared:
-        return _shared[name]
-    data = tempfile.mkdtemp(prefix=f"twlog-test-{name}-")
-    argv = [sys.executable, "-m", "twlog.cli", "local", "--data", os.path.join(data, "local"), "--port",
-            str(free_ports(1)), "--zookeeper-port", str(free_port()), "--no-metrics", "--flush-interval-ms", "50"]
-    output = os.path.join(data, "local.out")
-    with open(output, "wb") as out:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                   preexec_fn=_die_with_parent)
-    atexit.register(_stop_shared, process, data)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with open(output, "rb") as f:
-            banner = f.read().decode(errors="replace")
-        if "Ctrl-C stops everything" in banner:
-            break
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"twlog local (shared) not ready, exit {process.poll()}:\n{banner[-3000:]}")
-        await deferLater(reactor, 0.1, lambda: None)
-    _shared[name] = re.search(r"ZooKeeper at (127\.0\.0\.1:\d+)", banner).group(1)
-    return _shared[name]
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the test run's process dies (PR_SET_PDEATHSIG)."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
-
-def _stop_shared(process: subprocess.Popen, data: str) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)  # twlog local stops its brokers and ZooKeeper, as on Ctrl-C
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    shutil.rmtree(data, ignore_errors=True)
+async def shared_local_cluster(name: str) -> str:
+    """The run's `twlog local` cluster C{name} (one broker; L{shared_local}); its ZooKeeper connect string."""
+    banner = await shared_local(name, 1, "--flush-interval-ms", "50")
+    return re.search(r"ZooKeeper at (127\.0\.0\.1:\d+)", banner).group(1)
 
 
 class MirrorProcess(ProcessProtocol):
