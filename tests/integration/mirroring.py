@@ -15,6 +15,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
+from tests.integration.shared_local import shared_local
 from tests.integration.test_cli import twlog
 from tests.integration.test_local import start_local
 from twlog.coord.zkserver import free_port, free_ports
@@ -32,6 +33,12 @@ async def local_cluster(testcase: TestCase, name: str, processes: list | None = 
     banner = await local.ready
     if processes is not None:
         processes.append((local, transport, args))
+    return re.search(r"ZooKeeper at (127\.0\.0\.1:\d+)", banner).group(1)
+
+
+async def shared_local_cluster(name: str) -> str:
+    """The run's `twlog local` cluster C{name} (one broker; L{shared_local}); its ZooKeeper connect string."""
+    banner = await shared_local(name, 1, "--flush-interval-ms", "50")
     return re.search(r"ZooKeeper at (127\.0\.0\.1:\d+)", banner).group(1)
 
 

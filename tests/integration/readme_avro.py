@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 
+from tests.integration.readme_mirroring import default_sigint
 from twlog.coord.zkserver import free_port
 
 REGISTRY = "twlog registry --zookeeper localhost:2181 --port 8081"
@@ -28,7 +29,7 @@ def avro_registry(test, cluster, env: dict) -> None:
     output = test.tmp / "registry.out"
     with open(output, "wb") as out:
         registry = subprocess.Popen(["bash", "-c", "exec " + line], stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, env=env)
+                                    stderr=subprocess.STDOUT, env=env, preexec_fn=default_sigint)
 
     def kill() -> None:
         if registry.poll() is None:

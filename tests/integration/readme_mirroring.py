@@ -21,10 +21,16 @@ from twlog.coord.zkserver import free_port, free_ports
 FIRST = "twlog local --data twlog-analysis --port 9300 --zookeeper-port 2182 --no-metrics"
 
 
+def default_sigint() -> None:
+    """In the child, before exec: SIGINT's default action (a test run started in a non-interactive shell's background
+    job inherits SIGINT ignored, and these processes are stopped with SIGINT, as with Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(test, line: str, output: str, env: dict) -> subprocess.Popen:
     with open(output, "wb") as out:
         process = subprocess.Popen(["bash", "-c", "exec " + line], stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=subprocess.STDOUT, env=env)
+                                   stderr=subprocess.STDOUT, env=env, preexec_fn=default_sigint)
 
     def stop() -> None:
         if process.poll() is None:

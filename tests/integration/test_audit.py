@@ -8,7 +8,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import SkipTest, TestCase
 
-from tests.integration.mirroring import audit_json, local_cluster, produce, topic_values
+from tests.integration.mirroring import audit_json, produce, shared_local_cluster, topic_values
 from tests.integration.spark import spark_call, spark_session
 from tests.integration.test_cli import one_line, twlog
 from twlog.audit import audit_dataframe
@@ -19,7 +19,9 @@ class AuditCommandTests(TestCase):
     timeout = 240
 
     async def setUp(self) -> None:
-        self.zk = await local_cluster(self, "audit")
+        # One cluster for the module (its start is seconds of JVM and Python): each test has topics of its own, and
+        # what each reads of the shared twlog-audit topic is its topics' events.
+        self.zk = await shared_local_cluster("audit")
 
     async def test_audit_of_an_instrumented_topic(self) -> None:
         """Every message of an instrumented producer is in an envelope, the monitoring events count them per window,

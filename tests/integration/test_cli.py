@@ -10,7 +10,7 @@ import sys
 import time
 
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
@@ -47,6 +47,13 @@ def twlog(*args: str, stdin: bytes = b"", started: list | None = None) -> Deferr
     if started is not None:
         started.append((process, command))
     return command.ended
+
+
+def twlog_all(*argvs: tuple[str, ...]) -> Deferred:
+    """Run several twlog commands at once (each a process, as L{twlog}); fire with their results, in order.
+
+    For commands independent of each other: the processes' start-up (the interpreter, twlog's imports) overlaps."""
+    return gatherResults([twlog(*argv) for argv in argvs], consumeErrors=True)
 
 
 def one_line(testcase: TestCase, err: bytes) -> None:
@@ -136,8 +143,8 @@ class CommandTests(TestCase):
             (("consume", "-b", "127.0.0.1:1", "-t", "o"), 1, b"127.0.0.1:1"),
         ]
         await twlog("produce", "-b", b, "-t", "o", "-p", "0-0", stdin=b"abc\n")
-        for argv, expected_status, expected in cases:
-            status, _, err = await twlog(*argv)
+        results = await twlog_all(*(argv for argv, _, _ in cases))
+        for (argv, expected_status, expected), (status, _, err) in zip(cases, results, strict=True):
             self.assertEqual(status, expected_status, (argv, err))
             self.assertIn(expected, err, argv)
             one_line(self, err)

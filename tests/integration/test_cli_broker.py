@@ -9,7 +9,7 @@ import time
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker, wait_until
-from tests.integration.test_cli import one_line, twlog
+from tests.integration.test_cli import one_line, twlog, twlog_all
 from tests.integration.zookeeper import fresh_connect_string
 
 
@@ -63,9 +63,9 @@ class BrokerCommandTests(TestCase):
             (("--port", "0", "--log-dir", self.mktemp(), "-z", "127.0.0.1:1"),
              b"cannot reach ZooKeeper at 127.0.0.1:1"),
         ]
-        for argv, expected in cases:
-            began = time.monotonic()
-            status, _, err = await twlog("broker", *argv)
+        began = time.monotonic()
+        results = await twlog_all(*(("broker", *argv) for argv, _ in cases))
+        for (argv, expected), (status, _, err) in zip(cases, results, strict=True):
             self.assertEqual(status, 1, (argv, err))
             self.assertIn(b"twlog broker: cannot start broker", err)
             self.assertIn(expected, err, argv)

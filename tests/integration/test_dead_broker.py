@@ -18,7 +18,7 @@ from twisted.internet import reactor
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import SkipTest, TestCase
 
-from tests.integration.test_cli import twlog
+from tests.integration.test_cli import twlog, twlog_all
 from tests.integration.test_local import banner_ports, child_pids, command_line, start_local
 from twlog.coord.zkserver import free_port, free_ports
 
@@ -48,33 +48,48 @@ class DeadBrokerTests(TestCase):
         os.kill(brokers[1], signal.SIGKILL)
         await self._registration_gone(zookeeper, 1)
 
+        # Every reader at once (each only reads; their processes' start-up overlaps), then what each said.
+        consume_where = (("-b", broker0), ("-z", zookeeper))
+        (*consumed, partial, one_partition, other_partition, offsets, partial_offsets, topics, groups_json, groups,
+         audit, brokers_json) = await twlog_all(
+            *(("consume", *where, "-t", "clicks") for where in consume_where),
+            ("consume", "-b", broker0, "-t", "clicks", "--allow-partial"),
+            ("consume", "-b", broker0, "-t", "clicks", "-p", "1-2"),
+            ("consume", "-b", broker0, "-t", "clicks", "-p", "0-1"),
+            ("offsets", "-z", zookeeper, "-t", "clicks"),
+            ("offsets", "-b", broker0, "-t", "clicks", "--allow-partial", "--json"),
+            ("topics", "-b", broker0),
+            ("groups", "-z", zookeeper, "-g", "readers", "--json"),
+            ("groups", "-z", zookeeper, "-g", "readers"),
+            ("audit", "-z", zookeeper, "-t", "clicks"),
+            ("brokers", "-z", zookeeper, "--json"),
+        )
         # consume: every partition, through a broker or ZooKeeper: exit 1, one line naming broker 1's partitions.
-        for where in (("-b", broker0), ("-z", zookeeper)):
-            status, out, err = await twlog("consume", *where, "-t", "clicks")
+        for where, (status, out, err) in zip(consume_where, consumed, strict=True):
             self.assertEqual(status, 1, (where, out, err))
             self.assertEqual(err.decode(), f"twlog: {DOWN} (--allow-partial reads the rest)\n")
         # --allow-partial: broker 0's messages, and a line saying what was left out.
-        status, out, err = await twlog("consume", "-b", broker0, "-t", "clicks", "--allow-partial")
+        status, out, err = partial
         self.assertEqual(status, 0, err)
         self.assertEqual(sorted(out.split(b"\n")[:-1]), sorted(b"0-1 %d" % i for i in range(30)))
         self.assertEqual(err.decode(), f"twlog: warning: leaving out 4 of 8 partitions of 'clicks': {DOWN}\n")
         # One partition: broker 1's is refused naming it; broker 0's reads as before.
-        status, out, err = await twlog("consume", "-b", broker0, "-t", "clicks", "-p", "1-2")
+        status, out, err = one_partition
         one = DOWN.replace("1-0..1-3", "1-2")
         self.assertEqual((status, err.decode()), (1, f"twlog: cannot read clicks:1-2: {one}\n"))
-        status, out, err = await twlog("consume", "-b", broker0, "-t", "clicks", "-p", "0-1")
+        status, out, err = other_partition
         self.assertEqual((status, len(out.split(b"\n")) - 1), (0, 30), err)
 
         # offsets: the same rule.
-        status, out, err = await twlog("offsets", "-z", zookeeper, "-t", "clicks")
+        status, out, err = offsets
         self.assertEqual((status, err.decode()), (1, f"twlog: {DOWN} (--allow-partial reads the rest)\n"))
-        status, out, err = await twlog("offsets", "-b", broker0, "-t", "clicks", "--allow-partial", "--json")
+        status, out, err = partial_offsets
         self.assertEqual(status, 0, err)
         self.assertEqual([row["partition"] for row in json.loads(out)], ["0-0", "0-1", "0-2", "0-3"])
         self.assertIn(b"leaving out 4 of 8 partitions", err)
 
         # topics: broker 1 listed as down, with its partitions.
-        status, out, err = await twlog("topics", "-b", broker0)
+        status, out, err = topics
         self.assertEqual(status, 0, err)
         self.assertRegex(out.decode(), r"clicks +1 \(down: not registered\) +4 +1-0 \.\. 1-3")
         self.assertEqual(err.decode(), f"twlog: warning: {DOWN}\n")
@@ -93,7 +108,7 @@ class DeadBrokerTests(TestCase):
         self.assertEqual([(p["leader"], p["latest"], p.get("offline")) for p in described[4:]], [(1, None, True)] * 4)
 
         # groups: the committed offsets of broker 1's partitions, with an unknown lag the total leaves out.
-        status, out, err = await twlog("groups", "-z", zookeeper, "-g", "readers", "--json")
+        status, out, err = groups_json
         self.assertEqual(status, 0, err)
         (group,) = json.loads(out)
         down = [p for p in group["partitions"] if p["partition"].startswith("1-")]
@@ -103,16 +118,16 @@ class DeadBrokerTests(TestCase):
         self.assertIn(20 * 9 + sum(len(b"1-2 %d" % i) for i in range(20)), [p["offset"] for p in down])
         self.assertEqual(group["lag_leaves_out"], [f"clicks:{p['partition']}" for p in down])
         self.assertTrue(all("is not registered: down?" in p["problem"] for p in down), down)
-        status, out, err = await twlog("groups", "-z", zookeeper, "-g", "readers")
+        status, out, err = groups
         self.assertEqual(status, 0, err)
         self.assertIn(b"leaves out", out + err)
 
         # audit proves nothing was lost: it cannot, so it fails naming them.
-        status, out, err = await twlog("audit", "-z", zookeeper, "-t", "clicks")
+        status, out, err = audit
         self.assertEqual((status, err.decode()), (1, f"twlog: {DOWN}\n"))
 
         # brokers: broker 1 down, with what it holds.
-        status, out, err = await twlog("brokers", "-z", zookeeper, "--json")
+        status, out, err = brokers_json
         self.assertEqual(status, 0, err)
         self.assertEqual(json.loads(out), [
             {"broker": 0, "live": True, "address": broker0,

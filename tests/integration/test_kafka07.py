@@ -47,6 +47,7 @@ from tests.integration.kafka07 import (
     parse_broker,
     topic_count_value,
 )
+from tests.integration.shared_local import shared_local
 from tests.integration.test_local import LocalProcess
 from twlog.coord.zkserver import free_port, free_ports
 
@@ -86,9 +87,14 @@ async def start_local(testcase: TestCase, brokers: int = 2) -> Cluster:
     finally:
         if timeout.active():
             timeout.cancel()
+    return banner_cluster(banner, brokers)
+
+
+def banner_cluster(banner: str, brokers: int) -> Cluster:
+    """The cluster twlog local's banner describes (C{brokers} of them)."""
     zookeeper = re.search(r"ZooKeeper at (\S+?),", banner).group(1)
     ports = [int(p) for p in re.findall(r":(\d+)", banner.split("broker(s) at ")[1].split(";")[0])]
-    testcase.assertEqual(len(ports), brokers, banner)
+    assert len(ports) == brokers, banner
     return Cluster(zookeeper, dict(enumerate(ports)))
 
 
@@ -180,8 +186,9 @@ class Kafka07CompatibilityTests(TestCase):
 
     timeout = 90
 
-    async def setUp(self) -> None:
-        self.cluster = await start_local(self)
+    async def setUp(self) -> None:  # one cluster for the class: each test has topics and groups of its own
+        self.cluster = banner_cluster(await shared_local("kafka07", 2, "--num-partitions", str(PARTITIONS_PER_BROKER),
+                                                         "--flush-interval-ms", "20"), 2)
 
     def connection(self, broker: int) -> Connection:
         connection = Connection("127.0.0.1", self.cluster.ports[broker])

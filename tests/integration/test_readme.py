@@ -52,6 +52,7 @@ from tests.integration.readme_avro import REGISTRY as AVRO_REGISTRY
 from tests.integration.readme_avro import avro_registry
 from tests.integration.readme_mirroring import FIRST as MIRRORING
 from tests.integration.readme_mirroring import mirroring
+from tests.integration.spark import spark_env
 from twlog.coord.zkserver import free_port, free_ports
 
 #: The blocks this module runs, by document and first line (tests/test_docs.py: every other one is marked).
@@ -81,8 +82,9 @@ RUNS: dict[tuple[str, str], str] = {
 
 README, OPERATIONS = "README.md", "docs/operations.md"
 BIN = os.path.dirname(sys.executable)
-ENV = {**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1",
-       "PYSPARK_PYTHON": sys.executable}
+# (Spark's sessions, the snippet's and the ETL job's, get test settings: tests/integration/spark.py's spark_env.)
+ENV = spark_env({**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1",
+                 "PYSPARK_PYTHON": sys.executable})
 DOCUMENTED_PORTS = (2181, 9092, 9093, 9192, 9193)
 ADDRESS = re.compile(r'(localhost:|127\.0\.0\.1:|"localhost", )(2181|9092|9093|9192|9193)\b')
 SPARK_SESSION = 'from pyspark.sql import SparkSession\nspark = SparkSession.builder.master("local[1]").getOrCreate()\n'

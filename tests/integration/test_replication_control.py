@@ -37,6 +37,10 @@ class ReplicatedTopicTests(TestCase):
         await until(lambda: any(s.control.controller.active for s in brokers.values()), "a controller is elected")
         controller = next(b for b, s in brokers.items() if s.control.controller.active)
         other = 3 - controller
+        # The other broker's own attempt (IDLE, then ELECTING) ends once it has read the winner's node: it stands by.
+        await until(lambda: brokers[other].control.controller.state not in (ControllerState.IDLE,
+                                                                             ControllerState.ELECTING),
+                    "the other broker's election attempt ends")
         self.assertEqual(brokers[other].control.controller.state, ControllerState.STANDBY)
 
         created = json.loads(await run(create_topic, "create", "-z", hosts, "-t", "orders", "-n", "4",

@@ -9,13 +9,15 @@ import sys
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.integration.spark import spark_env
+
 
 class SparkBenchTests(SynchronousTestCase):
     def test_no_traceback(self) -> None:
         """The benchmark prints its rows (the minPartitions read with 8 tasks and every row), exits 0, and
         PySpark's daemon prints no BrokenPipeError: every read runs to its end (a read cut short by limit()
         breaks a worker's pipe)."""
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        env = spark_env(dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))  # the JVM options of the tests' sessions
         env.pop("PYSPARK_PYTHON", None)  # the benchmark's own default: the Python running it
         result = subprocess.run([sys.executable, "-m", "twlog.cli", "bench", "spark", "--messages", "20000",
                                  "--rounds", "1"], capture_output=True, text=True, timeout=600, env=env)

@@ -11,7 +11,7 @@ from twisted.internet import reactor
 from twisted.internet.utils import getProcessOutputAndValue
 
 from tests.integration.broker import start_broker
-from tests.integration.spark import spark_call
+from tests.integration.spark import spark_call, spark_env
 from tests.integration.test_spark_source import SparkTestCase, produce
 
 _EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "etl_parquet.py")
@@ -99,7 +99,7 @@ class ETLTests(SparkTestCase):
         await produce(self, brokers, "clicks", clicks(0, 6) + [b"not json"])
         output = os.path.abspath(self.mktemp())
         argv = [_EXAMPLE, "--brokers", brokers, "--topic", "clicks", "--output", output]
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        env = spark_env(dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
         env.pop("PYSPARK_PYTHON", None)  # the script's own default: the Python running it
         out, err, status = await getProcessOutputAndValue(sys.executable, argv, env=env, reactor=reactor)
         self.assertEqual((status, out), (1, b""), err[-2000:])

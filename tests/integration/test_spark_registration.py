@@ -13,6 +13,7 @@ import sys
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.integration.spark import spark_env
 from twlog.spark.source import TwlogDataSource
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -63,7 +64,7 @@ class AutomaticRegistrationTests(SynchronousTestCase):
         register() in it then passes its check of the workers' Python (PYSPARK_PYTHON is twlog's Python) and leaves
         the source found by itself: no "replaced a statically registered data source" warning in Spark's log
         (which a direct spark.dataSource.register call does write, in the same log)."""
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+        env = spark_env(dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable))
         result = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=300,
                                 env=env, cwd=ROOT)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])

@@ -13,6 +13,8 @@ from twisted.internet import reactor
 from twisted.internet.utils import getProcessOutputAndValue
 from twisted.trial.unittest import SkipTest, TestCase
 
+from tests.integration.spark import spark_env
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 #: A job as a user writes it (README, "Spark"), run without PYSPARK_PYTHON pointing at twlog's Python.
@@ -43,7 +45,7 @@ class WorkersPythonTests(TestCase):
         if not os.path.exists(SYSTEM_PYTHON) or subprocess.run([SYSTEM_PYTHON, "-c", "import attrs"],
                                                                capture_output=True).returncode == 0:
             raise SkipTest(f"needs a {SYSTEM_PYTHON} without attrs (as on a fresh machine)")
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=SYSTEM_PYTHON)
+        env = spark_env(dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=SYSTEM_PYTHON))
         out, err, status = await getProcessOutputAndValue(sys.executable, ["-c", JOB], env=env, path=ROOT,
                                                           reactor=reactor)
         self.assertEqual(status, 0, err[-2000:])
