@@ -19,7 +19,7 @@ import enum
 from collections import deque
 
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.interfaces import IPushProducer, IReactorTime, ISSLTransport
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -90,6 +90,14 @@ class _Waiter:
 
 
 @implementer(IPushProducer)
+def tls_hint(peer: str, transport, answered: bool) -> str:
+    """For a plaintext connection closed before its first answer while a request waited: the port may be a
+    broker's TLS port, which closes on bytes that are not TLS without a word."""
+    if answered or ISSLTransport.providedBy(transport):
+        return ""
+    return f" before any answer (if {peer} is a TLS port, this client needs TLS: --tls-ca)"
+
+
 class ClientProtocol(FrameReceiver):
     """One connection to a broker: frames requests and pairs responses with them in FIFO order.
 
@@ -127,6 +135,9 @@ class ClientProtocol(FrameReceiver):
         self._machine = StateMachine(f"connection to broker {peer}", _C.CONNECTING, CLIENT_MOVES)
         #: Whether small frames may go straight to the socket (a plain TCP transport; see sendString).
         self._direct = False
+        #: Whether any answer came (a plaintext connection closed before one may have met a TLS port), and whether
+        #: this protocol is its transport's producer (from connectionMade to prepare_close).
+        self._answered = self._registered = False
         #: Why the connection cannot be used any more (BROKEN or LOST).
         self._error: TwlogError | None = None
         self._lost_waiters: list[Deferred[None]] = []
@@ -179,9 +190,11 @@ class ClientProtocol(FrameReceiver):
         # A plain TCP connection: see sendString.
         self._direct = can_sendfile(self.transport) if self._direct_choice is None else self._direct_choice
         self.transport.registerProducer(self, True)
+        self._registered = True
 
     @override
     def stringReceived(self, frame: bytes) -> None:
+        self._answered = True
         if not self.usable:
             return  # aborted: whatever still arrives belongs to requests already failed
         if len(frame) == 2 and int.from_bytes(frame, "big", signed=True) in CONNECTION_REFUSALS:
@@ -236,7 +249,8 @@ class ClientProtocol(FrameReceiver):
         self._machine.move(_C.LOST)
         if self._error is None:
             why = reason.getErrorMessage() if reason is not None else "closed"
-            self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
+            self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}"
+                                         f"{tls_hint(self.peer, self.transport, self._answered or not self._waiting)}")
         self._fail_all(self._error)
         waiters, self._lost_waiters = self._lost_waiters, []
         if waiters:
@@ -327,7 +341,8 @@ class ClientProtocol(FrameReceiver):
                 d.callback(None)
         self._break(error)
         self._fail_all(error)
-        if self.state is _C.BROKEN and self.transport.producer is self:
+        if self.state is _C.BROKEN and self._registered:
+            self._registered = False
             self.transport.unregisterProducer()
 
     def abort(self, error: TwlogError) -> None:

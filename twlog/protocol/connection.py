@@ -41,6 +41,7 @@ from twlog.errors import (
 from twlog.protocol import codec
 from twlog.protocol.deadline import FrameDeadline
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
+from twlog.protocol.handling import Peer
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
 from twlog.protocol.slicing import PRODUCES, SLICED_FRAME_BYTES, SlicedCheck, check_produce
@@ -179,7 +180,7 @@ class BrokerProtocol(FrameReceiver):
     def connectionMade(self) -> None:
         self.factory.connection_made(self)
         peer = self.transport.getPeer()
-        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self.peer = Peer(f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}", self.transport)
         self._machine.name = f"connection from {self.peer}"
         self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
         if hasattr(self.transport, "setTcpNoDelay"):  # responses are written whole: Nagle only delays their tails
