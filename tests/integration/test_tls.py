@@ -113,6 +113,11 @@ class TLSTests(TestCase):
         self.assertEqual(got, sent)
         self.assertEqual(service.factory.sendfile_bytes, 0)
         self.assertGreater(service.factory.sent_bytes, sum(map(len, sent)))
+        # The same fetch in plaintext goes out with sendfile: the TLS one copied because of its transport.
+        plain = SimpleConsumer("127.0.0.1", service.broker.port, reactor=reactor, timeout_s=10)
+        self.addCleanup(plain.close)
+        self.assertEqual(len(await plain.fetch(TOPIC, 0, 0, max_bytes=1 << 20)), len(sent))
+        self.assertGreater(service.factory.sendfile_bytes, sum(map(len, sent)))
 
     async def test_metadata_over_tls_names_the_tls_port(self):
         """A client asking over TLS is told the TLS port; one asking in plaintext, the plaintext port."""
@@ -173,7 +178,8 @@ class TLSTests(TestCase):
         tls_port = service.tls_port.getHost().port
         consumer = SimpleConsumer("127.0.0.1", tls_port, reactor=reactor, options=self.options())
         self.addCleanup(consumer.close)
-        await self.assertFailure(consumer.offsets(TOPIC, 0, EARLIEST), ConnectionFailed)
+        error = await self.assertFailure(consumer.offsets(TOPIC, 0, EARLIEST), ConnectionFailed)
+        self.assertIn("does not name the host", str(error))
 
         def blocking(check: bool) -> int:
             with SyncConnection("127.0.0.1", tls_port, self.options(check_hostname=check)) as connection:
@@ -181,6 +187,7 @@ class TLSTests(TestCase):
 
         error = await self.assertFailure(deferToThread(blocking, True), ConnectionFailed)
         self.assertIn("127.0.0.1", str(error))
+        self.assertIn("does not name the host", str(error))
         self.assertEqual(await deferToThread(blocking, False), 0)
         unchecked = SimpleConsumer("127.0.0.1", tls_port, reactor=reactor,
                                    options=self.options(check_hostname=False))

@@ -18,6 +18,8 @@ from __future__ import annotations
 import enum
 from collections import deque
 
+from OpenSSL import SSL
+from service_identity import VerificationError
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IPushProducer, IReactorTime, ISSLTransport
 from twisted.internet.task import deferLater
@@ -27,6 +29,7 @@ from typing_extensions import override
 from zope.interface import implementer
 
 from twlog.client.options import DEFAULT_MAX_RESPONSE_BYTES
+from twlog.client.tls import describe_tls_failure
 from twlog.errors import (
     CONNECTION_REFUSALS,
     BrokerTimeout,
@@ -90,6 +93,16 @@ class _Waiter:
 
 
 @implementer(IPushProducer)
+def lost_reason(reason: Failure | None) -> str:
+    """Why a connection was lost, in words (a TLS failure's: what it most likely means)."""
+    if reason is None:
+        return "closed"
+    why = reason.getErrorMessage().rstrip(".")
+    if reason.check(VerificationError):
+        return describe_tls_failure(f"VerificationError: {why}")
+    return describe_tls_failure(why) if reason.check(SSL.Error) else why
+
+
 def tls_hint(peer: str, transport, answered: bool) -> str:
     """For a plaintext connection closed before its first answer while a request waited: the port may be a
     broker's TLS port, which closes on bytes that are not TLS without a word."""
@@ -248,9 +261,8 @@ class ClientProtocol(FrameReceiver):
     def connectionLost(self, reason: Failure = None) -> None:
         self._machine.move(_C.LOST)
         if self._error is None:
-            why = reason.getErrorMessage() if reason is not None else "closed"
-            self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}"
-                                         f"{tls_hint(self.peer, self.transport, self._answered or not self._waiting)}")
+            why = lost_reason(reason) + tls_hint(self.peer, self.transport, self._answered or not self._waiting)
+            self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
         self._fail_all(self._error)
         waiters, self._lost_waiters = self._lost_waiters, []
         if waiters:

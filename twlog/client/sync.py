@@ -24,6 +24,7 @@ import attrs
 from twlog.client.options import ClientOptions
 from twlog.client.reader import BATCH, Fetched, PartitionReader, Refresh, SizeProbe
 from twlog.client.reader import Request as ReaderRequest
+from twlog.client.tls import describe_tls_failure
 from twlog.errors import (
     CONNECTION_REFUSALS,
     BrokerError,
@@ -79,6 +80,8 @@ def _over(options: ClientOptions) -> str:
 
 
 def _one_line(e: BaseException) -> str:
+    if isinstance(e, ssl.SSLError):
+        return describe_tls_failure(str(e))
     return " ".join(str(e).split()) or type(e).__name__
 
 

@@ -24,7 +24,7 @@ from twisted.internet import ssl as tssl
 
 from twlog.errors import TwlogError
 
-__all__ = ["TLSSettings", "TLSSetupError", "load_private_certificate", "pem_certificates"]
+__all__ = ["TLSSettings", "TLSSetupError", "describe_tls_failure", "load_private_certificate", "pem_certificates"]
 
 _PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 
@@ -72,6 +72,32 @@ def _openssl_reason(e: BaseException) -> str:
     if args and isinstance(args[0], list) and args[0] and isinstance(args[0][0], tuple):
         return "; ".join(str(part[-1]) for part in args[0])
     return str(e) or type(e).__name__
+
+
+#: What a TLS failure's OpenSSL reason most likely means, for the one line a client prints.
+_MEANINGS = (
+    ("wrong version number", "the port does not speak TLS: TLS goes to a broker's --tls-port"),
+    ("certificate required", "the broker requires a client certificate: --tls-cert and --tls-key"),
+    ("unknown ca", "the broker does not trust this client's certificate"),
+    ("bad certificate", "the broker refused this client's certificate"),
+    ("mismatch", "the broker's certificate does not name the host connected to"),
+    ("doesn't match", "the broker's certificate does not name the host connected to"),
+    ("verificationerror", "the broker's certificate does not name the host connected to"),
+    ("certificate verify failed", "the broker's certificate is not signed by a CA of --tls-ca, or has expired"),
+)
+
+
+def describe_tls_failure(text: str) -> str:
+    """C{text} (an OpenSSL error, as Twisted or the standard library word it) as one line: its reasons, and what
+    they most likely mean."""
+    if text.startswith("[(") and "'" in text:  # pyOpenSSL's [('SSL routines', '', 'reason'), ...]
+        text = "; ".join(part.strip(" '\"") for part in re.findall(r", '([^']*)'\)", text)) or text
+    text = " ".join(text.split()).rstrip(".")
+    lowered = text.lower().replace("_", " ")
+    for needle, meaning in _MEANINGS:
+        if needle in lowered:
+            return f"TLS failed: {text} ({meaning})"
+    return f"TLS failed: {text}"
 
 
 @attrs.frozen
