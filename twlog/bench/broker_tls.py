@@ -6,7 +6,8 @@ a certificate from a CA made for the run by L{make_certificates}, with the
 C{cryptography} library that pyOpenSSL brings).  The client produces the
 same batches to one topic per transport (fire-and-forget, as the plain
 benchmark does), then reads each topic at every C{--fetch-bytes} size through
-the batch API, plaintext and TLS taking turns C{--rounds} times.  Plaintext
+the batch API, one fetch at a time and pipelined (L{APIS}), plaintext and TLS
+taking turns C{--rounds} times.  Plaintext
 reads go out with sendfile; TLS reads are copied through the process and
 encrypted (no sendfile through TLS), which is what the ratio measures: issue
 23's target is TLS at least 50% of plaintext at 1 MB fetches.
@@ -96,18 +97,22 @@ class TLSCell:
     row: BrokerRow
 
 
+#: The consumer APIs read through (L{twlog.bench.broker._read_all}): one fetch at a time, and pipelined.
+APIS = ("batch", "batch, pipelined")
+
+
 async def _consume(reactor, port: int, options: ClientOptions, topic: str, fetch_bytes: int, size: int,
-                   broker: BrokerProcess) -> BrokerRow:
+                   broker: BrokerProcess, api: str) -> BrokerRow:
     consumer = SimpleConsumer("127.0.0.1", port, reactor=reactor, options=options, max_bytes=fetch_bytes)
     try:
         (end,) = await consumer.offsets(topic, 0)
         cpu = broker.cpu_seconds()
         started = time.perf_counter()
-        read = await _read_all(consumer, topic, end, "batch")
+        read = await _read_all(consumer, topic, end, api)
         elapsed = time.perf_counter() - started
     finally:
         await consumer.close()
-    return BrokerRow(f"consume, {fetch_bytes // 1024} KB fetches", read, elapsed, read * size,
+    return BrokerRow(f"consume, {fetch_bytes // 1024} KB fetches, {api}", read, elapsed, read * size,
                      broker.cpu_seconds() - cpu)
 
 
@@ -124,15 +129,16 @@ async def _measure(reactor, broker: BrokerProcess, tls_port: int, tls: TLSSettin
         cells.extend(TLSCell("produce", mode, row) for row in rows)
     rounds = getattr(args, "rounds", 1)
     sizes = _fetch_sizes(args)
-    progress.step("consuming, plaintext and TLS in turns", total=len(sizes) * rounds * 2, unit="reads")
+    progress.step("consuming, plaintext and TLS in turns", total=len(sizes) * rounds * len(APIS) * 2, unit="reads")
     for fetch_bytes in sizes:
         for i in range(rounds):
-            for mode in ((False, True) if i % 2 == 0 else (True, False)):
-                topic = f"{'tls' if mode else 'plain'}-{batch}"
-                row = await _consume(reactor, tls_port if mode else broker.port, secure if mode else plain, topic,
-                                     fetch_bytes, args.size, broker)
-                cells.append(TLSCell(f"consume, {_size(fetch_bytes)} fetches", mode, row))
-                progress.update(sum(1 for c in cells if c.what.startswith("consume")))
+            for api in APIS:
+                for mode in ((False, True) if i % 2 == 0 else (True, False)):
+                    topic = f"{'tls' if mode else 'plain'}-{batch}"
+                    row = await _consume(reactor, tls_port if mode else broker.port, secure if mode else plain,
+                                         topic, fetch_bytes, args.size, broker, api)
+                    cells.append(TLSCell(f"consume, {_size(fetch_bytes)} fetches, {api}", mode, row))
+                    progress.update(sum(1 for c in cells if c.what.startswith("consume")))
     return cells
 
 

@@ -103,8 +103,8 @@ def add_bench_commands(commands) -> None:
                                  "medians (default: 1)")
             command.add_argument("--tls", action="store_true",
                                  help="one broker with a plaintext and a TLS port (a CA made for the run): produce "
-                                 "and consume (batch API, each --fetch-bytes, --rounds turns) over both, one table "
-                                 "with the TLS / plaintext ratio")
+                                 "and consume (batch API, one fetch at a time and pipelined, each --fetch-bytes, "
+                                 "--rounds turns) over both, one table with the TLS / plaintext ratio")
             command.add_argument("--produce-only", action="store_true",
                                  help="measure producing only (no consume rows, no restart without sendfile)")
             command.add_argument("--broker-source", metavar="DIR", default=None,
