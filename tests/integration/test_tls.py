@@ -220,6 +220,8 @@ class TLSTests(TestCase):
         over_tls = SimpleConsumer("127.0.0.1", plain_port, reactor=reactor, options=self.options())
         self.addCleanup(over_tls.close)
         await self.assertFailure(over_tls.offsets(TOPIC, 0, EARLIEST), ConnectionFailed)
+        # The broker counted (and logged) the plaintext clients on its TLS port as TLS failures.
+        self.assertGreaterEqual(service.factory.tls_failures.total, 2)
         for port, options in ((tls_port, self.options()), (plain_port, ClientOptions(timeout_s=10))):
             consumer = SimpleConsumer("127.0.0.1", port, reactor=reactor, options=options)
             self.addCleanup(consumer.close)

@@ -107,8 +107,10 @@ async def listen(reactor, config: BrokerConfig, factory) -> Listeners:
             except TLSSetupError as e:
                 raise TwlogError(f"cannot serve TLS: {e}") from None
             endpoint = tcp_endpoint(reactor, interface, config.tls_port, backlog)
+            wrapped = TLSMemoryBIOFactory(options, False, factory)
+            wrapped.noisy = False  # (the service logs where it listens, as for the plaintext port)
             try:
-                listeners.tls = await endpoint.listen(TLSMemoryBIOFactory(options, False, factory))
+                listeners.tls = await endpoint.listen(wrapped)
             except CannotListenError as e:
                 raise TwlogError(listen_error(interface, config.tls_port, e, "--tls-port")) from None
     except BaseException:

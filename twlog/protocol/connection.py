@@ -338,8 +338,8 @@ class BrokerProtocol(FrameReceiver):
     @override
     def lengthLimitExceeded(self, length: int) -> None:
         self._log.warn(
-            "closing the connection from {peer}: a {length}-byte request exceeds the {limit}-byte limit",
-            peer=self.peer, length=length, limit=self.MAX_LENGTH,
+            "closing the connection from {peer}: a {length}-byte request exceeds the {limit}-byte limit{tls}",
+            peer=self.peer, length=length, limit=self.MAX_LENGTH, tls=tls_hello_hint(length),
         )
         # The request type follows the size, when it has arrived with it.
         kind = _request_type(self.peek(2))
@@ -408,7 +408,7 @@ class BrokerProtocol(FrameReceiver):
     @override
     def connectionLost(self, reason: Failure = None) -> None:
         self._machine.move(_B.CLOSED)
-        self.factory.connection_lost(self)
+        self.factory.connection_lost(self, reason)
         self.factory.budget.forget(self)
         self.factory.turns.forget(self)
         self._deadline.cancel()
@@ -419,6 +419,11 @@ class BrokerProtocol(FrameReceiver):
         for slot in slots:
             if not slot.ready and slot.deferred is not None:
                 slot.deferred.cancel()
+
+
+def tls_hello_hint(length: int) -> str:
+    """For a frame length that is a TLS record's first bytes (a handshake record, version 3.x): what it means."""
+    return " (it is a TLS handshake: TLS goes to the broker's --tls-port)" if length >> 16 == 0x1603 else ""
 
 
 def _request_type(frame: bytes) -> int | None:
