@@ -120,16 +120,19 @@ class TLSTests(TestCase):
         self.assertGreater(service.factory.sendfile_bytes, sum(map(len, sent)))
 
     async def test_metadata_over_tls_names_the_tls_port(self):
-        """A client asking over TLS is told the TLS port; one asking in plaintext, the plaintext port."""
+        """A client asking over TLS is told the TLS port (METADATA, CLUSTER_METADATA and its V2); one asking in
+        plaintext, the plaintext port."""
         service = await self.broker()
         tls_port, plain_port = service.tls_port.getHost().port, service.broker.port
 
-        def ask() -> tuple[int, int]:
+        def ask() -> list[int]:
             with SyncConnection("127.0.0.1", tls_port, self.options()) as over_tls, \
                     SyncConnection("127.0.0.1", plain_port, timeout_s=10) as plain:
-                return over_tls.metadata([TOPIC]).port, plain.metadata([TOPIC]).port
+                return [answer for connection in (over_tls, plain) for answer in (
+                    connection.metadata([TOPIC]).port, connection.cluster_metadata([TOPIC]).addresses[0][1],
+                    connection.cluster_metadata_v2([TOPIC]).addresses[0][1])]
 
-        self.assertEqual(await deferToThread(ask), (tls_port, plain_port))
+        self.assertEqual(await deferToThread(ask), [tls_port] * 3 + [plain_port] * 3)
 
     async def test_blocking_client_over_tls(self):
         """The blocking SyncConnection (the standard library's ssl) reads what the Twisted producer wrote."""
