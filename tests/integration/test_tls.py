@@ -244,14 +244,21 @@ class TLSTests(TestCase):
         self.assertEqual(await deferToThread(ask), tls_port)
 
     async def test_unusable_certificate_files(self):
-        """A key file that is not there stops the broker from starting, in one line naming it."""
+        """A key file that is not there, a key of another certificate, a file that is no key, a client CA file
+        that holds no certificate: each stops the broker from starting, in one line naming the file."""
         certs = Certificates(self.mktemp())
-        config = BrokerConfig(LogConfig(self.mktemp()), port=0, tls_port=0, tls_cert=certs.broker_cert,
-                              tls_key=certs.broker_key + ".missing")
-        service = BrokerService(config, reactor, stop_reactor_on_error=False)
-        service.startService()
-        self.addCleanup(lambda: service.stopService() if service.running else None)
-        error = await self.assertFailure(service.listening, TwlogError)
-        self.assertIn("broker.key.missing", str(error))
-        self.assertNotIn("\n", str(error))
-        self.assertIsNone(service.port)
+        cases = [({"tls_key": certs.broker_key + ".missing"}, "broker.key.missing: No such file"),
+                 ({"tls_key": certs.client_key}, "keys do not match"),
+                 ({"tls_key": certs.ca_file}, "ca.pem holds no PEM private key"),
+                 ({"tls_client_ca": certs.client_key}, "client.key holds no PEM certificate")]
+        for changes, expected in cases:
+            fields = {"tls_port": 0, "tls_cert": certs.broker_cert, "tls_key": certs.broker_key, **changes}
+            service = BrokerService(BrokerConfig(LogConfig(self.mktemp()), port=0, **fields), reactor,
+                                    stop_reactor_on_error=False)
+            service.startService()
+            self.addCleanup(lambda service=service: service.stopService() if service.running else None)
+            error = await self.assertFailure(service.listening, TwlogError)
+            self.assertIn("cannot serve TLS", str(error))
+            self.assertIn(expected, str(error))
+            self.assertNotIn("\n", str(error))
+            self.assertIsNone(service.port)

@@ -15,13 +15,14 @@ from __future__ import annotations
 import errno
 
 import attrs
+from OpenSSL import SSL, crypto
 from twisted.internet import ssl
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
-from twisted.internet.error import CannotListenError
+from twisted.internet.error import CannotListenError, VerifyError
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
-from twlog.client.tls import TLSSetupError, load_private_certificate, pem_certificates
+from twlog.client.tls import TLSSetupError, load_private_certificate, openssl_reason, pem_certificates
 from twlog.config import BrokerConfig
 from twlog.errors import TwlogError
 
@@ -44,13 +45,20 @@ def server_tls_options(config: BrokerConfig):
     private, chain = load_private_certificate(config.tls_cert, config.tls_key, "broker's --tls-cert")
     verify = {}
     if config.tls_client_ca is not None:
-        authorities = [ssl.Certificate.loadPEM(pem).original
-                       for pem in pem_certificates(config.tls_client_ca, "--tls-client-ca file")]
+        pems = pem_certificates(config.tls_client_ca, "--tls-client-ca file")
+        try:
+            authorities = [ssl.Certificate.loadPEM(pem).original for pem in pems]
+        except (SSL.Error, crypto.Error, ValueError) as e:
+            raise TLSSetupError(f"cannot load --tls-client-ca {config.tls_client_ca}: {openssl_reason(e)}") from None
         verify = {"verify": True, "caCerts": authorities, "requireCertificate": True}
-    return ssl.CertificateOptions(
-        privateKey=private.privateKey.original, certificate=private.original, extraCertChain=chain or None,
-        raiseMinimumTo=ssl.TLSVersion.TLSv1_2, **verify,
-    )
+    try:
+        return ssl.CertificateOptions(
+            privateKey=private.privateKey.original, certificate=private.original, extraCertChain=chain or None,
+            raiseMinimumTo=ssl.TLSVersion.TLSv1_2, **verify,
+        )
+    except (SSL.Error, crypto.Error, VerifyError, ValueError) as e:
+        raise TLSSetupError(f"cannot use --tls-cert {config.tls_cert} with --tls-key {config.tls_key}: "
+                            f"{openssl_reason(e)}") from None
 
 
 def listen_error(interface: str, port: int, error: BaseException, option: str = "--port") -> str:
@@ -104,8 +112,8 @@ async def listen(reactor, config: BrokerConfig, factory) -> Listeners:
         if config.tls_port is not None:
             try:
                 options = server_tls_options(config)
-            except TLSSetupError as e:
-                raise TwlogError(f"cannot serve TLS: {e}") from None
+            except Exception as e:  # (TLSSetupError, or whatever else OpenSSL makes of the files: one line)
+                raise TwlogError(f"cannot serve TLS: {openssl_reason(e)}") from None
             endpoint = tcp_endpoint(reactor, interface, config.tls_port, backlog)
             wrapped = TLSMemoryBIOFactory(options, False, factory)
             wrapped.noisy = False  # (the service logs where it listens, as for the plaintext port)

@@ -19,12 +19,14 @@ import re
 import ssl
 
 import attrs
-from OpenSSL import SSL
+from OpenSSL import SSL, crypto
 from twisted.internet import ssl as tssl
+from twisted.internet.error import VerifyError
 
 from twlog.errors import TwlogError
 
-__all__ = ["TLSSettings", "TLSSetupError", "describe_tls_failure", "load_private_certificate", "pem_certificates"]
+__all__ = ["TLSSettings", "TLSSetupError", "describe_tls_failure", "load_private_certificate", "openssl_reason",
+           "pem_certificates"]
 
 _PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 
@@ -57,16 +59,18 @@ def load_private_certificate(cert_file: str, key_file: str, what: str):
     the further certificates of C{cert_file} (its chain)."""
     chain = pem_certificates(cert_file, f"{what} certificate")
     key = _read(key_file, f"{what} key")
+    if b"PRIVATE KEY-----" not in key:
+        raise TLSSetupError(f"the {what} key {key_file} holds no PEM private key (-----BEGIN PRIVATE KEY-----)")
     try:
         private = tssl.PrivateCertificate.loadPEM(chain[0] + b"\n" + key)
-    except (SSL.Error, ValueError) as e:
+    except (SSL.Error, crypto.Error, VerifyError, ValueError) as e:
         raise TLSSetupError(f"cannot load the {what} certificate {cert_file} with the key {key_file}: "
-                            f"{_openssl_reason(e)}") from None
+                            f"{openssl_reason(e)}") from None
     extra = [tssl.Certificate.loadPEM(pem).original for pem in chain[1:]]
     return private, extra
 
 
-def _openssl_reason(e: BaseException) -> str:
+def openssl_reason(e: BaseException) -> str:
     """One line of an OpenSSL error (its reasons), else of the exception."""
     args = getattr(e, "args", ())
     if args and isinstance(args[0], list) and args[0] and isinstance(args[0][0], tuple):
