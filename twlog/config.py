@@ -101,6 +101,16 @@ class BrokerConfig:
     broker_id: int = 0
     #: TCP port to listen on (0: any free port).
     port: int = 9092
+    #: Whether to listen on C{port} at all (False: TLS only, on C{tls_port}).
+    plaintext: bool = True
+    #: TCP port of the TLS listener (0: any free port; None: no TLS), served by the same broker as C{port}.
+    tls_port: int | None = None
+    #: PEM files of the broker's certificate (then its chain, if any) and private key, for C{tls_port}.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: PEM file of the CAs whose client certificates the TLS port accepts: mutual TLS, a client without a
+    #: certificate signed by one of them is refused in the handshake (None: no client certificate asked for).
+    tls_client_ca: str | None = None
     #: Interface to listen on; "0.0.0.0" (or "::") for every interface.
     interface: str = "127.0.0.1"
     #: The host name clients should use to reach this broker (default: the interface, or the
@@ -173,6 +183,7 @@ class BrokerConfig:
             problems.append("advertised_port must be between 1 and 65535")
         if not 0 <= self.port <= 65535:
             problems.append("port must be between 0 and 65535")
+        problems.extend(self._tls_problems())
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             problems.append("metrics_port must be between 0 and 65535")
         if self.max_request_bytes < 1024:
@@ -207,6 +218,23 @@ class BrokerConfig:
             problems.append("controlled_shutdown_timeout_s must be positive")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _tls_problems(self) -> list[str]:
+        if self.tls_port is None:
+            named = [name for name in ("tls_cert", "tls_key", "tls_client_ca") if getattr(self, name)]
+            problems = [f"{', '.join(named)} need tls_port"] if named else []
+            return problems + ([] if self.plaintext else ["a broker without its plaintext port needs tls_port"])
+        problems = []
+        if not 0 <= self.tls_port <= 65535:
+            problems.append("tls_port must be between 0 and 65535")
+        if not (self.tls_cert and self.tls_key):
+            problems.append("tls_port needs tls_cert and tls_key")
+        if self.plaintext and self.tls_port == self.port and self.port != 0:
+            problems.append("tls_port must differ from port")
+        if not self.plaintext and self.zookeeper is not None:
+            problems.append("a broker registered in ZooKeeper keeps its plaintext port (other brokers and "
+                            "ZooKeeper-mode clients use it)")
+        return problems
 
     @property
     def advertised_host(self) -> str:

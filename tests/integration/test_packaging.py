@@ -218,7 +218,7 @@ class InstalledWheelTests(TestCase):
         installed copy (a missing module may only be an extra's dependency)."""
         found = list(commands(build_parser()))
         self.assertIn((("audit",), "twlog.cli.audit:audit"), found)  # the enumeration finds nested commands too:
-        self.assertIn((("bench", "broker"), "twlog.bench.broker:main_broker"), found)
+        self.assertIn((("bench", "broker"), "twlog.bench.broker_tls:main"), found)
 
         targets = sorted({run for _, run in found if run} | {RUNNER})
         process = self.run_installed("python", "-c", _IMPORT_TARGETS, json.dumps(targets))

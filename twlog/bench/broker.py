@@ -31,6 +31,7 @@ from twisted.internet.task import deferLater
 
 from twlog.bench.common import MB, BenchProgress, BenchTable, Column, payloads, react_with_progress, stop_process
 from twlog.client.connection import BrokerConnection
+from twlog.client.options import ClientOptions
 from twlog.consumer.simple import SimpleConsumer
 from twlog.protocol.codec import ProduceRequest
 from twlog.storage.batch import decode_batch
@@ -126,13 +127,16 @@ async def _wait_for_end(reactor, consumer, topic: str, end: int, timeout_s: floa
 
 async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size: int, batches: Sequence[int],
                             fetch_bytes: object, progress: BenchProgress | None,
-                            codec: str = "none") -> list[BrokerRow]:
-    """The produce rows, one per batch size (C{fetch_bytes} is unused: the consumption is L{_consume_sweep})."""
+                            codec: str = "none", *, port: int | None = None, options: ClientOptions | None = None,
+                            topic_prefix: str = "bench") -> list[BrokerRow]:
+    """The produce rows, one per batch size (C{fetch_bytes} is unused: the consumption is L{_consume_sweep}), to
+    topics C{<topic_prefix>-<batch>} through C{port} (default: the broker's) with C{options} (e.g. TLS)."""
     rows = []
-    consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor)
+    port = broker.port if port is None else port
+    consumer = SimpleConsumer("127.0.0.1", port, reactor=reactor, options=options)
     try:
         for batch in batches:
-            topic = f"bench-{batch}"
+            topic = f"{topic_prefix}-{batch}"
             count = messages // batch
             distinct = min(count, max(1, 100_000 // batch))
             data = payloads(distinct * batch, size)
@@ -142,7 +146,7 @@ async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size:
             end = sum(set_bytes) * (count // distinct) + sum(set_bytes[: count % distinct])
             # The producer's hot path (encode and compress each set, write it fire-and-forget) on one
             # connection, without its routing: PRODUCE (a 0.7 type) works with any version of the broker.
-            connection = BrokerConnection("127.0.0.1", broker.port, reactor=reactor)
+            connection = BrokerConnection("127.0.0.1", port, reactor=reactor, options=options)
             protocol = await connection.connected()
             number = CODEC_NAMES[codec]
             if progress is not None:

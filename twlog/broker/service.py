@@ -26,13 +26,13 @@ from collections.abc import Callable
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, DeferredList, succeed
-from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
-from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from typing_extensions import override
 
 from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
+from twlog.broker.listeners import Listeners, listen, listen_error
+from twlog.broker.listeners import tcp_endpoint as _endpoint
 from twlog.broker.metrics import BrokerMetrics
 from twlog.broker.replicas import BrokerReplicas
 from twlog.config import BrokerConfig
@@ -88,7 +88,9 @@ class BrokerService(Service):
         self.logs = LogManager(config.log, reactor, thread_pool_runner(reactor))
         self.broker = Broker(self.logs, config, reactor)
         self.factory = BrokerFactory(self.broker)
-        self.port = None
+        #: Once listening: the plaintext port (None with C{--no-plaintext}) and the TLS port (with C{--tls-port}).
+        self.listeners = Listeners()
+        self.port = self.tls_port = None
         self.stop_reactor_on_error = stop_reactor_on_error
         self.zookeeper_session_timeout_s = (config.zookeeper_session_timeout_s if zookeeper_session_timeout_s is None
                                             else zookeeper_session_timeout_s)
@@ -156,8 +158,7 @@ class BrokerService(Service):
         d.addCallbacks(lambda _: self._listen(), self._cannot_serve_metrics)
 
     def _listen(self) -> None:
-        endpoint = _endpoint(self._reactor, self.config.interface, self.config.port, self.config.listen_backlog)
-        d = endpoint.listen(self.factory)
+        d = Deferred.fromCoroutine(listen(self._reactor, self.config, self.factory))
         d.addCallbacks(self._listening, self._cannot_listen)
 
     def _serve_metrics(self) -> Deferred:
@@ -186,11 +187,13 @@ class BrokerService(Service):
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.metrics_port.getHost().port}/metrics"
 
-    def _listening(self, port) -> None:
-        self.port = port
-        self.broker.port = port.getHost().port
-        self._log.info("broker {id} listening on {host}:{port}", id=self.config.broker_id,
-                       host=self.config.interface, port=self.broker.port)
+    def _listening(self, listeners: Listeners) -> None:
+        self.listeners = listeners
+        self.port, self.tls_port = listeners.plain, listeners.tls
+        port = listeners.plain or listeners.tls
+        self.broker.port, self.broker.tls_port = port.getHost().port, listeners.tls and listeners.tls.getHost().port
+        self._log.info("broker {id} listening on {where}", id=self.config.broker_id,
+                       where=listeners.describe(self.config.interface))
         if self.config.zookeeper is None:
             self.listening.callback(port)
             return
@@ -198,7 +201,8 @@ class BrokerService(Service):
         d.addCallbacks(lambda _: self.listening.callback(port), self._cannot_register)
 
     def _cannot_listen(self, failure) -> None:
-        error = TwlogError(listen_error(self.config.interface, self.config.port, failure.value))
+        error = (failure.value if failure.check(TwlogError)
+                 else TwlogError(listen_error(self.config.interface, self.config.port, failure.value)))
         self._cannot_start("cannot start the broker: {error}", error=error)
 
     async def _register(self, port: int) -> None:
@@ -306,9 +310,8 @@ class BrokerService(Service):
 
     def _stop_serving(self) -> Deferred:
         stops = []
-        if self.port is not None:
-            stops.append(self.port.stopListening())
-            self.port = None
+        stops.extend(port.stopListening() for port in (self.port, self.tls_port) if port is not None)
+        self.port = self.tls_port = None
         if self.metrics_port is not None:
             stops.append(self.metrics_port.stopListening())
             self.metrics_port = None
@@ -345,12 +348,6 @@ class BrokerService(Service):
         at_exit(exit_now, code)
 
 
-def _endpoint(reactor, interface: str, port: int, backlog: int = 50):
-    """A TCP server endpoint on C{interface} (IPv6 when it has a colon) and C{port}, with a listen C{backlog}."""
-    endpoint_class = TCP6ServerEndpoint if ":" in interface else TCP4ServerEndpoint
-    return endpoint_class(reactor, port, backlog=backlog, interface=interface)
-
-
 def log_dir_error(log_dir: str, error: OSError) -> str:
     """Why the log directory C{log_dir} could not be opened, in one line naming C{--log-dir}."""
     if error.errno in (errno.EEXIST, errno.ENOTDIR):
@@ -370,20 +367,6 @@ def log_dir_error(log_dir: str, error: OSError) -> str:
         return f"--log-dir {log_dir}: {error.strerror}{where}: choose one this user can write"
     where = f": {error.filename}" if error.filename and error.filename != log_dir else ""
     return f"cannot open --log-dir {log_dir}{where}: {error.strerror or error}"
-
-
-def listen_error(interface: str, port: int, error: BaseException) -> str:
-    """Why the broker could not listen on C{interface:port}, in one line naming the option to change."""
-    socket_error = getattr(error, "socketError", None) if isinstance(error, CannotListenError) else None
-    code = getattr(socket_error, "errno", None)
-    if code == errno.EADDRINUSE:
-        return f"port {port} is in use (another broker?): choose another with --port"
-    if code == errno.EACCES:
-        return f"port {port} needs privileges this process lacks: choose one above 1023 with --port"
-    if code == errno.EADDRNOTAVAIL:
-        return f"--interface {interface} is no address of this machine: choose another with --interface"
-    reason = getattr(socket_error, "strerror", None) or str(error)
-    return f"cannot listen on {interface}:{port} (--interface, --port): {reason}"
 
 
 class _Stopped(TwlogError):

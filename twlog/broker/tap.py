@@ -97,6 +97,9 @@ class Options(usage.Options):
         "under --log-dir, served over twlog's binary protocol (Kafka 0.7 compatible) on --port."
     )
     optFlags = [
+        ["no-plaintext", None,
+         "Do not listen on --port: serve TLS only, on --tls-port (not with --zookeeper: other brokers and "
+         "ZooKeeper-mode clients reach a registered broker on its plaintext port)."],
         ["no-sendfile", None, "Copy log bytes through the process instead of sendfile(2) (to measure the difference)."],
         ["unclean-leader-election", None,
          "With --zookeeper, when no in-sync replica of a replicated partition is live, let another replica lead: "
@@ -106,6 +109,14 @@ class Options(usage.Options):
     optParameters = [
         ["port", "p", 9092, "TCP port to listen on (0: any free port).", _int("port", 0)],
         ["interface", None, "127.0.0.1", "Interface to listen on; 0.0.0.0 for every IPv4 interface."],
+        ["tls-port", None, None,
+         "Also listen for TLS connections on this port, on the same interface (0: any free port); the same "
+         "protocol, the same partitions (docs/security.md). Needs --tls-cert and --tls-key.", _int("tls-port", 0)],
+        ["tls-cert", None, None, "PEM file of this broker's certificate (then its chain, if any), for --tls-port."],
+        ["tls-key", None, None, "PEM file of the private key of --tls-cert."],
+        ["tls-client-ca", None, None,
+         "PEM file of CAs: mutual TLS, --tls-port accepts only clients presenting a certificate one of them "
+         "signed (default: no client certificate asked for)."],
         ["host", None, None, "Host name clients should use to reach this broker (default: the interface)."],
         ["advertised-port", None, None,
          "Port clients and followers should use to reach this broker, when a proxy or NAT in front of it listens "
@@ -221,6 +232,11 @@ class Options(usage.Options):
                 log=log,
                 broker_id=self["broker-id"],
                 port=self["port"],
+                plaintext=not self["no-plaintext"],
+                tls_port=self["tls-port"],
+                tls_cert=self["tls-cert"],
+                tls_key=self["tls-key"],
+                tls_client_ca=self["tls-client-ca"],
                 interface=self["interface"],
                 host=self["host"],
                 advertised_port=self["advertised-port"],
@@ -246,7 +262,20 @@ class Options(usage.Options):
                 preferred_leader_delay_s=self["preferred-leader-delay-s"],
             )
         except ValueError as e:
-            raise usage.UsageError(str(e)) from None
+            raise usage.UsageError(_option_names(str(e))) from None
+
+
+_OPTION_NAMES = {"tls_port": "--tls-port", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
+                 "tls_client_ca": "--tls-client-ca", "a broker without its plaintext port": "--no-plaintext",
+                 "a broker registered in ZooKeeper": "--zookeeper with --no-plaintext: a broker registered in "
+                 "ZooKeeper"}
+
+
+def _option_names(message: str) -> str:
+    """A configuration problem with the TLS fields named as the command line names them."""
+    for field, option in _OPTION_NAMES.items():
+        message = message.replace(field, option)
+    return message
 
 
 def makeService(options: Options) -> MultiService:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from twlog.audit.count import FAILED, PENDING, WindowReport
 from twlog.audit.read import count_cluster, now_ms
-from twlog.cli.common import CLIENT_OPTIONS
+from twlog.cli.common import client_options
 from twlog.cli.output import print_table
 from twlog.errors import ConnectionFailed, TwlogError, UnknownTopic
 
@@ -53,7 +53,7 @@ def audit(args) -> int:
         follow_s = getattr(args, "follow_s", None)
         if follow_s:
             print(f"reading {args.topic}, then following it for {follow_s:g} s", file=sys.stderr)
-        found = count_cluster(args.zookeeper, args.topic, options=CLIENT_OPTIONS, since_ms=args.since,
+        found = count_cluster(args.zookeeper, args.topic, options=client_options(args), since_ms=args.since,
                               window_ms=None if args.window_s is None else int(round(args.window_s * 1000)),
                               follow_s=follow_s)
     except UnknownTopic:

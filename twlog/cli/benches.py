@@ -54,7 +54,9 @@ FAULT_CASES = ["kill-leader", "restart-follower", "slow-follower", "zombie-leade
 
 def _benchmark(benches, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
     """C{twlog bench NAME}, which runs C{main_NAME(args)} of L{twlog.bench}C{.NAME}."""
-    return subcommand(benches, name, f"twlog.bench.{name}:main_{name}", help_text, description)
+    # (twlog bench broker runs twlog.bench.broker_tls:main, which runs the plain benchmark without --tls)
+    target = "twlog.bench.broker_tls:main" if name == "broker" else f"twlog.bench.{name}:main_{name}"
+    return subcommand(benches, name, target, help_text, description)
 
 
 def _messages_option(command: argparse.ArgumentParser, per: str) -> None:
@@ -99,6 +101,10 @@ def add_bench_commands(commands) -> None:
             command.add_argument("--rounds", type=positive_int, default=1,
                                  help="measure each consumption this many times, in turns; the table shows "
                                  "medians (default: 1)")
+            command.add_argument("--tls", action="store_true",
+                                 help="one broker with a plaintext and a TLS port (a CA made for the run): produce "
+                                 "and consume (batch API, one fetch at a time and pipelined, each --fetch-bytes, "
+                                 "--rounds turns) over both, one table with the TLS / plaintext ratio")
             command.add_argument("--produce-only", action="store_true",
                                  help="measure producing only (no consume rows, no restart without sendfile)")
             command.add_argument("--broker-source", metavar="DIR", default=None,

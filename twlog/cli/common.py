@@ -21,6 +21,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 
 from twlog.cli.suggest import suggest_topic
+from twlog.cli.tls_options import tls_settings
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
@@ -31,6 +32,20 @@ from twlog.partition import resolve_partition as partition_named
 
 #: The connection settings of the commands: an unreachable broker is said within a few seconds.
 CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_attempts=2)
+
+
+
+def client_options(args) -> ClientOptions:
+    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS options (L{tls_settings}).
+
+    @raise UsageError: TLS with --zookeeper (a TLS client is given the brokers' TLS addresses with --broker).
+    """
+    tls = tls_settings(args)
+    if tls is not None and getattr(args, "zookeeper", None):
+        raise UsageError("TLS clients find the brokers through --broker (their TLS ports), not --zookeeper: "
+                         "ZooKeeper holds the plaintext addresses (docs/security.md)")
+    return CLIENT_OPTIONS if tls is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls)
+
 
 #: How long finding a topic's partitions (METADATA or ZooKeeper) may take before the command says why not.
 DISCOVERY_TIMEOUT_S = 5.0
@@ -150,7 +165,7 @@ async def find_partitions(args, topic: str, reactor=None, offline: list | None =
     @raise UsageError: C{--partition} names no partition of the topic.
     """
     source = {"zookeeper": args.zookeeper} if getattr(args, "zookeeper", None) else {"brokers": args.broker}
-    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    options = ClientOptions.build(client_options(args), timeout_s=DISCOVERY_TIMEOUT_S)
     wanted = getattr(args, "partition", None)
     try:
         found = await discover_async([topic], options=options, reactor=reactor, **source)

@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from twlog.cli import avro
-from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, find_partitions, stop_on_shutdown
+from twlog.cli.common import UsageError, bounded, client_options, find_partitions, stop_on_shutdown
 from twlog.cli.consume_group import consume_group
 from twlog.cli.formats import Formatter, message_formatter
 from twlog.client.connection import BrokerConnection
@@ -64,12 +64,13 @@ async def consume(reactor, args) -> None:
         raise UsageError(f"--offset {args.offset} is a byte offset in one partition: add --partition (one of {names})")
     consumers: dict[tuple[str, int], SimpleConsumer] = {}
     decode = avro.deserializer(args, reactor)  # --registry: Avro to JSON
+    options = client_options(args)
 
     def consumer_of(location: PartitionLocation) -> SimpleConsumer:
         key = (location.host, location.port)
         if key not in consumers:
             consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, max_bytes=args.max_bytes,
-                                            on_corrupt=_on_corrupt(args), options=CLIENT_OPTIONS, deserializer=decode)
+                                            on_corrupt=_on_corrupt(args), options=options, deserializer=decode)
         return consumers[key]
 
     output = _Output(args, _formatter(args))
@@ -107,7 +108,7 @@ async def start_offset(consumer: SimpleConsumer, location: PartitionLocation, of
             f"{earliest} to {latest} (or earliest, latest)"
         )
     if earliest < int(offset) < latest:
-        connection = BrokerConnection(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
+        connection = BrokerConnection(location.host, location.port, reactor=reactor, options=consumer.options)
         try:
             await check_reset_offset(connection.request, location.tp, int(offset))
         except OffsetRefused as e:

@@ -17,7 +17,7 @@ from contextlib import suppress
 from twisted.internet.defer import Deferred
 
 from twlog.cli import avro
-from twlog.cli.common import CLIENT_OPTIONS, UsageError, bounded, stop_on_shutdown
+from twlog.cli.common import UsageError, bounded, client_options, stop_on_shutdown
 from twlog.cli.formats import Formatter
 from twlog.consumer.group import GroupConsumer
 from twlog.coord import paths
@@ -90,7 +90,7 @@ async def consume_group(reactor, args, formatter: Formatter, on_corrupt: str) ->
     await zk.start()
     reporter = SessionReporter(args.zookeeper, args.group)
     zk.add_state_listener(reporter)
-    consumer = GroupConsumer(zk, args.group, reactor=reactor, on_corrupt=on_corrupt, options=CLIENT_OPTIONS,
+    consumer = GroupConsumer(zk, args.group, reactor=reactor, on_corrupt=on_corrupt, options=client_options(args),
                              auto_offset_reset="smallest" if args.offset == "earliest" else "largest",
                              deserializer=avro.deserializer(args, reactor))
     consumer.assignments.add_listener(lambda change: _say(change.describe()))

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 from twisted.internet.threads import deferToThread
 
-from twlog.cli.common import CLIENT_OPTIONS, DISCOVERY_TIMEOUT_S, UsageError, find_partitions
+from twlog.cli.common import DISCOVERY_TIMEOUT_S, UsageError, client_options, find_partitions
 from twlog.cli.output import print_json, print_table
 from twlog.cli.suggest import suggest_topic
 from twlog.client.async_discovery import bootstrap_async, cluster_layout_async
@@ -51,7 +51,8 @@ async def offsets(reactor, args) -> None:
         for location in locations:
             key = (location.host, location.port)
             if key not in consumers:
-                consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
+                consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor,
+                                                options=client_options(args))
             found = await consumers[key].offsets(location.topic, location.name, args.time, args.max)
             answers.append((location, found))
             if not found and args.time >= 0:
@@ -96,7 +97,7 @@ async def topics(reactor, args) -> None:
     if args.topic is not None:
         return await describe_topic(reactor, args)
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
-    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    options = ClientOptions.build(client_options(args), timeout_s=DISCOVERY_TIMEOUT_S)
     try:
         layout, problems = await cluster_layout_async(reactor=reactor, options=options, **source)
     except ConnectionFailed as e:
@@ -134,7 +135,7 @@ async def describe_topic(reactor, args) -> None:
     replicated = await _replicated_layout(reactor, args, args.topic)
     if replicated is not None:
         layout, addresses = replicated
-        options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+        options = ClientOptions.build(client_options(args), timeout_s=DISCOVERY_TIMEOUT_S)
         progress, problems = await ask_leaders(layout, addresses, reactor=reactor, options=options)
         for line in problems:
             print(f"twlog: warning: {line}: its high watermark and replica ends are unknown", file=sys.stderr)
@@ -149,7 +150,8 @@ async def describe_topic(reactor, args) -> None:
         for location in locations:
             key = (location.host, location.port)
             if key not in consumers:
-                consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor, options=CLIENT_OPTIONS)
+                consumers[key] = SimpleConsumer(location.host, location.port, reactor=reactor,
+                                                options=client_options(args))
             (earliest,) = await consumers[key].offsets(location.topic, location.name, EARLIEST, 1)
             (latest,) = await consumers[key].offsets(location.topic, location.name, LATEST, 1)
             rows.append((location, earliest, latest))
@@ -188,7 +190,7 @@ async def create_topic(reactor, args) -> None:
     if getattr(args, "min_insync_replicas", None) is not None:
         raise UsageError("--min-insync-replicas is for replicated topics: give --replication-factor too")
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
-    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    options = ClientOptions.build(client_options(args), timeout_s=DISCOVERY_TIMEOUT_S)
     created = await deferToThread(create_on_brokers, args.topic, args.partitions, options=options, **source)
     if getattr(args, "json", False):
         print_json({"topic": created.topic, "partitions_per_broker": created.partitions, "partitions": created.total,
@@ -258,7 +260,7 @@ async def _replicated_layout(reactor, args, topic: str
     """C{topic}'s partitions with leader, epoch, replicas and ISR, and the live brokers' addresses, if it is a
     replicated topic, else None: read from ZooKeeper (C{--zookeeper}) or a broker's CLUSTER_METADATA_V2 answer
     (C{--broker})."""
-    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    options = ClientOptions.build(client_options(args), timeout_s=DISCOVERY_TIMEOUT_S)
     try:
         if not getattr(args, "zookeeper", None):
             cluster = await bootstrap_async(args.broker, (topic,), options, reactor=reactor)
@@ -327,7 +329,7 @@ async def delete_topic(reactor, args) -> None:
     positions in logs that no longer exist, and a topic made again under the name starts at offset 0.
     """
     source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
-    options = ClientOptions.build(CLIENT_OPTIONS, timeout_s=DISCOVERY_TIMEOUT_S)
+    options = ClientOptions.build(client_options(args), timeout_s=DISCOVERY_TIMEOUT_S)
     if not args.zookeeper and not args.force:
         raise UsageError(f"deleting {args.topic!r} first checks that no consumer group reads it, in ZooKeeper: give "
                          "--zookeeper HOST:PORT (or --force to delete without checking)")

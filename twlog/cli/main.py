@@ -25,6 +25,7 @@ from twlog.cli.options import (
     zookeeper_address,
 )
 from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
+from twlog.cli.tls_parsers import add_tls_options
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--zookeeper", "-z", default=argparse.SUPPRESS if inherit else None,
                              type=zookeeper_address, metavar="HOST:PORT[/chroot]",
                              help="find the brokers and partitions in ZooKeeper instead of through --broker")
+        add_tls_options(command, inherit)
         debug_option(command)
         return command
 

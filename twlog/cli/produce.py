@@ -29,7 +29,7 @@ from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.python.failure import Failure
 
 from twlog.cli import avro
-from twlog.cli.common import CLIENT_OPTIONS, UsageError, where
+from twlog.cli.common import UsageError, client_options, where
 from twlog.envelope import AuditSettings
 from twlog.errors import (
     BrokerError,
@@ -272,7 +272,7 @@ async def produce(reactor, args, reader: InputReader | None = None, producer: Pr
     if producer is None:
         source = {"zookeeper": args.zookeeper} if args.zookeeper else {"brokers": args.broker}
         audit = AuditSettings(args.audit_origin, args.audit_window_s) if getattr(args, "audit", False) else False
-        producer = Producer(**source, reactor=reactor, ack=ack, codec=args.codec, options=CLIENT_OPTIONS,
+        producer = Producer(**source, reactor=reactor, ack=ack, codec=args.codec, options=client_options(args),
                             audit=audit, serializer=avro.serializer(args, reactor))
     if reader is None:
         reader = InputReader.open(reactor, args.files)

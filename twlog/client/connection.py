@@ -17,7 +17,7 @@ from typing import Any
 from twisted.application.internet import ClientService
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.defer import CancelledError, Deferred, succeed
-from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
@@ -27,6 +27,7 @@ from zope.interface import Attribute, Interface, implementer
 
 from twlog.client.options import ClientOptions
 from twlog.client.protocol import ClientProtocol
+from twlog.client.tls import TLSSettings
 from twlog.errors import (
     ClientClosed,
     ConnectionFailed,
@@ -91,13 +92,22 @@ class _ClientFactory(Factory):
         return protocol
 
 
-def client_endpoint(reactor, host: str, port: int, timeout_s: float) -> IStreamClientEndpoint:
-    """A TCP endpoint for C{host}: an IP address directly, a name through the reactor's resolver."""
+def client_endpoint(reactor, host: str, port: int, timeout_s: float,
+                    tls: TLSSettings | None = None) -> IStreamClientEndpoint:
+    """A TCP endpoint for C{host}: an IP address directly, a name through the reactor's resolver; with C{tls},
+    wrapped in TLS (the broker's certificate checked against C{host} unless C{tls} says not to).
+
+    @raise twlog.client.tls.TLSSetupError: a file of C{tls} cannot be used.
+    """
     if isIPAddress(host):
-        return TCP4ClientEndpoint(reactor, host, port, timeout=timeout_s)
-    if isIPv6Address(host):
-        return TCP6ClientEndpoint(reactor, host, port, timeout=timeout_s)
-    return HostnameEndpoint(reactor, host, port, timeout=timeout_s)
+        endpoint = TCP4ClientEndpoint(reactor, host, port, timeout=timeout_s)
+    elif isIPv6Address(host):
+        endpoint = TCP6ClientEndpoint(reactor, host, port, timeout=timeout_s)
+    else:
+        endpoint = HostnameEndpoint(reactor, host, port, timeout=timeout_s)
+    if tls is None:
+        return endpoint
+    return wrapClientTLS(tls.twisted_options(host), endpoint)
 
 
 @implementer(IBrokerConnection)
@@ -135,7 +145,7 @@ class BrokerConnection:
         #: The protocol of the latest connection (or attempt), if any.
         self.current: ClientProtocol | None = None
         if endpoint is None:
-            endpoint = client_endpoint(reactor, host, port, options.connect_timeout_s)
+            endpoint = client_endpoint(reactor, host, port, options.connect_timeout_s, options.tls)
         self._service = ClientService(endpoint, _ClientFactory(self), retryPolicy=options.backoff(), clock=reactor)
         self._closed = False
         #: Callers waiting for a connection (through ClientService).

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 from twisted.application.internet import backoffPolicy
 
+from twlog.client.tls import TLSSettings
 from twlog.storage.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 
 #: The largest response frame a client accepts by default: room for big fetches.
@@ -42,6 +43,7 @@ class ClientOptions:
     @ivar retry_policy: reconnect and refetch backoff; None: L{default_retry_policy}.
     @ivar max_decompressed_bytes: the most a compressed message may decompress to when read
         (a bigger one is a L{twlog.storage.message.CorruptMessage}); the broker's default bound.
+    @ivar tls: speak TLS to the brokers (their C{--tls-port}) with these settings; None: plaintext.
     """
 
     timeout_s: float = 30.0
@@ -50,6 +52,7 @@ class ClientOptions:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     retry_policy: RetryPolicy | None = None
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+    tls: TLSSettings | None = None
 
     @classmethod
     def build(cls, options: ClientOptions | None = None, **overrides: Any) -> ClientOptions:

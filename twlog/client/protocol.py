@@ -18,8 +18,10 @@ from __future__ import annotations
 import enum
 from collections import deque
 
+from OpenSSL import SSL
+from service_identity import VerificationError
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.interfaces import IPushProducer, IReactorTime, ISSLTransport
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -27,6 +29,7 @@ from typing_extensions import override
 from zope.interface import implementer
 
 from twlog.client.options import DEFAULT_MAX_RESPONSE_BYTES
+from twlog.client.tls import describe_tls_failure
 from twlog.errors import (
     CONNECTION_REFUSALS,
     BrokerTimeout,
@@ -90,6 +93,24 @@ class _Waiter:
 
 
 @implementer(IPushProducer)
+def lost_reason(reason: Failure | None) -> str:
+    """Why a connection was lost, in words (a TLS failure's: what it most likely means)."""
+    if reason is None:
+        return "closed"
+    why = reason.getErrorMessage().rstrip(".")
+    if reason.check(VerificationError):
+        return describe_tls_failure(f"VerificationError: {why}")
+    return describe_tls_failure(why) if reason.check(SSL.Error) else why
+
+
+def tls_hint(peer: str, transport, answered: bool) -> str:
+    """For a plaintext connection closed before its first answer while a request waited: the port may be a
+    broker's TLS port, which closes on bytes that are not TLS without a word."""
+    if answered or ISSLTransport.providedBy(transport):
+        return ""
+    return f" before any answer (if {peer} is a TLS port, this client needs TLS: --tls-ca)"
+
+
 class ClientProtocol(FrameReceiver):
     """One connection to a broker: frames requests and pairs responses with them in FIFO order.
 
@@ -127,6 +148,9 @@ class ClientProtocol(FrameReceiver):
         self._machine = StateMachine(f"connection to broker {peer}", _C.CONNECTING, CLIENT_MOVES)
         #: Whether small frames may go straight to the socket (a plain TCP transport; see sendString).
         self._direct = False
+        #: Whether any answer came (a plaintext connection closed before one may have met a TLS port), and whether
+        #: this protocol is its transport's producer (from connectionMade to prepare_close).
+        self._answered = self._registered = False
         #: Why the connection cannot be used any more (BROKEN or LOST).
         self._error: TwlogError | None = None
         self._lost_waiters: list[Deferred[None]] = []
@@ -179,9 +203,11 @@ class ClientProtocol(FrameReceiver):
         # A plain TCP connection: see sendString.
         self._direct = can_sendfile(self.transport) if self._direct_choice is None else self._direct_choice
         self.transport.registerProducer(self, True)
+        self._registered = True
 
     @override
     def stringReceived(self, frame: bytes) -> None:
+        self._answered = True
         if not self.usable:
             return  # aborted: whatever still arrives belongs to requests already failed
         if len(frame) == 2 and int.from_bytes(frame, "big", signed=True) in CONNECTION_REFUSALS:
@@ -235,7 +261,7 @@ class ClientProtocol(FrameReceiver):
     def connectionLost(self, reason: Failure = None) -> None:
         self._machine.move(_C.LOST)
         if self._error is None:
-            why = reason.getErrorMessage() if reason is not None else "closed"
+            why = lost_reason(reason) + tls_hint(self.peer, self.transport, self._answered or not self._waiting)
             self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
         self._fail_all(self._error)
         waiters, self._lost_waiters = self._lost_waiters, []
@@ -327,7 +353,8 @@ class ClientProtocol(FrameReceiver):
                 d.callback(None)
         self._break(error)
         self._fail_all(error)
-        if self.state is _C.BROKEN and self.transport.producer is self:
+        if self.state is _C.BROKEN and self._registered:
+            self._registered = False
             self.transport.unregisterProducer()
 
     def abort(self, error: TwlogError) -> None:

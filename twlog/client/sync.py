@@ -15,6 +15,7 @@ built on this module.
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ import attrs
 from twlog.client.options import ClientOptions
 from twlog.client.reader import BATCH, Fetched, PartitionReader, Refresh, SizeProbe
 from twlog.client.reader import Request as ReaderRequest
+from twlog.client.tls import describe_tls_failure
 from twlog.errors import (
     CONNECTION_REFUSALS,
     BrokerError,
@@ -72,6 +74,17 @@ def check_topic(topic: str, context: str) -> None:
         raise InvalidTopic(f"{error_message(InvalidTopic.code, context)} ({e})") from None
 
 
+def _over(options: ClientOptions) -> str:
+    """C{" over TLS"} for a TLS client (its errors say so), else nothing."""
+    return " over TLS" if options.tls is not None else ""
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, ssl.SSLError):
+        return describe_tls_failure(str(e))
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 class SyncConnection:
     """One blocking connection to a broker; requests are answered in order, one at a time."""
 
@@ -85,6 +98,9 @@ class SyncConnection:
         self._open = connect
         self.options = ClientOptions.build(options, **overrides)
         self._sock: socket.socket | None = None
+        self._context: ssl.SSLContext | None = None
+        #: Whether any answer came on this connection.
+        self._answered = False
         self._frames = FrameBuffer(self.options.max_response_bytes)
 
     @property
@@ -106,12 +122,30 @@ class SyncConnection:
     def _connect(self) -> socket.socket:
         if self._sock is None:
             try:
-                self._sock = self._open((self.host, self.port), timeout=self.options.connect_timeout_s)
+                sock = self._open((self.host, self.port), timeout=self.options.connect_timeout_s)
+                if self.options.tls is not None:
+                    sock = self._tls_context().wrap_socket(sock, server_hostname=self.host)
+                self._sock = sock
                 self._sock.settimeout(self.options.timeout_s)
             except OSError as e:
-                raise ConnectionFailed(f"cannot connect to broker {self.address}: {e}") from None
+                raise ConnectionFailed(f"cannot connect to broker {self.address}{_over(self.options)}: "
+                                       f"{_one_line(e)}") from None
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self._sock
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """The TLS context of this connection's settings, made once (a reconnect reuses it)."""
+        if self._context is None:
+            assert self.options.tls is not None
+            self._context = self.options.tls.ssl_context()
+        return self._context
+
+    def _tls_hint(self) -> str:
+        """For a plaintext connection closed before its first answer: the port may be a broker's TLS port (which
+        closes on bytes that are not TLS without a word)."""
+        if self.options.tls is not None or self._answered:
+            return ""
+        return f" (if {self.address} is a TLS port, this client needs TLS: --tls-ca)"
 
     def _receive_frame(self, sock: socket.socket) -> bytes:
         """The next response frame, parsed by the one frame buffer (L{twlog.protocol.frames})."""
@@ -119,8 +153,9 @@ class SyncConnection:
         while (got := buffer.next_frame()) is None:
             data = sock.recv(min(max(buffer.needed_bytes, 65536), _MAX_READ))
             if not data:
-                raise ConnectionLost(f"broker {self.address} closed the connection before answering")
+                raise ConnectionLost(f"broker {self.address} closed the connection before answering{self._tls_hint()}")
             buffer.append(data)
+        self._answered = True
         return bytes(got)
 
     def call(self, request: Request) -> Response:
@@ -152,7 +187,8 @@ class SyncConnection:
             raise
         except OSError as e:
             self.close()
-            raise ConnectionLost(f"connection to broker {self.address} failed: {e}") from None
+            raise ConnectionLost(f"connection to broker {self.address}{_over(self.options)} failed: "
+                                 f"{_one_line(e)}") from None
         return check(response, f"broker {self.address} refused {describe_request(request)}")
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:

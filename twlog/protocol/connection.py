@@ -41,6 +41,7 @@ from twlog.errors import (
 from twlog.protocol import codec
 from twlog.protocol.deadline import FrameDeadline
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
+from twlog.protocol.handling import Peer
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
 from twlog.protocol.slicing import PRODUCES, SLICED_FRAME_BYTES, SlicedCheck, check_produce
@@ -179,7 +180,7 @@ class BrokerProtocol(FrameReceiver):
     def connectionMade(self) -> None:
         self.factory.connection_made(self)
         peer = self.transport.getPeer()
-        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self.peer = Peer(f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}", self.transport)
         self._machine.name = f"connection from {self.peer}"
         self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
         if hasattr(self.transport, "setTcpNoDelay"):  # responses are written whole: Nagle only delays their tails
@@ -337,8 +338,8 @@ class BrokerProtocol(FrameReceiver):
     @override
     def lengthLimitExceeded(self, length: int) -> None:
         self._log.warn(
-            "closing the connection from {peer}: a {length}-byte request exceeds the {limit}-byte limit",
-            peer=self.peer, length=length, limit=self.MAX_LENGTH,
+            "closing the connection from {peer}: a {length}-byte request exceeds the {limit}-byte limit{tls}",
+            peer=self.peer, length=length, limit=self.MAX_LENGTH, tls=tls_hello_hint(length),
         )
         # The request type follows the size, when it has arrived with it.
         kind = _request_type(self.peek(2))
@@ -407,7 +408,7 @@ class BrokerProtocol(FrameReceiver):
     @override
     def connectionLost(self, reason: Failure = None) -> None:
         self._machine.move(_B.CLOSED)
-        self.factory.connection_lost(self)
+        self.factory.connection_lost(self, reason)
         self.factory.budget.forget(self)
         self.factory.turns.forget(self)
         self._deadline.cancel()
@@ -418,6 +419,11 @@ class BrokerProtocol(FrameReceiver):
         for slot in slots:
             if not slot.ready and slot.deferred is not None:
                 slot.deferred.cancel()
+
+
+def tls_hello_hint(length: int) -> str:
+    """For a frame length that is a TLS record's first bytes (a handshake record, version 3.x): what it means."""
+    return " (it is a TLS handshake: TLS goes to the broker's --tls-port)" if length >> 16 == 0x1603 else ""
 
 
 def _request_type(frame: bytes) -> int | None:

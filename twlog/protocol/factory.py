@@ -8,9 +8,11 @@ read, and the events logged at most once a minute.
 
 from __future__ import annotations
 
+from OpenSSL import SSL
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from typing_extensions import override
 
 from twlog.errors import (
@@ -24,6 +26,15 @@ from twlog.protocol.server import Broker
 from twlog.protocol.turns import Turns
 
 __all__ = ["BrokerFactory"]
+
+
+def tls_reason(reason: Failure) -> str:
+    """An OpenSSL failure's reasons, in one line (C{[('SSL routines', '', 'wrong version number')]} as
+    C{wrong version number})."""
+    args = reason.value.args
+    if args and isinstance(args[0], list) and all(isinstance(part, tuple) and part for part in args[0]):
+        return "; ".join(str(part[-1]) for part in args[0]) or "no reason given"
+    return reason.getErrorMessage() or reason.type.__name__
 
 
 class BrokerFactory(ServerFactory):
@@ -97,6 +108,10 @@ class BrokerFactory(ServerFactory):
         self._idle_closed = EventLog(
             clock, self._log, "closed {count} connection(s) that sent no whole request for {timeout_s:g} s "
             "(--idle-timeout-s), the last from {peer}", interval)
+        #: TLS connections that failed (a handshake refused, a plaintext client on the TLS port): counted, logged
+        #: at most once a minute.
+        self.tls_failures = EventLog(
+            clock, self._log, "{count} TLS connection(s) failed, the last from {peer}: {error}", interval)
         self._refusals: set[Refusal] = set()
         self._sweep: IDelayedCall | None = None
         #: The turns connections take at having their frames handled.
@@ -186,8 +201,11 @@ class BrokerFactory(ServerFactory):
         """C{protocol} received a whole request frame or finished writing a response: it is not idle."""
         self.connections.touch(protocol, self.broker.clock.seconds())
 
-    def connection_lost(self, protocol: BrokerProtocol) -> None:
-        """C{protocol}'s connection is gone."""
+    def connection_lost(self, protocol: BrokerProtocol, reason: Failure | None = None) -> None:
+        """C{protocol}'s connection is gone (a TLS failure, a client that did not speak TLS to the TLS port among
+        them, is logged in one line)."""
+        if reason is not None and reason.check(SSL.Error):
+            self.tls_failures.record(peer=protocol.peer, error=tls_reason(reason))
         self.connections.remove(protocol)
         if not self.connections and self._sweep is not None:
             self._sweep.cancel()
@@ -235,7 +253,7 @@ class BrokerFactory(ServerFactory):
             self._sweep.cancel()
             self._sweep = None
         for events in (self._refused, self._refused_per_ip, self._reaped, self._reaped_per_ip, self._idle_closed,
-                       self.late_frames):
+                       self.late_frames, self.tls_failures):
             events.stop()
 
 

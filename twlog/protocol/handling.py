@@ -9,11 +9,26 @@ L{twlog.protocol.server.Broker} dispatches to them.
 
 from __future__ import annotations
 
+from twisted.internet.interfaces import ISSLTransport
+
 from twlog.errors import WrongPartition
 from twlog.storage.manager import LogManager, validate_topic
 from twlog.storage.segment import FileRegion
 
-__all__ = ["ErrorCounts", "Response", "check_partition"]
+__all__ = ["ErrorCounts", "Peer", "Response", "check_partition"]
+
+
+class Peer(str):
+    """A client's address as handlers are given it (C{"host:port"}, for messages), and whether it came over TLS
+    (then METADATA and CLUSTER_METADATA name this broker's TLS port)."""
+
+    tls: bool = False
+
+    def __new__(cls, text: str, transport=None) -> Peer:
+        """C{text}, over C{transport} (TLS when it is an C{ISSLTransport})."""
+        peer = super().__new__(cls, text)
+        peer.tls = ISSLTransport.providedBy(transport)
+        return peer
 
 #: A response: a frame (error code and body, no size prefix), or parts of a
 #: zero-copy response (size prefix included) mixing bytes and file regions.

@@ -105,6 +105,8 @@ class MetadataHandlers:
         self._errors = errors
         #: The port actually listened on (set once listening; config.port may be 0).
         self.port = 0
+        #: The TLS port listened on (--tls-port), if any: a client asking over TLS is told this one.
+        self.tls_port: int | None = None
         #: The cluster described in CLUSTER_METADATA: None (no ZooKeeper) for this broker alone.
         self.cluster: ClusterSource | None = None
         #: The controller this broker knows of, for CLUSTER_METADATA_V2 (NO_BROKER: none known), once set by
@@ -147,15 +149,21 @@ class MetadataHandlers:
                     topics.append(TopicMetadata(topic, e.code, 0))
         else:
             topics = [TopicMetadata(t, NO_ERROR, n) for t, n in sorted(self._logs.topics().items())]
-        metadata = codec.MetadataResponse(
-            self._config.broker_id, self._config.advertised_host, self.advertised_port, tuple(topics)
-        )
+        me = self._me(peer)
+        metadata = codec.MetadataResponse(me.broker_id, me.host, me.port, tuple(topics))
         return codec.encode_metadata_response(NO_ERROR, metadata)
 
     @property
     def advertised_port(self) -> int:
         """The port clients are told to use: C{--advertised-port}, else the one listened on."""
         return self._config.advertised_port or self.port
+
+    def _me(self, peer: str) -> BrokerAddress:
+        """This broker as a client asking from C{peer} should reach it: on the TLS port when it asked over TLS
+        (L{Peer.tls}), else on the plaintext one."""
+        tls = getattr(peer, "tls", False) and self.tls_port is not None
+        return BrokerAddress(self._config.broker_id, self._config.advertised_host,
+                             self.tls_port if tls else self.advertised_port)
 
     def cluster_metadata(self, request: ClusterMetadataRequest, peer: str = "?") -> Response:
         """CLUSTER_METADATA: every live broker and where the topics asked for (all when none) are held.
@@ -167,7 +175,7 @@ class MetadataHandlers:
         logs, ahead of its registration.  Replicated topics are not listed (their partitions are not
         C{<broker id>-<n>}): one named gets ReplicatedTopic (30); CLUSTER_METADATA_V2 describes them.
         """
-        me, view, brokers, layouts = self._cluster(request.topics, replicated=False)
+        me, view, brokers, layouts = self._cluster(request.topics, peer, replicated=False)
         answer = ClusterMetadataResponse(me.broker_id, view, brokers, layouts)
         return codec.encode_cluster_metadata_response(NO_ERROR, answer)
 
@@ -177,16 +185,16 @@ class MetadataHandlers:
 
         The controller is the one this broker knows of (L{controller_id}), or NO_BROKER.
         """
-        me, view, brokers, layouts = self._cluster(request.topics, replicated=True)
+        me, view, brokers, layouts = self._cluster(request.topics, peer, replicated=True)
         controller = self.controller_id() if self.controller_id is not None else replication.NO_BROKER
         answer = replication.ClusterMetadataV2Response(me.broker_id, view, controller, brokers, layouts)
         return replication.encode_cluster_metadata_v2_response(NO_ERROR, answer)
 
-    def _cluster(self, asked: tuple[str, ...], *, replicated: bool
+    def _cluster(self, asked: tuple[str, ...], peer: str, *, replicated: bool
                  ) -> tuple[BrokerAddress, int, tuple[BrokerAddress, ...], list]:
         """This broker, the view, the live brokers and the topics' layouts for CLUSTER_METADATA (V2 with
         C{replicated}: replicated topics as L{replication.ReplicatedLayout})."""
-        me = BrokerAddress(self._config.broker_id, self._config.advertised_host, self.advertised_port)
+        me = self._me(peer)
         local = self._logs.topics()
         cluster = self.cluster
         replicated_of: Callable[[str], replication.ReplicatedLayout | None] = _not_replicated

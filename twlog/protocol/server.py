@@ -101,6 +101,16 @@ class Broker:
         self._metadata.port = port
 
     @property
+    def tls_port(self) -> int | None:
+        """The TLS port listened on (set by the service once listening), if any: METADATA answers a TLS client
+        with it."""
+        return self._metadata.tls_port
+
+    @tls_port.setter
+    def tls_port(self, port: int | None) -> None:
+        self._metadata.tls_port = port
+
+    @property
     def replication(self) -> ReplicationGate | None:
         """The replica side that produce asks about replicated partitions (L{twlog.replica}); None: no partition
         has followers.  Its REPLICA_FETCH, EPOCH_END_OFFSET and REPLICA_STATUS handlers are added to L{handlers}
