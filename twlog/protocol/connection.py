@@ -46,6 +46,7 @@ from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
 from twlog.protocol.slicing import PRODUCES, SLICED_FRAME_BYTES, SlicedCheck, check_produce
 from twlog.protocol.turns import TURN
+from twlog.security import ANONYMOUS
 from twlog.statemachine import StateMachine
 
 _SIZE = struct.Struct(">i")
@@ -156,6 +157,8 @@ class BrokerProtocol(FrameReceiver):
         #: The client's host (the per-address cap's key; set by the factory) and when the connection last
         #: received a whole request or finished a response (the factory's idle bookkeeping).
         self.host = "?"
+        #: Who the client is (L{twlog.security}): C{User:ANONYMOUS} until it authenticates.
+        self.principal = ANONYMOUS
         self.last_active = 0.0
         #: Bytes of log data sent zero-copy and copied, over the connection's life.
         self.sendfile_bytes = 0
