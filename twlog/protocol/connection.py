@@ -157,12 +157,10 @@ class BrokerProtocol(FrameReceiver):
         #: The client's host (the per-address cap's key; set by the factory) and when the connection last
         #: received a whole request or finished a response (the factory's idle bookkeeping).
         self.host = "?"
-        #: Who the client is (L{twlog.security}): C{User:ANONYMOUS} until it authenticates.
-        self.principal = ANONYMOUS
+        self.principal = ANONYMOUS  # who the client is (twlog.security), until it authenticates
         self.last_active = 0.0
         #: Bytes of log data sent zero-copy and copied, over the connection's life.
-        self.sendfile_bytes = 0
-        self.copied_bytes = 0
+        self.sendfile_bytes = self.copied_bytes = 0
 
     @property
     def state(self) -> BrokerProtocolState:
