@@ -24,6 +24,10 @@ import os
 import secrets
 
 import attrs
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = ["ADMIN", "SecureFiles", "prepare_secure", "write_client_properties"]
 
@@ -103,8 +107,6 @@ def prepare_secure(data: str, now: datetime.datetime | None = None) -> SecureFil
 
 
 def _still_valid(path: str, now: datetime.datetime) -> bool:
-    from cryptography import x509
-
     try:
         with open(path, "rb") as f:
             certificate = x509.load_pem_x509_certificate(f.read())
@@ -114,11 +116,6 @@ def _still_valid(path: str, now: datetime.datetime) -> bool:
 
 
 def _make_certificates(files: SecureFiles, now: datetime.datetime) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
     def key_pem(key) -> bytes:
         return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                  serialization.NoEncryption())
