@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.logger import Logger
 from typing_extensions import override
 
@@ -33,7 +33,7 @@ from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.listeners import Listeners, listen, listen_error
 from twlog.broker.listeners import tcp_endpoint as _endpoint
-from twlog.broker.metrics import BrokerMetrics
+from twlog.broker.metrics import BrokerMetrics, metrics_https
 from twlog.broker.replicas import BrokerReplicas
 from twlog.config import BrokerConfig
 from twlog.coord.cluster import ClusterView
@@ -165,7 +165,11 @@ class BrokerService(Service):
         if self.metrics is None:
             return succeed(None)
         endpoint = _endpoint(self._reactor, self.config.metrics_interface, self.config.metrics_port)
-        return endpoint.listen(self.metrics.site()).addCallback(self._serving_metrics)
+        try:
+            site = metrics_https(self.config, self.metrics.site())
+        except TwlogError as e:
+            return fail(e)
+        return endpoint.listen(site).addCallback(self._serving_metrics)
 
     def _serving_metrics(self, port) -> None:
         self.metrics_port = port
@@ -174,6 +178,9 @@ class BrokerService(Service):
     def _cannot_serve_metrics(self, failure) -> None:
         reason = getattr(getattr(failure.value, "socketError", None), "strerror", None) or failure.getErrorMessage()
         interface, port = self.config.metrics_interface, self.config.metrics_port
+        if failure.check(TwlogError):  # (a --metrics-tls-* file: it names itself)
+            self._cannot_start("cannot start the broker: {reason}", error=failure.value, reason=reason)
+            return
         error = TwlogError(f"cannot serve metrics on {interface}:{port} (--metrics-port): {reason}")
         self._cannot_start("cannot serve metrics on {interface}:{port} (--metrics-port): {reason}", error=error,
                            interface=interface, port=port, reason=reason)
@@ -185,7 +192,8 @@ class BrokerService(Service):
             return None
         host = self.config.metrics_interface
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.metrics_port.getHost().port}/metrics"
+        scheme = "http" if self.config.metrics_cert is None else "https"
+        return f"{scheme}://{host}:{self.metrics_port.getHost().port}/metrics"
 
     def _listening(self, listeners: Listeners) -> None:
         self.listeners = listeners
