@@ -36,12 +36,14 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.exposition import choose_encoder
+from twisted.internet.error import CannotListenError
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.web.resource import EncodingResourceWrapper, Resource
 from twisted.web.server import GzipEncoderFactory, Request, Site
 from twisted.web.static import Data
 from typing_extensions import override
 
+from twlog.broker.listeners import tcp_endpoint
 from twlog.client.tls import openssl_reason, server_certificate_options
 from twlog.config import BrokerConfig
 from twlog.coord.replication.controller import Controller
@@ -185,6 +187,29 @@ def metrics_https(config: BrokerConfig, site: Site):
     wrapped = TLSMemoryBIOFactory(options, False, site)
     wrapped.noisy = False
     return wrapped
+
+
+async def serve_metrics(reactor, config: BrokerConfig, site: Site):
+    """Listen with the metrics C{site} on C{--metrics-interface:--metrics-port} (HTTPS with C{--metrics-tls-cert});
+    the listening port.
+
+    @raise TwlogError: the port cannot be listened on, or a TLS file cannot be used (one line).
+    """
+    interface, port = config.metrics_interface, config.metrics_port
+    served = metrics_https(config, site)
+    try:
+        return await tcp_endpoint(reactor, interface, port).listen(served)
+    except CannotListenError as e:
+        reason = getattr(e.socketError, "strerror", None) or str(e)
+        raise TwlogError(f"cannot serve metrics on {interface}:{port} (--metrics-port): {reason}") from None
+
+
+def metrics_url(config: BrokerConfig, port) -> str:
+    """Where C{port} (listening) serves the metrics: C{http://HOST:PORT/metrics}, or https."""
+    host = config.metrics_interface
+    host = f"[{host}]" if ":" in host else host
+    scheme = "http" if config.metrics_cert is None else "https"
+    return f"{scheme}://{host}:{port.getHost().port}/metrics"
 
 
 class MetricsPage(Resource):
