@@ -159,6 +159,30 @@ class BasicAuthTests(SynchronousTestCase):
                           self.refused_lines()[-1])
         self.assertEqual(self.request(self.site(roles="*"), "GET", "/subjects", basic("norole", "x"))[0], 200)
 
+    def test_read_only_roles(self) -> None:
+        """--basic-auth-read-only-roles: reads (lookups and compatibility checks too) answered, writes 403."""
+        for roles in ("developer", None):
+            site = self.site(roles=roles, read_only="reader")
+            self.assertEqual(self.request(site, "POST", "/subjects/u-value/versions", basic("fret", "letmein"),
+                                          SCHEMA)[0], 200)
+            reader = basic("barney", "rubble")
+            self.assertEqual(self.request(site, "GET", "/subjects", reader)[:1], (200,))
+            self.assertEqual(self.request(site, "POST", "/subjects/u-value", reader, SCHEMA)[0], 200)  # a lookup
+            self.assertEqual(self.request(site, "POST", "/compatibility/subjects/u-value/versions/latest", reader,
+                                          SCHEMA)[0], 200)
+            for method, path in [("POST", "/subjects/u-value/versions"), ("DELETE", "/subjects/u-value"),
+                                 ("PUT", "/config")]:
+                status, _, payload = self.request(site, method, path, reader, SCHEMA)
+                self.assertEqual((status, json.loads(payload)), (403, {"error_code": 403, "message": "Forbidden"}))
+                self.assertEqual(self.refused_lines()[-1], f"schema registry: refused {method} {path} from "
+                                 "127.0.0.1: user 'barney' may only read (--basic-auth-read-only-roles)")
+        # a user without roles: allowed when no --basic-auth-roles is given, refused when it is
+        self.assertEqual(self.request(self.site(read_only="reader"), "GET", "/", basic("norole", "x"))[0], 200)
+        self.assertEqual(self.request(self.site(roles="developer", read_only="reader"), "GET", "/",
+                                      basic("norole", "x"))[0], 403)
+        self.assertIn("has none of the roles developer, reader (--basic-auth-roles, --basic-auth-read-only-roles; "
+                      "it has none)", self.refused_lines()[-1])
+
     def test_head(self) -> None:
         status, headers, payload = self.request(self.site(), "HEAD", "/subjects")
         self.assertEqual((status, payload), (401, b""))

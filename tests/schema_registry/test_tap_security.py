@@ -37,7 +37,9 @@ class SecurityOptionsTests(SynchronousTestCase):
                           (("--tls-key", "c.key"), "--tls-cert and --tls-key go together"),
                           (("--tls-client-ca", "ca.pem"), "--tls-client-ca needs --tls-cert and --tls-key"),
                           (("--basic-auth-roles", "admin"), "--basic-auth-roles needs --basic-auth-file"),
-                          (("--basic-auth-realm", "x"), "--basic-auth-realm needs --basic-auth-file")]:
+                          (("--basic-auth-realm", "x"), "--basic-auth-realm needs --basic-auth-file"),
+                          (("--basic-auth-read-only-roles", "r"),
+                           "--basic-auth-read-only-roles needs --basic-auth-file")]:
             with self.assertRaises(usage.UsageError) as raised:
                 parse(*argv)
             self.assertIn(why, str(raised.exception))

@@ -177,24 +177,64 @@ class Refusal(resource.Resource):
         return self
 
 
+def is_write(method: bytes, path: bytes) -> bool:
+    """Whether a request changes the registry: registering a version, deleting, or setting a compatibility level
+    (POST to a subject itself is a lookup, and POST to /compatibility a check: both reads)."""
+    if method in (b"GET", b"HEAD", b"OPTIONS"):
+        return False
+    parts = [p for p in path.split(b"?", 1)[0].split(b"/") if p]
+    if method == b"POST":
+        return len(parts) == 3 and parts[0] == b"subjects" and parts[2] == b"versions"
+    return True  # PUT, DELETE and anything else
+
+
+class ReadOnly(resource.Resource):
+    """The registry for a user of a read-only role: reads answered, writes refused with a 403."""
+
+    isLeaf = True
+
+    def __init__(self, registry: resource.IResource, user: str) -> None:
+        super().__init__()
+        self.registry, self.user = registry, user
+
+    def render(self, request):
+        if is_write(request.method, request.path):
+            refusal = Refusal(403, f"user {self.user!r} may only read (--basic-auth-read-only-roles)")
+            return refusal.render(request)
+        return self.registry.render(request)
+
+
 @implementer(IRealm)
 class RegistryRealm:
-    """Gives a user who has one of C{roles} (any user when None) the registry; any other, a 403."""
+    """Gives a user the registry, or a read-only view of it, or a 403, by its roles.
 
-    def __init__(self, registry: resource.IResource, users: dict[str, User], roles: tuple[str, ...] | None) -> None:
-        self.registry, self.users, self.roles = registry, users, roles
+    A user may write when it has one of C{roles} (when None: any user with a role outside C{read_only}, or with
+    no role); else it may read when it has one of C{read_only}; else it is refused.
+    """
+
+    def __init__(self, registry: resource.IResource, users: dict[str, User], roles: tuple[str, ...] | None,
+                 read_only: tuple[str, ...] = ()) -> None:
+        self.registry, self.users, self.roles, self.read_only = registry, users, roles, read_only
 
     def requestAvatar(self, avatar_id, mind, *interfaces):
         if resource.IResource not in interfaces:
             raise NotImplementedError("the registry's realm gives web resources only")
         name = avatar_id.decode("utf-8", errors="replace") if isinstance(avatar_id, bytes) else avatar_id
         user = self.users.get(name)
-        if self.roles is not None and (user is None or not set(user.roles) & set(self.roles)):
-            held = ", ".join(user.roles) if user is not None and user.roles else "none"
-            avatar = Refusal(403, f"user {name!r} has none of the roles {', '.join(self.roles)} "
-                                  f"(--basic-auth-roles; it has {held})")
+        held = set(user.roles) if user is not None else set()
+        if self.roles is None:
+            writer = not held or bool(held - set(self.read_only))
         else:
+            writer = bool(held & set(self.roles))
+        if writer:
             avatar = self.registry
+        elif held & set(self.read_only):
+            avatar = ReadOnly(self.registry, name)
+        else:
+            wanted = ", ".join((*(self.roles or ()), *self.read_only))
+            avatar = Refusal(403, f"user {name!r} has none of the roles {wanted} (--basic-auth-roles"
+                                  f"{', --basic-auth-read-only-roles' if self.read_only else ''}; it has "
+                                  f"{', '.join(user.roles) if user is not None and user.roles else 'none'})")
         return resource.IResource, avatar, lambda: None
 
 
@@ -223,24 +263,31 @@ class BasicAuthWrapper(HTTPAuthSessionWrapper):
 
 @attrs.frozen
 class BasicAuth:
-    """The registry's basic auth: its users (C{--basic-auth-file}), realm and the roles allowed (None: any)."""
+    """The registry's basic auth: its users (C{--basic-auth-file}), realm, the roles allowed (None: any) and the
+    read-only roles (L{RegistryRealm})."""
 
     users: dict[str, User] = attrs.field(repr=False)
     realm: str = DEFAULT_REALM
     roles: tuple[str, ...] | None = None
+    read_only: tuple[str, ...] = ()
 
     @classmethod
-    def from_file(cls, path: str, realm: str = DEFAULT_REALM, roles: str | None = None) -> BasicAuth:
-        """From the password file C{path}, and C{roles} as Confluent's C{authentication.roles} (comma-separated;
-        None, empty or C{*}: any user).
+    def from_file(cls, path: str, realm: str = DEFAULT_REALM, roles: str | None = None,
+                  read_only: str | None = None) -> BasicAuth:
+        """From the password file C{path}, C{roles} as Confluent's C{authentication.roles} (comma-separated;
+        None, empty or C{*}: any user) and C{read_only}, the roles that may only read (comma-separated).
 
         @raise TwlogError: see L{read_password_file}.
         """
-        wanted = tuple(r.strip() for r in (roles or "").split(",") if r.strip())
-        return cls(read_password_file(path), realm, None if not wanted or "*" in wanted else wanted)
+        wanted = _roles(roles)
+        return cls(read_password_file(path), realm, None if not wanted or "*" in wanted else wanted, _roles(read_only))
 
     def protect(self, registry: resource.IResource) -> resource.IResource:
         """C{registry} behind basic auth."""
         checker = PasswordFileChecker(self.users)
-        portal = Portal(RegistryRealm(registry, self.users, self.roles), [checker])
+        portal = Portal(RegistryRealm(registry, self.users, self.roles, self.read_only), [checker])
         return BasicAuthWrapper(portal, [BasicCredentialFactory(self.realm.encode("utf-8"))])
+
+
+def _roles(text: str | None) -> tuple[str, ...]:
+    return tuple(r.strip() for r in (text or "").split(",") if r.strip())

@@ -38,7 +38,7 @@ class RegistryService(Service):
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, reactor=None,
                  cannot_start_exit_code: int | None = None, tls: RegistryTLS | None = None,
                  basic_auth_file: str | None = None, basic_auth_realm: str = DEFAULT_REALM,
-                 basic_auth_roles: str | None = None) -> None:
+                 basic_auth_roles: str | None = None, basic_auth_read_only_roles: str | None = None) -> None:
         """@param cannot_start_exit_code: when set (C{twistd twlog-registry} sets 1), a registry that cannot
             listen logs one critical line naming the option to change, stops the reactor, and the process
             exits with this status (twistd itself would exit 0).  C{twlog registry} and tests leave it None
@@ -55,7 +55,7 @@ class RegistryService(Service):
         self.registry = SchemaRegistry(self.journal, reactor=reactor, timeout_s=request_timeout_s)
         self.site = make_site(self.registry, max_body_bytes)
         self.tls = tls
-        self._auth = (basic_auth_file, basic_auth_realm, basic_auth_roles)
+        self._auth = (basic_auth_file, basic_auth_realm, basic_auth_roles, basic_auth_read_only_roles)
         self.where = brokers if brokers is not None else f"ZooKeeper {zookeeper}"
         self._listener = None
         self.cannot_start_exit_code = cannot_start_exit_code
@@ -94,13 +94,14 @@ class RegistryService(Service):
         @raise TwlogError: one of them cannot be used (one line naming it).
         """
         tls_options = self.tls.options() if self.tls is not None else None
-        path, realm, roles = self._auth
+        path, realm, roles, read_only = self._auth
         if path is not None:
-            auth = BasicAuth.from_file(path, realm, roles)
+            auth = BasicAuth.from_file(path, realm, roles, read_only)
             self.site.resource = auth.protect(self.site.resource)
             self._auth_note = (f" (basic auth: {len(auth.users)} user(s) of {path}, realm {realm}"
-                               f"{', roles ' + ', '.join(auth.roles) if auth.roles else ''})")
-            self._auth = (None, realm, roles)  # (protected once, even if started again)
+                               f"{', roles ' + ', '.join(auth.roles) if auth.roles else ''}"
+                               f"{', read-only roles ' + ', '.join(auth.read_only) if auth.read_only else ''})")
+            self._auth = (None, realm, roles, read_only)  # (protected once, even if started again)
         return tls_options
 
     def _replayed(self, replayed: bool) -> None:

@@ -69,6 +69,8 @@ class Options(usage.Options):
         ["basic-auth-realm", None, DEFAULT_REALM, "the realm of basic auth's challenge (authentication.realm)"],
         ["basic-auth-roles", None, None, "ROLE[,ROLE...]: only users with one of these roles may use the registry "
          "(authentication.roles; default *: any user of --basic-auth-file)"],
+        ["basic-auth-read-only-roles", None, None, "ROLE[,ROLE...]: users whose only allowed roles are these may "
+         "read but not register, delete or set compatibility (403)"],
     ]
 
     def postOptions(self) -> None:
@@ -76,7 +78,7 @@ class Options(usage.Options):
             raise usage.UsageError("--tls-cert and --tls-key go together (the registry's certificate and its key)")
         if self["tls-client-ca"] is not None and self["tls-cert"] is None:
             raise usage.UsageError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is over HTTPS)")
-        for name in ("basic-auth-realm", "basic-auth-roles"):
+        for name in ("basic-auth-realm", "basic-auth-roles", "basic-auth-read-only-roles"):
             if self[name] != self.defaults[name] and self["basic-auth-file"] is None:
                 raise usage.UsageError(f"--{name} needs --basic-auth-file (the users)")
         if (self["zookeeper"] is None) == (self["broker"] is None):
@@ -92,7 +94,8 @@ class Options(usage.Options):
                                interface=self["interface"], max_body_bytes=self["max-body-bytes"],
                                request_timeout_s=self["request-timeout"], reactor=reactor, tls=self.tls(),
                                basic_auth_file=self["basic-auth-file"], basic_auth_realm=self["basic-auth-realm"],
-                               basic_auth_roles=self["basic-auth-roles"])
+                               basic_auth_roles=self["basic-auth-roles"],
+                               basic_auth_read_only_roles=self["basic-auth-read-only-roles"])
 
     def tls(self) -> RegistryTLS | None:
         """The registry's HTTPS files, or None (HTTP)."""
