@@ -10,8 +10,9 @@ Twisted's guard does the HTTP: L{BasicAuthWrapper} is its C{HTTPAuthSessionWrapp
 C{BasicCredentialFactory}, a C{Portal} over L{PasswordFileChecker} and L{RegistryRealm}.  A request without
 credentials, with a wrong password or an unknown user is answered 401 with C{WWW-Authenticate: basic realm="..."}
 and Confluent's body, C{{"error_code":401,"message":"Unauthorized"}}; a user with none of C{--basic-auth-roles}
-(Confluent's C{authentication.roles}), 403 with C{{"error_code":403,"message":"Forbidden"}}.  Each refused
-login is logged in one line naming the user and the address, never the password.
+(Confluent's C{authentication.roles}), 403 with C{{"error_code":403,"message":"Forbidden"}}, and a write by a
+user of C{--basic-auth-read-only-roles} only, 403 too.  Each refusal is logged in one line naming the user and
+the address, never the password.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ class PasswordFileChecker:
     def requestAvatarId(self, credentials):
         name = credentials.username.decode("utf-8", errors="replace")
         user = self.users.get(name)
-        if user is None:
-            return fail(error.UnauthorizedLogin(f"unknown user {name!r}"))
+        if user is None:  # (the name is the client's: at most 100 characters of it in the log)
+            return fail(error.UnauthorizedLogin(f"unknown user {name[:100]!r}"))
         if not user.check(credentials.password):
             return fail(error.UnauthorizedLogin(f"wrong password for user {name!r}"))
         return succeed(name)
@@ -239,7 +240,12 @@ class RegistryRealm:
 
 
 class BasicAuthWrapper(HTTPAuthSessionWrapper):
-    """Twisted's guard, its refusals answered in Confluent's JSON (L{Refusal}) and logged without the password."""
+    """Twisted's guard, its refusals answered in Confluent's JSON (L{Refusal}) and logged without the password.
+
+    It overrides two of C{HTTPAuthSessionWrapper}'s hooks (C{_authorizedResource}, C{_loginFailed}), whose
+    refusal is otherwise a text/plain C{Unauthorized}: setup.cfg bounds Twisted's versions, and
+    tests/schema_registry/test_auth.py checks every refusal through the real HTTP stack.
+    """
 
     def _authorizedResource(self, request):
         header = request.getHeader(b"authorization")
