@@ -38,12 +38,10 @@ CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_at
 def client_options(args) -> ClientOptions:
     """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS options (L{tls_settings}).
 
-    @raise UsageError: TLS with --zookeeper (a TLS client is given the brokers' TLS addresses with --broker).
+    With TLS and C{--zookeeper}, the brokers are reached at the TLS listeners they register
+    (L{twlog.coord.endpoints}).
     """
     tls = tls_settings(args)
-    if tls is not None and getattr(args, "zookeeper", None):
-        raise UsageError("TLS clients find the brokers through --broker (their TLS ports), not --zookeeper: "
-                         "ZooKeeper holds the plaintext addresses (docs/security.md)")
     return CLIENT_OPTIONS if tls is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls)
 
 

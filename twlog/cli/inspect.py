@@ -269,7 +269,7 @@ async def _replicated_layout(reactor, args, topic: str
         zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
         try:
             await zk.start()
-            view = ClusterView(zk, (topic,))
+            view = ClusterView(zk, (topic,), listener=client_options(args).listener)
             await view.start()
             view.stop()
             found = view.replicated(topic)

@@ -18,6 +18,7 @@ import attrs
 from twisted.application.internet import backoffPolicy
 
 from twlog.client.tls import TLSSettings
+from twlog.coord.endpoints import PLAINTEXT, SSL
 from twlog.storage.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 
 #: The largest response frame a client accepts by default: room for big fetches.
@@ -53,6 +54,12 @@ class ClientOptions:
     retry_policy: RetryPolicy | None = None
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
     tls: TLSSettings | None = None
+
+    @property
+    def listener(self) -> str:
+        """The brokers' listener this client reaches (L{twlog.coord.endpoints}): C{SSL} with L{tls}, else
+        C{PLAINTEXT}; ZooKeeper-mode discovery locates the brokers at that listener's address."""
+        return SSL if self.tls is not None else PLAINTEXT
 
     @classmethod
     def build(cls, options: ClientOptions | None = None, **overrides: Any) -> ClientOptions:

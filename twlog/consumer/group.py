@@ -351,7 +351,8 @@ class GroupConsumer:
             self._streams[topic] = [GroupStream(topic, sid, self.queued_max_messages, **self._stream_options)
                                     for sid in stream_ids(self.consumer_id, count)]
         await self._start()
-        self._view = self.rebalancer.view = ClusterView(self.zookeeper, subscription)
+        self._view = self.rebalancer.view = ClusterView(self.zookeeper, subscription,
+                                                                listener=self.options.listener)
         await self._view.start()
         self._view.add_listener(self.rebalancer.request)
         await self._register()

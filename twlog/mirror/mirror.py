@@ -189,7 +189,7 @@ class SourceCluster:
         self._reactor = reactor
         settings = mirror.settings
         self.zk = ZooKeeper(hosts, reactor=reactor, connect_timeout_s=settings.connect_timeout_s)
-        self.view = ClusterView(self.zk)
+        self.view = ClusterView(self.zk, listener=mirror.client_options.listener)
         #: The source's topic names, kept by a watch on C{/brokers/topics}.
         self.topics: set[str] = set()
         self.feeds: dict[str, TopicFeed] = {}
@@ -347,7 +347,7 @@ class Mirror:
         except Exception as e:
             raise MirrorRefused(f"cannot reach the ZooKeeper of {what}: {e}") from None
         own = view is None
-        view = view or ClusterView(zk)
+        view = view or ClusterView(zk, listener=self.client_options.listener)
         await view.start()
         brokers = sorted(view.brokers.values())
         if own:

@@ -157,12 +157,12 @@ class Producer:
         self.options = options = ClientOptions.build(options, **overrides)
         self._ack = ACK_MODES[ack]
         if connection_factory is None:
-
             def connection_factory(host: str, port: int) -> BrokerConnection:
                 return BrokerConnection(host, port, reactor=reactor, options=options)
 
         self._pool = ConnectionPool(connection_factory, parse_brokers(brokers) if brokers is not None else ())
-        self._router = Router(self._pool, zookeeper=zookeeper, reactor=reactor, partitioner=partitioner, rng=rng)
+        self._router = Router(self._pool, zookeeper=zookeeper, reactor=reactor, partitioner=partitioner,
+                              rng=rng, listener=options.listener)
         self._batcher: Batcher | None = None
         if batch_size is not None:
             self._batcher = Batcher(

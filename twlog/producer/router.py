@@ -62,6 +62,7 @@ from twisted.python.failure import Failure
 
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
+from twlog.coord.endpoints import PLAINTEXT
 from twlog.coord.layout import ClusterLayout, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
 from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, PartitionsOffline
@@ -98,10 +99,12 @@ class Router(StaticBrokers):
         reactor=None,
         partitioner: Partitioner | None = None,
         rng: random.Random | None = None,
+        listener: str = PLAINTEXT,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self._pool = pool
+        self._listener = listener  # which of the brokers' listeners the view locates them at (TLS: SSL)
         self._reactor = reactor
         self._partitioner = partitioner or hash_partitioner
         self._rng = rng or random.Random()
@@ -297,7 +300,7 @@ class Router(StaticBrokers):
             self._zk_started = True
         if self._closed:
             raise ClientClosed("the producer is closed")
-        view = ClusterView(self._zk)
+        view = ClusterView(self._zk, listener=self._listener)
         view.add_listener(self._cluster_changed)
         try:
             await view.start()
