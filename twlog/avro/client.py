@@ -199,6 +199,20 @@ class SyncRegistryClient(_Base):
     def close(self) -> None:
         return None
 
+    _ssl_context = None
+
+    def _context(self):
+        """The standard library's TLS context for an https:// registry (made once), else None.
+
+        @raise RegistryError: a TLS file cannot be used.
+        """
+        if self._ssl_context is None and self.url.startswith("https://"):
+            try:
+                self._ssl_context = (self.tls or TLSSettings()).ssl_context()
+            except TLSSetupError as e:
+                raise RegistryError(f"cannot reach the schema registry at {self.url}: {e}") from None
+        return self._ssl_context
+
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method, headers={"Accept": ACCEPT})
@@ -207,11 +221,7 @@ class SyncRegistryClient(_Base):
         if self._authorization is not None:
             request.add_header("Authorization", self._authorization.decode("ascii"))
         try:
-            context = (self.tls or TLSSettings()).ssl_context() if self.url.startswith("https://") else None
-        except TLSSetupError as e:
-            raise RegistryError(f"cannot reach the schema registry at {self.url}: {e}") from None
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=context) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context()) as response:
                 return _decode(self.url, response.status, response.read())
         except urllib.error.HTTPError as e:
             return _decode(self.url, e.code, e.read())
