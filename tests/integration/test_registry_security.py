@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import json
 import os
+import pickle
 import ssl
 import urllib.error
 import urllib.request
@@ -121,6 +122,28 @@ class SecureRegistryTests(TestCase):
                                 "users-value")
         self.assertIn("certificate verify failed", str(failed.exception))
         self.assertIn("--registry-ca", str(failed.exception))
+
+    async def test_spark_source_settings(self) -> None:
+        """The Spark source's decoder (driver and executor side, without Spark): the latest schema and a writer
+        schema by id, over HTTPS with basic auth from its schema.registry.* options."""
+        from twlog.spark.avro import AvroValues
+
+        client = SyncRegistryClient(self.url, tls=TLSSettings(ca_file=self.certs.ca_file),
+                                    user_info=f"admin:{ADMIN_PASSWORD}")
+        first = await deferToThread(client.register, "users-value", json.dumps(USER_V1))
+        await deferToThread(client.register, "users-value", json.dumps(USER_V2))
+        options = {"valueformat": "avro", "schemaregistryurl": self.url,
+                   "schema.registry.ssl.ca.location": self.certs.ca_file,
+                   "schema.registry.basic.auth.user.info": f"reader:{READER_PASSWORD}"}
+        values = await deferToThread(AvroValues.for_options, options, ["users"], True)
+        self.assertEqual(values.version, 2)
+        executor = pickle.loads(pickle.dumps(values))
+        writer = await deferToThread(executor._writer, first)
+        self.assertEqual(json.loads(writer.text), USER_V1)
+        with self.assertRaises(ValueError) as refused:
+            await deferToThread(AvroValues.for_options, {**options, "schema.registry.basic.auth.user.info": "reader:x"},
+                                ["users"], True)
+        self.assertIn("Unauthorized (error 401)", str(refused.exception))
 
     async def test_cli(self) -> None:
         """twlog produce --avro-schema and consume --registry over HTTPS with basic auth, the password in a file or
