@@ -159,6 +159,11 @@ class BrokerConfig:
     metrics_port: int | None = None
     #: Interface the metrics server listens on.
     metrics_interface: str = "127.0.0.1"
+    #: Serve the metrics over HTTPS with this PEM certificate (then its chain) and the key of C{metrics_key}.
+    metrics_cert: str | None = None
+    metrics_key: str | None = None
+    #: With HTTPS: require a scraper's client certificate signed by a CA of this PEM file (mutual TLS).
+    metrics_client_ca: str | None = None
     #: Replication (with ZooKeeper): let a replica outside the ISR lead when no ISR member is live
     #: (acknowledged messages may be lost; each such election is logged as a warning).
     unclean_leader_election: bool = False
@@ -184,6 +189,7 @@ class BrokerConfig:
         if not 0 <= self.port <= 65535:
             problems.append("port must be between 0 and 65535")
         problems.extend(self._tls_problems())
+        problems.extend(self._metrics_tls_problems())
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             problems.append("metrics_port must be between 0 and 65535")
         if self.max_request_bytes < 1024:
@@ -235,6 +241,16 @@ class BrokerConfig:
             problems.append("a broker registered in ZooKeeper keeps its plaintext port (other brokers and "
                             "ZooKeeper-mode clients use it)")
         return problems
+
+    def _metrics_tls_problems(self) -> list[str]:
+        named = [name for name in ("metrics_cert", "metrics_key", "metrics_client_ca") if getattr(self, name)]
+        if named and self.metrics_port is None:
+            return [f"{', '.join(named)} need metrics_port"]
+        if (self.metrics_cert is None) != (self.metrics_key is None):
+            return ["metrics_cert and metrics_key go together"]
+        if self.metrics_client_ca is not None and self.metrics_cert is None:
+            return ["metrics_client_ca needs metrics_cert and metrics_key"]
+        return []
 
     @property
     def advertised_host(self) -> str:

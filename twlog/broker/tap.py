@@ -193,6 +193,12 @@ class Options(usage.Options):
          "log; default: no metrics).", _int("metrics-port", 0)],
         ["metrics-interface", None, "127.0.0.1",
          "Interface the metrics server listens on; 0.0.0.0 for every IPv4 interface."],
+        ["metrics-tls-cert", None, None,
+         "Serve the metrics over HTTPS (https://INTERFACE:PORT/metrics) with this PEM certificate (then its chain); "
+         "it may be the --tls-cert file.", None],
+        ["metrics-tls-key", None, None, "The PEM private key of --metrics-tls-cert.", None],
+        ["metrics-tls-client-ca", None, None,
+         "Require a scraper's client certificate signed by a CA of this PEM file (mutual TLS).", None],
         ["min-insync-replicas", None, 1,
          "In-sync replicas an ack=all produce needs, for a replicated topic created without its own "
          "--min-insync-replicas.", _int("min-insync-replicas", 1)],
@@ -255,6 +261,9 @@ class Options(usage.Options):
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],
                 metrics_interface=self["metrics-interface"],
+                metrics_cert=self["metrics-tls-cert"],
+                metrics_key=self["metrics-tls-key"],
+                metrics_client_ca=self["metrics-tls-client-ca"],
                 unclean_leader_election=bool(self["unclean-leader-election"]),
                 min_insync_replicas=self["min-insync-replicas"],
                 controlled_shutdown_timeout_s=self["controlled-shutdown-timeout-s"],
@@ -269,6 +278,11 @@ _OPTION_NAMES = {"tls_port": "--tls-port", "tls_cert": "--tls-cert", "tls_key": 
                  "tls_client_ca": "--tls-client-ca", "a broker without its plaintext port": "--no-plaintext",
                  "a broker registered in ZooKeeper": "--zookeeper with --no-plaintext: a broker registered in "
                  "ZooKeeper"}
+
+
+# The metrics' HTTPS fields (their names hold no other field's name, so the order of the replacements is free).
+_OPTION_NAMES.update({"metrics_cert": "--metrics-tls-cert", "metrics_key": "--metrics-tls-key",
+                      "metrics_client_ca": "--metrics-tls-client-ca", "metrics_port": "--metrics-port"})
 
 
 def _option_names(message: str) -> str:

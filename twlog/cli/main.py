@@ -25,6 +25,7 @@ from twlog.cli.options import (
     zookeeper_address,
 )
 from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
+from twlog.cli.registry_parsers import add_registry_options
 from twlog.cli.tls_parsers import add_tls_options
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="read each line as JSON and send it in Avro with this schema (needs --registry)")
     produce.add_argument("--registry", default=None, metavar="URL",
                          help="the schema registry giving --avro-schema its id (subject <topic>-value)")
+    add_registry_options(produce)
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
 
     consume = client_command(
@@ -148,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--registry", default=None, metavar="URL",
                          help="decode Avro messages (Confluent's wire format) with this schema registry: one JSON "
                          "line each (with --json, the record is the object in \"value\")")
+    add_registry_options(consume)
     shown = consume.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true",
                        help="one JSON object per message: topic, partition, offset, value (text, or base64 with "

@@ -46,6 +46,7 @@ OPTIONS = (
     "maxOffsetsPerTrigger", "fetchSize", "failOnDataLoss", "timeoutMs", "envelope",
     "valueFormat", "schemaRegistryUrl", "valueSchemaSubject",
     "minPartitions",
+    "schema.registry.ssl.ca.location", "schema.registry.basic.auth.user.info",  # the registry's HTTPS, basic auth
 )
 _KNOWN = {name.lower(): name for name in OPTIONS}
 
