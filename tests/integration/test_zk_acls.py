@@ -1,0 +1,238 @@
+"""ZooKeeper authentication and znode ACLs against the suite's real ZooKeeper (docs/security.md, "ZooKeeper").
+
+A broker (and the admin tools) given the cluster's credentials create znodes only that identity may write;
+a client without credentials can still read them, but neither unregister a broker, nor change replication state,
+nor rewrite a secured group's offsets (ZooKeeper answers NoAuth); a group's members, authenticated as the users
+with Read on it, write its nodes, and another user cannot.  One test per protected path family.
+"""
+
+from __future__ import annotations
+
+import os
+
+from twisted.internet import reactor
+from twisted.internet.task import deferLater
+from twisted.trial.unittest import TestCase
+
+from tests.integration.broker import start_broker
+from tests.integration.groups import FAST, Collector
+from tests.integration.zookeeper import connect, fresh_connect_string
+from twlog.client.connection import BrokerConnection
+from twlog.client.topics import create_replicated
+from twlog.consumer.group import GroupConsumer
+from twlog.coord import paths
+from twlog.coord.replication import store
+from twlog.coord.zk import NoAuthError, NoNodeError
+from twlog.coord.zkauth import (
+    ACL,
+    CONFIG_USERS,
+    WORLD_ALL,
+    WORLD_READ,
+    ZooKeeperCredentials,
+    identity_acl,
+)
+from twlog.coord.zksecure import digest_path, record_user_digest, secure_tree, set_group_acl
+from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, FetchRequest, ProduceRequest
+from twlog.storage.fetched import iter_messages
+from twlog.storage.message import encode_message_set
+
+CLUSTER = ZooKeeperCredentials("twlog-cluster", "cluster-secret")
+ALICE = ZooKeeperCredentials("alice", "alice-secret")
+BOB = ZooKeeperCredentials("bob", "bob-secret")
+
+
+class Secured(TestCase):
+    """A fresh chroot, with sessions as the cluster, as alice, as bob and as nobody."""
+
+    timeout = 60
+
+    async def sessions(self) -> None:
+        self.hosts = fresh_connect_string()
+        self.cluster = await connect(self, self.hosts, credentials=CLUSTER)
+        self.alice = await connect(self, self.hosts, credentials=ALICE)
+        self.bob = await connect(self, self.hosts, credentials=BOB)
+        self.anonymous = await connect(self, self.hosts, credentials=None)
+
+    def credentials_file(self, credentials: ZooKeeperCredentials) -> str:
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write(f"# the cluster's ZooKeeper identity\n{credentials.user}:{credentials.password}\n")
+        os.chmod(path, 0o600)
+        return path
+
+    async def assertNoAuth(self, d) -> None:
+        try:
+            await d
+        except NoAuthError:
+            return
+        self.fail("ZooKeeper allowed a write it should have refused (no NoAuth)")
+
+
+class BrokerRegistrationTests(Secured):
+    async def test_secured_broker_registers_serves_and_cannot_be_unregistered(self) -> None:
+        await self.sessions()
+        broker = await start_broker(self, zookeeper=self.hosts, broker_id=3, num_partitions=1, flush_messages=1,
+                                    zookeeper_credentials_file=self.credentials_file(CLUSTER))
+        self.assertEqual(broker.zookeeper.credentials, CLUSTER)
+        self.assertEqual(await produce_and_read(broker.broker.port, [b"one", b"two"]), [b"one", b"two"])
+        topic_node = paths.broker_topic_path("clicks", 3)
+        await appeared(self.anonymous, topic_node)
+
+        # Readable by everyone: a 0.7 client or a producer without credentials still finds the broker.
+        value, _ = await self.anonymous.get(paths.broker_id_path(3))
+        self.assertTrue(value.decode().endswith(f":{broker.broker.port}"))
+        cluster_only = [identity_acl(CLUSTER.digest_id), WORLD_READ]
+        for path in ("/brokers", paths.BROKER_IDS, paths.broker_id_path(3), topic_node, paths.CONSUMERS):
+            self.assertEqual(await self.cluster.get_acls(path), cluster_only, path)
+        # ZooKeeper shows the others a digest identity without its hash.
+        self.assertEqual(await self.anonymous.get_acls(paths.BROKER_IDS), [ACL("digest", "twlog-cluster:x", 31),
+                                                                           WORLD_READ])
+        # Nobody else may unregister it, take its id, or rewrite its topics.
+        await self.assertNoAuth(self.anonymous.delete(paths.broker_id_path(3)))
+        await self.assertNoAuth(self.anonymous.set(paths.broker_id_path(3), b"x:evil:1"))
+        await self.assertNoAuth(self.anonymous.create(paths.broker_id_path(4), b"x:evil:1", ephemeral=True))
+        await self.assertNoAuth(self.alice.delete(topic_node))
+        await self.assertNoAuth(self.anonymous.set(topic_node, b"99"))
+        await self.assertNoAuth(self.anonymous.create("/brokers/other", b""))
+        self.assertIsNotNone(await self.anonymous.exists(paths.broker_id_path(3)))
+        # The admin tools share the cluster's identity: they may.
+        await self.cluster.set(topic_node, b"1")
+
+
+class ReplicationStateTests(Secured):
+    async def test_replication_state_and_controller_are_the_clusters(self) -> None:
+        await self.sessions()
+        broker = await start_broker(self, zookeeper=self.hosts, broker_id=1, num_partitions=1, flush_messages=1,
+                                    zookeeper_credentials_file=self.credentials_file(CLUSTER))
+        created = await create_replicated(self.cluster, "orders", 1, 1, clock=reactor)
+        self.assertTrue(created.started)
+        state_path = paths.partition_state_path("orders", 0)
+        state, stat = await store.read_state(self.anonymous, "orders", 0)
+        self.assertEqual(state.leader, 1)
+        for path in (paths.replicated_topic_path("orders"), state_path, paths.CONTROLLER, paths.CONTROLLER_EPOCH):
+            self.assertEqual(await self.cluster.get_acls(path), [identity_acl(CLUSTER.digest_id), WORLD_READ], path)
+        await self.assertNoAuth(self.anonymous.set(state_path, b'{"version":1,"leader":9,"leader_epoch":99,'
+                                                               b'"controller_epoch":1,"isr":[9]}'))
+        await self.assertNoAuth(self.alice.set(paths.replicated_topic_path("orders"), b"{}"))
+        await self.assertNoAuth(self.anonymous.delete(paths.CONTROLLER))
+        await self.assertNoAuth(self.anonymous.set(paths.CONTROLLER_EPOCH, b"99"))
+        await self.assertNoAuth(self.anonymous.create(paths.replicated_topic_path("evil"), b"{}"))
+        await self.assertNoAuth(self.anonymous.create(paths.delete_topic_path("orders"), b""))
+        self.assertEqual((await store.read_state(self.anonymous, "orders", 0))[0].leader, 1)
+        self.assertEqual(await produce_and_read(broker.broker.port, [b"x"], topic="orders"), [b"x"])
+
+
+class SensitivePathTests(Secured):
+    async def test_credentials_are_readable_by_the_cluster_alone(self) -> None:
+        await self.sessions()
+        await self.cluster.create(f"{CONFIG_USERS}/alice", b'{"version":1,"config":{}}', makepath=True)
+        identity = await record_user_digest(self.cluster, ALICE.user, ALICE.password)
+        self.assertEqual(identity, ALICE.digest_id)
+        for path in (CONFIG_USERS, f"{CONFIG_USERS}/alice", digest_path("alice")):
+            self.assertEqual(await self.cluster.get_acls(path), [identity_acl(CLUSTER.digest_id)], path)
+            await self.assertNoAuth(self.anonymous.get(path))
+            await self.assertNoAuth(self.alice.get(path))
+        self.assertEqual((await self.cluster.get(digest_path("alice")))[0], ALICE.digest_id.encode())
+
+
+class GroupTests(Secured):
+    async def secured_group(self) -> None:
+        await self.sessions()
+        self.broker = await start_broker(self, zookeeper=self.hosts, broker_id=0, num_partitions=2, flush_messages=1,
+                                         zookeeper_credentials_file=self.credentials_file(CLUSTER))
+        for user in (ALICE, BOB):
+            await record_user_digest(self.cluster, user.user, user.password)
+        self.assertEqual(await set_group_acl(self.cluster, "g", ["User:alice"]), 1)
+
+    async def test_a_member_with_read_commits_and_no_one_else_writes(self) -> None:
+        await self.secured_group()
+        sent = [b"a", b"b", b"c"]
+        await produce_and_read(self.broker.broker.port, sent, topic="t")
+        await appeared(self.anonymous, paths.broker_topic_path("t", 0))
+        consumer = GroupConsumer(self.alice, "g", reactor=reactor, **FAST)
+        self.addCleanup(consumer.close)
+        collector = Collector()
+        collector.read(consumer, await consumer.create_message_streams({"t": 1}))
+        await collector.has_all(set(sent))
+        await consumer.commit()
+        offset = paths.offset_path("g", "t", "0-0")
+        committed, _ = await self.anonymous.get(offset)  # offsets stay readable by everyone
+        self.assertGreater(int(committed), 0)
+        group_acl = [identity_acl(CLUSTER.digest_id), identity_acl(ALICE.digest_id), WORLD_READ]
+        for path in (paths.group_path("g"), paths.offset_path("g", "t"), offset, paths.consumer_ids_path("g")):
+            self.assertEqual(await self.alice.get_acls(path), group_acl, path)
+        # bob has no Read on g, and nobody without credentials: no rewriting its offsets, no joining, no owning.
+        for intruder in (self.bob, self.anonymous):
+            await self.assertNoAuth(intruder.set(offset, b"0"))
+            await self.assertNoAuth(intruder.delete(offset))
+            await self.assertNoAuth(intruder.create(paths.consumer_ids_path("g", "evil"), b"{}", ephemeral=True))
+            await self.assertNoAuth(intruder.create(paths.owner_path("g", "t", "0-1"), b"evil", ephemeral=True,
+                                                    makepath=True))
+        self.assertEqual((await self.anonymous.get(offset))[0], committed)
+        # Read granted to bob later: the subtree's ACL follows.
+        self.assertEqual(await set_group_acl(self.cluster, "g", ["User:alice", "User:bob"]),
+                         await count_nodes(self.cluster, paths.group_path("g")))
+        await self.bob.set(offset, committed)
+
+    async def test_only_the_cluster_starts_groups_and_everyone_can_be_let_in(self) -> None:
+        await self.secured_group()
+        for user in (self.alice, self.bob, self.anonymous):  # /consumers is the cluster's
+            await self.assertNoAuth(user.create(paths.consumer_ids_path("new", "b"), b"{}", ephemeral=True,
+                                                makepath=True))
+        self.assertIsNone(await self.anonymous.exists(paths.group_path("new")))
+        await set_group_acl(self.cluster, "open", ["User:*"])
+        await self.anonymous.create(paths.offset_path("open", "t", "0-0"), b"5", makepath=True)
+        await self.bob.set(paths.offset_path("open", "t", "0-0"), b"6")
+        self.assertEqual(await self.cluster.get_acls(paths.group_path("open")),
+                         [identity_acl(CLUSTER.digest_id), WORLD_ALL])
+
+
+class SecureTreeTests(Secured):
+    async def test_secure_an_open_tree_then_open_it_again(self) -> None:
+        """twlog zookeeper secure: nodes made before the cluster had credentials get the policy's ACLs."""
+        await self.sessions()
+        await self.anonymous.create(paths.broker_id_path(1), b"h-1:127.0.0.1:9092", ephemeral=True, makepath=True)
+        await self.anonymous.create(paths.offset_path("g", "t", "0-0"), b"7", makepath=True)
+        await self.anonymous.create(f"{CONFIG_USERS}/alice", b"{}", makepath=True)
+        count = await secure_tree(self.cluster)
+        self.assertEqual(count, await count_nodes(self.cluster, "/"))  # (a chroot: ZooKeeper's /zookeeper is not in it)
+        await self.assertNoAuth(self.anonymous.delete(paths.broker_id_path(1)))
+        await self.assertNoAuth(self.anonymous.set(paths.offset_path("g", "t", "0-0"), b"0"))
+        await self.assertNoAuth(self.anonymous.get(f"{CONFIG_USERS}/alice"))
+        self.assertEqual(await self.cluster.get_acls(paths.group_path("g")),
+                         [identity_acl(CLUSTER.digest_id), WORLD_READ])
+        await secure_tree(self.cluster, unsecure=True)
+        await self.anonymous.set(paths.offset_path("g", "t", "0-0"), b"0")
+
+
+async def produce_and_read(port: int, payloads: list[bytes], topic: str = "clicks") -> list[bytes]:
+    """Produce C{payloads} to partition 0 of C{topic} (flushed), then read the partition from the start."""
+    connection = BrokerConnection("127.0.0.1", port, reactor=reactor)
+    try:
+        produced = await connection.request(AckProduceRequest(
+            ACK_FLUSHED, 10_000, (ProduceRequest(topic, 0, encode_message_set(payloads)),)))
+        assert [r.error for r in produced.results] == [0], produced
+        fetched = await connection.request(FetchRequest(topic, 0, 0, 1 << 20))
+        return [m.payload for m in iter_messages(fetched.messages, 0)]
+    finally:
+        await connection.close()
+
+
+async def appeared(zk, path: str, timeout_s: float = 10.0) -> None:
+    """Wait until C{path} exists (polled, bounded)."""
+    for _ in range(int(timeout_s / 0.05)):
+        if await zk.exists(path) is not None:
+            return
+        await deferLater(reactor, 0.05, lambda: None)
+    raise AssertionError(f"{path} did not appear within {timeout_s} s")
+
+
+async def count_nodes(zk, path: str) -> int:
+    try:
+        children = await zk.children(path)
+    except NoNodeError:
+        return 0
+    total = 1
+    for child in children:
+        total += await count_nodes(zk, f"{path.rstrip('/')}/{child}")
+    return total
