@@ -98,7 +98,7 @@ def parse_credentials(text: str, source: str = "the credentials") -> ZooKeeperCr
     Blank lines and C{#} comments are skipped; a password is everything after the first C{:} or C{=}.
     """
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    if lines and lines[0].startswith(("username=", "password=")):
+    if lines and lines[0].partition("=")[0].strip() in ("username", "password"):
         settings = {}
         for line in lines:
             key, equals, value = line.partition("=")

@@ -122,9 +122,10 @@ def zookeeper_credentials(config) -> ZooKeeperCredentials | None:
     return read_credentials_file(path) if path else None
 
 
-async def secure_consumers(zk: IZooKeeper) -> None:
-    """With credentials (a broker's), make sure C{/consumers} exists with the cluster's ACL, so that only the
-    cluster creates groups (L{set_group_acl}), not whoever comes first."""
+async def start_session(zk: IZooKeeper) -> None:
+    """Start a broker's session C{zk}; with credentials, make sure C{/consumers} exists with the cluster's ACL, so
+    that only the cluster creates groups (L{set_group_acl}), not whoever comes first."""
+    await zk.start()
     if zk.credentials is not None:
         await zk.ensure_path(CONSUMERS)
 
@@ -171,4 +172,4 @@ async def secure_tree(zk: IZooKeeper, unsecure: bool = False) -> int:
 
 
 __all__ = ["EVERYONE", "ZooKeeperSecurityError", "digest_path", "forget_user_digest", "record_user_digest",
-           "secure_consumers", "secure_tree", "set_group_acl", "user_digest_ids", "zookeeper_credentials"]
+           "start_session", "secure_tree", "set_group_acl", "user_digest_ids", "zookeeper_credentials"]
