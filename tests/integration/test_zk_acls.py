@@ -15,7 +15,7 @@ from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker
-from tests.integration.groups import FAST, Collector
+from tests.integration.groups import FAST, Collector, run_twlog
 from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.client.connection import BrokerConnection
 from twlog.client.topics import create_replicated
@@ -32,7 +32,7 @@ from twlog.coord.zkauth import (
     identity_acl,
 )
 from twlog.coord.zksecure import digest_path, record_user_digest, secure_tree, set_group_acl
-from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, FetchRequest, ProduceRequest
+from twlog.protocol.codec import ACK_ALL, ACK_FLUSHED, AckProduceRequest, FetchRequest, ProduceRequest
 from twlog.storage.fetched import iter_messages
 from twlog.storage.message import encode_message_set
 
@@ -205,13 +205,101 @@ class SecureTreeTests(Secured):
         await self.anonymous.set(paths.offset_path("g", "t", "0-0"), b"0")
 
 
+class CommandLineTests(Secured):
+    timeout = 120
+
+    async def test_commands_with_and_without_credentials(self) -> None:
+        """twlog zookeeper secure secures a tree made open; then the admin commands need the cluster's file, a
+        group member its user's, and a refusal is one line."""
+        await self.sessions()
+        open_broker = await start_broker(self, zookeeper=self.hosts, broker_id=0, num_partitions=1, flush_messages=1)
+        await produce_and_read(open_broker.broker.port, [b"1", b"2", b"3"])
+        await appeared(self.anonymous, paths.broker_topic_path("clicks", 0))
+        await open_broker.stopService()
+        cluster_file, alice_file = self.credentials_file(CLUSTER), self.credentials_file(ALICE)
+        status, out, err = await run_twlog("zookeeper", "secure", "-z", self.hosts,
+                                           "--zookeeper-credentials-file", cluster_file)
+        self.assertEqual((status, err), (0, ""), err)
+        self.assertIn("only twlog-cluster (the cluster) may write them", out)
+        await self.assertNoAuth(self.anonymous.set(paths.held_path("clicks", 0), b"9"))
+        broker = await start_broker(self, log_dir=None, zookeeper=self.hosts, broker_id=0, num_partitions=1,
+                                    flush_messages=1, zookeeper_credentials_file=cluster_file)
+        await produce_and_read(broker.broker.port, [b"4"])
+        await appeared(self.anonymous, paths.broker_topic_path("clicks", 0))
+
+        reset = ("groups", "reset", "-z", self.hosts, "-g", "etl", "-t", "clicks", "--to", "earliest", "--create")
+        status, _, err = await run_twlog(*reset)
+        self.assertEqual(status, 1)
+        self.assertEqual(err, "twlog: ZooKeeper refused to create /consumers/etl/offsets/clicks/0-0: not authorized "
+                              "(its ACL): give the credentials of an identity allowed to "
+                              "(--zookeeper-credentials-file; docs/security.md, ZooKeeper)\n")
+        status, out, err = await run_twlog(*reset, "--zookeeper-credentials-file", cluster_file)
+        self.assertEqual(status, 0, err)
+        self.assertIn("clicks  0-0", out)
+        await record_user_digest(self.cluster, ALICE.user, ALICE.password)
+        await set_group_acl(self.cluster, "etl", ["User:alice"])
+        status, out, err = await run_twlog("consume", "-z", self.hosts, "-g", "etl", "-t", "clicks", "-n", "1",
+                                           "--zookeeper-credentials-file", alice_file)
+        self.assertEqual((status, out), (0, "4\n"), err)  # (the new broker's log starts empty)
+        committed, _ = await self.anonymous.get(paths.offset_path("etl", "clicks", "0-0"))
+        self.assertGreater(int(committed), 0)
+        status, _, err = await run_twlog("groups", "delete", "-z", self.hosts, "-g", "etl")
+        self.assertEqual(status, 1)
+        self.assertIn("twlog: ZooKeeper refused to delete /consumers/etl/", err)
+
+
+class ReplicationTests(Secured):
+    timeout = 120
+
+    async def test_three_secured_brokers_replicate_and_fail_over(self) -> None:
+        """Leaders, followers, the controller and ISR changes (compare-and-set on the state znodes) all work with
+        the brokers' shared identity; nobody else can move a leader."""
+        await self.sessions()
+        cluster_file = self.credentials_file(CLUSTER)
+        brokers = {b: await start_broker(self, zookeeper=self.hosts, broker_id=b, num_partitions=1,
+                                         flush_messages=1, zookeeper_credentials_file=cluster_file)
+                   for b in (1, 2, 3)}
+        await create_replicated(self.cluster, "orders", 1, 3, clock=reactor)
+        leader = await self.leader_with_isr(3)
+        await produce(brokers[leader].broker.port, "orders", [b"a", b"b"])
+        await self.assertNoAuth(self.anonymous.set(paths.partition_state_path("orders", 0), b"{}"))
+        await brokers[leader].stopService()
+        new_leader = await self.leader_with_isr(2, other_than=leader)
+        await produce(brokers[new_leader].broker.port, "orders", [b"c"])
+        self.assertEqual(await produce_and_read(brokers[new_leader].broker.port, [], topic="orders"),
+                         [b"a", b"b", b"c"])
+
+    async def leader_with_isr(self, size: int, other_than: int | None = None) -> int:
+        for _ in range(400):
+            try:
+                state, _ = await store.read_state(self.anonymous, "orders", 0)
+            except NoNodeError:
+                state = None
+            if state is not None and state.leader not in (None, -1, other_than) and len(state.isr) == size:
+                return state.leader
+            await deferLater(reactor, 0.05, lambda: None)
+        raise AssertionError(f"no leader with {size} in-sync replicas within 20 s")
+
+
+async def produce(port: int, topic: str, payloads: list[bytes]) -> None:
+    """Produce C{payloads} to partition 0 of C{topic}, acknowledged by every in-sync replica."""
+    connection = BrokerConnection("127.0.0.1", port, reactor=reactor)
+    try:
+        produced = await connection.request(AckProduceRequest(
+            ACK_ALL, 10_000, (ProduceRequest(topic, 0, encode_message_set(payloads)),)))
+        assert [r.error for r in produced.results] == [0], produced
+    finally:
+        await connection.close()
+
+
 async def produce_and_read(port: int, payloads: list[bytes], topic: str = "clicks") -> list[bytes]:
     """Produce C{payloads} to partition 0 of C{topic} (flushed), then read the partition from the start."""
     connection = BrokerConnection("127.0.0.1", port, reactor=reactor)
     try:
-        produced = await connection.request(AckProduceRequest(
-            ACK_FLUSHED, 10_000, (ProduceRequest(topic, 0, encode_message_set(payloads)),)))
-        assert [r.error for r in produced.results] == [0], produced
+        if payloads:
+            produced = await connection.request(AckProduceRequest(
+                ACK_FLUSHED, 10_000, (ProduceRequest(topic, 0, encode_message_set(payloads)),)))
+            assert [r.error for r in produced.results] == [0], produced
         fetched = await connection.request(FetchRequest(topic, 0, 0, 1 << 20))
         return [m.payload for m in iter_messages(fetched.messages, 0)]
     finally:

@@ -26,6 +26,7 @@ from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
 from twlog.coord.layout import PartitionLocation, describe_offline
+from twlog.coord.zk import NoAuthError
 from twlog.errors import ConnectionFailed, PartitionsOffline, TwlogError, UnknownTopic
 from twlog.partition import address_text
 from twlog.partition import resolve_partition as partition_named
@@ -70,6 +71,10 @@ async def reporting_errors(main, reactor, args) -> None:
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"twlog: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except NoAuthError as e:  # a secured cluster's znodes
+        print(f"twlog: {e}: give the credentials of an identity allowed to (--zookeeper-credentials-file; "
+              "docs/security.md, ZooKeeper)", file=sys.stderr)
         raise SystemExit(1) from None
     except (BrokenPipeError, KeyboardInterrupt):  # `twlog ... | head`, Ctrl-C: stop quietly
         raise SystemExit(1) from None

@@ -236,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print JSON (for scripts) instead of a sentence")
 
     add_broker_commands(commands, debug_option, json_option)
+    add_zookeeper_commands(commands, debug_option)
 
     # Their options are twistd's, which main() hands them before argparse sees them: these are for `twlog --help`.
     subcommand(commands, "broker", "twlog.cli.broker:main",
@@ -359,6 +360,27 @@ def add_broker_commands(commands, debug_option, json_option) -> None:
     )
     zookeeper_option(forget)
     forget.add_argument("--broker-id", type=int, required=True, metavar="N", help="the broker to forget")
+
+
+def add_zookeeper_commands(commands, debug_option) -> None:
+    """C{twlog zookeeper secure}: set a secured cluster's ACLs on the znodes made before it had credentials."""
+    zookeeper = subcommand(commands, "zookeeper", "twlog.cli.zookeeper:secure",
+                           "secure an existing cluster's znodes with ACLs (Kafka's zookeeper-security-migration)",
+                           "Actions on the cluster's ZooKeeper tree.")
+    actions = zookeeper.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
+    actions.required = True
+    secure = subcommand(
+        actions, "secure", "twlog.cli.zookeeper:secure", "set the ACLs of a secured cluster on every znode",
+        "Set, recursively, the ACL of every znode of the cluster (its chroot; without one, every top-level node "
+        "but ZooKeeper's /zookeeper): the identity of --zookeeper-credentials-file (the brokers') may do "
+        "anything, everyone may read, except credentials (/config/users, /twlog/zookeeper-digests); a consumer "
+        "group keeps the members its ACL names (docs/security.md, ZooKeeper).", react=True,
+    )
+    secure.add_argument("--zookeeper", "-z", default="localhost:2181", type=zookeeper_address,
+                        metavar="HOST:PORT[/chroot]", help="ZooKeeper (default: localhost:2181)")
+    secure.add_argument("--unsecure", action="store_true",
+                        help="open every znode to everyone again (as Kafka's zookeeper.acl=unsecure)")
+    debug_option(secure)
 
 
 def reset_target(text: str) -> str | int | tuple[str, int]:

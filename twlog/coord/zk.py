@@ -414,7 +414,7 @@ class ZooKeeper:
         reactor = self._reactor
 
         def deliver(result) -> None:  # may run on a kazoo thread
-            reactor.callFromThread(_fire, d, result)
+            reactor.callFromThread(_fire, d, result, function.__name__.removesuffix("_async"), args[0])
 
         function(*args, **kwargs).rawlink(deliver)
         return d
@@ -435,9 +435,11 @@ class ZooKeeper:
         return wrapper
 
 
-def _fire(d: Deferred, result) -> None:
+def _fire(d: Deferred, result, operation: str, path: str) -> None:
     try:
         value = result.get_nowait()
+    except NoAuthError:  # (kazoo's says nothing): which write ZooKeeper refused
+        d.errback(NoAuthError(f"ZooKeeper refused to {operation} {path}: not authorized (its ACL)"))
     except Exception as e:
         d.errback(e)
     else:
