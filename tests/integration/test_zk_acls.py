@@ -243,6 +243,10 @@ class CommandLineTests(Secured):
         self.assertEqual((status, out), (0, "4\n"), err)  # (the new broker's log starts empty)
         committed, _ = await self.anonymous.get(paths.offset_path("etl", "clicks", "0-0"))
         self.assertGreater(int(committed), 0)
+        status, out, err = await run_twlog("consume", "-z", self.hosts, "-g", "etl", "-t", "clicks", "-n", "1")
+        self.assertEqual((status, out), (1, ""))
+        self.assertRegex(err, r"^twlog: ZooKeeper refused to create /consumers/etl/ids/\S+: not authorized \(its "
+                              r"ACL\): give the credentials of an identity allowed to .*\n$")
         status, _, err = await run_twlog("groups", "delete", "-z", self.hosts, "-g", "etl")
         self.assertEqual(status, 1)
         self.assertIn("twlog: ZooKeeper refused to delete /consumers/etl/", err)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from twisted.python import usage
 
 from twlog.client.discovery import parse_brokers
+from twlog.coord.zkauth import read_credentials_file, use_credentials
+from twlog.errors import TwlogError
 from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S
 from twlog.schema_registry.service import DEFAULT_PORT, RegistryService
 from twlog.schema_registry.web import DEFAULT_MAX_BODY_BYTES
@@ -50,6 +52,8 @@ class Options(usage.Options):
     optParameters = [
         ["zookeeper", "z", None, "ZooKeeper connect string of the twlog cluster (host:port[,...][/chroot])"],
         ["broker", "b", None, "a broker of the twlog cluster, host:port[,...] (instead of --zookeeper)"],
+        ["zookeeper-credentials-file", None, None, "with --zookeeper: the cluster's ZooKeeper credentials, one line "
+         "user:password (or username= and password= lines; docs/security.md, ZooKeeper)"],
         ["port", "p", DEFAULT_PORT, "HTTP port (0: any free port)", _int("port", 0, 65535)],
         ["interface", "i", "127.0.0.1", "interface to listen on"],
         ["max-body-bytes", None, DEFAULT_MAX_BODY_BYTES, "largest request body taken (larger: 413)",
@@ -67,8 +71,18 @@ class Options(usage.Options):
                 parse_brokers(self["broker"])
             except ValueError as e:
                 raise usage.UsageError(f"--broker: {e}") from None
+        self.zookeeper_credentials = None
+        if self["zookeeper-credentials-file"]:
+            if self["zookeeper"] is None:
+                raise usage.UsageError("--zookeeper-credentials-file needs --zookeeper")
+            try:
+                self.zookeeper_credentials = read_credentials_file(self["zookeeper-credentials-file"])
+            except TwlogError as e:
+                raise usage.UsageError(str(e)) from None
 
     def service(self, reactor=None) -> RegistryService:
+        if getattr(self, "zookeeper_credentials", None) is not None:
+            use_credentials(self["zookeeper"], self.zookeeper_credentials)  # every session of the registry's
         return RegistryService(brokers=self["broker"], zookeeper=self["zookeeper"], port=self["port"],
                                interface=self["interface"], max_body_bytes=self["max-body-bytes"],
                                request_timeout_s=self["request-timeout"], reactor=reactor)

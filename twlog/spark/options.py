@@ -22,6 +22,7 @@ from twlog.client.discovery import discover, resolve_partition
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord.layout import PartitionLocation, describe_offline
+from twlog.coord.zkauth import credentials_from_options
 from twlog.errors import (
     BrokerTimeout,
     BrokerUnreachable,
@@ -45,7 +46,7 @@ OPTIONS = (
     "brokers", "kafka.bootstrap.servers", "zookeeper", "subscribe", "assign", "startingOffsets", "endingOffsets",
     "maxOffsetsPerTrigger", "fetchSize", "failOnDataLoss", "timeoutMs", "envelope",
     "valueFormat", "schemaRegistryUrl", "valueSchemaSubject",
-    "minPartitions",
+    "minPartitions", "zookeeper.credentials.file",
 )
 _KNOWN = {name.lower(): name for name in OPTIONS}
 
@@ -123,6 +124,9 @@ class SourceOptions:
         if (self.brokers is None) == (self.zookeeper is None):
             raise ValueError('give exactly one of the options "brokers" (host:port,...; alias '
                              '"kafka.bootstrap.servers") and "zookeeper" (host:port[/chroot])')
+        #: The cluster's ZooKeeper credentials (docs/security.md), used by the driver and sent to the executors.
+        self.zookeeper_credentials = credentials_from_options(self.zookeeper,
+                                                              options.get("zookeeper.credentials.file"))
         subscribe, assign = options.get("subscribe"), options.get("assign")
         if (subscribe is None) == (assign is None):
             raise ValueError('give exactly one of the options "subscribe" (topics) and "assign" (JSON)')
