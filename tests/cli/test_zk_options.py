@@ -7,9 +7,11 @@ import argparse
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.cli.test_main import run_main
+from twlog.cli.common import client_options
 from twlog.cli.main import build_parser
-from twlog.cli.zk_options import use_zookeeper_credentials
-from twlog.coord.zkauth import ZooKeeperCredentials, credentials_for, use_credentials
+from twlog.cli.mirror import settings_from
+from twlog.cli.zk_options import read_zookeeper_credentials
+from twlog.coord.zkauth import ZooKeeperCredentials
 
 
 def parsers(parser: argparse.ArgumentParser, name: str = "twlog"):
@@ -42,13 +44,13 @@ class OptionTests(SynchronousTestCase):
             if "--zookeeper" in options(parser):
                 self.assertIn("--zookeeper-credentials-file", options(parser), name)
 
-    def test_credentials_are_used_for_the_connect_string(self) -> None:
+    def test_credentials_reach_the_client_options(self) -> None:
         path = self.credentials_file("username=twlog\npassword=secret\n")
         args = build_parser().parse_args(["groups", "reset", "-z", "zk:2181/c", "--zookeeper-credentials-file",
                                           path, "-g", "g", "-t", "t", "--to", "earliest"])
-        self.addCleanup(use_credentials, "zk:2181/c", None)
-        use_zookeeper_credentials(args)
-        self.assertEqual(credentials_for("zk:2181/c"), ZooKeeperCredentials("twlog", "secret"))
+        read_zookeeper_credentials(args)
+        self.assertEqual(args.zookeeper_credentials, ZooKeeperCredentials("twlog", "secret"))
+        self.assertEqual(client_options(args).zookeeper_credentials, args.zookeeper_credentials)
 
     def test_an_action_inherits_the_commands_file(self) -> None:
         """twlog topics --zookeeper-credentials-file F create ...: the action keeps the command's value."""
@@ -62,10 +64,10 @@ class OptionTests(SynchronousTestCase):
         args = build_parser().parse_args(["mirror", "--from", "a:1", "--from", "b:1", "--to", "c:1",
                                           "--from-zookeeper-credentials-file", source,
                                           "--to-zookeeper-credentials-file", target])
-        for hosts in ("a:1", "b:1", "c:1"):
-            self.addCleanup(use_credentials, hosts, None)
-        use_zookeeper_credentials(args)
-        self.assertEqual([credentials_for(h).user for h in ("a:1", "b:1", "c:1")], ["src", "src", "dst"])
+        read_zookeeper_credentials(args)
+        settings = settings_from(args)
+        self.assertEqual((settings.source_credentials.user, settings.target_credentials.user), ("src", "dst"))
+        self.assertNotIn("src", repr(settings))
 
     def test_a_bad_file_is_one_line(self) -> None:
         missing = self.mktemp()

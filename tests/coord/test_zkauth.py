@@ -16,7 +16,7 @@ from twlog.coord.zkauth import (
     ZooKeeperCredentials,
     ZooKeeperCredentialsError,
     acl_for,
-    credentials_for,
+    credentials_file,
     digest_id,
     group_acl,
     group_root,
@@ -25,7 +25,6 @@ from twlog.coord.zkauth import (
     node_acl,
     parse_credentials,
     read_credentials_file,
-    use_credentials,
 )
 
 CLUSTER = "twlog:69tgNrZ8IXX5O37TLpMELBy/wAU="
@@ -75,17 +74,13 @@ class CredentialsTests(SynchronousTestCase):
         e = self.assertRaises(ZooKeeperCredentialsError, read_credentials_file, path)
         self.assertEqual(str(e), f"cannot read the ZooKeeper credentials file {path}: No such file or directory")
 
-    def test_process_credentials_by_connect_string(self) -> None:
-        """Credentials given for a connect string serve it; given for its servers, every chroot on them."""
-        one, two = ZooKeeperCredentials("one", "1"), ZooKeeperCredentials("two", "2")
-        use_credentials("zk:2181/a", one)
-        use_credentials("zk:2181", two)
-        self.addCleanup(use_credentials, "zk:2181/a", None)
-        self.addCleanup(use_credentials, "zk:2181", None)
-        self.assertEqual(credentials_for("zk:2181/a"), one)
-        self.assertEqual(credentials_for("zk:2181/b"), two)
-        self.assertEqual(credentials_for("zk:2181"), two)
-        self.assertIsNone(credentials_for("other:2181"))
+    def test_credentials_file(self) -> None:
+        """A path gives its credentials (C{~} expanded); no path, none."""
+        self.assertIsNone(credentials_file(None))
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("twlog:secret\n")
+        self.assertEqual(credentials_file(path), ZooKeeperCredentials("twlog", "secret"))
 
 
 class PolicyTests(SynchronousTestCase):

@@ -33,18 +33,17 @@ class OptionsTests(SynchronousTestCase):
             self.assertIn(why, str(raised.exception), argv)
 
     def test_zookeeper_credentials_file(self) -> None:
-        """--zookeeper-credentials-file: the registry's ZooKeeper sessions authenticate with it; it needs
+        """--zookeeper-credentials-file: the registry's ZooKeeper sessions (its journal's) use with it; it needs
         --zookeeper, and a file that cannot be read is a usage error."""
-        from twlog.coord.zkauth import ZooKeeperCredentials, credentials_for, use_credentials
+        from twlog.coord.zkauth import ZooKeeperCredentials
 
         path = self.mktemp()
         with open(path, "w") as f:
             f.write("twlog:secret\n")
         options = Options()
         options.parseOptions(["-z", "zk:2181/r", "--zookeeper-credentials-file", path])
-        self.addCleanup(use_credentials, "zk:2181/r", None)
-        options.service()
-        self.assertEqual(credentials_for("zk:2181/r"), ZooKeeperCredentials("twlog", "secret"))
+        journal = options.service().journal
+        self.assertEqual(journal.options.zookeeper_credentials, ZooKeeperCredentials("twlog", "secret"))
         for argv, why in [(["-b", "h:1", "--zookeeper-credentials-file", path], "needs --zookeeper"),
                           (["-z", "zk:1", "--zookeeper-credentials-file", path + "x"],
                            f"cannot read the ZooKeeper credentials file {path}x: No such file or directory")]:

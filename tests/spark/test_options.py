@@ -53,21 +53,20 @@ class SourceOptionsTests(SynchronousTestCase):
         self.assertRaises(ValueError, source, zookeeper="z:2181")
 
     def test_zookeeper_credentials_file(self) -> None:
-        """zookeeper.credentials.file: the driver's sessions on the cluster authenticate with it, and the input
-        partitions carry it to the executors; a file that cannot be read fails the query in one line."""
-        from twlog.coord.zkauth import ZooKeeperCredentials, ZooKeeperCredentialsError, credentials_for, use_credentials
+        """zookeeper.credentials.file: the client options carry it to the driver's ZooKeeper sessions and, in the
+        input partitions, to the executors'; a file that cannot be read fails the query in one line."""
+        from twlog.coord.zkauth import ZooKeeperCredentials, ZooKeeperCredentialsError
         from twlog.spark.source import _split
 
         path = self.mktemp()
         with open(path, "w") as f:
             f.write("username=twlog\npassword=secret\n")
-        self.addCleanup(use_credentials, "z:2181/c", None)
         o = SourceOptions({"zookeeper": "z:2181/c", "subscribe": "t", "zookeeper.credentials.file": path}, False)
         self.assertEqual(o.zookeeper_credentials, ZooKeeperCredentials("twlog", "secret"))
-        self.assertEqual(credentials_for("z:2181/c"), o.zookeeper_credentials)
+        self.assertEqual(o.client.zookeeper_credentials, o.zookeeper_credentials)
         tp = PartitionLocation(TopicPartition("t", "0-0"), 0, "h", 1)
         (part,) = _split(o, [(tp, 0, 10)])
-        self.assertEqual((part.zookeeper, part.zookeeper_credentials), ("z:2181/c", o.zookeeper_credentials))
+        self.assertEqual((part.zookeeper, part.options.zookeeper_credentials), ("z:2181/c", o.zookeeper_credentials))
         with self.assertRaises(ZooKeeperCredentialsError) as caught:
             SourceOptions({"zookeeper": "z:2181", "subscribe": "t", "zookeeper.credentials.file": path + "x"}, False)
         self.assertEqual(str(caught.exception),

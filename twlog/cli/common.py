@@ -22,6 +22,7 @@ from twisted.internet.task import react
 
 from twlog.cli.suggest import suggest_topic
 from twlog.cli.tls_options import tls_settings
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
@@ -37,7 +38,8 @@ CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_at
 
 
 def client_options(args) -> ClientOptions:
-    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS options (L{tls_settings}).
+    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS options (L{tls_settings}) and its
+    ZooKeeper credentials (C{--zookeeper-credentials-file}).
 
     @raise UsageError: TLS with --zookeeper (a TLS client is given the brokers' TLS addresses with --broker).
     """
@@ -45,7 +47,9 @@ def client_options(args) -> ClientOptions:
     if tls is not None and getattr(args, "zookeeper", None):
         raise UsageError("TLS clients find the brokers through --broker (their TLS ports), not --zookeeper: "
                          "ZooKeeper holds the plaintext addresses (docs/security.md)")
-    return CLIENT_OPTIONS if tls is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls)
+    options = CLIENT_OPTIONS if tls is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls)
+    credentials = zookeeper_credentials(args)
+    return options if credentials is None else ClientOptions.build(options, zookeeper_credentials=credentials)
 
 
 #: How long finding a topic's partitions (METADATA or ZooKeeper) may take before the command says why not.

@@ -26,7 +26,7 @@ from twlog.cli.options import (
 )
 from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
 from twlog.cli.tls_parsers import add_tls_options
-from twlog.cli.zk_options import use_zookeeper_credentials
+from twlog.cli.zk_options import read_zookeeper_credentials
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
@@ -431,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     try:
-        use_zookeeper_credentials(args)
+        read_zookeeper_credentials(args)
     except TwlogError as e:
         print(f"twlog: {e}", file=sys.stderr)
         return 1

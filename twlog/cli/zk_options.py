@@ -4,16 +4,17 @@
 Every command given C{--zookeeper} also takes C{--zookeeper-credentials-file}
 (L{twlog.cli.parsing.Parser} adds it beside C{--zookeeper}, so a new command
 gets it too); C{twlog mirror} takes one file for its sources and one for its
-target.  L{use_zookeeper_credentials} reads them before the command runs, and
-every ZooKeeper session the command opens on those connect strings
-authenticates with them.  A password is never given on the command line.
+target.  L{read_zookeeper_credentials} reads them before the command runs;
+every ZooKeeper session the command opens authenticates with them (and its
+client options carry them to the clients it builds).  A password is never
+given on the command line.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from twlog.coord.zkauth import credentials_from_options  # (light: no kazoo)
+from twlog.coord.zkauth import ZooKeeperCredentials, credentials_file  # (light: no kazoo)
 
 HELP = ("a file holding the ZooKeeper credentials to authenticate with (digest), one line user:password or "
         "username= and password= lines; the nodes the command creates are writable by that identity alone")
@@ -34,22 +35,22 @@ def add_mirror_credentials_options(command) -> None:
                          help="the target cluster's ZooKeeper credentials (as --zookeeper-credentials-file)")
 
 
-def zookeeper_credential_files(args) -> list[tuple[str, str]]:
-    """The (connect string, credentials file) pairs C{args} names."""
-    pairs = []
-    if getattr(args, "zookeeper_credentials_file", None) and getattr(args, "zookeeper", None):
-        pairs.append((args.zookeeper, args.zookeeper_credentials_file))
-    if getattr(args, "from_zookeeper_credentials_file", None):
-        pairs += [(source, args.from_zookeeper_credentials_file) for source in args.sources]
-    if getattr(args, "to_zookeeper_credentials_file", None):
-        pairs.append((args.target, args.to_zookeeper_credentials_file))
-    return pairs
+#: Each credentials file option, and the attribute its credentials are kept in.
+_FILES = {"zookeeper_credentials_file": "zookeeper_credentials",
+          "from_zookeeper_credentials_file": "from_zookeeper_credentials",
+          "to_zookeeper_credentials_file": "to_zookeeper_credentials"}
 
 
-def use_zookeeper_credentials(args) -> None:
-    """Read the credentials files C{args} names, and use each for its connect string in this process.
+def read_zookeeper_credentials(args) -> None:
+    """Read the credentials files C{args} names, before the command runs: C{args.zookeeper_credentials} (and the
+    mirror's C{from_} and C{to_zookeeper_credentials}) are L{ZooKeeperCredentials}, or None.
 
     @raise twlog.coord.zkauth.ZooKeeperCredentialsError: a file that cannot be read or used (one line).
     """
-    for hosts, path in zookeeper_credential_files(args):
-        credentials_from_options(hosts, path)
+    for option, attribute in _FILES.items():
+        setattr(args, attribute, credentials_file(getattr(args, option, None)))
+
+
+def zookeeper_credentials(args) -> ZooKeeperCredentials | None:
+    """The command's ZooKeeper credentials (L{read_zookeeper_credentials}), or None."""
+    return getattr(args, "zookeeper_credentials", None)

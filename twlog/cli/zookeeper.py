@@ -12,6 +12,7 @@ opens every node again.
 from __future__ import annotations
 
 from twlog.cli.common import UsageError
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
 from twlog.coord.zksecure import secure_tree
 from twlog.errors import TwlogError
@@ -24,7 +25,8 @@ async def secure(reactor, args) -> None:
     if not args.zookeeper_credentials_file:
         raise UsageError("twlog zookeeper secure needs the cluster's --zookeeper-credentials-file (the identity "
                          "that will own the znodes)")
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S)
+    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
+                   credentials=zookeeper_credentials(args))
     try:
         await zk.start()
     except ZooKeeperUnavailable as e:

@@ -39,7 +39,7 @@ from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
 
 from twlog.coord.probe import describe_answer
-from twlog.coord.zkauth import ACL, ZooKeeperCredentials, acl_for, credentials_for, node_acl
+from twlog.coord.zkauth import ACL, ZooKeeperCredentials, acl_for, node_acl
 from twlog.coord.zkconnect import MissingChroot, ZooKeeperUnavailable, missing_chroot, split_chroot  # noqa: F401
 
 #: Session states handed to state listeners.
@@ -177,10 +177,6 @@ class IZooKeeper(Interface):
         """Replace the ACL of C{path} (C{NoAuthError} without the ADMIN permission on it)."""
 
 
-#: The default of C{credentials=}: those given to L{twlog.coord.zkauth.use_credentials} for the connect string.
-PROCESS_CREDENTIALS: Any = object()
-
-
 def _to_kazoo(acl: list[ACL]) -> list[KazooACL]:
     return [KazooACL(entry.perms, Id(entry.scheme, entry.id)) for entry in acl]
 
@@ -212,7 +208,7 @@ class ZooKeeper:
         at once, rather than every read finding nothing.
     @param credentials: authenticate with ZooKeeper's digest scheme, and give
         the nodes created the ACLs of L{twlog.coord.zkauth}'s policy; by
-        default, those the process uses for C{hosts}; None: anonymous, open nodes.
+        None (the default): anonymous, and open nodes.
     """
 
     _log = Logger()
@@ -226,7 +222,7 @@ class ZooKeeper:
         connect_timeout_s: float = 15.0,
         client_id: tuple[int, bytes] | None = None,
         create_chroot: bool = False,
-        credentials: ZooKeeperCredentials | None = PROCESS_CREDENTIALS,
+        credentials: ZooKeeperCredentials | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
@@ -234,7 +230,7 @@ class ZooKeeper:
         self.create_chroot = create_chroot
         self._reactor = reactor
         self.connect_timeout_s = connect_timeout_s
-        self.credentials = credentials_for(hosts) if credentials is PROCESS_CREDENTIALS else credentials
+        self.credentials = credentials
         self._client = KazooClient(
             hosts=hosts,
             auth_data=self.credentials.auth_data if self.credentials else None,
@@ -457,10 +453,10 @@ class BlockingZooKeeper:
     """
 
     def __init__(self, hosts: str, timeout_s: float = 30.0,
-                 credentials: ZooKeeperCredentials | None = PROCESS_CREDENTIALS) -> None:
+                 credentials: ZooKeeperCredentials | None = None) -> None:
         self.hosts = hosts
         self._timeout_s = timeout_s
-        self.credentials = credentials_for(hosts) if credentials is PROCESS_CREDENTIALS else credentials
+        self.credentials = credentials
         self._client = KazooClient(hosts, timeout=timeout_s,
                                    auth_data=self.credentials.auth_data if self.credentials else None)
 

@@ -126,34 +126,9 @@ def read_credentials_file(path: str) -> ZooKeeperCredentials:
     return parse_credentials(text, f"the ZooKeeper credentials file {path}")
 
 
-#: The credentials this process uses for each ZooKeeper connect string (L{use_credentials}).
-_credentials: dict[str, ZooKeeperCredentials] = {}
-
-
-def use_credentials(hosts: str, credentials: ZooKeeperCredentials | None) -> None:
-    """Authenticate every session this process opens on C{hosts} (a connect string, chroot included, or its
-    servers alone for all chroots) with C{credentials}; None forgets them.  The entry points (C{twlog}'s
-    C{--zookeeper-credentials-file}, the broker, the mirror, the Spark source) call it once."""
-    if credentials is None:
-        _credentials.pop(hosts, None)
-    else:
-        _credentials[hosts] = credentials
-
-
-def credentials_for(hosts: str) -> ZooKeeperCredentials | None:
-    """The credentials given to L{use_credentials} for C{hosts}, or for its servers without the chroot."""
-    found = _credentials.get(hosts)
-    return found if found is not None else _credentials.get(hosts.partition("/")[0])
-
-
-def credentials_from_options(hosts: str | None, path: str | None) -> ZooKeeperCredentials | None:
-    """Read the credentials file at C{path} (if any) and use it for C{hosts}; the credentials, or None."""
-    if not path:
-        return None
-    credentials = read_credentials_file(os.path.expanduser(path))
-    if hosts:
-        use_credentials(hosts, credentials)
-    return credentials
+def credentials_file(path: str | None) -> ZooKeeperCredentials | None:
+    """The credentials in the file at C{path} (C{~} expanded), or None without a path."""
+    return read_credentials_file(os.path.expanduser(path)) if path else None
 
 
 # -- the policy --------------------------------------------------------------------------------------------------
@@ -212,7 +187,7 @@ def same_acl(a: list[ACL], b: list[ACL]) -> bool:
 
 __all__ = [
     "ACL", "CONFIG_USERS", "DIGESTS", "SENSITIVE", "WORLD_ALL", "WORLD_READ", "Permissions",
-    "ZooKeeperCredentials", "ZooKeeperCredentialsError", "acl_for", "credentials_for", "credentials_from_options",
+    "ZooKeeperCredentials", "ZooKeeperCredentialsError", "acl_for", "credentials_file",
     "digest_id", "group_acl", "group_root", "identity_acl", "is_sensitive", "node_acl",
-    "parse_credentials", "read_credentials_file", "same_acl", "use_credentials",
+    "parse_credentials", "read_credentials_file", "same_acl",
 ]

@@ -16,6 +16,8 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from twlog.client.options import ClientOptions
+from twlog.coord.zkauth import ZooKeeperCredentials
 from twlog.protocol.twisted_internals import exit_now, forget_exit_signal
 from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S, SchemaRegistry
 from twlog.schema_registry.journal import TOPIC, Journal
@@ -32,17 +34,20 @@ class RegistryService(Service):
     def __init__(self, *, brokers: str | None = None, zookeeper: str | None = None, port: int = DEFAULT_PORT,
                  interface: str = "127.0.0.1", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, reactor=None,
-                 cannot_start_exit_code: int | None = None) -> None:
+                 cannot_start_exit_code: int | None = None,
+                 zookeeper_credentials: ZooKeeperCredentials | None = None) -> None:
         """@param cannot_start_exit_code: when set (C{twistd twlog-registry} sets 1), a registry that cannot
             listen logs one critical line naming the option to change, stops the reactor, and the process
             exits with this status (twistd itself would exit 0).  C{twlog registry} and tests leave it None
-            and read L{listening}."""
+            and read L{listening}.
+        @param zookeeper_credentials: the cluster's, with C{zookeeper} (docs/security.md, "ZooKeeper")."""
         if reactor is None:
             from twisted.internet import reactor
         self._reactor = reactor
         self.port = port
         self.interface = interface
-        self.journal = Journal(brokers=brokers, zookeeper=zookeeper, reactor=reactor)
+        self.journal = Journal(brokers=brokers, zookeeper=zookeeper, reactor=reactor,
+                               options=ClientOptions(zookeeper_credentials=zookeeper_credentials))
         self.registry = SchemaRegistry(self.journal, reactor=reactor, timeout_s=request_timeout_s)
         self.site = make_site(self.registry, max_body_bytes)
         self.where = brokers if brokers is not None else f"ZooKeeper {zookeeper}"

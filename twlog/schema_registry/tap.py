@@ -6,7 +6,7 @@ from __future__ import annotations
 from twisted.python import usage
 
 from twlog.client.discovery import parse_brokers
-from twlog.coord.zkauth import read_credentials_file, use_credentials
+from twlog.coord.zkauth import read_credentials_file
 from twlog.errors import TwlogError
 from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S
 from twlog.schema_registry.service import DEFAULT_PORT, RegistryService
@@ -81,11 +81,10 @@ class Options(usage.Options):
                 raise usage.UsageError(str(e)) from None
 
     def service(self, reactor=None) -> RegistryService:
-        if getattr(self, "zookeeper_credentials", None) is not None:
-            use_credentials(self["zookeeper"], self.zookeeper_credentials)  # every session of the registry's
         return RegistryService(brokers=self["broker"], zookeeper=self["zookeeper"], port=self["port"],
                                interface=self["interface"], max_body_bytes=self["max-body-bytes"],
-                               request_timeout_s=self["request-timeout"], reactor=reactor)
+                               request_timeout_s=self["request-timeout"], reactor=reactor,
+                               zookeeper_credentials=getattr(self, "zookeeper_credentials", None))
 
 
 def makeService(options: Options) -> RegistryService:

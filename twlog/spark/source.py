@@ -94,7 +94,6 @@ from twlog.client.discovery import PartitionLocation
 from twlog.client.leader import LeaderConnection
 from twlog.client.options import ClientOptions
 from twlog.client.reader import REFRESH_ON, FetchedMessages, PartitionReader
-from twlog.coord.zkauth import ZooKeeperCredentials, use_credentials
 from twlog.errors import (
     ConnectionFailed,
     FetchSizeTooSmall,
@@ -169,13 +168,11 @@ class TwlogPartition(InputPartition):
     """One topic partition's offset range C{[start, end)} and where to fetch it."""
 
     def __init__(self, tp: PartitionLocation, start: int, end: int, fetch_size: int, options: ClientOptions,
-                 fail_on_data_loss: bool = True, brokers: str | None = None, zookeeper: str | None = None,
-                 zookeeper_credentials: ZooKeeperCredentials | None = None) -> None:
+                 fail_on_data_loss: bool = True, brokers: str | None = None, zookeeper: str | None = None) -> None:
         self.tp = tp
         #: Where the query found the cluster: asked again when the partition's leader must be found again.
         self.brokers = brokers
         self.zookeeper = zookeeper
-        self.zookeeper_credentials = zookeeper_credentials
         self.fail_on_data_loss = fail_on_data_loss
         self.start = start
         self.end = end
@@ -212,8 +209,6 @@ def read_range(part: TwlogPartition) -> Iterator:
                              on_corrupt="fail" if part.fail_on_data_loss else "skip", decode=_decoder(part),
                              max_decompressed_bytes=part.options.max_decompressed_bytes,
                              on_skip=lambda error: _log_skip(part, error), **follow)
-    if part.zookeeper and part.zookeeper_credentials:  # (an executor: the sessions it opens on the cluster)
-        use_credentials(part.zookeeper, part.zookeeper_credentials)
     with LeaderConnection(tp, brokers=part.brokers, zookeeper=part.zookeeper, options=part.options,
                           wait_s=LEADER_WAIT_S if replicated else 0.0) as leader:
         while not reader.done:
@@ -306,8 +301,7 @@ def _log_skip(part: TwlogPartition, error: CorruptMessage) -> None:
 
 def _split(o: SourceOptions, ranges: list[tuple[PartitionLocation, int, int]]) -> list[TwlogPartition]:
     """One input partition per range with data, large ranges split at message boundaries per minPartitions."""
-    return [TwlogPartition(tp, start, end, o.fetch_size, o.client, o.fail_on_data_loss, o.brokers, o.zookeeper,
-                           o.zookeeper_credentials)
+    return [TwlogPartition(tp, start, end, o.fetch_size, o.client, o.fail_on_data_loss, o.brokers, o.zookeeper)
             for tp, start, end in split_ranges(ranges, o.min_partitions, o.boundaries)]
 
 
