@@ -32,6 +32,7 @@ from twlog.coord.zkauth import (
     identity_acl,
 )
 from twlog.coord.zksecure import digest_path, record_user_digest, secure_tree, set_group_acl
+from twlog.mirror.mirror import Mirror, MirrorSettings
 from twlog.protocol.codec import ACK_ALL, ACK_FLUSHED, AckProduceRequest, FetchRequest, ProduceRequest
 from twlog.storage.fetched import iter_messages
 from twlog.storage.message import encode_message_set
@@ -283,6 +284,39 @@ class ReplicationTests(Secured):
                 return state.leader
             await deferLater(reactor, 0.05, lambda: None)
         raise AssertionError(f"no leader with {size} in-sync replicas within 20 s")
+
+
+class MirrorTests(Secured):
+    timeout = 120
+
+    async def test_mirror_between_secured_clusters(self) -> None:
+        """The mirror authenticates to each cluster with its file's identity: the cluster's of the source (whose
+        group it then creates) and of the target (whose topics its producer's broker registers)."""
+        await self.sessions()
+        cluster_file = self.credentials_file(CLUSTER)
+        source = await start_broker(self, zookeeper=self.hosts, broker_id=0, num_partitions=1, flush_messages=1,
+                                    zookeeper_credentials_file=cluster_file)
+        target_hosts = fresh_connect_string()
+        target = await start_broker(self, zookeeper=target_hosts, broker_id=0, num_partitions=1, flush_messages=1,
+                                    zookeeper_credentials_file=cluster_file)
+        await produce_and_read(source.broker.port, [b"m1", b"m2"])
+        await appeared(self.anonymous, paths.broker_topic_path("clicks", 0))
+        mirror = Mirror(MirrorSettings(sources=(self.hosts,), target=target_hosts, group="m", status_s=0,
+                                       source_credentials=CLUSTER, target_credentials=CLUSTER),
+                        reactor=reactor, say=lambda line: None)
+        await mirror.start()
+        self.addCleanup(mirror.stop)
+        for _ in range(200):  # (bounded: 200 reads, 0.1 s apart)
+            if await produce_and_read(target.broker.port, [], topic="clicks") == [b"m1", b"m2"]:
+                break
+            await deferLater(reactor, 0.1, lambda: None)
+        else:
+            self.fail("the mirror did not copy the messages")
+        await mirror.stop()
+        self.assertIsNone(mirror.error)
+        offset = paths.offset_path("m", "clicks", "0-0")
+        self.assertGreater(int((await self.anonymous.get(offset))[0]), 0)
+        await self.assertNoAuth(self.anonymous.set(offset, b"0"))  # nobody else rewinds (or skips) the mirror
 
 
 async def produce(port: int, topic: str, payloads: list[bytes]) -> None:
