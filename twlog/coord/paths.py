@@ -17,6 +17,8 @@ REPLICATED_TOPICS = "/twlog/topics"
 #: Replicated topics being deleted: C{<topic>} (persistent, empty), with a child C{<broker id>} for each replica
 #: broker that has deleted its replicas (Kafka's C{/admin/delete_topics}).
 DELETE_TOPICS = "/twlog/delete_topics"
+#: Persistent, readable by the cluster alone: C{<user>} = the user's ZooKeeper digest identity (secured clusters).
+ZOOKEEPER_DIGESTS = "/twlog/zookeeper-digests"
 
 
 def broker_id_path(broker_id: int) -> str:

@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from twlog.coord.paths import CONSUMERS
+from twlog.coord.paths import CONSUMERS, ZOOKEEPER_DIGESTS
 from twlog.errors import TwlogError
 
 
@@ -50,7 +50,7 @@ class ACL(NamedTuple):
 #: Znodes only their creator (the cluster) may read: credentials (Kafka's SCRAM credentials, the users' digests).
 CONFIG_USERS = "/config/users"
 #: Persistent, sensitive: C{<user>} -> the user's ZooKeeper digest identity (C{user:base64(sha1(user:password))}).
-DIGESTS = "/twlog/zookeeper-digests"
+DIGESTS = ZOOKEEPER_DIGESTS
 SENSITIVE = (CONFIG_USERS, DIGESTS)
 
 WORLD_READ = ACL("world", "anyone", Permissions.READ)
