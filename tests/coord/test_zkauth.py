@@ -18,6 +18,7 @@ from twlog.coord.zkauth import (
     acl_for,
     credentials_file,
     digest_id,
+    ensure_credentials_file,
     group_acl,
     group_root,
     identity_acl,
@@ -81,6 +82,19 @@ class CredentialsTests(SynchronousTestCase):
         with open(path, "w") as f:
             f.write("twlog:secret\n")
         self.assertEqual(credentials_file(path), ZooKeeperCredentials("twlog", "secret"))
+
+
+class EnsureCredentialsFileTests(SynchronousTestCase):
+    def test_made_once_then_read(self) -> None:
+        """A missing file is made (0600, a random password), then read as it is."""
+        path = self.mktemp()
+        made = ensure_credentials_file(path)
+        self.assertEqual(made.user, "twlog-cluster")
+        self.assertGreaterEqual(len(made.password), 24)
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        self.assertEqual(read_credentials_file(path), made)
+        self.assertEqual(ensure_credentials_file(path, "other"), made)
+        self.assertNotEqual(ensure_credentials_file(self.mktemp()).password, made.password)
 
 
 class PolicyTests(SynchronousTestCase):

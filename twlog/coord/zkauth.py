@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import secrets
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -126,6 +127,20 @@ def read_credentials_file(path: str) -> ZooKeeperCredentials:
     return parse_credentials(text, f"the ZooKeeper credentials file {path}")
 
 
+def ensure_credentials_file(path: str, user: str = "twlog-cluster") -> ZooKeeperCredentials:
+    """The credentials in the file at C{path}; if there is none, new ones for C{user} with a random password,
+    written there first (mode 0600): for a cluster made on one machine (C{twlog local --secure})."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return read_credentials_file(path)
+    credentials = ZooKeeperCredentials(user, secrets.token_urlsafe(24))
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(f"# ZooKeeper credentials of the twlog cluster (docs/security.md, ZooKeeper)\n"
+                f"username={credentials.user}\npassword={credentials.password}\n")
+    return credentials
+
+
 def credentials_file(path: str | None) -> ZooKeeperCredentials | None:
     """The credentials in the file at C{path} (C{~} expanded), or None without a path."""
     return read_credentials_file(os.path.expanduser(path)) if path else None
@@ -187,7 +202,7 @@ def same_acl(a: list[ACL], b: list[ACL]) -> bool:
 
 __all__ = [
     "ACL", "CONFIG_USERS", "DIGESTS", "SENSITIVE", "WORLD_ALL", "WORLD_READ", "Permissions",
-    "ZooKeeperCredentials", "ZooKeeperCredentialsError", "acl_for", "credentials_file",
+    "ZooKeeperCredentials", "ZooKeeperCredentialsError", "acl_for", "credentials_file", "ensure_credentials_file",
     "digest_id", "group_acl", "group_root", "identity_acl", "is_sensitive", "node_acl",
     "parse_credentials", "read_credentials_file", "same_acl",
 ]
