@@ -195,14 +195,9 @@ async def acl_for(read_acl, path: str, creator: str) -> list[ACL]:
     return list(acl) if acl is not None else node_acl(root, creator)
 
 
-def same_acl(a: list[ACL], b: list[ACL]) -> bool:
-    """Whether two ACLs grant the same permissions to the same ids (in any order)."""
-    return set(a) == set(b)
-
-
 __all__ = [
     "ACL", "CONFIG_USERS", "DIGESTS", "SENSITIVE", "WORLD_ALL", "WORLD_READ", "Permissions",
     "ZooKeeperCredentials", "ZooKeeperCredentialsError", "acl_for", "credentials_file", "ensure_credentials_file",
     "digest_id", "group_acl", "group_root", "identity_acl", "is_sensitive", "node_acl",
-    "parse_credentials", "read_credentials_file", "same_acl",
+    "parse_credentials", "read_credentials_file",
 ]
