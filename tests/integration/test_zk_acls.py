@@ -9,6 +9,7 @@ with Read on it, write its nodes, and another user cannot.  One test per protect
 from __future__ import annotations
 
 import os
+import signal
 
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
@@ -16,6 +17,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker
 from tests.integration.groups import FAST, Collector, run_twlog
+from tests.integration.test_cli import one_line, twlog
 from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.client.connection import BrokerConnection
 from twlog.client.topics import create_replicated
@@ -98,6 +100,33 @@ class BrokerRegistrationTests(Secured):
         self.assertIsNotNone(await self.anonymous.exists(paths.broker_id_path(3)))
         # The admin tools share the cluster's identity: they may.
         await self.cluster.set(topic_node, b"1")
+
+
+class BrokerCommandTests(Secured):
+    timeout = 120
+
+    async def test_twlog_broker_with_a_credentials_file(self) -> None:
+        """twlog broker --zookeeper-credentials-file (how twlog local starts its brokers): its registration is the
+        cluster's; SIGTERM deregisters it (its own nodes); a bad file stops it before it serves, in one line."""
+        await self.sessions()
+        cluster_file = self.credentials_file(CLUSTER)
+        started: list = []
+        running = twlog("broker", "--port", "0", "--log-dir", self.mktemp(), "--broker-id", "5", "-z", self.hosts,
+                        "--zookeeper-credentials-file", cluster_file, started=started)
+        process, command = started[0]
+        await appeared(self.anonymous, paths.broker_id_path(5), timeout_s=30)
+        self.assertEqual(await self.cluster.get_acls(paths.broker_id_path(5)),
+                         [identity_acl(CLUSTER.digest_id), WORLD_READ])
+        await self.assertNoAuth(self.anonymous.delete(paths.broker_id_path(5)))
+        process.signalProcess(signal.SIGTERM)
+        status, _, err = await running
+        self.assertEqual(status, 0, err)
+        self.assertIsNone(await self.anonymous.exists(paths.broker_id_path(5)))
+        status, _, err = await twlog("broker", "--port", "0", "--log-dir", self.mktemp(), "-z", self.hosts,
+                                     "--zookeeper-credentials-file", cluster_file + "-missing")
+        self.assertEqual(status, 2)
+        self.assertIn(b"cannot read the ZooKeeper credentials file", err)
+        one_line(self, err)
 
 
 class ReplicationStateTests(Secured):
