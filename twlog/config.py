@@ -153,6 +153,9 @@ class BrokerConfig:
     #: How long ZooKeeper keeps the broker's session (its registration, its leaderships) once it stops hearing
     #: from it: a killed leader's partitions move to another replica after about this long.
     zookeeper_session_timeout_s: float = 6.0
+    #: A file of the cluster's ZooKeeper credentials (digest; docs/security.md, "ZooKeeper"): authenticate, and
+    #: create znodes with ACLs only the cluster may write.  None: anonymous, open znodes.
+    zookeeper_credentials_file: str | None = None
     #: Send log bytes with sendfile(2) where the transport allows (off: read and write, to compare).
     sendfile: bool = True
     #: TCP port of the HTTP server serving Prometheus metrics at /metrics (0: any free port; None: no metrics).
@@ -214,6 +217,8 @@ class BrokerConfig:
             problems.append("replica_lag_time_ms must be at least 1")
         if not self.zookeeper_session_timeout_s > 0:
             problems.append("zookeeper_session_timeout_s must be positive")
+        if self.zookeeper_credentials_file and self.zookeeper is None:
+            problems.append("zookeeper_credentials_file needs zookeeper")
         if self.preferred_leader_delay_s < 0:
             problems.append("preferred_leader_delay_s must not be negative")
         if self.default_replication_factor < 1:

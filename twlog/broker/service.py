@@ -39,6 +39,7 @@ from twlog.config import BrokerConfig
 from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
+from twlog.coord.zksecure import start_session, zookeeper_credentials
 from twlog.errors import TwlogError
 from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
@@ -202,9 +203,9 @@ class BrokerService(Service):
         zk = self.zookeeper = ZooKeeper(
             self.config.zookeeper, reactor=self._reactor, session_timeout_s=self.zookeeper_session_timeout_s,
             connect_timeout_s=self.zookeeper_connect_timeout_s, create_chroot=True,
-        )
+            credentials=zookeeper_credentials(self.config))
         try:
-            await zk.start()
+            await start_session(zk)
             if not self.running:
                 raise _Stopped()
             registration = BrokerRegistration(

@@ -13,6 +13,7 @@ from typing_extensions import override
 
 from twlog.broker.service import BrokerService
 from twlog.config import FLUSH_POLICIES, HOUR_MS, BrokerConfig, LogConfig
+from twlog.coord.zkauth import read_credentials_file
 from twlog.errors import TwlogError
 from twlog.storage.manager import validate_topic
 
@@ -185,6 +186,10 @@ class Options(usage.Options):
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
+        ["zookeeper-credentials-file", None, None,
+         "With --zookeeper: a file holding the cluster's ZooKeeper credentials, one line user:password (or "
+         "username= and password= lines): authenticate to ZooKeeper (digest), and create znodes that only this "
+         "identity may write (docs/security.md, ZooKeeper)."],
         ["zookeeper-session-timeout-s", None, 6.0,
          "How long ZooKeeper keeps this broker's session once it stops hearing from it: a killed broker's "
          "leaderships move after about this long.", _seconds("zookeeper-session-timeout-s", positive=True)],
@@ -258,6 +263,7 @@ class Options(usage.Options):
                 replica_lag_time_ms=self["replica-lag-time-ms"],
                 zookeeper=self["zookeeper"],
                 zookeeper_session_timeout_s=self["zookeeper-session-timeout-s"],
+                zookeeper_credentials_file=self["zookeeper-credentials-file"],
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],
                 metrics_interface=self["metrics-interface"],
@@ -272,9 +278,15 @@ class Options(usage.Options):
             )
         except ValueError as e:
             raise usage.UsageError(_option_names(str(e))) from None
+        if self.config.zookeeper_credentials_file:  # a file that cannot be used stops the broker before it starts
+            try:
+                read_credentials_file(self.config.zookeeper_credentials_file)
+            except TwlogError as e:
+                raise usage.UsageError(str(e)) from None
 
 
-_OPTION_NAMES = {"tls_port": "--tls-port", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
+_OPTION_NAMES = {"zookeeper_credentials_file needs zookeeper": "--zookeeper-credentials-file needs --zookeeper",
+                 "tls_port": "--tls-port", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
                  "tls_client_ca": "--tls-client-ca", "a broker without its plaintext port": "--no-plaintext",
                  "a broker registered in ZooKeeper": "--zookeeper with --no-plaintext: a broker registered in "
                  "ZooKeeper"}

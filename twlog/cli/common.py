@@ -22,10 +22,12 @@ from twisted.internet.task import react
 
 from twlog.cli.suggest import suggest_topic
 from twlog.cli.tls_options import tls_settings
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
 from twlog.coord.layout import PartitionLocation, describe_offline
+from twlog.coord.zk import NoAuthError
 from twlog.errors import ConnectionFailed, PartitionsOffline, TwlogError, UnknownTopic
 from twlog.partition import address_text
 from twlog.partition import resolve_partition as partition_named
@@ -36,13 +38,16 @@ CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_at
 
 
 def client_options(args) -> ClientOptions:
-    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS options (L{tls_settings}).
+    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS options (L{tls_settings}) and its
+    ZooKeeper credentials (C{--zookeeper-credentials-file}).
 
     With TLS and C{--zookeeper}, the brokers are reached at the TLS listeners they register
     (L{twlog.coord.endpoints}).
     """
     tls = tls_settings(args)
-    return CLIENT_OPTIONS if tls is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls)
+    options = CLIENT_OPTIONS if tls is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls)
+    credentials = zookeeper_credentials(args)
+    return options if credentials is None else ClientOptions.build(options, zookeeper_credentials=credentials)
 
 
 #: How long finding a topic's partitions (METADATA or ZooKeeper) may take before the command says why not.
@@ -68,6 +73,10 @@ async def reporting_errors(main, reactor, args) -> None:
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"twlog: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except NoAuthError as e:  # a secured cluster's znodes
+        print(f"twlog: {e}: give the credentials of an identity allowed to (--zookeeper-credentials-file; "
+              "docs/security.md, ZooKeeper)", file=sys.stderr)
         raise SystemExit(1) from None
     except (BrokenPipeError, KeyboardInterrupt):  # `twlog ... | head`, Ctrl-C: stop quietly
         raise SystemExit(1) from None

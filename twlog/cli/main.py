@@ -27,6 +27,7 @@ from twlog.cli.options import (
 from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
 from twlog.cli.registry_parsers import add_registry_options
 from twlog.cli.tls_parsers import add_tls_options
+from twlog.cli.zk_options import read_zookeeper_credentials
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
@@ -238,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print JSON (for scripts) instead of a sentence")
 
     add_broker_commands(commands, debug_option, json_option)
+    add_zookeeper_commands(commands, debug_option)
 
     # Their options are twistd's, which main() hands them before argparse sees them: these are for `twlog --help`.
     subcommand(commands, "broker", "twlog.cli.broker:main",
@@ -363,6 +365,27 @@ def add_broker_commands(commands, debug_option, json_option) -> None:
     forget.add_argument("--broker-id", type=int, required=True, metavar="N", help="the broker to forget")
 
 
+def add_zookeeper_commands(commands, debug_option) -> None:
+    """C{twlog zookeeper secure}: set a secured cluster's ACLs on the znodes made before it had credentials."""
+    zookeeper = subcommand(commands, "zookeeper", "twlog.cli.zookeeper:secure",
+                           "secure an existing cluster's znodes with ACLs (Kafka's zookeeper-security-migration)",
+                           "Actions on the cluster's ZooKeeper tree.")
+    actions = zookeeper.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
+    actions.required = True
+    secure = subcommand(
+        actions, "secure", "twlog.cli.zookeeper:secure", "set the ACLs of a secured cluster on every znode",
+        "Set, recursively, the ACL of every znode of the cluster (its chroot; without one, every top-level node "
+        "but ZooKeeper's /zookeeper): the identity of --zookeeper-credentials-file (the brokers') may do "
+        "anything, everyone may read, except credentials (/config/users, /twlog/zookeeper-digests); a consumer "
+        "group keeps the members its ACL names (docs/security.md, ZooKeeper).", react=True,
+    )
+    secure.add_argument("--zookeeper", "-z", default="localhost:2181", type=zookeeper_address,
+                        metavar="HOST:PORT[/chroot]", help="ZooKeeper (default: localhost:2181)")
+    secure.add_argument("--unsecure", action="store_true",
+                        help="open every znode to everyone again (as Kafka's zookeeper.acl=unsecure)")
+    debug_option(secure)
+
+
 def reset_target(text: str) -> str | int | tuple[str, int]:
     """C{--to}: C{earliest}, C{latest}, C{("time", ms)} for an ISO date/time, or a byte offset."""
     if text in ("earliest", "latest"):
@@ -410,6 +433,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(command_list(parser), file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    try:
+        read_zookeeper_credentials(args)
+    except TwlogError as e:
+        print(f"twlog: {e}", file=sys.stderr)
+        return 1
     function = _load(args.run)
     if getattr(args, "react", False):
         return _load(RUNNER)(function, args)

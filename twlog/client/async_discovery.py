@@ -155,7 +155,8 @@ async def _registered(zookeeper: str | IZooKeeper, topics: list[str] | None, opt
                       reactor) -> Reading:
     if not isinstance(zookeeper, str):
         return await read_registrations_async(zookeeper, topics, options.listener)
-    zk = ZooKeeper(zookeeper, reactor=reactor, connect_timeout_s=options.timeout_s)
+    zk = ZooKeeper(zookeeper, reactor=reactor, connect_timeout_s=options.timeout_s,
+                   credentials=options.zookeeper_credentials)
     try:
         await zk.start()
     except ZooKeeperUnavailable as e:

@@ -166,7 +166,7 @@ def discover(
         answered = cluster.answered
         where = cluster.where
     else:
-        found = _zookeeper_partitions(topics, zookeeper, options.timeout_s, allow_partial, options.listener)
+        found = _zookeeper_partitions(topics, zookeeper, options, allow_partial)
         where = f"the brokers registered in ZooKeeper at {zookeeper}"
     require_topics(found, topics, where)
     if check_reachable:
@@ -329,11 +329,11 @@ def check_answered_as(broker_id: int, held: Sequence[PartitionLocation], answere
                                f"{answered} (a stale registration?)")
 
 
-def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float,
-                          allow_partial: bool = False, listener: str = PLAINTEXT) -> list[PartitionLocation]:
+def _zookeeper_partitions(topics: list[str], zookeeper: str, options: ClientOptions,
+                          allow_partial: bool = False) -> list[PartitionLocation]:
     try:
-        with BlockingZooKeeper(zookeeper, timeout_s) as zk:
-            return registered_partitions(zk, topics, allow_partial, listener)
+        with BlockingZooKeeper(zookeeper, options.timeout_s, options.zookeeper_credentials) as zk:
+            return registered_partitions(zk, topics, allow_partial, options.listener)
     except ZooKeeperUnavailable as e:
         raise ConnectionFailed(str(e)) from None
 

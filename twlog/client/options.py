@@ -19,6 +19,7 @@ from twisted.application.internet import backoffPolicy
 
 from twlog.client.tls import TLSSettings
 from twlog.coord.endpoints import PLAINTEXT, SSL
+from twlog.coord.zkauth import ZooKeeperCredentials
 from twlog.storage.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 
 #: The largest response frame a client accepts by default: room for big fetches.
@@ -45,6 +46,8 @@ class ClientOptions:
     @ivar max_decompressed_bytes: the most a compressed message may decompress to when read
         (a bigger one is a L{twlog.storage.message.CorruptMessage}); the broker's default bound.
     @ivar tls: speak TLS to the brokers (their C{--tls-port}) with these settings; None: plaintext.
+    @ivar zookeeper_credentials: authenticate the ZooKeeper sessions the client opens (digest; docs/security.md,
+        "ZooKeeper"), whose nodes then carry ACLs; None: anonymous.
     """
 
     timeout_s: float = 30.0
@@ -54,6 +57,7 @@ class ClientOptions:
     retry_policy: RetryPolicy | None = None
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
     tls: TLSSettings | None = None
+    zookeeper_credentials: ZooKeeperCredentials | None = attrs.field(default=None, repr=False)
 
     @property
     def listener(self) -> str:

@@ -250,7 +250,8 @@ class GroupConsumer:
         if IZooKeeper.providedBy(zookeeper):
             self.zookeeper, self._own_session = zookeeper, False
         else:
-            self.zookeeper = ZooKeeper(zookeeper, reactor=reactor, session_timeout_s=session_timeout_s)
+            self.zookeeper = ZooKeeper(zookeeper, reactor=reactor, session_timeout_s=session_timeout_s,
+                                       credentials=self.options.zookeeper_credentials)
             self._own_session = True
         self._backoff = backoffPolicy(
             initialDelay=rebalance_backoff_ms / 1000, factor=1.5, maxDelay=4 * rebalance_backoff_ms / 1000,

@@ -19,6 +19,8 @@ REPLICATED_TOPICS = "/twlog/topics"
 DELETE_TOPICS = "/twlog/delete_topics"
 #: Ephemeral, one per live broker: its listeners by security protocol (twlog only; L{twlog.coord.endpoints}).
 BROKER_ENDPOINTS = "/twlog/brokers/endpoints"
+#: Persistent, readable by the cluster alone: C{<user>} = the user's ZooKeeper digest identity (secured clusters).
+ZOOKEEPER_DIGESTS = "/twlog/zookeeper-digests"
 
 
 def broker_id_path(broker_id: int) -> str:

@@ -65,6 +65,7 @@ from twlog.coord.cluster import ClusterView
 from twlog.coord.endpoints import PLAINTEXT
 from twlog.coord.layout import ClusterLayout, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
+from twlog.coord.zkauth import ZooKeeperCredentials
 from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, PartitionsOffline
 from twlog.partition import TopicPartition
 from twlog.producer.static import PROVISIONAL_S, REPLICATED_MAX_AGE_S, StaticBrokers  # noqa: F401 (re-exported)
@@ -100,6 +101,7 @@ class Router(StaticBrokers):
         partitioner: Partitioner | None = None,
         rng: random.Random | None = None,
         listener: str = PLAINTEXT,
+        zookeeper_credentials: ZooKeeperCredentials | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
@@ -109,7 +111,8 @@ class Router(StaticBrokers):
         self._partitioner = partitioner or hash_partitioner
         self._rng = rng or random.Random()
         self._own_zk = isinstance(zookeeper, str)
-        self._zk: IZooKeeper | None = ZooKeeper(zookeeper, reactor=reactor) if self._own_zk else zookeeper
+        self._zk: IZooKeeper | None = (ZooKeeper(zookeeper, reactor=reactor, credentials=zookeeper_credentials)
+                                       if self._own_zk else zookeeper)
         self._zk_started = not self._own_zk
         self._view: ClusterView | None = None
         self._view_waiters: list[Deferred[ClusterView]] = []

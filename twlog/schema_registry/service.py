@@ -17,7 +17,9 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from twlog.client.options import ClientOptions
 from twlog.client.tls import openssl_reason, server_certificate_options
+from twlog.coord.zkauth import ZooKeeperCredentials
 from twlog.errors import TwlogError
 from twlog.protocol.twisted_internals import exit_now, forget_exit_signal
 from twlog.schema_registry.auth import DEFAULT_REALM, BasicAuth
@@ -38,20 +40,23 @@ class RegistryService(Service):
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, reactor=None,
                  cannot_start_exit_code: int | None = None, tls: RegistryTLS | None = None,
                  basic_auth_file: str | None = None, basic_auth_realm: str = DEFAULT_REALM,
-                 basic_auth_roles: str | None = None, basic_auth_read_only_roles: str | None = None) -> None:
+                 basic_auth_roles: str | None = None, basic_auth_read_only_roles: str | None = None,
+                 zookeeper_credentials: ZooKeeperCredentials | None = None) -> None:
         """@param cannot_start_exit_code: when set (C{twistd twlog-registry} sets 1), a registry that cannot
             listen logs one critical line naming the option to change, stops the reactor, and the process
             exits with this status (twistd itself would exit 0).  C{twlog registry} and tests leave it None
             and read L{listening}.
         @param tls: serve HTTPS with these files (L{RegistryTLS}); None: HTTP.
         @param basic_auth_file: require basic auth of the users of this file (L{twlog.schema_registry.auth}).
+        @param zookeeper_credentials: the cluster's, with C{zookeeper} (docs/security.md, "ZooKeeper").
         """
         if reactor is None:
             from twisted.internet import reactor
         self._reactor = reactor
         self.port = port
         self.interface = interface
-        self.journal = Journal(brokers=brokers, zookeeper=zookeeper, reactor=reactor)
+        self.journal = Journal(brokers=brokers, zookeeper=zookeeper, reactor=reactor,
+                               options=ClientOptions(zookeeper_credentials=zookeeper_credentials))
         self.registry = SchemaRegistry(self.journal, reactor=reactor, timeout_s=request_timeout_s)
         self.site = make_site(self.registry, max_body_bytes)
         self.tls = tls

@@ -6,6 +6,8 @@ from __future__ import annotations
 from twisted.python import usage
 
 from twlog.client.discovery import parse_brokers
+from twlog.coord.zkauth import read_credentials_file
+from twlog.errors import TwlogError
 from twlog.schema_registry.auth import DEFAULT_REALM
 from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S
 from twlog.schema_registry.service import DEFAULT_PORT, RegistryService, RegistryTLS
@@ -51,6 +53,8 @@ class Options(usage.Options):
     optParameters = [
         ["zookeeper", "z", None, "ZooKeeper connect string of the twlog cluster (host:port[,...][/chroot])"],
         ["broker", "b", None, "a broker of the twlog cluster, host:port[,...] (instead of --zookeeper)"],
+        ["zookeeper-credentials-file", None, None, "with --zookeeper: the cluster's ZooKeeper credentials, one line "
+         "user:password (or username= and password= lines; docs/security.md, ZooKeeper)"],
         ["port", "p", DEFAULT_PORT, "HTTP port (0: any free port)", _int("port", 0, 65535)],
         ["interface", "i", "127.0.0.1", "interface to listen on"],
         ["max-body-bytes", None, DEFAULT_MAX_BODY_BYTES, "largest request body taken (larger: 413)",
@@ -88,6 +92,14 @@ class Options(usage.Options):
                 parse_brokers(self["broker"])
             except ValueError as e:
                 raise usage.UsageError(f"--broker: {e}") from None
+        self.zookeeper_credentials = None
+        if self["zookeeper-credentials-file"]:
+            if self["zookeeper"] is None:
+                raise usage.UsageError("--zookeeper-credentials-file needs --zookeeper")
+            try:
+                self.zookeeper_credentials = read_credentials_file(self["zookeeper-credentials-file"])
+            except TwlogError as e:
+                raise usage.UsageError(str(e)) from None
 
     def service(self, reactor=None) -> RegistryService:
         return RegistryService(brokers=self["broker"], zookeeper=self["zookeeper"], port=self["port"],
@@ -95,7 +107,8 @@ class Options(usage.Options):
                                request_timeout_s=self["request-timeout"], reactor=reactor, tls=self.tls(),
                                basic_auth_file=self["basic-auth-file"], basic_auth_realm=self["basic-auth-realm"],
                                basic_auth_roles=self["basic-auth-roles"],
-                               basic_auth_read_only_roles=self["basic-auth-read-only-roles"])
+                               basic_auth_read_only_roles=self["basic-auth-read-only-roles"],
+                               zookeeper_credentials=getattr(self, "zookeeper_credentials", None))
 
     def tls(self) -> RegistryTLS | None:
         """The registry's HTTPS files, or None (HTTP)."""
