@@ -182,9 +182,17 @@ class BrokerConfig:
     #: (Kafka's default.replication.factor), with --num-partitions partitions per live broker in all; 1: a
     #: 0.7 topic, as without replication.
     default_replication_factor: int = 1
+    #: Authorization (docs/security.md): check every request against the ACLs in ZooKeeper (needs C{zookeeper}),
+    #: and the principals allowed everything whatever the ACLs say (Kafka's super.users).
+    acls: bool = False
+    super_users: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         problems = []
+        if self.acls and self.zookeeper is None:
+            problems.append("--acls needs --zookeeper (the ACLs are kept there)")
+        if self.super_users and not self.acls:
+            problems.append("--super-users needs --acls")
         if self.broker_id < 0:
             problems.append("broker_id must not be negative")
         if self.advertised_port is not None and not 1 <= self.advertised_port <= 65535:

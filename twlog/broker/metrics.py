@@ -263,6 +263,7 @@ class _BrokerCollector:
         info.add_metric([], {"broker_id": str(broker.config.broker_id)})
         yield info
         yield from self._requests(metrics)
+        yield from _authorization(broker)
         yield _counter("twlog_network_received_bytes", "Bytes received from clients.", factory.received_bytes)
         yield _counter("twlog_network_sent_bytes", "Bytes of responses written to clients, log bytes included.",
                        factory.sent_bytes)
@@ -356,6 +357,18 @@ class _BrokerCollector:
             families["end"].add_metric(values, log.end_offset)
             families["failed"].add_metric(values, 0 if log.failed is None else 1)
         yield from families.values()
+
+
+def _authorization(broker: Broker) -> Iterator[Metric]:
+    """With C{--acls}: the requests refused, by the operation and the resource type they lacked."""
+    if broker.guard is None:
+        return
+    refusals = CounterMetricFamily("twlog_authorization_refusals", "Requests the ACLs refused (--acls), by the "
+                                   "operation and the resource type they needed.",
+                                   labels=["operation", "resource_type"])
+    for (operation, resource_type), count in sorted(broker.guard.refusals.items()):
+        refusals.add_metric([operation, resource_type], count)
+    yield refusals
 
 
 def _replication(manager: ReplicaManager | None, controller: Controller | None) -> Iterator[Metric]:

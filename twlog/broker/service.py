@@ -29,6 +29,7 @@ from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.logger import Logger
 from typing_extensions import override
 
+from twlog.broker.authorization import authorization_guard, follow_acls
 from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.listeners import Listeners, listen, listen_error
@@ -36,6 +37,7 @@ from twlog.broker.listeners import tcp_endpoint as _endpoint  # noqa: F401 (test
 from twlog.broker.metrics import BrokerMetrics, metrics_url, serve_metrics
 from twlog.broker.replicas import BrokerReplicas
 from twlog.config import BrokerConfig
+from twlog.coord.acls import AclCache
 from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
@@ -89,6 +91,11 @@ class BrokerService(Service):
         self.logs = LogManager(config.log, reactor, thread_pool_runner(reactor))
         self.broker = Broker(self.logs, config, reactor)
         self.factory = BrokerFactory(self.broker)
+        #: With C{--acls}: the ACLs in ZooKeeper, cached (once ZooKeeper is joined; until then nobody but the
+        #: super users is allowed anything).
+        self.acls: AclCache | None = None
+        if config.acls:
+            self.broker.guard = authorization_guard(self.broker, self.logs, reactor)
         #: Once listening: the plaintext port (None with C{--no-plaintext}) and the TLS port (with C{--tls-port}).
         self.listeners = Listeners()
         self.port = self.tls_port = None
@@ -215,6 +222,7 @@ class BrokerService(Service):
             await registration.start()
             self.registration = registration
             self._follow_cluster(zk)
+            self._follow_acls(zk)
             self._start_control(zk)
             self._start_replicas(zk)
         except BaseException:
@@ -232,6 +240,11 @@ class BrokerService(Service):
                 "for this broker alone until the session reconnects", id=self.config.broker_id,
                 error=f.getErrorMessage() or f.type.__name__)
         )
+
+    def _follow_acls(self, zk: ZooKeeper) -> None:
+        """With C{--acls}: read the ACLs and follow them, without waiting (requests are refused until read)."""
+        if self.broker.guard is not None:
+            self.acls = follow_acls(zk, self.broker.guard, self.config, self._log)
 
     def _start_control(self, zk: ZooKeeper) -> None:
         """Run for controller (replicated topics' leaders and ISRs), as every broker with ZooKeeper does."""
@@ -284,6 +297,8 @@ class BrokerService(Service):
         zk, self.zookeeper = self.zookeeper, None
         registration, self.registration = self.registration, None
         view, self.cluster = self.cluster, None
+        if self.acls is not None:
+            self.acls, _ = None, self.acls.stop()
         control, self.control = self.control, None
         replicas, self.replicas = self.replicas, None
         self.broker.controller_id = None
