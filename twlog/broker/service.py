@@ -29,7 +29,7 @@ from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.logger import Logger
 from typing_extensions import override
 
-from twlog.broker.authorization import authorization_guard, follow_acls
+from twlog.broker.authorization import follow_acls
 from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.listeners import Listeners, listen, listen_error
@@ -37,7 +37,6 @@ from twlog.broker.listeners import tcp_endpoint as _endpoint  # noqa: F401 (test
 from twlog.broker.metrics import BrokerMetrics, metrics_url, serve_metrics
 from twlog.broker.replicas import BrokerReplicas
 from twlog.config import BrokerConfig
-from twlog.coord.acls import AclCache
 from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
@@ -53,22 +52,17 @@ from twlog.storage.manager import LogManager, thread_pool_runner
 class BrokerService(Service):
     """The broker: opens the log directory, listens, registers in ZooKeeper; on stop undoes all three.
 
-    @param stop_reactor_on_error: when the broker cannot start (log directory
-        in use, port taken, id registered by another broker, ZooKeeper
-        unreachable), log one critical line and stop the reactor, as a
-        process should.  Embedders and tests turn it off and see the error
-        on L{listening}.
-    @param zookeeper_session_timeout_s: how long ZooKeeper keeps this broker
-        registered after losing touch with it.
+    @param stop_reactor_on_error: when the broker cannot start (log directory in use, port taken, id registered by
+        another broker, ZooKeeper unreachable), log one critical line and stop the reactor, as a process should.
+        Embedders and tests turn it off and see the error on L{listening}.
+    @param zookeeper_session_timeout_s: how long ZooKeeper keeps this broker registered after losing touch with it.
     @param zookeeper_connect_timeout_s: how long to wait for ZooKeeper at start.
-    @param unclean_exit_code: when set (C{twistd twlog} sets 1), a stop whose
-        final flush failed makes the process exit with this status once the
-        reactor has stopped (instead of twistd's clean exit, or its re-raised
+    @param unclean_exit_code: when set (C{twistd twlog} sets 1), a stop whose final flush failed makes the process
+        exit with this status once the reactor has stopped (instead of twistd's clean exit, or its re-raised
         SIGTERM).  Embedders and tests leave it None and read L{stopped_cleanly}.
-    @param cannot_start_exit_code: when set (C{twistd twlog} sets 1) with
-        C{stop_reactor_on_error}, a broker that cannot start makes the process
-        exit with this status once the reactor has stopped (twistd itself
-        would exit 0).  Embedders and tests leave it None and read L{listening}.
+    @param cannot_start_exit_code: when set (C{twistd twlog} sets 1) with C{stop_reactor_on_error}, a broker that
+        cannot start makes the process exit with this status once the reactor has stopped (twistd itself would exit
+        0).  Embedders and tests leave it None and read L{listening}.
     """
 
     _log = Logger()
@@ -91,11 +85,6 @@ class BrokerService(Service):
         self.logs = LogManager(config.log, reactor, thread_pool_runner(reactor))
         self.broker = Broker(self.logs, config, reactor)
         self.factory = BrokerFactory(self.broker)
-        #: With C{--acls}: the ACLs in ZooKeeper, cached (once ZooKeeper is joined; until then nobody but the
-        #: super users is allowed anything).
-        self.acls: AclCache | None = None
-        if config.acls:
-            self.broker.guard = authorization_guard(self.broker, self.logs, reactor)
         #: Once listening: the plaintext port (None with C{--no-plaintext}) and the TLS port (with C{--tls-port}).
         self.listeners = Listeners()
         self.port = self.tls_port = None
@@ -222,7 +211,7 @@ class BrokerService(Service):
             await registration.start()
             self.registration = registration
             self._follow_cluster(zk)
-            self._follow_acls(zk)
+            follow_acls(zk, self.broker, self._log)  # (with --acls; until read, only super users are allowed)
             self._start_control(zk)
             self._start_replicas(zk)
         except BaseException:
@@ -240,11 +229,6 @@ class BrokerService(Service):
                 "for this broker alone until the session reconnects", id=self.config.broker_id,
                 error=f.getErrorMessage() or f.type.__name__)
         )
-
-    def _follow_acls(self, zk: ZooKeeper) -> None:
-        """With C{--acls}: read the ACLs and follow them, without waiting (requests are refused until read)."""
-        if self.broker.guard is not None:
-            self.acls = follow_acls(zk, self.broker.guard, self.config, self._log)
 
     def _start_control(self, zk: ZooKeeper) -> None:
         """Run for controller (replicated topics' leaders and ISRs), as every broker with ZooKeeper does."""
@@ -297,8 +281,6 @@ class BrokerService(Service):
         zk, self.zookeeper = self.zookeeper, None
         registration, self.registration = self.registration, None
         view, self.cluster = self.cluster, None
-        if self.acls is not None:
-            self.acls, _ = None, self.acls.stop()
         control, self.control = self.control, None
         replicas, self.replicas = self.replicas, None
         self.broker.controller_id = None

@@ -35,7 +35,7 @@ from twlog.protocol import replication_codec as replication
 from twlog.protocol.admission import EventLog
 from twlog.protocol.replica_status_codec import ReplicaStatusRequest
 from twlog.protocol.responses import TopicLayout, TopicMetadata
-from twlog.security.acls import CLUSTER_NAME, Operation, ResourceType
+from twlog.security.acls import CLUSTER_NAME, Authorizer, Operation, ResourceType
 
 __all__ = ["REQUEST_ACLS", "AclSource", "RequestGuard", "request_topics"]
 
@@ -123,6 +123,19 @@ class RequestGuard:
         self.refusals: dict[tuple[str, str], int] = {}
         self.dropped = EventLog(clock, self._log, "dropped {count} fire-and-forget produce(s) the ACLs refuse, the "
                                 "last from {principal} at {peer}: {error}")
+
+    @classmethod
+    def of_broker(cls, broker) -> RequestGuard:
+        """The guard of a L{twlog.protocol.server.Broker} started with C{--acls}: it allows only the super users
+        until its L{acls} are set to the ACLs read from ZooKeeper (fail closed)."""
+        config, logs = broker.config, broker.logs
+
+        def existing(topic: str) -> bool:
+            cluster = broker.cluster
+            return topic in logs.topics() or (cluster is not None and topic in cluster.topics())
+
+        return cls(Authorizer((), config.super_users), broker.clock, broker.count_error, existing,
+                   config.log.partitions_for)
 
     def handler(self, request: object, handler: Callable[..., Any], connection: Connection) -> Callable[..., Any]:
         """The handler to run for C{request} on C{connection}: C{handler}, or one answering its refusal."""

@@ -76,8 +76,9 @@ class Broker:
         self.delete_topic = metadata.delete_topic
         self.cluster_metadata_v2 = metadata.cluster_metadata_v2
         logs.add_delete_listener(fetching.topic_deleted)
-        #: The ACL check of each request (L{twlog.protocol.authorization}), set by the service with C{--acls}.
-        self.guard: RequestGuard | None = None
+        #: With C{--acls}: the ACL check of each request (L{twlog.protocol.authorization}); it allows only the super
+        #: users until it is given the ACLs (L{twlog.broker.authorization.follow_acls}).
+        self.guard: RequestGuard | None = RequestGuard.of_broker(self) if config.acls else None
         self.handlers: dict[type, Callable[..., Any]] = {
             ProduceRequest: self.produce,
             MultiProduceRequest: self.multiproduce,
