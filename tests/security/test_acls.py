@@ -21,7 +21,7 @@ from twlog.security.acls import (
     parse_super_users,
 )
 
-O, P = Operation, Permission
+Op, P = Operation, Permission
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED
 BOB = "User:bob"
@@ -42,86 +42,86 @@ def topic(name: str = "clicks", pattern_type: PatternType = LITERAL) -> Resource
 
 class DecisionTests(SynchronousTestCase):
     def test_no_acl_no_access(self) -> None:
-        self.assertFalse(decide({}, O.READ))
-        self.assertFalse(decide({topic("other"): {entry(O.READ)}}, O.READ))
+        self.assertFalse(decide({}, Op.READ))
+        self.assertFalse(decide({topic("other"): {entry(Op.READ)}}, Op.READ))
 
     def test_allow_matches_operation_principal_and_host(self) -> None:
-        acls = {topic(): {entry(O.WRITE, host="10.0.0.1")}}
-        self.assertTrue(decide(acls, O.WRITE))
-        self.assertFalse(decide(acls, O.READ))
-        self.assertFalse(decide(acls, O.WRITE, principal="User:alice"))
-        self.assertFalse(decide(acls, O.WRITE, host="10.0.0.2"))
+        acls = {topic(): {entry(Op.WRITE, host="10.0.0.1")}}
+        self.assertTrue(decide(acls, Op.WRITE))
+        self.assertFalse(decide(acls, Op.READ))
+        self.assertFalse(decide(acls, Op.WRITE, principal="User:alice"))
+        self.assertFalse(decide(acls, Op.WRITE, host="10.0.0.2"))
 
     def test_deny_wins(self) -> None:
         """A Deny on any covering pattern refuses what any Allow allows."""
-        for deny in ({topic(): {entry(O.READ, P.DENY)}}, {topic("*"): {entry(O.ALL, P.DENY)}},
-                     {topic("cl", PREFIXED): {entry(O.READ, P.DENY, principal="User:*")}},
-                     {topic(): {entry(O.READ, P.DENY, host="10.0.0.1")}}):
-            acls = {topic(): {entry(O.READ)}}
+        for deny in ({topic(): {entry(Op.READ, P.DENY)}}, {topic("*"): {entry(Op.ALL, P.DENY)}},
+                     {topic("cl", PREFIXED): {entry(Op.READ, P.DENY, principal="User:*")}},
+                     {topic(): {entry(Op.READ, P.DENY, host="10.0.0.1")}}):
+            acls = {topic(): {entry(Op.READ)}}
             for pattern, entries in deny.items():
                 acls[pattern] = acls.get(pattern, set()) | entries
-            self.assertFalse(decide(acls, O.READ), deny)
+            self.assertFalse(decide(acls, Op.READ), deny)
 
     def test_deny_from_another_host_does_not_refuse(self) -> None:
-        acls = {topic(): {entry(O.READ), entry(O.READ, P.DENY, host="10.0.0.9")}}
-        self.assertTrue(decide(acls, O.READ))
+        acls = {topic(): {entry(Op.READ), entry(Op.READ, P.DENY, host="10.0.0.9")}}
+        self.assertTrue(decide(acls, Op.READ))
 
     def test_allow_implies_describe_deny_implies_nothing(self) -> None:
         """Read, Write, Delete, Alter allow Describe; AlterConfigs allows DescribeConfigs; a Deny Read still lets
         Describe through (Kafka's rule)."""
-        for operation in (O.READ, O.WRITE, O.DELETE, O.ALTER):
-            self.assertTrue(decide({topic(): {entry(operation)}}, O.DESCRIBE), operation)
-        self.assertFalse(decide({topic(): {entry(O.CREATE)}}, O.DESCRIBE))
-        self.assertFalse(decide({topic(): {entry(O.DESCRIBE)}}, O.READ))
-        self.assertTrue(decide({topic(): {entry(O.ALTER_CONFIGS)}}, O.DESCRIBE_CONFIGS))
-        self.assertTrue(decide({topic(): {entry(O.WRITE), entry(O.READ, P.DENY)}}, O.DESCRIBE))
+        for operation in (Op.READ, Op.WRITE, Op.DELETE, Op.ALTER):
+            self.assertTrue(decide({topic(): {entry(operation)}}, Op.DESCRIBE), operation)
+        self.assertFalse(decide({topic(): {entry(Op.CREATE)}}, Op.DESCRIBE))
+        self.assertFalse(decide({topic(): {entry(Op.DESCRIBE)}}, Op.READ))
+        self.assertTrue(decide({topic(): {entry(Op.ALTER_CONFIGS)}}, Op.DESCRIBE_CONFIGS))
+        self.assertTrue(decide({topic(): {entry(Op.WRITE), entry(Op.READ, P.DENY)}}, Op.DESCRIBE))
 
     def test_all_matches_every_operation(self) -> None:
         for operation in Operation:
-            self.assertTrue(decide({topic(): {entry(O.ALL)}}, operation))
-            self.assertFalse(decide({topic(): {entry(O.ALL), entry(O.ALL, P.DENY)}}, operation))
+            self.assertTrue(decide({topic(): {entry(Op.ALL)}}, operation))
+            self.assertFalse(decide({topic(): {entry(Op.ALL), entry(Op.ALL, P.DENY)}}, operation))
 
     def test_wildcards(self) -> None:
         """The literal name * covers every resource of its type (no other type); User:* every principal."""
-        acls = {topic("*"): {entry(O.READ, principal="User:*")}}
-        self.assertTrue(decide(acls, O.READ, "anything", principal="User:ANONYMOUS"))
-        self.assertFalse(decide(acls, O.READ, "g", resource_type=GROUP))
+        acls = {topic("*"): {entry(Op.READ, principal="User:*")}}
+        self.assertTrue(decide(acls, Op.READ, "anything", principal="User:ANONYMOUS"))
+        self.assertFalse(decide(acls, Op.READ, "g", resource_type=GROUP))
 
     def test_prefixed(self) -> None:
-        acls = {topic("logs-", PREFIXED): {entry(O.READ)}}
-        self.assertTrue(decide(acls, O.READ, "logs-2024"))
-        self.assertTrue(decide(acls, O.READ, "logs-"))
-        self.assertFalse(decide(acls, O.READ, "logs"))
-        self.assertFalse(decide(acls, O.READ, "xlogs-1"))
+        acls = {topic("logs-", PREFIXED): {entry(Op.READ)}}
+        self.assertTrue(decide(acls, Op.READ, "logs-2024"))
+        self.assertTrue(decide(acls, Op.READ, "logs-"))
+        self.assertFalse(decide(acls, Op.READ, "logs"))
+        self.assertFalse(decide(acls, Op.READ, "xlogs-1"))
 
     def test_a_literal_is_not_a_prefix(self) -> None:
-        self.assertFalse(decide({topic("logs-"): {entry(O.READ)}}, O.READ, "logs-2024"))
+        self.assertFalse(decide({topic("logs-"): {entry(Op.READ)}}, Op.READ, "logs-2024"))
 
     def test_super_users(self) -> None:
-        acls = {topic("*"): {entry(O.ALL, P.DENY, principal="User:*")}}
-        self.assertTrue(decide(acls, O.WRITE, principal="User:admin", super_users={"User:admin"}))
-        self.assertFalse(decide(acls, O.WRITE))
+        acls = {topic("*"): {entry(Op.ALL, P.DENY, principal="User:*")}}
+        self.assertTrue(decide(acls, Op.WRITE, principal="User:admin", super_users={"User:admin"}))
+        self.assertFalse(decide(acls, Op.WRITE))
 
     def test_cluster(self) -> None:
-        acls = {ResourcePattern(CLUSTER, CLUSTER_NAME): {entry(O.CLUSTER_ACTION)}}
-        self.assertTrue(decide(acls, O.CLUSTER_ACTION, CLUSTER_NAME, resource_type=CLUSTER))
-        self.assertFalse(decide(acls, O.CLUSTER_ACTION, "clicks"))
+        acls = {ResourcePattern(CLUSTER, CLUSTER_NAME): {entry(Op.CLUSTER_ACTION)}}
+        self.assertTrue(decide(acls, Op.CLUSTER_ACTION, CLUSTER_NAME, resource_type=CLUSTER))
+        self.assertFalse(decide(acls, Op.CLUSTER_ACTION, "clicks"))
 
 
 class ModelTests(SynchronousTestCase):
     def test_zookeeper_value_is_kafkas(self) -> None:
-        value = encode_acls([entry(O.WRITE)])
+        value = encode_acls([entry(Op.WRITE)])
         self.assertEqual(value, b'{"version":1,"acls":[{"principal":"User:bob","permissionType":"Allow",'
                          b'"operation":"Write","host":"*"}]}')
-        self.assertEqual(decode_acls(value), {entry(O.WRITE)})
+        self.assertEqual(decode_acls(value), {entry(Op.WRITE)})
 
     def test_reads_what_kafka_writes(self) -> None:
         """Kafka's own value (spaces, several entries, IdempotentWrite on the cluster)."""
         value = (b'{"version": 1, "acls": [{"principal": "User:CN=broker,O=x", "permissionType": "Allow", '
                  b'"operation": "IdempotentWrite", "host": "*"}, {"principal": "User:bob", "permissionType": "Deny",'
                  b' "operation": "Read", "host": "10.0.0.1"}]}')
-        self.assertEqual(decode_acls(value), {entry(O.IDEMPOTENT_WRITE, principal="User:CN=broker,O=x"),
-                                              entry(O.READ, P.DENY, host="10.0.0.1")})
+        self.assertEqual(decode_acls(value), {entry(Op.IDEMPOTENT_WRITE, principal="User:CN=broker,O=x"),
+                                              entry(Op.READ, P.DENY, host="10.0.0.1")})
 
     def test_bad_values(self) -> None:
         for bad in (b"{", b'{"version":2,"acls":[]}', b'{"version":1}', b'{"version":1,"acls":[{"principal":'
@@ -134,9 +134,9 @@ class ModelTests(SynchronousTestCase):
         self.assertRaises(AclError, ResourcePattern, TOPIC, "*", PREFIXED)
         self.assertRaises(AclError, ResourcePattern, TOPIC, "")
         with self.assertRaises(AclError) as caught:
-            AclBinding(ResourcePattern(GROUP, "g"), entry(O.WRITE))
+            AclBinding(ResourcePattern(GROUP, "g"), entry(Op.WRITE))
         self.assertIn("cannot name Write", str(caught.exception))
-        AclBinding(ResourcePattern(CLUSTER, CLUSTER_NAME), entry(O.IDEMPOTENT_WRITE))
+        AclBinding(ResourcePattern(CLUSTER, CLUSTER_NAME), entry(Op.IDEMPOTENT_WRITE))
 
     def test_super_users_separated_by_semicolons(self) -> None:
         self.assertEqual(parse_super_users("User:admin;User:CN=broker,O=x; "),
@@ -147,17 +147,17 @@ class ModelTests(SynchronousTestCase):
 class GroupReadPrincipalsTests(SynchronousTestCase):
     def test_literal_prefixed_wildcard_less_denies(self) -> None:
         group = ResourcePattern(GROUP, "billing")
-        acls = {group: {entry(O.READ), entry(O.READ, principal="User:eve"),
-                        entry(O.READ, P.DENY, principal="User:eve")},
-                ResourcePattern(GROUP, "bill", PREFIXED): {entry(O.ALL, principal="User:carol")},
-                ResourcePattern(GROUP, "*"): {entry(O.DESCRIBE, principal="User:dan")},
-                ResourcePattern(GROUP, "other"): {entry(O.READ, principal="User:frank")}}
+        acls = {group: {entry(Op.READ), entry(Op.READ, principal="User:eve"),
+                        entry(Op.READ, P.DENY, principal="User:eve")},
+                ResourcePattern(GROUP, "bill", PREFIXED): {entry(Op.ALL, principal="User:carol")},
+                ResourcePattern(GROUP, "*"): {entry(Op.DESCRIBE, principal="User:dan")},
+                ResourcePattern(GROUP, "other"): {entry(Op.READ, principal="User:frank")}}
         self.assertEqual(group_read_principals(acls, "billing"), {BOB, "User:carol"})
 
     def test_a_deny_from_one_host_is_not_decidable_here(self) -> None:
-        acls = {ResourcePattern(GROUP, "g"): {entry(O.READ), entry(O.READ, P.DENY, host="10.0.0.1")}}
+        acls = {ResourcePattern(GROUP, "g"): {entry(Op.READ), entry(Op.READ, P.DENY, host="10.0.0.1")}}
         self.assertEqual(group_read_principals(acls, "g"), {BOB})
 
     def test_everyone_denied(self) -> None:
-        acls = {ResourcePattern(GROUP, "g"): {entry(O.READ), entry(O.ALL, P.DENY, principal="User:*")}}
+        acls = {ResourcePattern(GROUP, "g"): {entry(Op.READ), entry(Op.ALL, P.DENY, principal="User:*")}}
         self.assertEqual(group_read_principals(acls, "g"), set())
