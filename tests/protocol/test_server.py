@@ -370,6 +370,7 @@ class Kafka07CodeTests(SynchronousTestCase):
             "TooManyConnectionsFromAddress": -1, "OutcomeUnknown": -1, "NotEnoughReplicas": -1,
             "NotEnoughReplicasAfterAppend": -1, "FencedLeaderEpoch": -1, "UnknownLeaderEpoch": -1, "NotFollower": -1,
             "ReplicatedTopic": -1,
+            "TopicAuthorizationFailed": -1, "GroupAuthorizationFailed": -1, "ClusterAuthorizationFailed": -1,
         })
         self.assertEqual(kafka07_code(99), UNKNOWN)
 
