@@ -129,10 +129,15 @@ class RequestGuard:
         """The guard of a L{twlog.protocol.server.Broker} started with C{--acls}: it allows only the super users
         until its L{acls} are set to the ACLs read from ZooKeeper (fail closed)."""
         config, logs = broker.config, broker.logs
+        known: set[str] = set()  # topics seen to exist (a topic deleted here is forgotten)
+        logs.add_delete_listener(known.discard)
 
         def existing(topic: str) -> bool:
-            cluster = broker.cluster
-            return topic in logs.topics() or (cluster is not None and topic in cluster.topics())
+            if topic not in known:
+                cluster = broker.cluster
+                if topic in logs.topics() or (cluster is not None and topic in cluster.topics()):
+                    known.add(topic)
+            return topic in known
 
         return cls(Authorizer((), config.super_users), broker.clock, broker.count_error, existing,
                    config.log.partitions_for)
