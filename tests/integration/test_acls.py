@@ -151,3 +151,13 @@ class EndToEndTests(TestCase):
         status, out, err = await twlog("topics", "-b", self.broker, "--json")
         self.assertEqual(status, 0, err)
         self.assertNotIn("secret", out.decode())
+
+
+class BrokerOptionTests(TestCase):
+    timeout = 60
+
+    async def test_acls_without_zookeeper_refused_in_one_line(self) -> None:
+        status, out, err = await twlog("broker", "--acls", "--port", "0", "--log-dir", self.mktemp())
+        self.assertEqual((status, out), (2, b""))
+        one_line(self, err)
+        self.assertIn(b"--acls needs --zookeeper (the ACLs are kept there)", err)
