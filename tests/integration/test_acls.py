@@ -37,8 +37,9 @@ class AclsCommandTests(TestCase):
                                        "--operation", "Write", "--operation", "Read", "--topic", "clicks",
                                        "--topic", "logs-", "--resource-pattern-type", "prefixed")
         self.assertEqual(status, 0, err)
-        self.assertIn(b"Current ACLs for resource `Topic:PREFIXED:logs-`:\n\tprincipal=User:bob, host=*, "
-                      b"operation=Read, permissionType=Allow\n", out)
+        self.assertIn(b"Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=logs-, "
+                      b"patternType=PREFIXED)`:\n\t(principal=User:bob, host=*, operation=READ, "
+                      b"permissionType=ALLOW)\n", out)
         value, _ = await self.zk.get("/kafka-acl-extended/prefixed/Topic/logs-")
         self.assertEqual(json.loads(value)["version"], 1)
         status, out, err = await twlog("acls", "add", "-z", self.hosts, "--deny-principal", "User:eve",
@@ -55,7 +56,7 @@ class AclsCommandTests(TestCase):
         status, out, _ = await twlog("acls", "list", "-z", self.hosts, "--topic", "logs-2024",
                                      "--resource-pattern-type", "match", "--principal", "User:bob")
         self.assertEqual(out.count(b"Current ACLs"), 1, out)
-        self.assertIn(b"`Topic:PREFIXED:logs-`", out)
+        self.assertIn(b"`ResourcePattern(resourceType=TOPIC, name=logs-, patternType=PREFIXED)`", out)
         status, _, err = await twlog("acls", "remove", "-z", self.hosts, "--topic", "clicks")
         self.assertEqual(status, 2)
         one_line(self, err)

@@ -142,7 +142,9 @@ class ResourcePattern:
         return self.name in (name, WILDCARD)
 
     def __str__(self) -> str:
-        return f"{self.resource_type.value}:{self.pattern_type.value}:{self.name}"
+        """As Kafka prints it (C{kafka-acls}' output)."""
+        return (f"ResourcePattern(resourceType={self.resource_type.name}, name={self.name}, "
+                f"patternType={self.pattern_type.name})")
 
 
 @attrs.frozen(order=True)
@@ -164,8 +166,9 @@ class AccessControlEntry:
                 "operation": self.operation.value, "host": self.host}
 
     def __str__(self) -> str:
-        return (f"principal={self.principal}, host={self.host}, operation={self.operation.value}, "
-                f"permissionType={self.permission.value}")
+        """As Kafka prints it (C{kafka-acls}' output)."""
+        return (f"(principal={self.principal}, host={self.host}, operation={self.operation.name}, "
+                f"permissionType={self.permission.name})")
 
 
 @attrs.frozen(order=True)
