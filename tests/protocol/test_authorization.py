@@ -212,6 +212,11 @@ class EveryRequestTypeTests(GuardTestMixin, SynchronousTestCase):
         self.clock.advance(60)
         self.assertEqual(len(logged), 2)
         self.assertEqual(logged[1]["count"], 2)
+        self.ask(ProduceRequest("t", 0, SET))
+        timer = guard.dropped._timer  # the next line, due in a minute
+        self.assertTrue(timer.active())
+        BrokerFactory(self.broker).stopFactory()  # (at shutdown) leaves no timer behind
+        self.assertFalse(timer.active())
 
 
 class DecisionTests(GuardTestMixin, SynchronousTestCase):
