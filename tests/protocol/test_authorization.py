@@ -4,8 +4,10 @@ through a broker connection (StringTransport), and the METADATA family hiding th
 from __future__ import annotations
 
 import re
+import typing
 from pathlib import Path
 
+import attrs
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
@@ -13,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from twlog.errors import NO_ERROR, UNKNOWN, ClusterAuthorizationFailed, TopicAuthorizationFailed
 from twlog.protocol import codec
 from twlog.protocol import replication_codec as replication
-from twlog.protocol.authorization import REQUEST_ACLS, RequestGuard
+from twlog.protocol.authorization import REQUEST_ACLS, REQUEST_KINDS, RequestGuard
 from twlog.protocol.codec import (
     ACK_APPENDED,
     AckProduceRequest,
@@ -113,13 +115,18 @@ class GuardTestMixin(BrokerTestMixin):
             self.broker.config.log.partitions_for)
         return guard
 
+    def connection(self, principal: str = ALICE, host: str = "10.0.0.1"):
+        """A connection of C{principal} from C{host}, on a StringTransport."""
+        protocol = BrokerFactory(self.broker).buildProtocol(IPv4Address("TCP", host, 40000))
+        protocol.makeConnection(StringTransport())
+        protocol.principal = principal
+        return protocol
+
     def ask(self, request, principal: str = ALICE, host: str = "10.0.0.1") -> bytes | None:
         """C{request}'s response frame on a new connection of C{principal} from C{host} (None: no response)."""
-        protocol = BrokerFactory(self.broker).buildProtocol(IPv4Address("TCP", host, 40000))
-        transport = StringTransport()
-        protocol.makeConnection(transport)
-        protocol.principal = principal
+        protocol = self.connection(principal, host)
         protocol.dataReceived(frame(request))
+        transport = protocol.transport
         got = responses(transport.value())
         return got[0] if got else None
 
@@ -136,6 +143,20 @@ class EveryRequestTypeTests(GuardTestMixin, SynchronousTestCase):
         """The cases cover every type of the table but the METADATA family (never refused: HidingTests)."""
         self.assertEqual(set(CASES) | {codec.METADATA, codec.CLUSTER_METADATA, replication.CLUSTER_METADATA_V2},
                          set(REQUEST_ACLS))
+
+    def test_every_request_type_is_in_the_table(self) -> None:
+        """Every request type the codec decodes has its row (a new one fails here until it is given one), and a
+        type without a row is refused to everyone, super users too (fail closed)."""
+        self.assertEqual({REQUEST_KINDS[kind] for kind in typing.get_args(codec.Request)}, set(REQUEST_ACLS))
+
+        @attrs.frozen
+        class NewRequest:
+            topic: str = "t"
+
+        self.broker.handlers[NewRequest] = lambda request, peer: answered(request)
+        guard = self.guard(allow(Operation.ALL, name="*"), super_users={ALICE})
+        with self.assertRaises(ClusterAuthorizationFailed):
+            guard.handler(NewRequest(), self.broker.handlers[NewRequest], self.connection())(NewRequest(), "?")
 
     def test_refused_without_its_acl(self) -> None:
         """With ACLs for everything else, each type is refused: its code (0.7 types: Unknown), counted."""

@@ -41,8 +41,9 @@ __all__ = ["REQUEST_ACLS", "AclSource", "RequestGuard", "request_topics"]
 
 _TOPIC, _CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 
-#: Request type -> (its name, the operation it needs, on which resource types: any one of them will do).
-REQUEST_ACLS: dict[int, tuple[str, Operation, tuple[ResourceType, ...]]] = {
+#: Request type -> (its name, the operation it needs, on which resource types: any one of them will do).  An
+#: operation None: no ACL needed (SASL's handshake, when it is added).  A type not here is refused to everyone.
+REQUEST_ACLS: dict[int, tuple[str, Operation | None, tuple[ResourceType, ...]]] = {
     codec.PRODUCE: ("PRODUCE", Operation.WRITE, (_TOPIC,)),
     codec.FETCH: ("FETCH", Operation.READ, (_TOPIC,)),
     codec.MULTIFETCH: ("MULTIFETCH", Operation.READ, (_TOPIC,)),
@@ -65,7 +66,8 @@ REQUEST_ACLS: dict[int, tuple[str, Operation, tuple[ResourceType, ...]]] = {
 HIDING = frozenset({codec.METADATA, codec.CLUSTER_METADATA, replication.CLUSTER_METADATA_V2})
 PRODUCING = frozenset({codec.PRODUCE, codec.MULTIPRODUCE, codec.ACK_PRODUCE})
 
-_KINDS: dict[type, int] = {
+#: Request class -> request type.
+REQUEST_KINDS: dict[type, int] = {
     codec.ProduceRequest: codec.PRODUCE, codec.FetchRequest: codec.FETCH, codec.MultiFetchRequest: codec.MULTIFETCH,
     codec.MultiProduceRequest: codec.MULTIPRODUCE, codec.OffsetsRequest: codec.OFFSETS,
     codec.AckProduceRequest: codec.ACK_PRODUCE, codec.WaitFetchRequest: codec.WAIT_FETCH,
@@ -144,7 +146,12 @@ class RequestGuard:
 
     def handler(self, request: object, handler: Callable[..., Any], connection: Connection) -> Callable[..., Any]:
         """The handler to run for C{request} on C{connection}: C{handler}, or one answering its refusal."""
-        kind = _KINDS[type(request)]
+        kind = REQUEST_KINDS.get(type(request))
+        if kind is None:  # a request type the table does not name (yet): refused, whoever asks (fail closed)
+            refusal = self._refused(ClusterAuthorizationFailed, Operation.ALL, _CLUSTER, CLUSTER_NAME, connection)
+            return lambda request, peer: _raise(refusal)
+        if REQUEST_ACLS[kind][1] is None:  # needs no ACL
+            return handler
         if kind in HIDING:
             return lambda request, peer: maybeDeferred(handler, request, peer).addCallback(
                 self._hide, kind, bool(request.topics), connection)
