@@ -37,7 +37,7 @@ from twlog.protocol.replica_status_codec import ReplicaStatusRequest
 from twlog.protocol.responses import TopicLayout, TopicMetadata
 from twlog.security.acls import CLUSTER_NAME, Authorizer, Operation, ResourceType
 
-__all__ = ["REQUEST_ACLS", "AclSource", "RequestGuard", "request_topics"]
+__all__ = ["REQUEST_ACLS", "REQUEST_KINDS", "AclSource", "RequestGuard", "request_topics"]
 
 _TOPIC, _CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 
