@@ -7,7 +7,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from tests.fakezk import FakeZooKeeper
-from twlog.coord.acls import AclCache, change_acls, pattern_path, read_acls
+from twlog.coord.acls import CHANGE_EXPIRY_MS, AclCache, change_acls, pattern_path, read_acls
 from twlog.security.acls import (
     AccessControlEntry,
     AclError,
@@ -71,6 +71,22 @@ class StoreTests(TestCase):
         await change_acls(other, CLICKS, add={BOB})
         self.zk.flush()
         self.assertEqual(await first, {BOB, EVE})
+
+    async def test_kafkas_change_notifications(self) -> None:
+        """Each change writes Kafka's notification (none when nothing changes); those older than 15 minutes go."""
+        await change_acls(self.zk, CLICKS, add={BOB}, now_ms=0)
+        await change_acls(self.zk, CLICKS, add={BOB}, now_ms=0)  # no change: no notification
+        await change_acls(self.zk, LOGS, add={EVE}, now_ms=0)
+        nodes = self.zk.server.nodes
+        literal = sorted(p for p in nodes if p.startswith("/kafka-acl-changes/"))
+        self.assertEqual(literal, ["/kafka-acl-changes/acl_changes_0000000000"])
+        self.assertEqual(nodes[literal[0]].value, b"Topic:clicks")
+        self.assertEqual(nodes["/kafka-acl-extended-changes/acl_changes_0000000000"].value,
+                         b'{"version":1,"resourceType":"Topic","name":"logs-","patternType":"PREFIXED"}')
+        # (The fake server's ctimes are its zxids: "15 minutes later" is CHANGE_EXPIRY_MS past them.)
+        await change_acls(self.zk, CLICKS, remove={BOB}, now_ms=CHANGE_EXPIRY_MS + nodes[literal[0]].ctime + 1)
+        self.assertEqual(sorted(p for p in nodes if p.startswith("/kafka-acl-changes/")),
+                         ["/kafka-acl-changes/acl_changes_0000000001"])
 
     def test_names_that_cannot_be_nodes(self) -> None:
         for name in ("a/b", ".", ".."):

@@ -42,6 +42,10 @@ class AclsCommandTests(TestCase):
                       b"permissionType=ALLOW)\n", out)
         value, _ = await self.zk.get("/kafka-acl-extended/prefixed/Topic/logs-")
         self.assertEqual(json.loads(value)["version"], 1)
+        notified = await self.zk.children("/kafka-acl-extended-changes")  # Kafka's change notifications
+        self.assertEqual(len(notified), 2)
+        self.assertEqual(json.loads((await self.zk.get(f"/kafka-acl-extended-changes/{min(notified)}"))[0]),
+                         {"version": 1, "resourceType": "Topic", "name": "clicks", "patternType": "PREFIXED"})
         status, out, err = await twlog("acls", "add", "-z", self.hosts, "--deny-principal", "User:eve",
                                        "--deny-host", "10.0.0.7", "--topic", "clicks")
         self.assertEqual(status, 0, err)

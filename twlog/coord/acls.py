@@ -9,8 +9,10 @@ Each resource pattern is one node holding its entries (L{twlog.security.acls.enc
 
 A change is a compare-and-set on the node's version, tried again when another writer got there first, so
 two C{twlog acls add} at once lose nothing; a pattern left with no entry has its node deleted, as Kafka
-does.  Kafka's change notifications (C{/kafka-acl-changes}) are not written: twlog's brokers follow the
-nodes themselves by watches.
+does.  Each change also writes Kafka's change notification (L{notify_change}: C{/kafka-acl-changes} for a
+literal pattern, C{/kafka-acl-extended-changes} for a prefixed one), so that a Kafka broker would see it
+too, and deletes those older than Kafka's 15 minutes (Kafka's brokers do that; twlog's follow the pattern
+nodes themselves, by watches, and do not read them).
 
 L{AclCache} is a broker's copy, read at start and kept current by watches on every pattern node and on
 their parents, so a change applies without a restart.  Until it has read everything once it refuses every
@@ -20,6 +22,8 @@ everything again on reconnecting.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -49,10 +53,17 @@ from twlog.security.acls import (
     encode_acls,
 )
 
-__all__ = ["LITERAL_ROOT", "PREFIXED_ROOT", "AclCache", "change_acls", "pattern_path", "read_acls"]
+__all__ = ["LITERAL_ROOT", "PREFIXED_ROOT", "AclCache", "change_acls", "change_notification", "notify_change",
+           "pattern_path", "read_acls"]
 
 LITERAL_ROOT = "/kafka-acl"
 PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
+#: Kafka's change notifications: sequential C{acl_changes_<n>} nodes, literal patterns' and the others'.
+LITERAL_CHANGES = "/kafka-acl-changes"
+EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+CHANGE_PREFIX = "acl_changes_"
+#: Notifications older than this are deleted (Kafka's C{ZkNodeChangeNotificationListener} expiry).
+CHANGE_EXPIRY_MS = 15 * 60 * 1000
 #: How many times a change is tried against writers that change the same node meanwhile.
 MAX_ATTEMPTS = 50
 
@@ -102,35 +113,70 @@ async def read_acls(zk: IZooKeeper) -> dict[ResourcePattern, frozenset[AccessCon
     return found
 
 
+def change_notification(pattern: ResourcePattern) -> tuple[str, bytes]:
+    """Where Kafka notifies a change of C{pattern}'s ACLs, and the notification's value."""
+    if pattern.pattern_type is PatternType.LITERAL:
+        return LITERAL_CHANGES, f"{pattern.resource_type.value}:{pattern.name}".encode()
+    return EXTENDED_CHANGES, json.dumps(
+        {"version": 1, "resourceType": pattern.resource_type.value, "name": pattern.name,
+         "patternType": pattern.pattern_type.value}, separators=(",", ":")).encode()
+
+
+async def notify_change(zk: IZooKeeper, pattern: ResourcePattern, now_ms: float | None = None) -> None:
+    """Write Kafka's notification of a change of C{pattern}'s ACLs, and delete the notifications of its kind older
+    than L{CHANGE_EXPIRY_MS} (so they do not pile up: nobody else deletes them in a twlog cluster)."""
+    parent, value = change_notification(pattern)
+    await zk.create(f"{parent}/{CHANGE_PREFIX}", value, sequence=True, makepath=True)
+    oldest = (time.time() * 1000 if now_ms is None else now_ms) - CHANGE_EXPIRY_MS
+    for name in await zk.children(parent):
+        path = f"{parent}/{name}"
+        stat = await zk.exists(path)
+        if name.startswith(CHANGE_PREFIX) and stat is not None and stat.ctime < oldest:
+            try:
+                await zk.delete(path)
+            except NoNodeError:
+                pass  # (another writer deleted it)
+
+
 async def change_acls(zk: IZooKeeper, pattern: ResourcePattern, add: Iterable[AccessControlEntry] = (),
-                      remove: Iterable[AccessControlEntry] = ()) -> frozenset[AccessControlEntry]:
-    """Add C{add} to C{pattern}'s entries and take C{remove} out, by compare-and-set; its entries after.
+                      remove: Iterable[AccessControlEntry] = (), now_ms: float | None = None
+                      ) -> frozenset[AccessControlEntry]:
+    """Add C{add} to C{pattern}'s entries and take C{remove} out, by compare-and-set; its entries after.  A change
+    is notified as Kafka does (L{notify_change}, with the time now, or C{now_ms}).
 
     @raise TwlogError: other writers changed the node L{MAX_ATTEMPTS} times in a row.
     """
+    entries, changed = await _change(zk, pattern, frozenset(add), frozenset(remove))
+    if changed:
+        await notify_change(zk, pattern, now_ms)
+    return entries
+
+
+async def _change(zk: IZooKeeper, pattern: ResourcePattern, add: frozenset[AccessControlEntry],
+                  remove: frozenset[AccessControlEntry]) -> tuple[frozenset[AccessControlEntry], bool]:
+    """The compare-and-set loop of L{change_acls}: the entries after it, and whether it changed them."""
     path = pattern_path(pattern)
-    add, remove = frozenset(add), frozenset(remove)
     for _ in range(MAX_ATTEMPTS):
         try:
             value, stat = await zk.get(path)
         except NoNodeError:
             if not add:
-                return frozenset()
+                return frozenset(), False
             try:
                 await zk.create(path, encode_acls(add), makepath=True)
-                return add
+                return add, True
             except NodeExistsError:
                 continue  # created meanwhile: change that one
         entries = decode_acls(value)
         wanted = (entries | add) - remove
         try:
             if wanted == entries:
-                return entries
+                return entries, False
             if wanted:
                 await zk.set(path, encode_acls(wanted), version=stat.version)
             else:
                 await zk.delete(path, version=stat.version)
-            return wanted
+            return wanted, True
         except (BadVersionError, NoNodeError):
             continue  # changed (or removed) meanwhile: read it again
     raise TwlogError(f"could not change {path}: it changed under {MAX_ATTEMPTS} attempts in a row")
