@@ -4,12 +4,14 @@ the real CLI reaches as User:ANONYMOUS: refused, allowed once an ACL is added, r
 from __future__ import annotations
 
 import json
+import signal
 
 from twisted.internet.defer import gatherResults
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker, wait_until
 from tests.integration.test_cli import one_line, twlog
+from tests.integration.test_cli_broker import free_port
 from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.coord.acls import read_acls
 from twlog.security import ANONYMOUS
@@ -159,7 +161,32 @@ class EndToEndTests(TestCase):
 
 
 class BrokerOptionTests(TestCase):
-    timeout = 60
+    timeout = 120
+
+    async def test_broker_process_with_acls(self) -> None:
+        """`twlog broker --zookeeper ZK --acls`: it says when it has read the ACLs, refuses a produce no ACL allows,
+        takes it once `twlog acls add` allowed it, and stops cleanly."""
+        hosts, port = fresh_connect_string(), free_port()
+        started: list = []
+        running = twlog("broker", "--port", str(port), "--log-dir", self.mktemp(), "--zookeeper", hosts, "--acls",
+                        "--super-users", "User:admin;User:CN=broker,O=x", started=started)
+        process, command = started[0]
+        await wait_until(lambda: b"read 0 ACL pattern(s) from ZooKeeper" in command.err, timeout_s=30)
+        broker = f"127.0.0.1:{port}"
+        status, _, err = await twlog("produce", "-b", broker, "-t", "clicks", stdin=b"x\n")
+        self.assertEqual(status, 1, err)
+        self.assertIn(b"TopicAuthorizationFailed", err)
+        await twlog("acls", "add", "-z", hosts, "--allow-principal", ANONYMOUS, "--operation", "Write",
+                    "--operation", "Create", "--topic", "clicks")
+        for _ in range(50):  # (bounded: the broker's watch brings the ACL in well under a second)
+            status, _, err = await twlog("produce", "-b", broker, "-t", "clicks", stdin=b"x\n")
+            if status == 0:
+                break
+        self.assertEqual(status, 0, err)
+        process.signalProcess(signal.SIGTERM)
+        status, _, err = await running
+        self.assertEqual(status, 0, err)
+        self.assertIn(b"stopped cleanly", err)
 
     async def test_acls_without_zookeeper_refused_in_one_line(self) -> None:
         status, out, err = await twlog("broker", "--acls", "--port", "0", "--log-dir", self.mktemp())
