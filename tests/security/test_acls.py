@@ -108,6 +108,18 @@ class DecisionTests(SynchronousTestCase):
         self.assertFalse(decide(acls, Op.CLUSTER_ACTION, "clicks"))
 
 
+class RememberedDecisionTests(SynchronousTestCase):
+    def test_bounded_and_still_right(self) -> None:
+        """Decisions are remembered up to MAX_DECISIONS, then forgotten at once; the answers do not change."""
+        authorizer = Authorizer({topic("t", PREFIXED): {entry(Op.READ)}})
+        authorizer.MAX_DECISIONS = 3
+        for _ in range(3):
+            for n in range(5):
+                self.assertTrue(authorizer.authorize(BOB, "h", Op.READ, TOPIC, f"t{n}"))
+                self.assertFalse(authorizer.authorize(BOB, "h", Op.WRITE, TOPIC, f"t{n}"))
+                self.assertLessEqual(len(authorizer._decisions), 3)
+
+
 class ModelTests(SynchronousTestCase):
     def test_zookeeper_value_is_kafkas(self) -> None:
         value = encode_acls([entry(Op.WRITE)])

