@@ -6,11 +6,15 @@ from __future__ import annotations
 import io
 from contextlib import redirect_stdout
 
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from twlog.cli.acls import _bindings, _selected, confirm, parse_operation
+from tests.fakezk import FakeZooKeeper
+from twlog.cli.acls import _bindings, _selected, confirm, parse_operation, secure_groups
 from twlog.cli.common import UsageError
 from twlog.cli.main import build_parser
+from twlog.coord.acls import change_acls
+from twlog.coord.zkauth import ZooKeeperCredentials, group_acl
+from twlog.coord.zksecure import record_user_digest
 from twlog.security.acls import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -112,3 +116,39 @@ class ListFilterTests(SynchronousTestCase):
         self.assertEqual(self.selected(topic, None), [self.literal])
         self.assertEqual(self.selected(topic, "match"), [self.literal, self.prefixed, self.wildcard])
         self.assertEqual(self.selected([ResourcePattern(ResourceType.TOPIC, "logs-")], "any"), [self.prefixed])
+
+
+class SecureGroupsTests(TestCase):
+    """`twlog acls add|remove --group` in a secured ZooKeeper: the group's znodes get the ACL its Read ACLs make."""
+
+    def setUp(self) -> None:
+        self.cluster = ZooKeeperCredentials("twlog-cluster", "secret")
+        self.zk = FakeZooKeeper(credentials=self.cluster)
+        self.zk.start()
+
+    async def test_literal_and_prefixed(self) -> None:
+        alice = await record_user_digest(self.zk, "alice", "a-pw")
+        await self.zk.create("/consumers/etl-2/ids", makepath=True)  # an existing group the prefix covers
+        read = AccessControlEntry("User:alice", Permission.ALLOW, Operation.READ)
+        etl = ResourcePattern(ResourceType.GROUP, "etl")
+        await change_acls(self.zk, etl, add={read})
+        out = io.StringIO()
+        with redirect_stdout(out):
+            await secure_groups(self.zk, [etl])
+        self.assertEqual(out.getvalue(), "ZooKeeper ACL of group etl's nodes (1): writable by the cluster and "
+                                         "User:alice\n")
+        self.assertEqual(self.zk.server.nodes["/consumers/etl"].acl,
+                         group_acl(self.cluster.digest_id, [alice]))
+        prefix = ResourcePattern(ResourceType.GROUP, "etl-", PatternType.PREFIXED)
+        await change_acls(self.zk, prefix, add={AccessControlEntry("User:*", Permission.ALLOW, Operation.READ)})
+        with redirect_stdout(io.StringIO()):
+            await secure_groups(self.zk, [prefix])
+        self.assertEqual(self.zk.server.nodes["/consumers/etl-2/ids"].acl,
+                         group_acl(self.cluster.digest_id, [], everyone=True))
+
+    async def test_nothing_without_credentials_or_groups(self) -> None:
+        open_zk = FakeZooKeeper(self.zk.server)
+        open_zk.start()
+        await secure_groups(open_zk, [ResourcePattern(ResourceType.GROUP, "etl")])
+        await secure_groups(self.zk, [ResourcePattern(ResourceType.TOPIC, "etl")])
+        self.assertNotIn("/consumers/etl", self.zk.server.nodes)

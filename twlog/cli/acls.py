@@ -5,7 +5,9 @@ C{add} allows (C{--allow-principal}) or denies (C{--deny-principal}) each princi
 by default) on each resource (C{--topic}, C{--group}, C{--cluster}), from each host (C{--allow-host},
 C{--deny-host}; C{*} by default); C{remove} takes out what the same options would add, or, with no principal,
 every ACL of the resources, after asking (C{--force}: without); C{list} prints them.  Each change is a
-compare-and-set on the pattern's node (L{twlog.coord.acls.change_acls}): concurrent changes lose nothing.
+compare-and-set on the pattern's node (L{twlog.coord.acls.change_acls}): concurrent changes lose nothing.  With
+the cluster's C{--zookeeper-credentials-file}, a change of a group's ACLs also sets its znodes' ACL
+(L{secure_groups}).
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ import sys
 
 from twlog.cli.common import UsageError
 from twlog.cli.output import print_json
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.coord.acls import change_acls, read_acls
-from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
+from twlog.coord.paths import CONSUMERS
+from twlog.coord.zk import IZooKeeper, NoNodeError, ZooKeeper, ZooKeeperUnavailable
+from twlog.coord.zksecure import set_group_acl
 from twlog.errors import TwlogError
 from twlog.security.acls import (
     CLUSTER_NAME,
+    WILDCARD,
     AccessControlEntry,
     AclBinding,
     AclError,
@@ -27,6 +33,7 @@ from twlog.security.acls import (
     Permission,
     ResourcePattern,
     ResourceType,
+    group_read_principals,
     parse_principal,
 )
 
@@ -35,7 +42,8 @@ TIMEOUT_S = 5.0
 
 
 async def _session(reactor, args) -> ZooKeeper:
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S)
+    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
+                   credentials=zookeeper_credentials(args))
     try:
         await zk.start()
     except ZooKeeperUnavailable as e:
@@ -101,6 +109,7 @@ async def add(reactor, args) -> None:
         for pattern in found:
             _print_acls("Adding ACLs for resource", pattern, made)
             _print_acls("Current ACLs for resource", pattern, await change_acls(zk, pattern, add=made))
+        await secure_groups(zk, found)
     finally:
         await zk.stop()
 
@@ -131,8 +140,31 @@ async def remove(reactor, args) -> None:
             else:
                 left = await change_acls(zk, pattern, remove=(await read_acls(zk)).get(pattern, ()))
             _print_acls("Current ACLs for resource", pattern, left)
+        await secure_groups(zk, found)
     finally:
         await zk.stop()
+
+
+async def secure_groups(zk: IZooKeeper, changed: list[ResourcePattern]) -> None:
+    """In a secured ZooKeeper (the command has the cluster's credentials): give the nodes of each group whose
+    Group ACLs changed the ZooKeeper ACL their Read ACLs make (L{set_group_acl}: the cluster and the principals
+    with Read on the group may write them).  A literal name is that group (its root made if missing); a prefixed
+    pattern or C{*}, the groups it covers that exist now (a group made later needs C{acls add --group NAME})."""
+    patterns = [p for p in changed if p.resource_type is ResourceType.GROUP]
+    if zk.credentials is None or not patterns:
+        return
+    acls = await read_acls(zk)
+    try:
+        existing = await zk.children(CONSUMERS)
+    except NoNodeError:
+        existing = []
+    groups = {p.name for p in patterns if p.pattern_type is PatternType.LITERAL and p.name != WILDCARD}
+    groups.update(g for g in existing for p in patterns if p.matches(ResourceType.GROUP, g))
+    for group in sorted(groups):
+        principals = sorted(group_read_principals(acls, group))
+        count = await set_group_acl(zk, group, principals)
+        print(f"ZooKeeper ACL of group {group}'s nodes ({count}): writable by the cluster"
+              + (f" and {', '.join(principals)}" if principals else " alone"))
 
 
 def _selected(pattern: ResourcePattern, wanted: list[ResourcePattern], how: str | None) -> bool:
