@@ -12,8 +12,11 @@ from twisted.trial.unittest import TestCase
 from tests.integration.broker import start_broker, wait_until
 from tests.integration.test_cli import one_line, twlog
 from tests.integration.test_cli_broker import free_port
+from tests.integration.test_zk_acls import ALICE, CLUSTER, Secured
 from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.coord.acls import read_acls
+from twlog.coord.zkauth import WORLD_READ, identity_acl
+from twlog.coord.zksecure import record_user_digest
 from twlog.security import ANONYMOUS
 from twlog.security.acls import (
     AccessControlEntry,
@@ -193,3 +196,41 @@ class BrokerOptionTests(TestCase):
         self.assertEqual((status, out), (2, b""))
         one_line(self, err)
         self.assertIn(b"--acls needs --zookeeper (the ACLs are kept there)", err)
+
+
+class SecuredZooKeeperTests(Secured):
+    """With ZooKeeper authentication (docs/security.md, "ZooKeeper"): the ACL nodes are the cluster's, and a
+    group's ACLs give its znodes' ACL."""
+
+    timeout = 120
+
+    async def test_only_the_cluster_changes_acls(self) -> None:
+        await self.sessions()
+        cluster_file = self.credentials_file(CLUSTER)
+        service = await start_broker(self, zookeeper=self.hosts, acls=True, zookeeper_credentials_file=cluster_file)
+        await wait_until(lambda: getattr(service.broker.guard.acls, "ready", False))
+        allow = ("--allow-principal", ANONYMOUS, "--operation", "Write", "--topic", "clicks")
+        status, _, err = await twlog("acls", "add", "-z", self.hosts, *allow)
+        self.assertEqual(status, 1, err)
+        one_line(self, err)
+        self.assertIn(b"/kafka-acl/Topic/clicks", err)
+        status, _, err = await twlog("acls", "add", "-z", self.hosts, "--zookeeper-credentials-file", cluster_file,
+                                     *allow)
+        self.assertEqual(status, 0, err)
+        await self.assertNoAuth(self.anonymous.set("/kafka-acl/Topic/clicks", b'{"version":1,"acls":[]}'))
+        await self.assertNoAuth(self.anonymous.delete("/kafka-acl/Topic/clicks"))
+        await wait_until(lambda: service.broker.guard.acls.authorize(
+            ANONYMOUS, "127.0.0.1", Operation.WRITE, ResourceType.TOPIC, "clicks"))
+
+    async def test_group_acls_make_the_groups_znode_acl(self) -> None:
+        await self.sessions()
+        cluster_file = self.credentials_file(CLUSTER)
+        alice_id = await record_user_digest(self.cluster, ALICE.user, ALICE.password)
+        status, out, err = await twlog("acls", "add", "-z", self.hosts, "--zookeeper-credentials-file", cluster_file,
+                                       "--allow-principal", "User:alice", "--operation", "Read", "--group", "etl")
+        self.assertEqual(status, 0, err)
+        self.assertIn(b"ZooKeeper ACL of group etl's nodes (1): writable by the cluster and User:alice", out)
+        self.assertEqual(await self.cluster.get_acls("/consumers/etl"),
+                         [identity_acl(CLUSTER.digest_id), identity_acl(alice_id), WORLD_READ])
+        await self.alice.create("/consumers/etl/ids/m1", b"{}", makepath=True)  # alice may write the group
+        await self.assertNoAuth(self.bob.create("/consumers/etl/ids/m2", b"{}"))
