@@ -206,7 +206,7 @@ class BrokerService(Service):
                 raise _Stopped()
             registration = BrokerRegistration(
                 zk, self.config, self.logs, port, clock=self._reactor,
-                stale_wait_s=self.zookeeper_session_timeout_s + 5,
+                stale_wait_s=self.zookeeper_session_timeout_s + 5, tls_port=self.broker.tls_port,
             )
             await registration.start()
             self.registration = registration
