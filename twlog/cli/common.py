@@ -21,7 +21,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 
 from twlog.cli.suggest import suggest_topic
-from twlog.cli.tls_options import tls_settings
+from twlog.cli.sasl_options import sasl_settings
+from twlog.cli.tls_options import read_client_config, tls_settings_of
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
@@ -36,15 +37,21 @@ CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_at
 
 
 def client_options(args) -> ClientOptions:
-    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS options (L{tls_settings}).
+    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS and SASL options (L{tls_settings_of},
+    L{sasl_settings}), and its C{--client-config} file's.
 
     @raise UsageError: TLS with --zookeeper (a TLS client is given the brokers' TLS addresses with --broker).
     """
-    tls = tls_settings(args)
+    path = getattr(args, "client_config", None)
+    config = read_client_config(path) if path else {}
+    tls = tls_settings_of(args, config, path)
     if tls is not None and getattr(args, "zookeeper", None):
         raise UsageError("TLS clients find the brokers through --broker (their TLS ports), not --zookeeper: "
                          "ZooKeeper holds the plaintext addresses (docs/security.md)")
-    return CLIENT_OPTIONS if tls is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls)
+    sasl = sasl_settings(args, config, tls is not None)  # (SASL: docs/security.md, "Authentication")
+    if tls is None and sasl is None:
+        return CLIENT_OPTIONS
+    return ClientOptions.build(CLIENT_OPTIONS, tls=tls, sasl=sasl)
 
 
 #: How long finding a topic's partitions (METADATA or ZooKeeper) may take before the command says why not.

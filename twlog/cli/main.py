@@ -25,7 +25,9 @@ from twlog.cli.options import (
     zookeeper_address,
 )
 from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
+from twlog.cli.sasl_parsers import add_sasl_options
 from twlog.cli.tls_parsers import add_tls_options
+from twlog.cli.user_parsers import add_user_commands
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                              type=zookeeper_address, metavar="HOST:PORT[/chroot]",
                              help="find the brokers and partitions in ZooKeeper instead of through --broker")
         add_tls_options(command, inherit)
+        add_sasl_options(command, inherit)
         debug_option(command)
         return command
 
@@ -235,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print JSON (for scripts) instead of a sentence")
 
     add_broker_commands(commands, debug_option, json_option)
+    add_user_commands(commands, debug_option, json_option)
 
     # Their options are twistd's, which main() hands them before argparse sees them: these are for `twlog --help`.
     subcommand(commands, "broker", "twlog.cli.broker:main",

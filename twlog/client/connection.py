@@ -27,6 +27,7 @@ from zope.interface import Attribute, Interface, implementer
 
 from twlog.client.options import ClientOptions
 from twlog.client.protocol import ClientProtocol
+from twlog.client.sasl_twisted import Authenticator
 from twlog.client.tls import TLSSettings
 from twlog.errors import (
     ClientClosed,
@@ -150,6 +151,8 @@ class BrokerConnection:
         self._closed = False
         #: Callers waiting for a connection (through ClientService).
         self._connecting = 0
+        #: Each connection's SASL exchange (with C{options.sasl}).
+        self._authentication = Authenticator(self.options, self.address)
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.address}>"
@@ -215,14 +218,23 @@ class BrokerConnection:
         current = self.current
         if self._closed or self._connecting or current is None or not current.usable or current.writes_paused:
             return None
+        if self.options.sasl is not None and not self._authentication.done(current):
+            return None
         return current
 
     async def connected(self) -> ClientProtocol:
-        """The connected protocol, connecting (with backoff) first if need be.
+        """The connected protocol, connecting (with backoff) and authenticating (C{options.sasl}) first if need be.
 
         @raise ConnectionFailed: no connection within the connect timeout or attempts.
+        @raise SaslAuthenticationFailed: the broker refused the client's credentials (the connection is dropped).
         @raise ClientClosed: L{close} was called.
         """
+        protocol = await self._connected()
+        if self.options.sasl is not None:
+            await self._authentication.of(protocol)
+        return protocol
+
+    async def _connected(self) -> ClientProtocol:
         for _ in range(3):
             if self._closed:
                 raise ClientClosed(f"connection to broker {self.address} is closed")
