@@ -248,7 +248,7 @@ class BrokerConfig:
 
     def _sasl_problems(self) -> list[str]:
         unknown = [m for m in self.sasl_mechanisms if m not in SASL_MECHANISMS]
-        problems = [f"sasl_mechanisms: unknown {', '.join(unknown)} (of {', '.join(SASL_MECHANISMS)})"] if unknown else []
+        problems = [f"sasl_mechanisms: unknown {', '.join(unknown)} (of {', '.join(SASL_MECHANISMS)})"] * bool(unknown)
         if self.sasl_mechanisms and self.zookeeper is None:
             problems.append("sasl_mechanisms need zookeeper (the users' credentials are in ZooKeeper)")
         if self.require_auth and not (self.sasl_mechanisms or self.tls_client_ca):

@@ -274,7 +274,8 @@ class Options(usage.Options):
 
 
 _OPTION_NAMES = {"sasl_mechanisms": "--sasl-mechanisms", "require_auth": "--require-auth",
-                 "need zookeeper": "need --zookeeper", "tls_port": "--tls-port", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
+                 "need zookeeper": "need --zookeeper",
+                 "tls_port": "--tls-port", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
                  "tls_client_ca": "--tls-client-ca", "a broker without its plaintext port": "--no-plaintext",
                  "a broker registered in ZooKeeper": "--zookeeper with --no-plaintext: a broker registered in "
                  "ZooKeeper"}

@@ -20,8 +20,8 @@ import traceback
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 
-from twlog.cli.suggest import suggest_topic
 from twlog.cli.sasl_options import sasl_settings
+from twlog.cli.suggest import suggest_topic
 from twlog.cli.tls_options import read_client_config, tls_settings_of
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers

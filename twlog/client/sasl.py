@@ -94,8 +94,9 @@ class SaslExchange:
         try:
             server_first = answer.auth_bytes.decode("utf-8")
             client.set_server_first(server_first)
-            if not MIN_ITERATIONS <= client.iterations <= MAX_ITERATIONS:
-                raise ValueError(f"the broker asks for {client.iterations} iterations (not {MIN_ITERATIONS} to "
+            iterations = int(client.iterations)
+            if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+                raise ValueError(f"the broker asks for {iterations} iterations (not {MIN_ITERATIONS} to "
                                  f"{MAX_ITERATIONS})")
             final = client.get_client_final()
         except Exception as e:

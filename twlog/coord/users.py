@@ -89,7 +89,8 @@ class UserCache:
         self._stopped = False
 
     def lookup(self, user: str) -> Mapping[str, ScramCredential] | None:
-        """C{user}'s credentials by mechanism, or None when there is no such user (L{twlog.security.sasl.UserLookup})."""
+        """C{user}'s credentials by mechanism, or None when there is no such user (a
+        L{twlog.security.sasl.UserLookup})."""
         return self.users.get(user)
 
     async def start(self) -> None:

@@ -13,8 +13,9 @@ L{AuthenticatingProtocol} per connection instead of a plain L{BrokerProtocol}.  
     at most once a minute with the count), and closes a connection not authenticated within
     C{request_timeout_s} of its start (a stalled or dawdling handshake).
 
-Its frames are bounded as every frame is (C{max_request_bytes}, C{request_timeout_s}), and a SASL token is at
-most L{twlog.protocol.sasl_codec.MAX_TOKEN_BYTES}.
+Its frames are bounded as every frame is (C{request_timeout_s}), and more tightly until it has authenticated
+with C{--require-auth}: L{PRE_AUTH_MAX_BYTES} a frame (Kafka's C{sasl.server.max.receive.size}); a SASL token
+is at most L{twlog.protocol.sasl_codec.MAX_TOKEN_BYTES}.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ from twlog.security import user_principal
 from twlog.security.principals import certificate_principal
 from twlog.security.sasl import SaslServerSession, UserLookup
 
-__all__ = ["Authentication", "AuthenticatingProtocol"]
+__all__ = ["PRE_AUTH_MAX_BYTES", "Authentication", "AuthenticatingProtocol"]
+
+#: The largest frame a connection that must authenticate may send before it has (Kafka's 512 KiB).
+PRE_AUTH_MAX_BYTES = 512 * 1024
 
 _B = BrokerProtocolState
 
@@ -97,6 +101,8 @@ class AuthenticatingProtocol(BrokerProtocol):
         self.authenticated = False
         self._session: SaslServerSession | None = None
         self._auth_deadline: IDelayedCall | None = None
+        if authentication.require:
+            self.MAX_LENGTH = min(self.MAX_LENGTH, PRE_AUTH_MAX_BYTES)
 
     @override
     def connectionMade(self) -> None:
@@ -179,6 +185,7 @@ class AuthenticatingProtocol(BrokerProtocol):
 
     def _authenticated(self, mechanism: str) -> None:
         self.authenticated = True
+        self.MAX_LENGTH = self._buffer.max_length = self._broker.config.max_request_bytes
         self.authentication.succeeded(mechanism)
         self._cancel_deadline()
 

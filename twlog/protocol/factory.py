@@ -20,7 +20,7 @@ from twlog.errors import (
     TooManyConnectionsFromAddress,
 )
 from twlog.protocol.admission import ConnectionTable, EventLog, Refusal
-from twlog.protocol.authentication import Authentication, AuthenticatingProtocol
+from twlog.protocol.authentication import AuthenticatingProtocol, Authentication
 from twlog.protocol.budget import RequestBudget
 from twlog.protocol.connection import BrokerProtocol, RequestObserver
 from twlog.protocol.server import Broker

@@ -90,7 +90,8 @@ class ScramCredential:
             raise InvalidCredential(f"a SCRAM credential has salt, stored_key, server_key and iterations, not "
                                     f"{', '.join(sorted(fields))}")
         try:
-            decoded = {key: base64.b64decode(fields[key], validate=True) for key in ("salt", "stored_key", "server_key")}
+            decoded = {key: base64.b64decode(fields[key], validate=True)
+                       for key in ("salt", "stored_key", "server_key")}
             iterations = int(fields["iterations"])
         except (binascii.Error, ValueError) as e:
             raise InvalidCredential(f"a SCRAM credential's field does not decode: {e}") from None
