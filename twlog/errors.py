@@ -370,7 +370,8 @@ class IllegalSaslState(BrokerError):
 
 @_wire(58)
 class SaslAuthenticationFailed(BrokerError, ConnectionFailed):
-    """Authentication failed: an unknown user or a wrong password (the broker does not say which)."""
+    """Authentication failed (an unknown user or a wrong password: the broker does not say which), or the broker
+    requires it before any request (--user and --password-file authenticate)."""
 
     retriable = False
 
