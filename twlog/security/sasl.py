@@ -74,13 +74,16 @@ class SaslServerSession:
     @param lookup: a user's stored credentials (L{UserLookup}).
     @param tls: whether the connection is over TLS (PLAIN is offered only then).
     @param secret: the broker's secret for unknown users' made-up salts.
+    @param nonce: the server's SCRAM nonce (default: a random one, as it must be; tests replay RFC 7677's example).
     """
 
-    def __init__(self, enabled: tuple[str, ...], lookup: UserLookup, tls: bool, secret: bytes) -> None:
+    def __init__(self, enabled: tuple[str, ...], lookup: UserLookup, tls: bool, secret: bytes,
+                 nonce: str | None = None) -> None:
         self.offered = offered_mechanisms(enabled, tls)
         self._enabled = enabled
         self._lookup = lookup
         self._secret = secret
+        self._nonce = nonce
         self._stage = _Stage.START
         self.mechanism: str | None = None
         self._scram = None
@@ -137,7 +140,7 @@ class SaslServerSession:
 
     def _scram_first(self, token: bytes) -> Outcome:
         assert self.mechanism is not None
-        self._scram = ScramMechanism(self.mechanism).make_server(self._credential)
+        self._scram = ScramMechanism(self.mechanism).make_server(self._credential, s_nonce=self._nonce)
         self._scram.set_client_first(token.decode("utf-8"))
         first = self._scram.get_server_first()
         self._stage = _Stage.SCRAM_FIRST
