@@ -183,6 +183,11 @@ class BrokerConfig:
     #: Every connection, on both ports, must authenticate (SASL, or a verified mutual-TLS certificate) before
     #: anything but SASL_HANDSHAKE and SASL_AUTHENTICATE is answered.
     require_auth: bool = False
+    #: Replication on a cluster that requires authentication: the user this broker's followers authenticate to
+    #: their leaders as, the file whose first line is its password, and the SCRAM mechanism.
+    inter_broker_user: str | None = None
+    inter_broker_password_file: str | None = None
+    inter_broker_mechanism: str = "SCRAM-SHA-512"
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -253,6 +258,13 @@ class BrokerConfig:
             problems.append("sasl_mechanisms need zookeeper (the users' credentials are in ZooKeeper)")
         if self.require_auth and not (self.sasl_mechanisms or self.tls_client_ca):
             problems.append("require_auth needs sasl_mechanisms or tls_client_ca (a way to authenticate)")
+        if (self.inter_broker_user is None) != (self.inter_broker_password_file is None):
+            problems.append("inter_broker_user and inter_broker_password_file go together")
+        if self.inter_broker_mechanism not in SASL_MECHANISMS[:2]:
+            problems.append(f"inter_broker_mechanism {self.inter_broker_mechanism} is not SCRAM-SHA-256 or "
+                            "SCRAM-SHA-512 (followers fetch over plaintext: no PLAIN)")
+        if self.inter_broker_user is not None and self.zookeeper is None:
+            problems.append("inter_broker_user needs zookeeper (replication)")
         return problems
 
     @property

@@ -16,8 +16,10 @@ from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import raw_connect, start_broker, wait_until
+from tests.integration.test_replication_control import run
 from tests.integration.test_tls import Certificates
 from tests.integration.zookeeper import connect, fresh_connect_string
+from twlog.cli.inspect import create_topic
 from twlog.client.connection import BrokerConnection
 from twlog.client.options import ClientOptions
 from twlog.client.sasl import SASLSettings
@@ -27,6 +29,7 @@ from twlog.errors import (
     ConnectionFailed,
     SaslAuthenticationFailed,
 )
+from twlog.producer import Producer
 from twlog.protocol.codec import MetadataRequest
 from twlog.protocol.sasl_codec import (
     SaslAuthenticateRequest,
@@ -247,3 +250,42 @@ class SaslTests(TestCase):
         with self.assertRaises(SaslAuthenticationFailed):
             await self.metadata(service, SASLSettings("SCRAM-SHA-256", "alice", "rotated"))
 
+
+
+class InterBrokerTests(TestCase):
+    timeout = 120
+
+    async def test_replication_on_a_cluster_that_requires_authentication(self):
+        """Followers authenticate to their leaders as --inter-broker-user: an ack=all produce (every in-sync
+        replica holds it) succeeds on a --require-auth cluster, and the follower's log has the messages."""
+        hosts = fresh_connect_string()
+        zk = await connect(self, hosts)
+        await UserStore(zk).add("broker", {m: make_credential(m, "broker-secret") for m in SCRAM_MECHANISMS})
+        await UserStore(zk).add("bob", {"SCRAM-SHA-512": make_credential("SCRAM-SHA-512", "bob-secret")})
+        password_file = self.mktemp()
+        with open(password_file, "w") as f:
+            f.write("broker-secret\n")
+        brokers = {b: await start_broker(self, broker_id=b, zookeeper=hosts, flush_interval_ms=5,
+                                         sasl_mechanisms=SCRAM_MECHANISMS, require_auth=True,
+                                         inter_broker_user="broker", inter_broker_password_file=password_file)
+                   for b in (1, 2)}
+        await run(create_topic, "create", "-z", hosts, "-t", "orders", "-n", "1", "--replication-factor", "2",
+                  "--min-insync-replicas", "2")
+
+        def roles():
+            leaders = [b for b, s in brokers.items() if ("orders", 0) in s.replicas.manager.leaders]
+            followers = [b for b, s in brokers.items() if ("orders", 0) in s.replicas.manager.followers]
+            return leaders, followers
+
+        await wait_until(lambda: [len(x) for x in roles()] == [1, 1], timeout_s=20)
+        producer = Producer(zookeeper=hosts, ack="all", ack_timeout_ms=10_000, leader_wait_s=20,
+                            options=ClientOptions(sasl=SASLSettings("SCRAM-SHA-512", "bob", "bob-secret")))
+        self.addCleanup(producer.close)
+        for n in range(5):
+            await producer.send("orders", b"%d" % n)
+        [leader], [follower] = roles()
+        leader_log, follower_log = (brokers[b].logs.get_log("orders", 0) for b in (leader, follower))
+        self.assertGreater(leader_log.end_offset, 0)
+        self.assertEqual(follower_log.end_offset, leader_log.end_offset)  # ack=all: the follower holds it all
+        principals = [p.principal for p in brokers[leader].factory.connections]
+        self.assertIn("User:broker", principals)

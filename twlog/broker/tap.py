@@ -123,6 +123,11 @@ class Options(usage.Options):
         ["sasl-mechanisms", None, "",
          "SASL mechanisms to serve, comma-separated: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (over TLS only); users are "
          "in ZooKeeper (twlog users), so it needs --zookeeper (default: none, no SASL)."],
+        ["inter-broker-user", None, None,
+         "Replication on a --require-auth cluster: the user this broker's followers authenticate to their leaders "
+         "as (SASL SCRAM); needs --inter-broker-password-file."],
+        ["inter-broker-password-file", None, None, "File whose first line is --inter-broker-user's password."],
+        ["inter-broker-mechanism", None, "SCRAM-SHA-512", "SCRAM-SHA-256 or SCRAM-SHA-512 (default)."],
         ["host", None, None, "Host name clients should use to reach this broker (default: the interface)."],
         ["advertised-port", None, None,
          "Port clients and followers should use to reach this broker, when a proxy or NAT in front of it listens "
@@ -268,12 +273,17 @@ class Options(usage.Options):
                 preferred_leader_delay_s=self["preferred-leader-delay-s"],
                 sasl_mechanisms=[m.strip().upper() for m in self["sasl-mechanisms"].split(",") if m.strip()],
                 require_auth=bool(self["require-auth"]),
+                inter_broker_user=self["inter-broker-user"],
+                inter_broker_password_file=self["inter-broker-password-file"],
+                inter_broker_mechanism=self["inter-broker-mechanism"].upper(),
             )
         except ValueError as e:
             raise usage.UsageError(_option_names(str(e))) from None
 
 
 _OPTION_NAMES = {"sasl_mechanisms": "--sasl-mechanisms", "require_auth": "--require-auth",
+                 "inter_broker_user": "--inter-broker-user", "inter_broker_mechanism": "--inter-broker-mechanism",
+                 "inter_broker_password_file": "--inter-broker-password-file",
                  "need zookeeper": "need --zookeeper",
                  "tls_port": "--tls-port", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
                  "tls_client_ca": "--tls-client-ca", "a broker without its plaintext port": "--no-plaintext",
