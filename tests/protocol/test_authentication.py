@@ -166,6 +166,10 @@ class RequiredTests(GateTestCase):
         protocol, transport = self.connect()
         self.scram(protocol, transport)
         self.assertEqual(protocol.MAX_LENGTH, self.broker.config.max_request_bytes)
+        protocol, transport = self.connect()
+        protocol.dataReceived(b"\x00\x00\x00\x01\x00")  # a frame too short to hold a type
+        self.assertTrue(transport.disconnecting)
+        self.assertNotIn(None, self.factory.requests)
 
     def test_plain_over_tls_only(self) -> None:
         """PLAIN is offered over TLS only; there it checks the stored SCRAM credential."""

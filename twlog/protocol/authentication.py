@@ -136,7 +136,8 @@ class AuthenticatingProtocol(BrokerProtocol):
             return
         self.factory.active(self)
         requests = self.factory.requests
-        requests[kind] = requests.get(kind, 0) + 1
+        if kind is not None:  # (a frame too short for a type is counted as an error only, as BrokerProtocol does)
+            requests[kind] = requests.get(kind, 0) + 1
         if kind not in sasl.TYPES:
             try:
                 what = codec.describe_request(codec.decode_request(frame))
