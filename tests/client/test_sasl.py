@@ -8,7 +8,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.client.support import framed, unframe_all
 from tests.client.test_protocol import broker_connection
-from twlog.client.sasl import SASLSettings, SaslExchange
+from twlog.client.sasl import SaslExchange, SASLSettings
 from twlog.errors import SaslAuthenticationFailed
 from twlog.protocol import codec
 from twlog.protocol.codec import MetadataRequest, encode_metadata_response

@@ -23,7 +23,7 @@ from zope.interface import implementer
 from tests.protocol.test_server import BrokerTestMixin
 from twlog.errors import SaslAuthenticationFailed, UnsupportedSaslMechanism
 from twlog.protocol import codec
-from twlog.protocol.authentication import PRE_AUTH_MAX_BYTES, Authentication, AuthenticatingProtocol
+from twlog.protocol.authentication import PRE_AUTH_MAX_BYTES, AuthenticatingProtocol, Authentication
 from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.sasl_codec import (
     SaslAuthenticateRequest,
