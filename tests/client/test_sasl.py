@@ -119,7 +119,8 @@ class ExchangeTests(SynchronousTestCase):
     def test_handshake_refusals(self) -> None:
         """What the client says for each handshake answer."""
         cases = [
-            (encode_handshake_response(33, ("SCRAM-SHA-512",)), "does not enable SCRAM-SHA-256; it offers SCRAM-SHA-512"),
+            (encode_handshake_response(33, ("SCRAM-SHA-512",)),
+             "does not enable SCRAM-SHA-256; it offers SCRAM-SHA-512"),
             (encode_handshake_response(33, ()), "serves no SASL mechanism"),
             (codec.encode_error_response(11), "does not serve SASL"),
         ]

@@ -42,7 +42,8 @@ class RequestTests(SynchronousTestCase):
             codec.encode_request(SaslAuthenticateRequest(b"x" * (MAX_TOKEN_BYTES + 1)))
 
     def test_description_never_shows_the_token(self) -> None:
-        self.assertEqual(codec.describe_request(SaslAuthenticateRequest(b"\0bob\0secret")), "SASL_AUTHENTICATE (11 bytes)")
+        self.assertEqual(codec.describe_request(SaslAuthenticateRequest(b"\0bob\0secret")),
+                         "SASL_AUTHENTICATE (11 bytes)")
 
 
 class ResponseTests(SynchronousTestCase):
@@ -50,7 +51,8 @@ class ResponseTests(SynchronousTestCase):
         """Both answers, a null message, and the error-only frame any response may be."""
         frame = encode_handshake_response(33, ("SCRAM-SHA-256", "SCRAM-SHA-512"))
         self.assertEqual(frame, b"\x00\x21\x00\x02\x00\x0dSCRAM-SHA-256\x00\x0dSCRAM-SHA-512")
-        self.assertEqual(decode_handshake_response(frame), SaslHandshakeResponse(33, ("SCRAM-SHA-256", "SCRAM-SHA-512")))
+        self.assertEqual(decode_handshake_response(frame),
+                         SaslHandshakeResponse(33, ("SCRAM-SHA-256", "SCRAM-SHA-512")))
         frame = encode_authenticate_response(0, None, b"v=abc")
         self.assertEqual(frame, b"\x00\x00\xff\xff\x00\x00\x00\x05v=abc")
         self.assertEqual(decode_authenticate_response(frame), SaslAuthenticateResponse(0, None, b"v=abc"))

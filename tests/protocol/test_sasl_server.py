@@ -56,7 +56,8 @@ class CredentialTests(SynchronousTestCase):
                                 b'iterations=8192","SCRAM-SHA-512":"salt=cw==,stored_key=aw==,server_key=dg==,'
                                 b'iterations=8192"}}')
         self.assertEqual(parse_user_config(value), {"SCRAM-SHA-256": credential, "SCRAM-SHA-512": credential})
-        for text in ("salt=cw==,stored_key=aw==,server_key=dg==", "salt=!,stored_key=aw==,server_key=dg==,iterations=4096",
+        for text in ("salt=cw==,stored_key=aw==,server_key=dg==",
+                     "salt=!,stored_key=aw==,server_key=dg==,iterations=4096",
                      "salt=cw==,stored_key=aw==,server_key=dg==,iterations=100", "nonsense"):
             with self.assertRaises(InvalidCredential):
                 ScramCredential.parse(text)
