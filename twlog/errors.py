@@ -370,8 +370,9 @@ class IllegalSaslState(BrokerError):
 
 @_wire(58)
 class SaslAuthenticationFailed(BrokerError, ConnectionFailed):
-    """Authentication failed (an unknown user or a wrong password: the broker does not say which), or the broker
-    requires it before any request (--user and --password-file authenticate)."""
+    """Authentication failed (unknown user or wrong password, not said which) or is required first (--user).
+
+    The broker closes the connection after this answer."""
 
     retriable = False
 

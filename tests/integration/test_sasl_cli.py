@@ -65,6 +65,11 @@ class UsersCommandTests(TestCase):
             self.assertNotEqual(code, 0, flags)
             one_line(self, err)
             self.assertIn(expected, err)
+        code, out, err = await twlog("produce", "--broker", broker, "--topic", TOPIC, "--user", "bob",
+                                     "--password-file", wrong, stdin=b"never stored\n")
+        self.assertEqual(code, 1)
+        one_line(self, err)
+        self.assertIn(b"authentication failed for user bob (SCRAM-SHA-512)", err)
         code, out, err = await twlog("users", "delete", "--zookeeper", self.zookeeper, "--user", "bob")
         self.assertEqual(code, 0, err)
         await wait_until(lambda: service.users.lookup("bob") is None)
