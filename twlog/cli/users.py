@@ -62,6 +62,7 @@ async def add_user(reactor, args) -> None:
 
 async def delete_user(reactor, args) -> None:
     """Delete a user's credentials."""
+    validate_user_name(args.user)
     zk, store = await _store(reactor, args)
     try:
         existed = await store.delete(args.user)

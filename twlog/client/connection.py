@@ -229,17 +229,13 @@ class BrokerConnection:
         @raise SaslAuthenticationFailed: the broker refused the client's credentials (the connection is dropped).
         @raise ClientClosed: L{close} was called.
         """
-        protocol = await self._connected()
-        if self.options.sasl is not None:
-            await self._authentication.of(protocol)
-        return protocol
-
-    async def _connected(self) -> ClientProtocol:
         for _ in range(3):
             if self._closed:
                 raise ClientClosed(f"connection to broker {self.address} is closed")
             current = self.current
             if current is not None and current.usable and not self._connecting:
+                if self.options.sasl is not None:
+                    await self._authentication.of(current)
                 return current  # (when others wait for the connection, queue behind them: keeps write order)
             if not self._service.running:
                 self._service.startService()
@@ -268,6 +264,8 @@ class BrokerConnection:
             finally:
                 self._connecting -= 1
             if protocol.usable:
+                if self.options.sasl is not None:  # (docs/security.md, "Authentication")
+                    await self._authentication.of(protocol)
                 return protocol
             await protocol.when_lost()  # aborted, not yet disconnected: ClientService will make a new one
         raise ConnectionFailed(f"the connection to broker {self.address} keeps breaking")
