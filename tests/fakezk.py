@@ -42,12 +42,14 @@ from twlog.coord.zk import (
     ZnodeStat,
     set_or_create,
 )
+from twlog.coord.zkauth import ACL, WORLD_ALL
 
 Watch = Callable[[WatchedEvent], Any]
 
 
 class _Node:
-    __slots__ = ("children", "ctime", "cversion", "czxid", "ephemeral_owner", "mtime", "mzxid", "value", "version")
+    __slots__ = ("acl", "aversion", "children", "ctime", "cversion", "czxid", "ephemeral_owner", "mtime", "mzxid",
+                 "value", "version")
 
     def __init__(self, value: bytes, zxid: int, owner: int) -> None:
         self.value = value
@@ -57,9 +59,12 @@ class _Node:
         self.cversion = 0
         self.ephemeral_owner = owner
         self.children: set[str] = set()
+        #: Kept, not enforced (tests.integration.test_zk_acls checks ZooKeeper's enforcement).
+        self.acl: list[ACL] = [WORLD_ALL]
+        self.aversion = 0
 
     def stat(self) -> ZnodeStat:
-        return ZnodeStat(self.czxid, self.mzxid, self.ctime, self.mtime, self.version, self.cversion, 0,
+        return ZnodeStat(self.czxid, self.mzxid, self.ctime, self.mtime, self.version, self.cversion, self.aversion,
                          self.ephemeral_owner, len(self.value), len(self.children), self.mzxid)
 
 
@@ -185,11 +190,16 @@ def _parent(path: str) -> str:
 
 @implementer(IZooKeeper)
 class FakeZooKeeper:
-    """One session on a L{FakeZooKeeperServer} (a new one unless given), connected by L{start}."""
+    """One session on a L{FakeZooKeeperServer} (a new one unless given), connected by L{start}.
 
-    def __init__(self, server: FakeZooKeeperServer | None = None, *, hosts: str = "fake:2181") -> None:
+    Nodes keep the ACL L{set_acls} gives them (open otherwise) without enforcing it; C{credentials} is only told.
+    """
+
+    def __init__(self, server: FakeZooKeeperServer | None = None, *, hosts: str = "fake:2181",
+                 credentials=None) -> None:
         self.server = server if server is not None else FakeZooKeeperServer()
         self.hosts = hosts
+        self.credentials = credentials
         self.connected = False
         self._session: int | None = None
         self._password = b"fake"
@@ -337,6 +347,19 @@ class FakeZooKeeper:
 
     def set_or_create(self, path: str, value: bytes) -> Deferred[None]:
         return Deferred.fromCoroutine(set_or_create(self, path, value))
+
+    def get_acls(self, path: str) -> Deferred[list[ACL]]:
+        return self._do("get_acls", path, lambda: list(self.server.node(path).acl))
+
+    def set_acls(self, path: str, acl: list[ACL], version: int = -1) -> Deferred[ZnodeStat]:
+        def set_acls() -> ZnodeStat:
+            node = self.server.node(path)
+            if version not in (-1, node.aversion):
+                raise BadVersionError(path)
+            node.acl, node.aversion = list(acl), node.aversion + 1
+            return node.stat()
+
+        return self._do("set_acls", path, set_acls)
 
     # -- plumbing ---------------------------------------------------------------------------------
 

@@ -155,12 +155,20 @@ class BrokerConfig:
     #: How long ZooKeeper keeps the broker's session (its registration, its leaderships) once it stops hearing
     #: from it: a killed leader's partitions move to another replica after about this long.
     zookeeper_session_timeout_s: float = 6.0
+    #: A file of the cluster's ZooKeeper credentials (digest; docs/security.md, "ZooKeeper"): authenticate, and
+    #: create znodes with ACLs only the cluster may write.  None: anonymous, open znodes.
+    zookeeper_credentials_file: str | None = None
     #: Send log bytes with sendfile(2) where the transport allows (off: read and write, to compare).
     sendfile: bool = True
     #: TCP port of the HTTP server serving Prometheus metrics at /metrics (0: any free port; None: no metrics).
     metrics_port: int | None = None
     #: Interface the metrics server listens on.
     metrics_interface: str = "127.0.0.1"
+    #: Serve the metrics over HTTPS with this PEM certificate (then its chain) and the key of C{metrics_key}.
+    metrics_cert: str | None = None
+    metrics_key: str | None = None
+    #: With HTTPS: require a scraper's client certificate signed by a CA of this PEM file (mutual TLS).
+    metrics_client_ca: str | None = None
     #: Replication (with ZooKeeper): let a replica outside the ISR lead when no ISR member is live
     #: (acknowledged messages may be lost; each such election is logged as a warning).
     unclean_leader_election: bool = False
@@ -199,6 +207,7 @@ class BrokerConfig:
             problems.append("port must be between 0 and 65535")
         problems.extend(self._tls_problems())
         problems.extend(self._sasl_problems())
+        problems.extend(self._metrics_tls_problems())
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             problems.append("metrics_port must be between 0 and 65535")
         if self.max_request_bytes < 1024:
@@ -223,6 +232,8 @@ class BrokerConfig:
             problems.append("replica_lag_time_ms must be at least 1")
         if not self.zookeeper_session_timeout_s > 0:
             problems.append("zookeeper_session_timeout_s must be positive")
+        if self.zookeeper_credentials_file and self.zookeeper is None:
+            problems.append("zookeeper_credentials_file needs zookeeper")
         if self.preferred_leader_delay_s < 0:
             problems.append("preferred_leader_delay_s must not be negative")
         if self.default_replication_factor < 1:
@@ -266,6 +277,15 @@ class BrokerConfig:
         if self.inter_broker_user is not None and self.zookeeper is None:
             problems.append("inter_broker_user needs zookeeper (replication)")
         return problems
+    def _metrics_tls_problems(self) -> list[str]:
+        named = [name for name in ("metrics_cert", "metrics_key", "metrics_client_ca") if getattr(self, name)]
+        if named and self.metrics_port is None:
+            return [f"{', '.join(named)} need metrics_port"]
+        if (self.metrics_cert is None) != (self.metrics_key is None):
+            return ["metrics_cert and metrics_key go together"]
+        if self.metrics_client_ca is not None and self.metrics_cert is None:
+            return ["metrics_client_ca needs metrics_cert and metrics_key"]
+        return []
 
     @property
     def advertised_host(self) -> str:

@@ -131,3 +131,18 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertFalse(service.running)
         (service,) = list(makeService(parse("--log-dir", self.mktemp(), "--zookeeper-session-timeout-s", "9")))
         self.assertEqual(service.zookeeper_session_timeout_s, 9.0)
+
+
+class ZooKeeperCredentialsOptionTests(SynchronousTestCase):
+    def test_credentials_file(self) -> None:
+        """--zookeeper-credentials-file reaches the config; without --zookeeper, or unreadable, it is refused."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("twlog:secret\n")
+        config = parse("--zookeeper", "zk:2181", "--zookeeper-credentials-file", path).config
+        self.assertEqual(config.zookeeper_credentials_file, path)
+        e = self.assertRaises(usage.UsageError, parse, "--zookeeper-credentials-file", path)
+        self.assertIn("--zookeeper-credentials-file needs --zookeeper", str(e))
+        e = self.assertRaises(usage.UsageError, parse, "-z", "zk:2181", "--zookeeper-credentials-file", path + "x")
+        self.assertEqual(str(e), f"cannot read the ZooKeeper credentials file {path}x: No such file or directory")
+

@@ -6,7 +6,7 @@ import argparse
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.cli.common import UsageError, client_options
+from twlog.cli.common import client_options
 from twlog.cli.main import build_parser
 from twlog.cli.tls_options import tls_settings
 from twlog.client.tls import TLSSettings, TLSSetupError, describe_tls_failure
@@ -70,10 +70,10 @@ class TLSOptionsTests(SynchronousTestCase):
         with self.assertRaises(TwlogError):
             tls_settings(args(client_config=self.mktemp()))
 
-    def test_not_with_zookeeper(self) -> None:
-        with self.assertRaises(UsageError) as raised:
-            client_options(args(tls_ca="ca.pem", zookeeper="localhost:2181"))
-        self.assertIn("--broker", str(raised.exception))
+    def test_with_zookeeper_the_tls_listeners(self) -> None:
+        """TLS and --zookeeper: the brokers are located at the SSL listeners they register (twlog.coord.endpoints)."""
+        self.assertEqual(client_options(args(tls_ca="ca.pem", zookeeper="localhost:2181")).listener, "SSL")
+        self.assertEqual(client_options(args(zookeeper="localhost:2181")).listener, "PLAINTEXT")
 
     def test_tls_failures_in_words(self) -> None:
         """OpenSSL's reasons, as pyOpenSSL and the standard library word them, with what they most likely mean."""

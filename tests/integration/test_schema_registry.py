@@ -54,7 +54,7 @@ class RegistryProcess(ProcessProtocol):
 
     def outReceived(self, data: bytes) -> None:
         self.output += data
-        if b"schema registry on http://" in self.output and not self.ready.called:
+        if b"schema registry on http" in self.output and not self.ready.called:
             self.ready.callback(None)
 
     errReceived = outReceived

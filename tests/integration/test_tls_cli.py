@@ -1,5 +1,5 @@
 """The twlog commands over TLS: --tls-ca/--tls-cert/--tls-key and --client-config against a broker's mutual-TLS
-port, and the one-line refusals (an unknown client setting, TLS with --zookeeper, plaintext to the TLS port)."""
+port, and the one-line refusals (an unknown client setting, plaintext to the TLS port)."""
 
 from __future__ import annotations
 
@@ -49,17 +49,13 @@ class TLSCommandTests(TestCase):
         self.assertIn(TOPIC.encode(), out)
 
     async def test_refusals_are_one_line(self):
-        """An unknown client setting, TLS with --zookeeper, a missing client certificate and plaintext to the TLS
-        port: each one line on stderr, exit status 1 or 2."""
+        """An unknown client setting, a missing client certificate and plaintext to the TLS port: each one line
+        on stderr, exit status 1."""
         config = self.config_file("security.protocol=SSL", "sasl.kerberos.service.name=kafka")
         code, out, err = await twlog("topics", "--broker", self.address, "--client-config", config)
         self.assertEqual(code, 1)
         one_line(self, err)
         self.assertIn(b"unknown setting 'sasl.kerberos.service.name'", err)
-        code, out, err = await twlog("topics", "--zookeeper", "127.0.0.1:1", *self.flags)
-        self.assertEqual(code, 2)
-        one_line(self, err)
-        self.assertIn(b"not --zookeeper", err)
         code, out, err = await twlog("topics", "--broker", self.address, "--tls-ca", self.certs.ca_file)
         self.assertEqual(code, 1)
         one_line(self, err)

@@ -32,6 +32,25 @@ class OptionsTests(SynchronousTestCase):
                 Options().parseOptions(argv)
             self.assertIn(why, str(raised.exception), argv)
 
+    def test_zookeeper_credentials_file(self) -> None:
+        """--zookeeper-credentials-file: the registry's ZooKeeper sessions (its journal's) use with it; it needs
+        --zookeeper, and a file that cannot be read is a usage error."""
+        from twlog.coord.zkauth import ZooKeeperCredentials
+
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("twlog:secret\n")
+        options = Options()
+        options.parseOptions(["-z", "zk:2181/r", "--zookeeper-credentials-file", path])
+        journal = options.service().journal
+        self.assertEqual(journal.options.zookeeper_credentials, ZooKeeperCredentials("twlog", "secret"))
+        for argv, why in [(["-b", "h:1", "--zookeeper-credentials-file", path], "needs --zookeeper"),
+                          (["-z", "zk:1", "--zookeeper-credentials-file", path + "x"],
+                           f"cannot read the ZooKeeper credentials file {path}x: No such file or directory")]:
+            with self.assertRaises(usage.UsageError) as raised:
+                Options().parseOptions(argv)
+            self.assertIn(why, str(raised.exception), argv)
+
     def test_command_line(self) -> None:
         """twlog registry: a bad option is one line on stderr and exit 2; --help exits 0."""
         err = io.StringIO()

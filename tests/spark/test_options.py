@@ -52,6 +52,26 @@ class SourceOptionsTests(SynchronousTestCase):
         self.assertIn('"kafka.bootstrap.servers"', str(caught.exception))
         self.assertRaises(ValueError, source, zookeeper="z:2181")
 
+    def test_zookeeper_credentials_file(self) -> None:
+        """zookeeper.credentials.file: the client options carry it to the driver's ZooKeeper sessions and, in the
+        input partitions, to the executors'; a file that cannot be read fails the query in one line."""
+        from twlog.coord.zkauth import ZooKeeperCredentials, ZooKeeperCredentialsError
+        from twlog.spark.source import _split
+
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("username=twlog\npassword=secret\n")
+        o = SourceOptions({"zookeeper": "z:2181/c", "subscribe": "t", "zookeeper.credentials.file": path}, False)
+        self.assertEqual(o.zookeeper_credentials, ZooKeeperCredentials("twlog", "secret"))
+        self.assertEqual(o.client.zookeeper_credentials, o.zookeeper_credentials)
+        tp = PartitionLocation(TopicPartition("t", "0-0"), 0, "h", 1)
+        (part,) = _split(o, [(tp, 0, 10)])
+        self.assertEqual((part.zookeeper, part.options.zookeeper_credentials), ("z:2181/c", o.zookeeper_credentials))
+        with self.assertRaises(ZooKeeperCredentialsError) as caught:
+            SourceOptions({"zookeeper": "z:2181", "subscribe": "t", "zookeeper.credentials.file": path + "x"}, False)
+        self.assertEqual(str(caught.exception),
+                         f"cannot read the ZooKeeper credentials file {path}x: No such file or directory")
+
     def test_numbers(self) -> None:
         """Whole-number options say which option is not a number."""
         with self.assertRaises(ValueError) as caught:

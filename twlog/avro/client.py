@@ -4,10 +4,16 @@
 Both speak the same few calls of Confluent's REST API (register a schema under a subject, a schema
 by id, a subject's latest version) and raise L{RegistryError} with the registry's C{error_code}
 and message.  Neither caches: the serializers do (once per subject and per id).
+
+Both speak HTTPS to an C{https://} URL, trusting the CAs of C{tls} (a L{TLSSettings}: Confluent's
+C{schema.registry.ssl.ca.location}; the system's trust store without it), and send basic auth as Confluent's
+clients do: C{user_info="user:password"} (C{basic.auth.user.info} with C{basic.auth.credentials.source=USER_INFO}),
+or C{user:password@} in the URL (the default source, C{URL}).  The credentials never appear in an error.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.parse
@@ -18,6 +24,10 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, readBody
 from twisted.web.http_headers import Headers
+from twisted.web.iweb import IPolicyForHTTPS
+from zope.interface import implementer
+
+from twlog.client.tls import TLSSettings, TLSSetupError, describe_tls_failure
 
 #: Confluent's content type (requests and answers).
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -59,13 +69,40 @@ def _decode(url: str, status: int, body: bytes) -> Any:
     raise RegistryError(f"schema registry at {url}: HTTP {status}", status)
 
 
+def split_user_info(url: str) -> tuple[str, str | None]:
+    """C{url} without its C{user:password@}, and that C{user:password} (None without one)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    user_info, _, host = parts.netloc.rpartition("@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), urllib.parse.unquote(user_info)
+
+
+def _reason(e: BaseException) -> str:
+    """Why a request failed, in one line (a TLS failure said as the broker clients say it)."""
+    text = str(getattr(e, "reason", None) or e)
+    if "SSL" in text or "certificate" in text.lower() or "tls" in text.lower():
+        return describe_tls_failure(text).replace("the broker", "the registry").replace("--tls-ca",
+                                                                                          "--registry-ca")
+    return text
+
+
 class _Base:
-    def __init__(self, url: str, timeout_s: float) -> None:
-        url = url.rstrip("/")
+    def __init__(self, url: str, timeout_s: float, tls: TLSSettings | None, user_info: str | None) -> None:
+        url, from_url = split_user_info(url.rstrip("/"))
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"the schema registry URL must start with http:// or https://, not {url!r}")
+        user_info = user_info if user_info is not None else from_url
+        if user_info is not None and ":" not in user_info:
+            raise ValueError("the schema registry's basic auth user info must be user:password")
+        if tls is not None and not url.startswith("https://"):
+            raise ValueError(f"TLS settings for the schema registry need an https:// URL, not {url}")
         self.url = url
         self.timeout_s = timeout_s
+        self.tls = tls
+        #: The basic auth user (None: no basic auth).
+        self.user = user_info.partition(":")[0] if user_info else None
+        self._authorization = (b"Basic " + base64.b64encode(user_info.encode("utf-8"))) if user_info else None
 
     def _schema_of(self, answer: Any) -> str:
         return answer["schema"]
@@ -77,13 +114,14 @@ class _Base:
 class RegistryClient(_Base):
     """The registry's calls as Deferreds, over Twisted's HTTP client."""
 
-    def __init__(self, url: str, *, reactor=None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, url: str, *, reactor=None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 tls: TLSSettings | None = None, user_info: str | None = None) -> None:
         if reactor is None:
             from twisted.internet import reactor
-        super().__init__(url, timeout_s)
+        super().__init__(url, timeout_s, tls, user_info)
         self._reactor = reactor
         self._pool = HTTPConnectionPool(reactor, persistent=False)
-        self._agent = Agent(reactor, connectTimeout=timeout_s, pool=self._pool)
+        self._agent = Agent(reactor, _Policy(tls or TLSSettings()), connectTimeout=timeout_s, pool=self._pool)
 
     def register(self, subject: str, schema: str) -> Deferred[int]:
         """The id of C{schema} under C{subject}, registering it if new (POST /subjects/{subject}/versions)."""
@@ -105,6 +143,8 @@ class RegistryClient(_Base):
 
     async def _request(self, method: bytes, path: str, body: Any) -> Any:
         headers = Headers({b"Accept": [ACCEPT.encode()]})
+        if self._authorization is not None:
+            headers.addRawHeader(b"Authorization", self._authorization)
         producer = None
         if body is not None:
             headers.addRawHeader(b"Content-Type", CONTENT_TYPE.encode())
@@ -114,16 +154,38 @@ class RegistryClient(_Base):
                 self.timeout_s, self._reactor
             )
             data = await readBody(response).addTimeout(self.timeout_s, self._reactor)
-        except Exception as e:  # connection refused, timeout, lost: all one "cannot reach"
+        except TLSSetupError as e:
             raise RegistryError(f"cannot reach the schema registry at {self.url}: {e}") from None
+        except Exception as e:  # connection refused, timeout, lost, TLS refused: all one "cannot reach"
+            raise RegistryError(f"cannot reach the schema registry at {self.url}: {_failure_reason(e)}") from None
         return _decode(self.url, response.code, data)
+
+
+@implementer(IPolicyForHTTPS)
+class _Policy:
+    """The Agent's TLS for an C{https://} registry: L{TLSSettings.twisted_options} for the host."""
+
+    def __init__(self, tls: TLSSettings) -> None:
+        self.tls = tls
+
+    def creatorForNetloc(self, hostname: bytes, port: int):
+        return self.tls.twisted_options(hostname.decode("ascii"))
+
+
+def _failure_reason(e: BaseException) -> str:
+    """One line of an Agent's failure (its C{ResponseNeverReceived} wraps the TLS error)."""
+    reasons = getattr(e, "reasons", None)
+    if reasons:
+        return "; ".join(_reason(reason.value) for reason in reasons)
+    return _reason(e)
 
 
 class SyncRegistryClient(_Base):
     """The registry's calls, blocking (urllib): for code without a reactor, such as Spark's executors."""
 
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(url, timeout_s)
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, tls: TLSSettings | None = None,
+                 user_info: str | None = None) -> None:
+        super().__init__(url, timeout_s, tls, user_info)
 
     def register(self, subject: str, schema: str) -> int:
         return self._id_of(self._request("POST", _paths_register(subject), {"schema": schema}))
@@ -137,15 +199,31 @@ class SyncRegistryClient(_Base):
     def close(self) -> None:
         return None
 
+    _ssl_context = None
+
+    def _context(self):
+        """The standard library's TLS context for an https:// registry (made once), else None.
+
+        @raise RegistryError: a TLS file cannot be used.
+        """
+        if self._ssl_context is None and self.url.startswith("https://"):
+            try:
+                self._ssl_context = (self.tls or TLSSettings()).ssl_context()
+            except TLSSetupError as e:
+                raise RegistryError(f"cannot reach the schema registry at {self.url}: {e}") from None
+        return self._ssl_context
+
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method, headers={"Accept": ACCEPT})
         if data is not None:
             request.add_header("Content-Type", CONTENT_TYPE)
+        if self._authorization is not None:
+            request.add_header("Authorization", self._authorization.decode("ascii"))
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context()) as response:
                 return _decode(self.url, response.status, response.read())
         except urllib.error.HTTPError as e:
             return _decode(self.url, e.code, e.read())
         except (OSError, urllib.error.URLError) as e:
-            raise RegistryError(f"cannot reach the schema registry at {self.url}: {e}") from None
+            raise RegistryError(f"cannot reach the schema registry at {self.url}: {_reason(e)}") from None

@@ -15,14 +15,12 @@ from __future__ import annotations
 import errno
 
 import attrs
-from OpenSSL import SSL, crypto
-from twisted.internet import ssl
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
-from twisted.internet.error import CannotListenError, VerifyError
+from twisted.internet.error import CannotListenError
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
-from twlog.client.tls import TLSSetupError, load_private_certificate, openssl_reason, pem_certificates
+from twlog.client.tls import openssl_reason, server_certificate_options
 from twlog.config import BrokerConfig
 from twlog.errors import TwlogError
 
@@ -42,23 +40,8 @@ def server_tls_options(config: BrokerConfig):
     @raise TLSSetupError: a file cannot be read or used (one line naming it).
     """
     assert config.tls_cert is not None and config.tls_key is not None
-    private, chain = load_private_certificate(config.tls_cert, config.tls_key, "broker's --tls-cert")
-    verify = {}
-    if config.tls_client_ca is not None:
-        pems = pem_certificates(config.tls_client_ca, "--tls-client-ca file")
-        try:
-            authorities = [ssl.Certificate.loadPEM(pem).original for pem in pems]
-        except (SSL.Error, crypto.Error, ValueError) as e:
-            raise TLSSetupError(f"cannot load --tls-client-ca {config.tls_client_ca}: {openssl_reason(e)}") from None
-        verify = {"verify": True, "caCerts": authorities, "requireCertificate": True}
-    try:
-        return ssl.CertificateOptions(
-            privateKey=private.privateKey.original, certificate=private.original, extraCertChain=chain or None,
-            raiseMinimumTo=ssl.TLSVersion.TLSv1_2, **verify,
-        )
-    except (SSL.Error, crypto.Error, VerifyError, ValueError) as e:
-        raise TLSSetupError(f"cannot use --tls-cert {config.tls_cert} with --tls-key {config.tls_key}: "
-                            f"{openssl_reason(e)}") from None
+    return server_certificate_options(config.tls_cert, config.tls_key, config.tls_client_ca,
+                                      what="broker's --tls-cert")
 
 
 def listen_error(interface: str, port: int, error: BaseException, option: str = "--port") -> str:

@@ -36,13 +36,18 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.exposition import choose_encoder
+from twisted.internet.error import CannotListenError
+from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.web.resource import EncodingResourceWrapper, Resource
 from twisted.web.server import GzipEncoderFactory, Request, Site
 from twisted.web.static import Data
 from typing_extensions import override
 
+from twlog.broker.listeners import tcp_endpoint
+from twlog.client.tls import openssl_reason, server_certificate_options
+from twlog.config import BrokerConfig
 from twlog.coord.replication.controller import Controller
-from twlog.errors import ERRORS, UNKNOWN
+from twlog.errors import ERRORS, UNKNOWN, TwlogError
 from twlog.protocol import codec, replication_codec, sasl_codec
 from twlog.protocol.authentication import Authentication
 from twlog.protocol.factory import BrokerFactory
@@ -166,6 +171,48 @@ class BrokerMetrics:
         root.putChild(b"", Data(b"twlog broker metrics: /metrics\n", "text/plain; charset=utf-8"))
         root.putChild(b"metrics", EncodingResourceWrapper(MetricsPage(self.registry), [GzipEncoderFactory()]))
         return _QuietSite(root)
+
+
+def metrics_https(config: BrokerConfig, site: Site):
+    """C{site} as the metrics port serves it: over HTTPS with C{--metrics-tls-cert} and C{--metrics-tls-key} (and
+    a client certificate required with C{--metrics-tls-client-ca}), else as it is (HTTP).
+
+    @raise TwlogError: a file cannot be used (one line naming it).
+    """
+    if config.metrics_cert is None or config.metrics_key is None:
+        return site
+    try:
+        options = server_certificate_options(
+            config.metrics_cert, config.metrics_key, config.metrics_client_ca, what="--metrics-tls-cert",
+            options=("--metrics-tls-cert", "--metrics-tls-key", "--metrics-tls-client-ca"))
+    except Exception as e:  # (TLSSetupError, or whatever else OpenSSL makes of the files: one line)
+        raise TwlogError(f"cannot serve metrics over HTTPS: {openssl_reason(e)}") from None
+    wrapped = TLSMemoryBIOFactory(options, False, site)
+    wrapped.noisy = False
+    return wrapped
+
+
+async def serve_metrics(reactor, config: BrokerConfig, site: Site):
+    """Listen with the metrics C{site} on C{--metrics-interface:--metrics-port} (HTTPS with C{--metrics-tls-cert});
+    the listening port.
+
+    @raise TwlogError: the port cannot be listened on, or a TLS file cannot be used (one line).
+    """
+    interface, port = config.metrics_interface, config.metrics_port
+    served = metrics_https(config, site)
+    try:
+        return await tcp_endpoint(reactor, interface, port).listen(served)
+    except CannotListenError as e:
+        reason = getattr(e.socketError, "strerror", None) or str(e)
+        raise TwlogError(f"cannot serve metrics on {interface}:{port} (--metrics-port): {reason}") from None
+
+
+def metrics_url(config: BrokerConfig, port) -> str:
+    """Where C{port} (listening) serves the metrics: C{http://HOST:PORT/metrics}, or https."""
+    host = config.metrics_interface
+    host = f"[{host}]" if ":" in host else host
+    scheme = "http" if config.metrics_cert is None else "https"
+    return f"{scheme}://{host}:{port.getHost().port}/metrics"
 
 
 class MetricsPage(Resource):

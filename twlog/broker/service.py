@@ -32,14 +32,15 @@ from typing_extensions import override
 from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.listeners import Listeners, listen, listen_error
-from twlog.broker.listeners import tcp_endpoint as _endpoint
-from twlog.broker.metrics import BrokerMetrics
+from twlog.broker.listeners import tcp_endpoint as _endpoint  # noqa: F401 (tests/broker/test_limits.py)
+from twlog.broker.metrics import BrokerMetrics, metrics_url, serve_metrics
 from twlog.broker.replicas import BrokerReplicas
 from twlog.broker.users import BrokerUsers
 from twlog.config import BrokerConfig
 from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
+from twlog.coord.zksecure import start_session, zookeeper_credentials
 from twlog.errors import TwlogError
 from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
@@ -166,27 +167,21 @@ class BrokerService(Service):
     def _serve_metrics(self) -> Deferred:
         if self.metrics is None:
             return succeed(None)
-        endpoint = _endpoint(self._reactor, self.config.metrics_interface, self.config.metrics_port)
-        return endpoint.listen(self.metrics.site()).addCallback(self._serving_metrics)
+        d = Deferred.fromCoroutine(serve_metrics(self._reactor, self.config, self.metrics.site()))
+        return d.addCallback(self._serving_metrics)
 
     def _serving_metrics(self, port) -> None:
         self.metrics_port = port
         self._log.info("broker {id}: metrics at {url}", id=self.config.broker_id, url=self.metrics_url)
 
     def _cannot_serve_metrics(self, failure) -> None:
-        reason = getattr(getattr(failure.value, "socketError", None), "strerror", None) or failure.getErrorMessage()
-        interface, port = self.config.metrics_interface, self.config.metrics_port
-        error = TwlogError(f"cannot serve metrics on {interface}:{port} (--metrics-port): {reason}")
-        self._cannot_start("cannot serve metrics on {interface}:{port} (--metrics-port): {reason}", error=error,
-                           interface=interface, port=port, reason=reason)
+        error = failure.value if failure.check(TwlogError) else TwlogError(failure.getErrorMessage())
+        self._cannot_start("{error}", error=error)
 
     @property
     def metrics_url(self) -> str | None:
-        """Where the metrics are served (C{http://HOST:PORT/metrics}), once they are."""
-        if self.metrics_port is None:
-            return None
-        host = self.config.metrics_interface
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.metrics_port.getHost().port}/metrics"
+        """Where the metrics are served (C{http://HOST:PORT/metrics}, or https), once they are."""
+        return metrics_url(self.config, self.metrics_port) if self.metrics_port is not None else None
 
     def _listening(self, listeners: Listeners) -> None:
         self.listeners = listeners
@@ -210,15 +205,15 @@ class BrokerService(Service):
         zk = self.zookeeper = ZooKeeper(
             self.config.zookeeper, reactor=self._reactor, session_timeout_s=self.zookeeper_session_timeout_s,
             connect_timeout_s=self.zookeeper_connect_timeout_s, create_chroot=True,
-        )
+            credentials=zookeeper_credentials(self.config))
         try:
-            await zk.start()
+            await start_session(zk)
             if not self.running:
                 raise _Stopped()
             await self.users.start(zk)  # (before registering: clients find brokers that know the users)
             registration = BrokerRegistration(
                 zk, self.config, self.logs, port, clock=self._reactor,
-                stale_wait_s=self.zookeeper_session_timeout_s + 5,
+                stale_wait_s=self.zookeeper_session_timeout_s + 5, tls_port=self.broker.tls_port,
             )
             await registration.start()
             self.registration = registration

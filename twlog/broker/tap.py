@@ -13,6 +13,7 @@ from typing_extensions import override
 
 from twlog.broker.service import BrokerService
 from twlog.config import FLUSH_POLICIES, HOUR_MS, BrokerConfig, LogConfig
+from twlog.coord.zkauth import read_credentials_file
 from twlog.errors import TwlogError
 from twlog.storage.manager import validate_topic
 
@@ -196,6 +197,10 @@ class Options(usage.Options):
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
+        ["zookeeper-credentials-file", None, None,
+         "With --zookeeper: a file holding the cluster's ZooKeeper credentials, one line user:password (or "
+         "username= and password= lines): authenticate to ZooKeeper (digest), and create znodes that only this "
+         "identity may write (docs/security.md, ZooKeeper)."],
         ["zookeeper-session-timeout-s", None, 6.0,
          "How long ZooKeeper keeps this broker's session once it stops hearing from it: a killed broker's "
          "leaderships move after about this long.", _seconds("zookeeper-session-timeout-s", positive=True)],
@@ -204,6 +209,12 @@ class Options(usage.Options):
          "log; default: no metrics).", _int("metrics-port", 0)],
         ["metrics-interface", None, "127.0.0.1",
          "Interface the metrics server listens on; 0.0.0.0 for every IPv4 interface."],
+        ["metrics-tls-cert", None, None,
+         "Serve the metrics over HTTPS (https://INTERFACE:PORT/metrics) with this PEM certificate (then its chain); "
+         "it may be the --tls-cert file.", None],
+        ["metrics-tls-key", None, None, "The PEM private key of --metrics-tls-cert.", None],
+        ["metrics-tls-client-ca", None, None,
+         "Require a scraper's client certificate signed by a CA of this PEM file (mutual TLS).", None],
         ["min-insync-replicas", None, 1,
          "In-sync replicas an ack=all produce needs, for a replicated topic created without its own "
          "--min-insync-replicas.", _int("min-insync-replicas", 1)],
@@ -263,9 +274,13 @@ class Options(usage.Options):
                 replica_lag_time_ms=self["replica-lag-time-ms"],
                 zookeeper=self["zookeeper"],
                 zookeeper_session_timeout_s=self["zookeeper-session-timeout-s"],
+                zookeeper_credentials_file=self["zookeeper-credentials-file"],
                 sendfile=not self["no-sendfile"],
                 metrics_port=self["metrics-port"],
                 metrics_interface=self["metrics-interface"],
+                metrics_cert=self["metrics-tls-cert"],
+                metrics_key=self["metrics-tls-key"],
+                metrics_client_ca=self["metrics-tls-client-ca"],
                 unclean_leader_election=bool(self["unclean-leader-election"]),
                 min_insync_replicas=self["min-insync-replicas"],
                 controlled_shutdown_timeout_s=self["controlled-shutdown-timeout-s"],
@@ -279,9 +294,15 @@ class Options(usage.Options):
             )
         except ValueError as e:
             raise usage.UsageError(_option_names(str(e))) from None
+        if self.config.zookeeper_credentials_file:  # a file that cannot be used stops the broker before it starts
+            try:
+                read_credentials_file(self.config.zookeeper_credentials_file)
+            except TwlogError as e:
+                raise usage.UsageError(str(e)) from None
 
 
-_OPTION_NAMES = {"sasl_mechanisms": "--sasl-mechanisms", "require_auth": "--require-auth",
+_OPTION_NAMES = {"zookeeper_credentials_file needs zookeeper": "--zookeeper-credentials-file needs --zookeeper",
+                 "sasl_mechanisms": "--sasl-mechanisms", "require_auth": "--require-auth",
                  "inter_broker_user": "--inter-broker-user", "inter_broker_mechanism": "--inter-broker-mechanism",
                  "inter_broker_password_file": "--inter-broker-password-file",
                  "need zookeeper": "need --zookeeper",
@@ -289,6 +310,11 @@ _OPTION_NAMES = {"sasl_mechanisms": "--sasl-mechanisms", "require_auth": "--requ
                  "tls_client_ca": "--tls-client-ca", "a broker without its plaintext port": "--no-plaintext",
                  "a broker registered in ZooKeeper": "--zookeeper with --no-plaintext: a broker registered in "
                  "ZooKeeper"}
+
+
+# The metrics' HTTPS fields (their names hold no other field's name, so the order of the replacements is free).
+_OPTION_NAMES.update({"metrics_cert": "--metrics-tls-cert", "metrics_key": "--metrics-tls-key",
+                      "metrics_client_ca": "--metrics-tls-client-ca", "metrics_port": "--metrics-port"})
 
 
 def _option_names(message: str) -> str:

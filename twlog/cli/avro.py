@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred
 from twlog.avro import AvroDeserializer, AvroSchema, AvroSerializer, InvalidSchema, RegistryClient, RegistryError
 from twlog.avro.serde import AvroDecodeError
 from twlog.cli.common import UsageError
+from twlog.cli.registry_settings import registry_settings
 from twlog.errors import TwlogError
 
 
@@ -25,12 +26,13 @@ def registry_client(args, reactor) -> RegistryClient | None:
     """The client of C{--registry}, or None without it.
 
     @raise UsageError: a URL that is not http(s).
+    @raise TwlogError: bad HTTPS or basic auth settings (L{registry_settings}).
     """
-    url = getattr(args, "registry", None)
-    if not url:
+    settings = registry_settings(args)
+    if settings is None:
         return None
     try:
-        return RegistryClient(url, reactor=reactor)
+        return RegistryClient(settings.url, reactor=reactor, tls=settings.tls, user_info=settings.user_info)
     except ValueError as e:
         raise UsageError(f"--registry: {e}") from None
 

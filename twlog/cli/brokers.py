@@ -13,6 +13,7 @@ part of their topics (its data is not touched).  A live broker is refused.
 from __future__ import annotations
 
 from twlog.cli.output import print_json, print_table
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.coord import paths
 from twlog.coord.layout import ClusterLayout
 from twlog.coord.zk import IZooKeeper, NoNodeError, ZooKeeper, ZooKeeperUnavailable
@@ -24,7 +25,8 @@ TIMEOUT_S = 5.0
 
 
 async def _session(reactor, args) -> ZooKeeper:
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S)
+    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
+                   credentials=zookeeper_credentials(args))
     try:
         await zk.start()
     except ZooKeeperUnavailable as e:

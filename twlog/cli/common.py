@@ -23,10 +23,12 @@ from twisted.internet.task import react
 from twlog.cli.sasl_options import sasl_settings
 from twlog.cli.suggest import suggest_topic
 from twlog.cli.tls_options import read_client_config, tls_settings_of
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
 from twlog.client.options import ClientOptions
 from twlog.coord.layout import PartitionLocation, describe_offline
+from twlog.coord.zk import NoAuthError
 from twlog.errors import ConnectionFailed, PartitionsOffline, TwlogError, UnknownTopic
 from twlog.partition import address_text
 from twlog.partition import resolve_partition as partition_named
@@ -38,20 +40,20 @@ CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_at
 
 def client_options(args) -> ClientOptions:
     """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS and SASL options (L{tls_settings_of},
-    L{sasl_settings}), and its C{--client-config} file's.
+    L{sasl_settings}) and its C{--client-config} file's, and its ZooKeeper credentials
+    (C{--zookeeper-credentials-file}).
 
-    @raise UsageError: TLS with --zookeeper (a TLS client is given the brokers' TLS addresses with --broker).
+    With TLS and C{--zookeeper}, the brokers are reached at the TLS listeners they register
+    (L{twlog.coord.endpoints}).
     """
     path = getattr(args, "client_config", None)
     config = read_client_config(path) if path else {}
     tls = tls_settings_of(args, config, path)
-    if tls is not None and getattr(args, "zookeeper", None):
-        raise UsageError("TLS clients find the brokers through --broker (their TLS ports), not --zookeeper: "
-                         "ZooKeeper holds the plaintext addresses (docs/security.md)")
     sasl = sasl_settings(args, config, tls is not None)  # (SASL: docs/security.md, "Authentication")
-    if tls is None and sasl is None:
-        return CLIENT_OPTIONS
-    return ClientOptions.build(CLIENT_OPTIONS, tls=tls, sasl=sasl)
+    options = CLIENT_OPTIONS if tls is None and sasl is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls,
+                                                                                        sasl=sasl)
+    credentials = zookeeper_credentials(args)
+    return options if credentials is None else ClientOptions.build(options, zookeeper_credentials=credentials)
 
 
 #: How long finding a topic's partitions (METADATA or ZooKeeper) may take before the command says why not.
@@ -77,6 +79,10 @@ async def reporting_errors(main, reactor, args) -> None:
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"twlog: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except NoAuthError as e:  # a secured cluster's znodes
+        print(f"twlog: {e}: give the credentials of an identity allowed to (--zookeeper-credentials-file; "
+              "docs/security.md, ZooKeeper)", file=sys.stderr)
         raise SystemExit(1) from None
     except (BrokenPipeError, KeyboardInterrupt):  # `twlog ... | head`, Ctrl-C: stop quietly
         raise SystemExit(1) from None

@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred
 from twlog.cli import avro
 from twlog.cli.common import UsageError, bounded, client_options, stop_on_shutdown
 from twlog.cli.formats import Formatter
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.consumer.group import GroupConsumer
 from twlog.coord import paths
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, ZooKeeper
@@ -86,7 +87,8 @@ async def consume_group(reactor, args, formatter: Formatter, on_corrupt: str) ->
     """Print the messages this group member receives until --max-messages or Ctrl-C."""
     if args.offset not in ("earliest", "latest"):
         raise UsageError(f"with --group, --offset is where a new group starts: earliest or latest, not {args.offset!r}")
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=ZOOKEEPER_CONNECT_TIMEOUT_S)
+    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=ZOOKEEPER_CONNECT_TIMEOUT_S,
+                   credentials=zookeeper_credentials(args))
     await zk.start()
     reporter = SessionReporter(args.zookeeper, args.group)
     zk.add_state_listener(reporter)

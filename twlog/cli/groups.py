@@ -23,6 +23,7 @@ import sys
 
 from twlog.cli.common import UsageError
 from twlog.cli.output import print_json, print_table
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.client.connection import BrokerConnection
 from twlog.consumer.admin import (
     GroupDescription,
@@ -51,7 +52,8 @@ UNKNOWN = "?"
 
 
 async def _session(reactor, args) -> ZooKeeper:
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S)
+    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
+                   credentials=zookeeper_credentials(args))
     await zk.start()
     return zk
 

@@ -20,6 +20,7 @@ from twisted.internet.threads import deferToThread
 from twlog.cli.common import DISCOVERY_TIMEOUT_S, UsageError, client_options, find_partitions
 from twlog.cli.output import print_json, print_table
 from twlog.cli.suggest import suggest_topic
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.client.async_discovery import bootstrap_async, cluster_layout_async
 from twlog.client.discovery import log_problems
 from twlog.client.options import ClientOptions
@@ -227,7 +228,8 @@ async def create_replicated_topic(reactor, args) -> None:
     if not args.zookeeper:
         raise UsageError("--replication-factor creates the topic in ZooKeeper (as Kafka 0.8's kafka-topics.sh "
                          "does): give --zookeeper HOST:PORT")
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
+    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S,
+                   credentials=zookeeper_credentials(args))
     try:
         await zk.start()
         created = await create_replicated(zk, args.topic, args.partitions, args.replication_factor, clock=reactor,
@@ -266,10 +268,11 @@ async def _replicated_layout(reactor, args, topic: str
             cluster = await bootstrap_async(args.broker, (topic,), options, reactor=reactor)
             found = cluster.response.layout(topic)
             return (found, cluster.response.addresses) if isinstance(found, ReplicatedLayout) else None
-        zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
+        zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S,
+                       credentials=zookeeper_credentials(args))
         try:
             await zk.start()
-            view = ClusterView(zk, (topic,))
+            view = ClusterView(zk, (topic,), listener=client_options(args).listener)
             await view.start()
             view.stop()
             found = view.replicated(topic)
@@ -336,7 +339,8 @@ async def delete_topic(reactor, args) -> None:
     zk = None
     try:
         if args.zookeeper:
-            zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S)
+            zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=DISCOVERY_TIMEOUT_S,
+                           credentials=zookeeper_credentials(args))
             await zk.start()
             replicated = await zk.exists(paths.replicated_topic_path(args.topic)) is not None
             readers = await _groups_reading(zk, args.topic)

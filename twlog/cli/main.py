@@ -25,9 +25,11 @@ from twlog.cli.options import (
     zookeeper_address,
 )
 from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
+from twlog.cli.registry_parsers import add_registry_options
 from twlog.cli.sasl_parsers import add_sasl_options
 from twlog.cli.tls_parsers import add_tls_options
 from twlog.cli.user_parsers import add_user_commands
+from twlog.cli.zk_options import read_zookeeper_credentials
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
 from twlog.storage.manager import MAX_PARTITIONS
@@ -122,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="read each line as JSON and send it in Avro with this schema (needs --registry)")
     produce.add_argument("--registry", default=None, metavar="URL",
                          help="the schema registry giving --avro-schema its id (subject <topic>-value)")
+    add_registry_options(produce)
     produce.add_argument("files", nargs="*", metavar="FILE", help="files to send (default: stdin)")
 
     consume = client_command(
@@ -151,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--registry", default=None, metavar="URL",
                          help="decode Avro messages (Confluent's wire format) with this schema registry: one JSON "
                          "line each (with --json, the record is the object in \"value\")")
+    add_registry_options(consume)
     shown = consume.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true",
                        help="one JSON object per message: topic, partition, offset, value (text, or base64 with "
@@ -239,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_broker_commands(commands, debug_option, json_option)
     add_user_commands(commands, debug_option, json_option)
+    add_zookeeper_commands(commands, debug_option)
 
     # Their options are twistd's, which main() hands them before argparse sees them: these are for `twlog --help`.
     subcommand(commands, "broker", "twlog.cli.broker:main",
@@ -364,6 +369,27 @@ def add_broker_commands(commands, debug_option, json_option) -> None:
     forget.add_argument("--broker-id", type=int, required=True, metavar="N", help="the broker to forget")
 
 
+def add_zookeeper_commands(commands, debug_option) -> None:
+    """C{twlog zookeeper secure}: set a secured cluster's ACLs on the znodes made before it had credentials."""
+    zookeeper = subcommand(commands, "zookeeper", "twlog.cli.zookeeper:secure",
+                           "secure an existing cluster's znodes with ACLs (Kafka's zookeeper-security-migration)",
+                           "Actions on the cluster's ZooKeeper tree.")
+    actions = zookeeper.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
+    actions.required = True
+    secure = subcommand(
+        actions, "secure", "twlog.cli.zookeeper:secure", "set the ACLs of a secured cluster on every znode",
+        "Set, recursively, the ACL of every znode of the cluster (its chroot; without one, every top-level node "
+        "but ZooKeeper's /zookeeper): the identity of --zookeeper-credentials-file (the brokers') may do "
+        "anything, everyone may read, except credentials (/config/users, /twlog/zookeeper-digests); a consumer "
+        "group keeps the members its ACL names (docs/security.md, ZooKeeper).", react=True,
+    )
+    secure.add_argument("--zookeeper", "-z", default="localhost:2181", type=zookeeper_address,
+                        metavar="HOST:PORT[/chroot]", help="ZooKeeper (default: localhost:2181)")
+    secure.add_argument("--unsecure", action="store_true",
+                        help="open every znode to everyone again (as Kafka's zookeeper.acl=unsecure)")
+    debug_option(secure)
+
+
 def reset_target(text: str) -> str | int | tuple[str, int]:
     """C{--to}: C{earliest}, C{latest}, C{("time", ms)} for an ISO date/time, or a byte offset."""
     if text in ("earliest", "latest"):
@@ -411,6 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(command_list(parser), file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    try:
+        read_zookeeper_credentials(args)
+    except TwlogError as e:
+        print(f"twlog: {e}", file=sys.stderr)
+        return 1
     function = _load(args.run)
     if getattr(args, "react", False):
         return _load(RUNNER)(function, args)

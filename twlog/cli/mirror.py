@@ -24,6 +24,8 @@ def settings_from(args) -> MirrorSettings:
         sources=tuple(args.sources), target=args.target, whitelist=args.whitelist, blacklist=args.blacklist,
         group=args.group, streams=args.streams, batch_size=args.batch_size,
         max_in_flight=max(args.max_in_flight, args.batch_size), status_s=args.status_interval,
+        source_credentials=getattr(args, "from_zookeeper_credentials", None),
+        target_credentials=getattr(args, "to_zookeeper_credentials", None),
     )
 
 

@@ -12,6 +12,7 @@ import time
 
 from twlog.cli.options import parse_time, topic_name, zookeeper_address
 from twlog.cli.parsing import positive_int, positive_option, subcommand
+from twlog.cli.zk_options import add_mirror_credentials_options
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -95,6 +96,7 @@ def add_mirror_commands(commands, debug_option) -> None:
                         metavar="ZK_SOURCE", help="a source cluster's ZooKeeper, HOST:PORT[/chroot] (repeatable)")
     mirror.add_argument("--to", dest="target", required=True, type=zookeeper_address, metavar="ZK_TARGET",
                         help="the target cluster's ZooKeeper, HOST:PORT[/chroot]")
+    add_mirror_credentials_options(mirror)
     chosen = mirror.add_mutually_exclusive_group()
     chosen.add_argument("--whitelist", type=regex_option, default=None, metavar="REGEX",
                         help="copy only topics whose whole name matches REGEX (default: every topic, twlog-audit too)")

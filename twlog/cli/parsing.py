@@ -9,6 +9,8 @@ from typing import TypeVar
 
 from twisted.python import usage
 
+from twlog.cli.zk_options import add_zookeeper_credentials_option
+
 T = TypeVar("T")
 
 
@@ -78,6 +80,13 @@ def subcommand(parent, name: str, run: str, help: str, description: str, *, reac
 
 
 class Parser(argparse.ArgumentParser):
+    def add_argument(self, *flags, **options):
+        """As argparse's; a C{--zookeeper} option brings C{--zookeeper-credentials-file} with it."""
+        action = super().add_argument(*flags, **options)
+        if "--zookeeper" in flags:
+            add_zookeeper_credentials_option(self, inherit=options.get("default") is argparse.SUPPRESS)
+        return action
+
     def error(self, message: str):  # one line, then exit 2, as argparse does
         self.exit(2, f"{self.prog}: error: {message}\n")
 

@@ -15,6 +15,7 @@ added by L{twlog.cli.tls_parsers} (light, for C{twlog --help}).
 
 from __future__ import annotations
 
+from twlog.cli.registry_parsers import REGISTRY_CONFIG_KEYS
 from twlog.client.tls import TLSSettings
 from twlog.errors import TwlogError
 
@@ -49,7 +50,7 @@ def read_client_config(path: str) -> dict[str, str]:
         key, value = key.strip(), value.strip()
         if not sep:
             raise TwlogError(f"--client-config {path} line {number}: {line!r} is not key=value")
-        if key not in CLIENT_CONFIG_KEYS:
+        if key not in CLIENT_CONFIG_KEYS and key not in REGISTRY_CONFIG_KEYS:  # (the registry's: --registry)
             raise TwlogError(f"--client-config {path} line {number}: unknown setting {key!r} (twlog reads "
                              f"{', '.join(CLIENT_CONFIG_KEYS)})")
         settings[key] = value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from twlog.cli.output import print_json, print_table
 from twlog.cli.passwords import prompt_password, read_password_file
+from twlog.cli.zk_options import zookeeper_credentials
 from twlog.coord.users import UserStore, user_path
 from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import TwlogError
@@ -19,7 +20,8 @@ TIMEOUT_S = 5.0
 
 
 async def _store(reactor, args) -> tuple[ZooKeeper, UserStore]:
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S)
+    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
+                   credentials=zookeeper_credentials(args))  # (a secured ZooKeeper: only the cluster reads them)
     try:
         await zk.start()
     except ZooKeeperUnavailable as e:

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
@@ -40,6 +41,7 @@ from twlog.client.discovery import (
 )
 from twlog.client.options import ClientOptions
 from twlog.coord import paths
+from twlog.coord.endpoints import PLAINTEXT, listener_values
 from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, NoNodeError, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, ConnectionFailed
@@ -152,24 +154,29 @@ def cluster_layout_async(*, brokers: str | Sequence[tuple[str, int]] | None = No
 async def _registered(zookeeper: str | IZooKeeper, topics: list[str] | None, options: ClientOptions,
                       reactor) -> Reading:
     if not isinstance(zookeeper, str):
-        return await read_registrations_async(zookeeper, topics)
-    zk = ZooKeeper(zookeeper, reactor=reactor, connect_timeout_s=options.timeout_s)
+        return await read_registrations_async(zookeeper, topics, options.listener)
+    zk = ZooKeeper(zookeeper, reactor=reactor, connect_timeout_s=options.timeout_s,
+                   credentials=options.zookeeper_credentials)
     try:
         await zk.start()
     except ZooKeeperUnavailable as e:
         raise ConnectionFailed(str(e)) from None
     try:
-        return await read_registrations_async(zk, topics)
+        return await read_registrations_async(zk, topics, options.listener)
     except KazooException as e:
         raise ConnectionFailed(f"cannot read the brokers from ZooKeeper at {zookeeper}: {e!r}") from None
     finally:
         await zk.stop()
 
 
-async def read_registrations_async(zk: IZooKeeper, topics: Iterable[str] | None) -> Reading:
+async def read_registrations_async(zk: IZooKeeper, topics: Iterable[str] | None, listener: str = PLAINTEXT
+                                   ) -> Reading:
     """Read the brokers' and C{topics}' (None: every registered topic's) registrations from C{zk}, interpreted by
-    the layout (no watches); a named replicated topic's assignment and partition states too."""
+    the layout (no watches); a named replicated topic's assignment and partition states too.  The brokers are
+    located at their C{listener}'s address (L{twlog.coord.endpoints})."""
     brokers = await _values(zk, paths.BROKER_IDS)
+    endpoints = await _values(zk, paths.BROKER_ENDPOINTS) if listener != PLAINTEXT else {}
+    brokers, problems = listener_values(brokers, endpoints, listener)
     if topics is None:
         try:
             topics = sorted(await zk.children(paths.BROKER_TOPICS))
@@ -186,7 +193,8 @@ async def read_registrations_async(zk: IZooKeeper, topics: Iterable[str] | None)
                 continue
             states = await _values(zk, paths.partition_state_path(topic))  # partition -> its node's value ...
             replicated[topic] = (value, {p: await _state(zk, topic, p) for p in states})  # ... its state's
-    return ClusterLayout.from_registrations(brokers, registrations, held, replicated)
+    reading = ClusterLayout.from_registrations(brokers, registrations, held, replicated)
+    return attrs.evolve(reading, problems=(*problems, *reading.problems)) if problems else reading
 
 
 async def _state(zk: IZooKeeper, topic: str, partition: str) -> bytes | None:

@@ -41,6 +41,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from twlog.client.bootstrap import (
     OLDER_BROKER,
     STARTING_RETRIES,
@@ -53,6 +55,7 @@ from twlog.client.bootstrap import (
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord import paths
+from twlog.coord.endpoints import PLAINTEXT, listener_values
 from twlog.coord.layout import ClusterLayout, PartitionLocation, Reading, describe_offline
 from twlog.coord.zk import BlockingZooKeeper, ZooKeeperUnavailable
 from twlog.errors import BrokerTimeout, BrokerUnreachable, ConnectionFailed, PartitionsOffline, UnknownTopic, raise_for
@@ -163,7 +166,7 @@ def discover(
         answered = cluster.answered
         where = cluster.where
     else:
-        found = _zookeeper_partitions(topics, zookeeper, options.timeout_s, allow_partial)
+        found = _zookeeper_partitions(topics, zookeeper, options, allow_partial)
         where = f"the brokers registered in ZooKeeper at {zookeeper}"
     require_topics(found, topics, where)
     if check_reachable:
@@ -326,17 +329,17 @@ def check_answered_as(broker_id: int, held: Sequence[PartitionLocation], answere
                                f"{answered} (a stale registration?)")
 
 
-def _zookeeper_partitions(topics: list[str], zookeeper: str, timeout_s: float,
+def _zookeeper_partitions(topics: list[str], zookeeper: str, options: ClientOptions,
                           allow_partial: bool = False) -> list[PartitionLocation]:
     try:
-        with BlockingZooKeeper(zookeeper, timeout_s) as zk:
-            return registered_partitions(zk, topics, allow_partial)
+        with BlockingZooKeeper(zookeeper, options.timeout_s, options.zookeeper_credentials) as zk:
+            return registered_partitions(zk, topics, allow_partial, options.listener)
     except ZooKeeperUnavailable as e:
         raise ConnectionFailed(str(e)) from None
 
 
 def registered_partitions(zk: BlockingZooKeeper, topics: Iterable[str],
-                          allow_partial: bool = False) -> list[PartitionLocation]:
+                          allow_partial: bool = False, listener: str = PLAINTEXT) -> list[PartitionLocation]:
     """The partitions of C{topics} on the live brokers registered in C{zk} (Kafka 0.7's layout), sorted.
 
     C{zk} needs only C{children(path)} and C{get(path)} (None for a missing node).  Bad values are skipped
@@ -345,7 +348,7 @@ def registered_partitions(zk: BlockingZooKeeper, topics: Iterable[str],
     @raise PartitionsOffline: as L{located}.
     """
     topics = list(dict.fromkeys(topics))
-    return located(read_registrations(zk, topics), topics, allow_partial=allow_partial)
+    return located(read_registrations(zk, topics, listener), topics, allow_partial=allow_partial)
 
 
 def registered_brokers(zk: BlockingZooKeeper) -> dict[int, tuple[str, int]]:
@@ -355,10 +358,13 @@ def registered_brokers(zk: BlockingZooKeeper) -> dict[int, tuple[str, int]]:
     return dict(reading.layout.brokers)
 
 
-def read_registrations(zk: BlockingZooKeeper, topics: Iterable[str]) -> Reading:
+def read_registrations(zk: BlockingZooKeeper, topics: Iterable[str], listener: str = PLAINTEXT) -> Reading:
     """Read the brokers' and C{topics}' registrations from C{zk} (blocking), interpreted by the layout; a
-    replicated topic's assignment and partition states too (its partitions located at their leaders)."""
+    replicated topic's assignment and partition states too (its partitions located at their leaders).  The
+    brokers are located at their C{listener}'s address (L{twlog.coord.endpoints})."""
     brokers = _values(zk, paths.BROKER_IDS)
+    endpoints = _values(zk, paths.BROKER_ENDPOINTS) if listener != PLAINTEXT else {}
+    brokers, problems = listener_values(brokers, endpoints, listener)
     topics = list(topics)
     registered = {t: _values(zk, paths.broker_topic_path(t)) for t in topics}
     held = {t: _values(zk, paths.held_path(t)) for t in topics}
@@ -369,7 +375,8 @@ def read_registrations(zk: BlockingZooKeeper, topics: Iterable[str]) -> Reading:
             if value is not None:
                 parent = paths.partition_state_path(t)
                 replicated[t] = (value, {p: zk.get(f"{parent}/{p}/state") for p in zk.children(parent)})
-    return ClusterLayout.from_registrations(brokers, registered, held, replicated)
+    reading = ClusterLayout.from_registrations(brokers, registered, held, replicated)
+    return attrs.evolve(reading, problems=(*problems, *reading.problems)) if problems else reading
 
 
 def _values(zk: BlockingZooKeeper, parent: str) -> Mapping[str, bytes | None]:

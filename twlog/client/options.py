@@ -19,6 +19,8 @@ from twisted.application.internet import backoffPolicy
 
 from twlog.client.sasl import SASLSettings
 from twlog.client.tls import TLSSettings
+from twlog.coord.endpoints import PLAINTEXT, SSL
+from twlog.coord.zkauth import ZooKeeperCredentials
 from twlog.storage.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 
 #: The largest response frame a client accepts by default: room for big fetches.
@@ -47,6 +49,8 @@ class ClientOptions:
     @ivar tls: speak TLS to the brokers (their C{--tls-port}) with these settings; None: plaintext.
     @ivar sasl: authenticate to each broker right after connecting (after TLS), before any request, with these
         settings (L{twlog.client.sasl}); None: no authentication.
+    @ivar zookeeper_credentials: authenticate the ZooKeeper sessions the client opens (digest; docs/security.md,
+        "ZooKeeper"), whose nodes then carry ACLs; None: anonymous.
     """
 
     timeout_s: float = 30.0
@@ -57,6 +61,13 @@ class ClientOptions:
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
     tls: TLSSettings | None = None
     sasl: SASLSettings | None = None
+    zookeeper_credentials: ZooKeeperCredentials | None = attrs.field(default=None, repr=False)
+
+    @property
+    def listener(self) -> str:
+        """The brokers' listener this client reaches (L{twlog.coord.endpoints}): C{SSL} with L{tls}, else
+        C{PLAINTEXT}; ZooKeeper-mode discovery locates the brokers at that listener's address."""
+        return SSL if self.tls is not None else PLAINTEXT
 
     @classmethod
     def build(cls, options: ClientOptions | None = None, **overrides: Any) -> ClientOptions:

@@ -26,7 +26,7 @@ from twisted.internet.error import VerifyError
 from twlog.errors import TwlogError
 
 __all__ = ["TLSSettings", "TLSSetupError", "describe_tls_failure", "load_private_certificate", "openssl_reason",
-           "pem_certificates"]
+           "pem_certificates", "server_certificate_options"]
 
 _PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 
@@ -68,6 +68,36 @@ def load_private_certificate(cert_file: str, key_file: str, what: str):
                             f"{openssl_reason(e)}") from None
     extra = [tssl.Certificate.loadPEM(pem).original for pem in chain[1:]]
     return private, extra
+
+
+def server_certificate_options(cert_file: str, key_file: str, client_ca_file: str | None, *, what: str,
+                               options: tuple[str, str, str] = ("--tls-cert", "--tls-key", "--tls-client-ca")):
+    """Twisted's server C{CertificateOptions}: the certificate of C{cert_file} (and the chain after it) with the key
+    of C{key_file}, TLS 1.2 at least, and with C{client_ca_file} a client certificate required and verified against
+    its CAs (mutual TLS).  The broker's TLS port, its metrics and the schema registry serve with it.
+
+    @param what: whose certificate, for the errors (C{"broker's --tls-cert"}).
+    @param options: the names of the certificate, key and client CA options, for the errors.
+    @raise TLSSetupError: a file cannot be read or used (one line naming it).
+    """
+    cert_option, key_option, ca_option = options
+    private, chain = load_private_certificate(cert_file, key_file, what)
+    verify = {}
+    if client_ca_file is not None:
+        pems = pem_certificates(client_ca_file, f"{ca_option} file")
+        try:
+            authorities = [tssl.Certificate.loadPEM(pem).original for pem in pems]
+        except (SSL.Error, crypto.Error, ValueError) as e:
+            raise TLSSetupError(f"cannot load {ca_option} {client_ca_file}: {openssl_reason(e)}") from None
+        verify = {"verify": True, "caCerts": authorities, "requireCertificate": True}
+    try:
+        return tssl.CertificateOptions(
+            privateKey=private.privateKey.original, certificate=private.original, extraCertChain=chain or None,
+            raiseMinimumTo=tssl.TLSVersion.TLSv1_2, **verify,
+        )
+    except (SSL.Error, crypto.Error, VerifyError, ValueError) as e:
+        raise TLSSetupError(f"cannot use {cert_option} {cert_file} with {key_option} {key_file}: "
+                            f"{openssl_reason(e)}") from None
 
 
 def openssl_reason(e: BaseException) -> str:

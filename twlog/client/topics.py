@@ -118,7 +118,7 @@ def read_cluster(topic: str, *, brokers: str | Sequence[tuple[str, int]] | None 
         down = {b: n for b, n in every.items() if b not in addresses}
         return Cluster(addresses, holders, f"the brokers known to {cluster.asked}", down)
     try:
-        with BlockingZooKeeper(zookeeper, options.timeout_s) as zk:
+        with BlockingZooKeeper(zookeeper, options.timeout_s, options.zookeeper_credentials) as zk:
             live = registered_brokers(zk)
             holders, down = {}, {}
             for child in zk.children(paths.broker_topic_path(topic)):

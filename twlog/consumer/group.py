@@ -250,7 +250,8 @@ class GroupConsumer:
         if IZooKeeper.providedBy(zookeeper):
             self.zookeeper, self._own_session = zookeeper, False
         else:
-            self.zookeeper = ZooKeeper(zookeeper, reactor=reactor, session_timeout_s=session_timeout_s)
+            self.zookeeper = ZooKeeper(zookeeper, reactor=reactor, session_timeout_s=session_timeout_s,
+                                       credentials=self.options.zookeeper_credentials)
             self._own_session = True
         self._backoff = backoffPolicy(
             initialDelay=rebalance_backoff_ms / 1000, factor=1.5, maxDelay=4 * rebalance_backoff_ms / 1000,
@@ -351,7 +352,8 @@ class GroupConsumer:
             self._streams[topic] = [GroupStream(topic, sid, self.queued_max_messages, **self._stream_options)
                                     for sid in stream_ids(self.consumer_id, count)]
         await self._start()
-        self._view = self.rebalancer.view = ClusterView(self.zookeeper, subscription)
+        self._view = self.rebalancer.view = ClusterView(self.zookeeper, subscription,
+                                                                listener=self.options.listener)
         await self._view.start()
         self._view.add_listener(self.rebalancer.request)
         await self._register()

@@ -29,6 +29,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from twlog.coord import paths
+from twlog.coord.endpoints import PLAINTEXT, SSL, listener_values
 from twlog.coord.layout import ClusterLayout, parse_broker_address
 from twlog.coord.replication.values import BadReplicationValue, PartitionState, TopicAssignment
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper, NoNodeError
@@ -43,9 +44,18 @@ class ClusterView:
 
     _log = Logger()
 
-    def __init__(self, zk: IZooKeeper, topics: Iterable[str] = (), *, all_topics: bool = False) -> None:
+    def __init__(self, zk: IZooKeeper, topics: Iterable[str] = (), *, all_topics: bool = False,
+                 listener: str = PLAINTEXT) -> None:
         self._zk = zk
         self._all_topics = all_topics
+        #: How its client reaches the brokers (L{twlog.coord.endpoints}): L{SSL} locates them at their TLS ports.
+        self.listener = listener
+        #: The brokers' listeners are read for a TLS client, and by a broker (it answers TLS clients too).
+        self._read_endpoints = listener != PLAINTEXT or all_topics
+        #: C{/twlog/brokers/endpoints}' children, name -> value (when read).
+        self._endpoint_values: dict[str, bytes | None] = {}
+        #: Live brokers with a TLS listener: id -> (host, TLS port) (when the endpoints are read).
+        self.tls_brokers: dict[int, tuple[str, int]] = {}
         #: Whether the brokers and topics have been read once since L{start}.
         self.ready = False
         #: Live brokers: id -> (host, port).
@@ -127,27 +137,9 @@ class ClusterView:
         return self._layout.offline_holders(topic)
 
     def replicated(self, topic: str) -> replication_codec.ReplicatedLayout | None:
-        """C{topic}'s partitions with their replicas, leader, leader epoch and ISR, as CLUSTER_METADATA_V2 carries
-        them, or None when it is not a replicated topic the layout holds (a bad assignment, or a 0.7 topic too).
-
-        A partition with no state yet, a bad one (a problem already logged) or a leader that is not live has
-        leader L{replication_codec.NO_BROKER} and error LeaderNotAvailable; with no usable state its epoch is
-        L{replication_codec.UNDEFINED_EPOCH} and its ISR empty.
-        """
+        """C{topic}'s partitions with their replicas, leader, leader epoch and ISR (L{replicated_layout})."""
         read = self.replica_states(topic) if topic in self._layout.partitions else None
-        if read is None:
-            return None
-        assignment, states = read
-        found = []
-        for number, replicas in sorted(assignment.partitions.items()):
-            state = states[number]
-            leader = self._layout.leader(TopicPartition(topic, str(number)))
-            found.append(replication_codec.PartitionState(
-                number, NO_ERROR if leader is not None else LeaderNotAvailable.code,
-                leader if leader is not None else replication_codec.NO_BROKER,
-                state.leader_epoch if state is not None else replication_codec.UNDEFINED_EPOCH,
-                replicas, state.isr if state is not None else ()))
-        return replication_codec.ReplicatedLayout(topic, NO_ERROR, tuple(found))
+        return None if read is None else replicated_layout(self._layout, topic, *read)
 
     def replica_states(self, topic: str) -> tuple[TopicAssignment, dict[int, PartitionState | None]] | None:
         """C{topic}'s assignment and each partition's state as ZooKeeper holds it (None: none yet, or a bad
@@ -196,6 +188,13 @@ class ClusterView:
         await self._zk.ensure_path(paths.BROKER_IDS)
         ids = await self._zk.children(paths.BROKER_IDS, watch=self._watcher(self._read_brokers, generation, "brokers"))
         values = await self._values(paths.BROKER_IDS, ids)  # (one gone meanwhile: the children watch fires again)
+        if self._read_endpoints:
+            await self._zk.ensure_path(paths.BROKER_ENDPOINTS)
+            names = await self._zk.children(paths.BROKER_ENDPOINTS,
+                                            watch=self._watcher(self._read_brokers, generation, "brokers"))
+            endpoints = await self._values(paths.BROKER_ENDPOINTS, names)
+            if generation == self._generation:
+                self._endpoint_values = endpoints
         if generation == self._generation:
             self._broker_values = values
             self._update()
@@ -291,7 +290,12 @@ class ClusterView:
         topics = {t: self._topic_values[t] for t in self._topics if t in self._topic_values}
         held = {t: self._held_values.get(t, {}) for t in topics}
         replicated = {t: self._replicated_values[t] for t in topics if t in self._replicated_values}
-        layout, problems = ClusterLayout.from_registrations(self._broker_values, topics, held, replicated)
+        brokers, problems = listener_values(self._broker_values, self._endpoint_values, self.listener)
+        layout, read_problems = ClusterLayout.from_registrations(brokers, topics, held, replicated)
+        problems += read_problems
+        if self._read_endpoints:
+            tls, _ = listener_values(self._broker_values, self._endpoint_values, SSL)
+            self.tls_brokers = dict(ClusterLayout.from_registrations(tls, {}).layout.brokers)
         for problem in problems:
             if problem not in self._reported:
                 self._reported.add(problem)
@@ -352,3 +356,24 @@ def decode_replica_states(topic: str, value: bytes | None, states: dict[str, byt
         except BadReplicationValue:
             found[number] = None
     return assignment, found
+
+
+def replicated_layout(layout: ClusterLayout, topic: str, assignment: TopicAssignment,
+                      states: dict[int, PartitionState | None]) -> replication_codec.ReplicatedLayout:
+    """C{topic}'s partitions with their replicas, leader, leader epoch and ISR, as CLUSTER_METADATA_V2 carries
+    them, from its C{assignment} and partition C{states} and the C{layout}'s leaders.
+
+    A partition with no state yet, a bad one (a problem already logged) or a leader that is not live has
+    leader L{replication_codec.NO_BROKER} and error LeaderNotAvailable; with no usable state its epoch is
+    L{replication_codec.UNDEFINED_EPOCH} and its ISR empty.
+    """
+    found = []
+    for number, replicas in sorted(assignment.partitions.items()):
+        state = states[number]
+        leader = layout.leader(TopicPartition(topic, str(number)))
+        found.append(replication_codec.PartitionState(
+            number, NO_ERROR if leader is not None else LeaderNotAvailable.code,
+            leader if leader is not None else replication_codec.NO_BROKER,
+            state.leader_epoch if state is not None else replication_codec.UNDEFINED_EPOCH,
+            replicas, state.isr if state is not None else ()))
+    return replication_codec.ReplicatedLayout(topic, NO_ERROR, tuple(found))

@@ -69,11 +69,13 @@ class BrokerNodes:
 
     _log = Logger()
 
-    def __init__(self, zk: IZooKeeper, broker_id: int, value: str, clock) -> None:
+    def __init__(self, zk: IZooKeeper, broker_id: int, value: str, clock, endpoints: bytes | None = None) -> None:
         self._zk = zk
         self.broker_id = broker_id
         self.value = value
         self._clock = clock
+        #: The value of C{/twlog/brokers/endpoints/<id>} (L{twlog.coord.endpoints}); None: not written.
+        self.endpoints = endpoints
 
     async def claim_id(self, stale_wait_s: float) -> None:
         """Create (or adopt) C{/brokers/ids/<id>}; wait up to C{stale_wait_s} for a registration of this
@@ -172,6 +174,23 @@ class BrokerNodes:
                 pass
         raise KazooException(f"could not register {path}: it keeps changing")
 
+    async def write_endpoints(self) -> None:
+        """Create (or take over) the ephemeral C{/twlog/brokers/endpoints/<id>} with L{endpoints} (after
+        L{claim_id}: a node left by an earlier session of this id is replaced)."""
+        if self.endpoints is None:
+            return
+        path = paths.broker_endpoints_path(self.broker_id)
+        for _ in range(5):
+            held = await self._create_or_adopt(path, self.endpoints)
+            if held is _OURS:
+                return
+            if held is not _GONE:
+                try:
+                    await self._zk.delete(path, held[1].version)
+                except NoNodeError:
+                    pass
+        raise KazooException(f"could not register {path}: it keeps changing")
+
     async def _remember_topic(self, topic: str, value: bytes) -> None:
         """Keep C{/twlog/held/<topic>/<id>} (persistent) equal to the registration: it outlives this session."""
         path = paths.held_path(topic, self.broker_id)
@@ -196,7 +215,7 @@ class BrokerNodes:
     async def delete_owned(self, topics: list[str]) -> None:
         """Delete the id node and the nodes of C{topics} where the current session owns them."""
         session = self._zk.session_id
-        ours = [paths.broker_id_path(self.broker_id)]
+        ours = [paths.broker_id_path(self.broker_id), paths.broker_endpoints_path(self.broker_id)]
         ours += [paths.broker_topic_path(topic, self.broker_id) for topic in topics]
         await DeferredList([Deferred.fromCoroutine(self._delete_if_owned(p, session)) for p in ours],
                            consumeErrors=True)

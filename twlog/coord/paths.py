@@ -17,11 +17,20 @@ REPLICATED_TOPICS = "/twlog/topics"
 #: Replicated topics being deleted: C{<topic>} (persistent, empty), with a child C{<broker id>} for each replica
 #: broker that has deleted its replicas (Kafka's C{/admin/delete_topics}).
 DELETE_TOPICS = "/twlog/delete_topics"
+#: Ephemeral, one per live broker: its listeners by security protocol (twlog only; L{twlog.coord.endpoints}).
+BROKER_ENDPOINTS = "/twlog/brokers/endpoints"
+#: Persistent, readable by the cluster alone: C{<user>} = the user's ZooKeeper digest identity (secured clusters).
+ZOOKEEPER_DIGESTS = "/twlog/zookeeper-digests"
 
 
 def broker_id_path(broker_id: int) -> str:
     """C{/brokers/ids/<id>}: ephemeral, the broker's C{host:port}."""
     return f"{BROKER_IDS}/{broker_id}"
+
+
+def broker_endpoints_path(broker_id: int) -> str:
+    """C{/twlog/brokers/endpoints/<id>}: ephemeral, the broker's listeners (C{PLAINTEXT://host:port}, C{SSL://...})."""
+    return f"{BROKER_ENDPOINTS}/{broker_id}"
 
 
 def broker_topic_path(topic: str, broker_id: int | None = None) -> str:

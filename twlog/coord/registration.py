@@ -43,6 +43,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from twlog.config import BrokerConfig
+from twlog.coord.endpoints import endpoints_value
 from twlog.coord.nodes import BrokerIdInUse, BrokerNodes, broker_address, broker_value
 from twlog.coord.zk import CONNECTED, LOST, SUSPENDED, IZooKeeper
 from twlog.errors import TwlogError
@@ -109,7 +110,7 @@ class BrokerRegistration:
     _log = Logger()
 
     def __init__(self, zk: IZooKeeper, config: BrokerConfig, logs: LogManager, port: int, *, clock=None,
-                 stale_wait_s: float = 15.0) -> None:
+                 stale_wait_s: float = 15.0, tls_port: int | None = None) -> None:
         if clock is None:
             from twisted.internet import reactor as clock
         self._zk = zk
@@ -122,7 +123,9 @@ class BrokerRegistration:
         #: What this broker writes to C{/brokers/ids/<id>} (0.7's form; the creator id dates from now).
         self.value = broker_value(config.advertised_host, port, int(clock.seconds() * 1000))
         self.stale_wait_s = stale_wait_s
-        self._nodes = BrokerNodes(zk, self.broker_id, self.value, clock)
+        #: Its listeners (C{/twlog/brokers/endpoints/<id>}): the plaintext port as above, and C{tls_port}.
+        endpoints = endpoints_value(config.advertised_host, port, tls_port)
+        self._nodes = BrokerNodes(zk, self.broker_id, self.value, clock, endpoints)
         self._machine = StateMachine(f"broker {self.broker_id} registration", _S.STOPPED, REGISTRATION_MOVES,
                                      logged_by(self._log))
         #: The session that holds the id node (None: not claimed since the last start).
@@ -208,6 +211,8 @@ class BrokerRegistration:
         """Claim the id, then register every topic; return the number of topics, and whether the id
         was claimed in a session it had not been claimed in before."""
         await self._nodes.claim_id(self.stale_wait_s)
+        self._check(generation)
+        await self._nodes.write_endpoints()
         self._check(generation)
         self._id_session = session = self._zk.session_id
         new_session = session != self._registered_session

@@ -23,6 +23,7 @@ from kazoo.exceptions import (  # noqa: F401  (re-exported: callers catch these)
     BadVersionError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -30,13 +31,16 @@ from kazoo.exceptions import (  # noqa: F401  (re-exported: callers catch these)
 )
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent, ZnodeStat  # noqa: F401
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL as KazooACL
+from kazoo.security import Id
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
 
 from twlog.coord.probe import describe_answer
-from twlog.errors import TwlogError
+from twlog.coord.zkauth import ACL, ZooKeeperCredentials, acl_for, node_acl
+from twlog.coord.zkconnect import MissingChroot, ZooKeeperUnavailable, missing_chroot, split_chroot  # noqa: F401
 
 #: Session states handed to state listeners.
 CONNECTED = "connected"
@@ -79,30 +83,8 @@ if not any(isinstance(h, _ToTwistedLog) for h in _kazoo_logger.handlers):
     _kazoo_logger.propagate = False
 
 
-class ZooKeeperUnavailable(TwlogError):
-    """ZooKeeper could not be reached within the timeout."""
-
-
-class MissingChroot(ZooKeeperUnavailable):
-    """The connect string names a chroot (C{host:port/twlog}) that does not exist on the server."""
-
-
-def split_chroot(hosts: str) -> tuple[str, str]:
-    """A connect string C{host:port[,host:port...][/chroot]} as C{(servers, chroot)}; chroot C{""} when none."""
-    servers, slash, chroot = hosts.partition("/")
-    return servers, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
-
-
-def missing_chroot(hosts: str) -> MissingChroot:
-    """The one-line error for a chroot that does not exist, with the connect string meant most often."""
-    servers, chroot = split_chroot(hosts)
-    return MissingChroot(
-        f"ZooKeeper at {servers} has no {chroot}: did you mean {servers} (no chroot)? "
-        f"(a broker started with --zookeeper {hosts} creates {chroot}; twlog local uses no chroot)"
-    )
-
-
-def _start_kazoo(client: KazooClient, hosts: str, timeout_s: float, create_chroot: bool) -> None:
+def _start_kazoo(client: KazooClient, hosts: str, timeout_s: float, create_chroot: bool,
+                 credentials: ZooKeeperCredentials | None = None) -> None:
     """Start C{client} (a kazoo session on C{hosts}) and check its chroot, creating it if asked.
 
     @raise ZooKeeperUnavailable: no session within C{timeout_s} (the client is stopped).
@@ -122,10 +104,10 @@ def _start_kazoo(client: KazooClient, hosts: str, timeout_s: float, create_chroo
     if not chroot or client.exists("/") is not None:
         return
     if create_chroot:
-        root = KazooClient(servers, timeout=timeout_s)
+        root = KazooClient(servers, timeout=timeout_s, auth_data=credentials.auth_data if credentials else None)
         try:
             root.start(timeout=timeout_s)
-            root.ensure_path(chroot)
+            root.ensure_path(chroot, acl=_to_kazoo(node_acl(chroot, credentials.digest_id)) if credentials else None)
         finally:
             root.stop()
             root.close()
@@ -149,6 +131,7 @@ class IZooKeeper(Interface):
     connected = Attribute("Whether the session is connected now.")
     client_id = Attribute("The session's (id, password), or None before the first connection.")
     session_id = Attribute("The session's id (the C{ephemeralOwner} of its ephemeral nodes), or None.")
+    credentials = Attribute("The L{ZooKeeperCredentials} the session authenticates with, or None (open nodes).")
 
     def start() -> Deferred[None]:
         """Connect (L{ZooKeeperUnavailable} on failure)."""
@@ -187,6 +170,20 @@ class IZooKeeper(Interface):
     def set_or_create(path: str, value: bytes) -> Deferred[None]:
         """Set C{path} to C{value}, creating it (and its parents, persistent) if missing."""
 
+    def get_acls(path: str) -> Deferred[list[ACL]]:
+        """The ACL of C{path} (L{twlog.coord.zkauth.ACL} entries)."""
+
+    def set_acls(path: str, acl: list[ACL], version: int = -1) -> Deferred[ZnodeStat]:
+        """Replace the ACL of C{path} (C{NoAuthError} without the ADMIN permission on it)."""
+
+
+def _to_kazoo(acl: list[ACL]) -> list[KazooACL]:
+    return [KazooACL(entry.perms, Id(entry.scheme, entry.id)) for entry in acl]
+
+
+def _parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0] or "/"
+
 
 async def set_or_create(zk: IZooKeeper, path: str, value: bytes) -> None:
     """Set C{path} to C{value} in C{zk}, creating it (and its parents, persistent) if missing."""
@@ -209,6 +206,9 @@ class ZooKeeper:
     @param create_chroot: create a missing chroot on L{start} (a broker
         does); otherwise a missing chroot fails L{start} with L{MissingChroot}
         at once, rather than every read finding nothing.
+    @param credentials: authenticate with ZooKeeper's digest scheme, and give
+        the nodes created the ACLs of L{twlog.coord.zkauth}'s policy; by
+        None (the default): anonymous, and open nodes.
     """
 
     _log = Logger()
@@ -222,6 +222,7 @@ class ZooKeeper:
         connect_timeout_s: float = 15.0,
         client_id: tuple[int, bytes] | None = None,
         create_chroot: bool = False,
+        credentials: ZooKeeperCredentials | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
@@ -229,8 +230,10 @@ class ZooKeeper:
         self.create_chroot = create_chroot
         self._reactor = reactor
         self.connect_timeout_s = connect_timeout_s
+        self.credentials = credentials
         self._client = KazooClient(
             hosts=hosts,
+            auth_data=self.credentials.auth_data if self.credentials else None,
             timeout=session_timeout_s,
             client_id=client_id,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
@@ -254,7 +257,7 @@ class ZooKeeper:
         """Connect; fail with L{ZooKeeperUnavailable} after the connect timeout, or L{MissingChroot}."""
 
         def connect() -> None:
-            _start_kazoo(self._client, self.hosts, self.connect_timeout_s, self.create_chroot)
+            _start_kazoo(self._client, self.hosts, self.connect_timeout_s, self.create_chroot, self.credentials)
 
         return deferToThreadPool(self._reactor, self._reactor.getThreadPool(), connect)
 
@@ -323,9 +326,14 @@ class ZooKeeper:
         self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
         makepath: bool = False,
     ) -> Deferred[str]:
-        """Create C{path}; fire with the path created (C{NodeExistsError}, C{NoNodeError} on failure)."""
-        return self._call(self._client.create_async, path, value, ephemeral=ephemeral, sequence=sequence,
-                          makepath=makepath)
+        """Create C{path}; fire with the path created (C{NodeExistsError}, C{NoNodeError} on failure).
+
+        With credentials, C{path} and the parents C{makepath} creates each get their policy's ACL.
+        """
+        if self.credentials is None:
+            return self._call(self._client.create_async, path, value, ephemeral=ephemeral, sequence=sequence,
+                              makepath=makepath)
+        return Deferred.fromCoroutine(self._create_secured(path, value, ephemeral, sequence, makepath))
 
     def get(self, path: str, watch: Callable[[WatchedEvent], Any] | None = None) -> Deferred[tuple[bytes, ZnodeStat]]:
         """The value and stat of C{path}; C{watch} fires once, on the reactor thread, when it changes."""
@@ -348,12 +356,52 @@ class ZooKeeper:
         return self._call(self._client.exists_async, path, watch=self._watch(watch))
 
     def ensure_path(self, path: str) -> Deferred[bool]:
-        """Create C{path} and its parents as needed (persistent, empty)."""
-        return self._call(self._client.ensure_path_async, path)
+        """Create C{path} and its parents as needed (persistent, empty; with credentials, with their ACLs)."""
+        if self.credentials is None:
+            return self._call(self._client.ensure_path_async, path)
+        return Deferred.fromCoroutine(self._ensure_secured(path))
 
     def set_or_create(self, path: str, value: bytes) -> Deferred[None]:
         """Set C{path} to C{value}, creating it (and its parents, persistent) if missing."""
         return Deferred.fromCoroutine(set_or_create(self, path, value))
+
+    def get_acls(self, path: str) -> Deferred[list[ACL]]:
+        """The ACL of C{path}."""
+        d = self._call(self._client.get_acls_async, path)
+        return d.addCallback(lambda result: [ACL(a.id.scheme, a.id.id, a.perms) for a in result[0]])
+
+    def set_acls(self, path: str, acl: list[ACL], version: int = -1) -> Deferred[ZnodeStat]:
+        """Replace the ACL of C{path}."""
+        return self._call(self._client.set_acls_async, path, _to_kazoo(acl), version)
+
+    # -- the ACLs of a session with credentials (twlog.coord.zkauth) -----------------
+
+    async def _read_acl(self, path: str) -> list[ACL] | None:
+        try:
+            return await self.get_acls(path)
+        except NoNodeError:
+            return None
+
+    async def _create_secured(self, path: str, value: bytes = b"", ephemeral: bool = False, sequence: bool = False,
+                              makepath: bool = False, exists_ok: bool = False) -> str:
+        acl = _to_kazoo(await acl_for(self._read_acl, path, self.credentials.digest_id))
+        for parent_made in (False, True):
+            try:
+                return await self._call(self._client.create_async, path, value, acl, ephemeral, sequence)
+            except NoNodeError:
+                if not makepath or parent_made:
+                    raise
+                await self._ensure_secured(_parent(path))
+            except NodeExistsError:
+                if not exists_ok:
+                    raise
+                return path
+        raise AssertionError("unreachable")
+
+    async def _ensure_secured(self, path: str) -> bool:
+        if path != "/" and await self._call(self._client.exists_async, path) is None:
+            await self._create_secured(path, makepath=True, exists_ok=True)
+        return True
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -362,7 +410,7 @@ class ZooKeeper:
         reactor = self._reactor
 
         def deliver(result) -> None:  # may run on a kazoo thread
-            reactor.callFromThread(_fire, d, result)
+            reactor.callFromThread(_fire, d, result, function.__name__.removesuffix("_async"), args[0])
 
         function(*args, **kwargs).rawlink(deliver)
         return d
@@ -383,9 +431,11 @@ class ZooKeeper:
         return wrapper
 
 
-def _fire(d: Deferred, result) -> None:
+def _fire(d: Deferred, result, operation: str, path: str) -> None:
     try:
         value = result.get_nowait()
+    except NoAuthError:  # (kazoo's says nothing): which write ZooKeeper refused
+        d.errback(NoAuthError(f"ZooKeeper refused to {operation} {path}: not authorized (its ACL)"))
     except Exception as e:
         d.errback(e)
     else:
@@ -402,13 +452,16 @@ class BlockingZooKeeper:
     @raise MissingChroot: (on entering) the connect string's chroot does not exist.
     """
 
-    def __init__(self, hosts: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, hosts: str, timeout_s: float = 30.0,
+                 credentials: ZooKeeperCredentials | None = None) -> None:
         self.hosts = hosts
         self._timeout_s = timeout_s
-        self._client = KazooClient(hosts, timeout=timeout_s)
+        self.credentials = credentials
+        self._client = KazooClient(hosts, timeout=timeout_s,
+                                   auth_data=self.credentials.auth_data if self.credentials else None)
 
     def __enter__(self) -> BlockingZooKeeper:
-        _start_kazoo(self._client, self.hosts, self._timeout_s, create_chroot=False)
+        _start_kazoo(self._client, self.hosts, self._timeout_s, create_chroot=False, credentials=self.credentials)
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.task import LoopingCall
@@ -38,6 +38,7 @@ from twlog.consumer.stream import GroupStream
 from twlog.coord import paths
 from twlog.coord.cluster import ClusterView
 from twlog.coord.zk import CONNECTED, NoNodeError, ZooKeeper, split_chroot
+from twlog.coord.zkauth import ZooKeeperCredentials
 from twlog.errors import RebalanceFailed, TwlogError
 from twlog.mirror.copier import Copier
 from twlog.mirror.tracker import OffsetTracker
@@ -66,6 +67,9 @@ class MirrorSettings:
     connect_timeout_s: float = 10.0
     drain_timeout_s: float = 10.0
     send_timeout_s: float = 30.0
+    #: The ZooKeeper credentials of every source cluster, and of the target (docs/security.md, "ZooKeeper").
+    source_credentials: ZooKeeperCredentials | None = field(default=None, repr=False)
+    target_credentials: ZooKeeperCredentials | None = field(default=None, repr=False)
 
     @property
     def long_pause_s(self) -> float:
@@ -188,8 +192,9 @@ class SourceCluster:
         self.mirror = mirror
         self._reactor = reactor
         settings = mirror.settings
-        self.zk = ZooKeeper(hosts, reactor=reactor, connect_timeout_s=settings.connect_timeout_s)
-        self.view = ClusterView(self.zk)
+        self.zk = ZooKeeper(hosts, reactor=reactor, connect_timeout_s=settings.connect_timeout_s,
+                            credentials=settings.source_credentials)
+        self.view = ClusterView(self.zk, listener=mirror.client_options.listener)
         #: The source's topic names, kept by a watch on C{/brokers/topics}.
         self.topics: set[str] = set()
         self.feeds: dict[str, TopicFeed] = {}
@@ -293,7 +298,8 @@ class Mirror:
         self.say = say
         self.client_options = client_options or ClientOptions(timeout_s=10.0, connect_timeout_s=3.0,
                                                               connect_attempts=2)
-        self.target_zk = ZooKeeper(settings.target, reactor=reactor, connect_timeout_s=settings.connect_timeout_s)
+        self.target_zk = ZooKeeper(settings.target, reactor=reactor, connect_timeout_s=settings.connect_timeout_s,
+                                   credentials=settings.target_credentials)
         self.producer: Producer | None = None
         self.copier = Copier(self._send, clock=reactor, say=say, fatal=self._fatal, batch_size=settings.batch_size,
                              max_in_flight=settings.max_in_flight, long_pause_s=settings.long_pause_s)
@@ -347,7 +353,7 @@ class Mirror:
         except Exception as e:
             raise MirrorRefused(f"cannot reach the ZooKeeper of {what}: {e}") from None
         own = view is None
-        view = view or ClusterView(zk)
+        view = view or ClusterView(zk, listener=self.client_options.listener)
         await view.start()
         brokers = sorted(view.brokers.values())
         if own:

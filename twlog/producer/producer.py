@@ -157,18 +157,16 @@ class Producer:
         self.options = options = ClientOptions.build(options, **overrides)
         self._ack = ACK_MODES[ack]
         if connection_factory is None:
-
             def connection_factory(host: str, port: int) -> BrokerConnection:
                 return BrokerConnection(host, port, reactor=reactor, options=options)
 
         self._pool = ConnectionPool(connection_factory, parse_brokers(brokers) if brokers is not None else ())
-        self._router = Router(self._pool, zookeeper=zookeeper, reactor=reactor, partitioner=partitioner, rng=rng)
+        self._router = Router(self._pool, zookeeper=zookeeper, reactor=reactor, partitioner=partitioner, rng=rng,
+                              zookeeper_credentials=options.zookeeper_credentials, listener=options.listener)
         self._batcher: Batcher | None = None
         if batch_size is not None:
-            self._batcher = Batcher(
-                reactor, self._deliver_batch, batch_size=batch_size, linger_ms=linger_ms,
-                max_queued_messages=max_queued_messages, on_full=on_full,
-            )
+            self._batcher = Batcher(reactor, self._deliver_batch, batch_size=batch_size, linger_ms=linger_ms,
+                                    max_queued_messages=max_queued_messages, on_full=on_full)
         self._in_flight: set[Deferred] = set()
         self._closed = False
         self._audit = audit_trail(audit, reactor, self._publish_audit)

@@ -62,8 +62,10 @@ from twisted.python.failure import Failure
 
 from twlog.client.pool import ConnectionPool
 from twlog.coord.cluster import ClusterView
+from twlog.coord.endpoints import PLAINTEXT
 from twlog.coord.layout import ClusterLayout, describe_offline
 from twlog.coord.zk import IZooKeeper, KazooException, ZooKeeper
+from twlog.coord.zkauth import ZooKeeperCredentials
 from twlog.errors import ClientClosed, ConnectionFailed, LeaderNotAvailable, PartitionsOffline
 from twlog.partition import TopicPartition
 from twlog.producer.static import PROVISIONAL_S, REPLICATED_MAX_AGE_S, StaticBrokers  # noqa: F401 (re-exported)
@@ -98,15 +100,19 @@ class Router(StaticBrokers):
         reactor=None,
         partitioner: Partitioner | None = None,
         rng: random.Random | None = None,
+        listener: str = PLAINTEXT,
+        zookeeper_credentials: ZooKeeperCredentials | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self._pool = pool
+        self._listener = listener  # which of the brokers' listeners the view locates them at (TLS: SSL)
         self._reactor = reactor
         self._partitioner = partitioner or hash_partitioner
         self._rng = rng or random.Random()
         self._own_zk = isinstance(zookeeper, str)
-        self._zk: IZooKeeper | None = ZooKeeper(zookeeper, reactor=reactor) if self._own_zk else zookeeper
+        self._zk: IZooKeeper | None = (ZooKeeper(zookeeper, reactor=reactor, credentials=zookeeper_credentials)
+                                       if self._own_zk else zookeeper)
         self._zk_started = not self._own_zk
         self._view: ClusterView | None = None
         self._view_waiters: list[Deferred[ClusterView]] = []
@@ -297,7 +303,7 @@ class Router(StaticBrokers):
             self._zk_started = True
         if self._closed:
             raise ClientClosed("the producer is closed")
-        view = ClusterView(self._zk)
+        view = ClusterView(self._zk, listener=self._listener)
         view.add_listener(self._cluster_changed)
         try:
             await view.start()

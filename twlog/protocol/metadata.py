@@ -62,6 +62,7 @@ class ClusterSource(Protocol):
 
     #: Live brokers: id -> (host, port).
     brokers: Mapping[int, tuple[str, int]]
+    # Optional (read with getattr): tls_brokers, the live brokers with a TLS listener, id -> (host, TLS port).
 
     @property
     def ready(self) -> bool:
@@ -206,7 +207,9 @@ class MetadataHandlers:
             known = set(local)
         else:
             view = VIEW_CURRENT if cluster.connected else VIEW_STALE
-            brokers = dict(cluster.brokers)
+            # (a client asking over TLS is told the TLS listeners; brokers without one are not live to it)
+            tls = getattr(peer, "tls", False)
+            brokers = dict(getattr(cluster, "tls_brokers", {}) if tls else cluster.brokers)
             registered = cluster.holders
             offline = cluster.offline_holders
             replicated_of = getattr(cluster, "replicated", _not_replicated)

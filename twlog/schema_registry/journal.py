@@ -163,7 +163,8 @@ class Journal:
 
         @raise ConnectionFailed: ZooKeeper cannot be reached.
         """
-        zk = ZooKeeper(self._zookeeper, reactor=self._reactor, connect_timeout_s=self.options.connect_timeout_s)
+        zk = ZooKeeper(self._zookeeper, reactor=self._reactor, connect_timeout_s=self.options.connect_timeout_s,
+                       credentials=self.options.zookeeper_credentials)
         try:
             await zk.start()
             try:

@@ -12,11 +12,17 @@ import atexit
 import errno
 import socket
 
+import attrs
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from twlog.client.options import ClientOptions
+from twlog.client.tls import openssl_reason, server_certificate_options
+from twlog.coord.zkauth import ZooKeeperCredentials
+from twlog.errors import TwlogError
 from twlog.protocol.twisted_internals import exit_now, forget_exit_signal
+from twlog.schema_registry.auth import DEFAULT_REALM, BasicAuth
 from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S, SchemaRegistry
 from twlog.schema_registry.journal import TOPIC, Journal
 from twlog.schema_registry.web import DEFAULT_MAX_BODY_BYTES, make_site
@@ -32,19 +38,29 @@ class RegistryService(Service):
     def __init__(self, *, brokers: str | None = None, zookeeper: str | None = None, port: int = DEFAULT_PORT,
                  interface: str = "127.0.0.1", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, reactor=None,
-                 cannot_start_exit_code: int | None = None) -> None:
+                 cannot_start_exit_code: int | None = None, tls: RegistryTLS | None = None,
+                 basic_auth_file: str | None = None, basic_auth_realm: str = DEFAULT_REALM,
+                 basic_auth_roles: str | None = None, basic_auth_read_only_roles: str | None = None,
+                 zookeeper_credentials: ZooKeeperCredentials | None = None) -> None:
         """@param cannot_start_exit_code: when set (C{twistd twlog-registry} sets 1), a registry that cannot
             listen logs one critical line naming the option to change, stops the reactor, and the process
             exits with this status (twistd itself would exit 0).  C{twlog registry} and tests leave it None
-            and read L{listening}."""
+            and read L{listening}.
+        @param tls: serve HTTPS with these files (L{RegistryTLS}); None: HTTP.
+        @param basic_auth_file: require basic auth of the users of this file (L{twlog.schema_registry.auth}).
+        @param zookeeper_credentials: the cluster's, with C{zookeeper} (docs/security.md, "ZooKeeper").
+        """
         if reactor is None:
             from twisted.internet import reactor
         self._reactor = reactor
         self.port = port
         self.interface = interface
-        self.journal = Journal(brokers=brokers, zookeeper=zookeeper, reactor=reactor)
+        self.journal = Journal(brokers=brokers, zookeeper=zookeeper, reactor=reactor,
+                               options=ClientOptions(zookeeper_credentials=zookeeper_credentials))
         self.registry = SchemaRegistry(self.journal, reactor=reactor, timeout_s=request_timeout_s)
         self.site = make_site(self.registry, max_body_bytes)
+        self.tls = tls
+        self._auth = (basic_auth_file, basic_auth_realm, basic_auth_roles, basic_auth_read_only_roles)
         self.where = brokers if brokers is not None else f"ZooKeeper {zookeeper}"
         self._listener = None
         self.cannot_start_exit_code = cannot_start_exit_code
@@ -54,8 +70,12 @@ class RegistryService(Service):
     def startService(self) -> None:
         super().startService()
         try:
-            self._listener = self._reactor.listenTCP(self.port, self.site, interface=self.interface)
-        except Exception as e:  # (CannotListenError: the port is taken)
+            tls_options = self._secure()
+            if tls_options is None:
+                self._listener = self._reactor.listenTCP(self.port, self.site, interface=self.interface)
+            else:
+                self._listener = self._reactor.listenSSL(self.port, self.site, tls_options, interface=self.interface)
+        except Exception as e:  # (CannotListenError: the port is taken; TwlogError: a TLS or password file)
             if self.cannot_start_exit_code is not None:
                 self._log.critical("cannot start the schema registry: {error}",
                                    error=listen_error(self.interface, self.port, e, str(e)))
@@ -65,10 +85,29 @@ class RegistryService(Service):
             self.listening.errback(e)
             return
         address = self._listener.getHost()
-        self._log.info("schema registry on http://{host}:{port}/, records in topic {topic} of {where}",
-                       host=address.host, port=address.port, topic=TOPIC, where=self.where)
+        self._log.info("schema registry on {scheme}://{host}:{port}/{auth}, records in topic {topic} of {where}",
+                       scheme="http" if self.tls is None else "https", host=address.host, port=address.port,
+                       auth=self._auth_note, topic=TOPIC, where=self.where)
         self.registry.start().addCallback(self._replayed)
         self.listening.callback(address.port)
+
+    _auth_note = ""
+
+    def _secure(self):
+        """Load the TLS files and the password file, before listening: the TLS options (None: HTTP).
+
+        @raise TwlogError: one of them cannot be used (one line naming it).
+        """
+        tls_options = self.tls.options() if self.tls is not None else None
+        path, realm, roles, read_only = self._auth
+        if path is not None:
+            auth = BasicAuth.from_file(path, realm, roles, read_only)
+            self.site.resource = auth.protect(self.site.resource)
+            self._auth_note = (f" (basic auth: {len(auth.users)} user(s) of {path}, realm {realm}"
+                               f"{', roles ' + ', '.join(auth.roles) if auth.roles else ''}"
+                               f"{', read-only roles ' + ', '.join(auth.read_only) if auth.read_only else ''})")
+            self._auth = (None, realm, roles, read_only)  # (protected once, even if started again)
+        return tls_options
 
     def _replayed(self, replayed: bool) -> None:
         if replayed:  # (if not, the registry said why, in one line)
@@ -90,8 +129,30 @@ class RegistryService(Service):
         return Deferred.fromCoroutine(stop())
 
 
+@attrs.frozen
+class RegistryTLS:
+    """The registry's HTTPS: its certificate and key (C{--tls-cert}, C{--tls-key}), and with C{client_ca} the CAs
+    whose client certificates it requires (C{--tls-client-ca}: Confluent's C{ssl.client.authentication=REQUIRED})."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+    def options(self):
+        """Twisted's C{CertificateOptions} of these files.
+
+        @raise TwlogError: a file cannot be used (one line naming it).
+        """
+        try:
+            return server_certificate_options(self.cert, self.key, self.client_ca, what="registry's --tls-cert")
+        except Exception as e:  # (TLSSetupError, or whatever else OpenSSL makes of the files: one line)
+            raise TwlogError(f"cannot serve HTTPS: {openssl_reason(e)}") from None
+
+
 def listen_error(interface: str, port: int, error: BaseException | None, text: str) -> str:
     """Why the registry cannot listen on C{interface:port}, as one line naming the option to change."""
+    if isinstance(error, TwlogError):  # (a TLS or password file: it names itself)
+        return str(error)
     where = f"{interface}:{port}"
     cause = getattr(error, "socketError", error)
     code = getattr(cause, "errno", None)

@@ -24,6 +24,7 @@ from twlog.avro.client import RegistryError, SyncRegistryClient
 from twlog.avro.schema import AvroSchema
 from twlog.avro.serde import AvroDecodeError, decode, topic_subject
 from twlog.avro.wire import WireFormatError, unframe
+from twlog.client.tls import TLSSettings
 from twlog.errors import InvalidMessage
 from twlog.spark.options import check_options
 
@@ -103,12 +104,27 @@ def spark_type(schema: Any, seen: frozenset = frozenset()) -> tuple[pa.DataType,
     raise UnsupportedSchema(f"the Avro type {kind!r} has no Spark column type")
 
 
+def _client(url: str, ca: str | None, user_info: str | None) -> SyncRegistryClient:
+    """The blocking client of the registry at C{url}, trusting C{ca} (None: the system's CAs), as C{user_info}.
+
+    @raise ValueError: a bad URL or user info, or a CA for an http:// URL.
+    """
+    try:
+        return SyncRegistryClient(url, tls=TLSSettings(ca_file=ca) if ca else None, user_info=user_info)
+    except ValueError as e:
+        raise ValueError(f"valueFormat avro: {e}") from None
+
+
 class AvroValues:
     """How a query decodes values: the registry, the reader (latest) schema, and its columns.  Picklable."""
 
     def __init__(self, url: str, subject: str, reader: str, schema_id: int, version: int,
-                 fail_on_data_loss: bool = True) -> None:
+                 fail_on_data_loss: bool = True, registry_ca: str | None = None,
+                 registry_user_info: str | None = None) -> None:
         self.url = url
+        #: The registry's CA file (C{schema.registry.ssl.ca.location}) and C{user:password}
+        #: (C{schema.registry.basic.auth.user.info}), for the executors' clients too.
+        self.registry_ca, self.registry_user_info = registry_ca, registry_user_info
         self.subject = subject
         self.reader_text = reader
         self.schema_id = schema_id
@@ -142,9 +158,12 @@ class AvroValues:
         if value_format not in VALUE_FORMATS:
             raise ValueError(f"valueFormat must be one of {', '.join(VALUE_FORMATS)}, not {value_format!r}")
         url, subject = options.get("schemaregistryurl"), options.get("valueschemasubject")
+        ca = options.get("schema.registry.ssl.ca.location")
+        user_info = options.get("schema.registry.basic.auth.user.info")
         if value_format == "binary":
-            if url is not None or subject is not None:
-                raise ValueError('schemaRegistryUrl and valueSchemaSubject are for .option("valueFormat", "avro")')
+            if any(value is not None for value in (url, subject, ca, user_info)):
+                raise ValueError('schemaRegistryUrl, valueSchemaSubject and the schema.registry.* options are for '
+                                 '.option("valueFormat", "avro")')
             return None
         if not url:
             raise ValueError('valueFormat avro needs .option("schemaRegistryUrl", "http://host:port")')
@@ -154,10 +173,11 @@ class AvroValues:
                                  "the columns)")
             subject = topic_subject(topics[0])
         try:
-            latest = SyncRegistryClient(url).latest(subject)
+            latest = _client(url, ca, user_info).latest(subject)
         except RegistryError as e:
             raise ValueError(f"valueFormat avro: no latest schema of subject {subject!r}: {e}") from None
-        return cls(url, subject, latest["schema"], int(latest["id"]), int(latest["version"]), fail_on_data_loss)
+        return cls(url, subject, latest["schema"], int(latest["id"]), int(latest["version"]), fail_on_data_loss,
+                   ca, user_info)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -168,7 +188,7 @@ class AvroValues:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["url"], state["subject"], state["reader_text"], state["schema_id"], state["version"],
-                      state["fail_on_data_loss"])
+                      state["fail_on_data_loss"], state["registry_ca"], state["registry_user_info"])
 
     # -- on executors -------------------------------------------------------------------
 
@@ -178,7 +198,7 @@ class AvroValues:
 
     def _writer(self, schema_id: int) -> AvroSchema:
         if self._state is None:
-            self.use_client(SyncRegistryClient(self.url))
+            self.use_client(_client(self.url, self.registry_ca, self.registry_user_info))
         schemas = self._state["schemas"]
         if schema_id not in schemas:
             try:

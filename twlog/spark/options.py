@@ -22,6 +22,7 @@ from twlog.client.discovery import discover, resolve_partition
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord.layout import PartitionLocation, describe_offline
+from twlog.coord.zkauth import credentials_file
 from twlog.errors import (
     BrokerTimeout,
     BrokerUnreachable,
@@ -45,7 +46,8 @@ OPTIONS = (
     "brokers", "kafka.bootstrap.servers", "zookeeper", "subscribe", "assign", "startingOffsets", "endingOffsets",
     "maxOffsetsPerTrigger", "fetchSize", "failOnDataLoss", "timeoutMs", "envelope",
     "valueFormat", "schemaRegistryUrl", "valueSchemaSubject",
-    "minPartitions",
+    "minPartitions", "zookeeper.credentials.file",
+    "schema.registry.ssl.ca.location", "schema.registry.basic.auth.user.info",  # the registry's HTTPS, basic auth
 )
 _KNOWN = {name.lower(): name for name in OPTIONS}
 
@@ -123,6 +125,8 @@ class SourceOptions:
         if (self.brokers is None) == (self.zookeeper is None):
             raise ValueError('give exactly one of the options "brokers" (host:port,...; alias '
                              '"kafka.bootstrap.servers") and "zookeeper" (host:port[/chroot])')
+        #: The cluster's ZooKeeper credentials (docs/security.md), in the client options the executors get too.
+        self.zookeeper_credentials = credentials_file(options.get("zookeeper.credentials.file"))
         subscribe, assign = options.get("subscribe"), options.get("assign")
         if (subscribe is None) == (assign is None):
             raise ValueError('give exactly one of the options "subscribe" (topics) and "assign" (JSON)')
@@ -154,7 +158,8 @@ class SourceOptions:
         self.envelope = _bool(options.get("envelope"), False)  # audit envelopes as columns (twlog.spark.envelope)
         self.values = None  # valueFormat avro: the decoder (twlog.spark.avro.AvroValues), set by the source
         timeout_s = _int(options, "timeoutMs", 30000) / 1000
-        self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s)
+        self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s,
+                                    zookeeper_credentials=self.zookeeper_credentials)
         self._offsets_checked = False
         #: The offline partitions last warned about (failOnDataLoss=false): said again only when they change.
         self._said_offline: frozenset = frozenset()
