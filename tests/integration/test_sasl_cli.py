@@ -103,3 +103,23 @@ class UsersCommandTests(TestCase):
         self.assertIn(b"SCRAM-SHA-256", out)
         self.assertNotIn(b"SCRAM-SHA-512", out)
         self.assertNotIn(b"stored_key", out)
+
+    async def test_users_in_a_secured_zookeeper(self):
+        """With the cluster's ZooKeeper credentials (docs/security.md, "ZooKeeper"), twlog users writes
+        /config/users, which only the cluster may read: the broker (same identity) authenticates bob, and
+        twlog users without the credentials is refused in one line."""
+        cluster = self.write("cluster.credentials", "twlog-cluster:cluster-secret\n")
+        os.chmod(cluster, 0o600)
+        code, out, err = await twlog("users", "add", "--zookeeper", self.zookeeper, "--zookeeper-credentials-file",
+                                     cluster, "--user", "bob", "--password-file", self.password_file)
+        self.assertEqual(code, 0, err)
+        service = await start_broker(self, zookeeper=self.zookeeper, zookeeper_credentials_file=cluster,
+                                     sasl_mechanisms=("SCRAM-SHA-512",), require_auth=True)
+        self.assertIsNotNone(service.users.lookup("bob"))
+        code, out, err = await twlog("topics", "--broker", f"127.0.0.1:{service.broker.port}", "--user", "bob",
+                                     "--password-file", self.password_file)
+        self.assertEqual(code, 0, err)
+        code, out, err = await twlog("users", "--zookeeper", self.zookeeper)
+        self.assertEqual(code, 1)
+        one_line(self, err)
+        self.assertIn(b"/config/users", err)
