@@ -196,9 +196,17 @@ class BrokerConfig:
     inter_broker_user: str | None = None
     inter_broker_password_file: str | None = None
     inter_broker_mechanism: str = "SCRAM-SHA-512"
+    #: Authorization (docs/security.md): check every request against the ACLs in ZooKeeper (needs C{zookeeper}),
+    #: and the principals allowed everything whatever the ACLs say (Kafka's super.users).
+    acls: bool = False
+    super_users: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         problems = []
+        if self.acls and self.zookeeper is None:
+            problems.append("--acls needs --zookeeper (the ACLs are kept there)")
+        if self.super_users and not self.acls:
+            problems.append("--super-users needs --acls")
         if self.broker_id < 0:
             problems.append("broker_id must not be negative")
         if self.advertised_port is not None and not 1 <= self.advertised_port <= 65535:

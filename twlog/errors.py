@@ -391,6 +391,34 @@ class UnknownTopic(TwlogError):
     """No broker asked holds the topic (it has never been written to, or the name is misspelt)."""
 
 
+# -- authorization (issue 23: ACLs, docs/security.md) ------------------------------------------
+# Kafka's codes are 29, 30 and 31; twlog's replication took 29 and 30 first, so the topic's and the group's are
+# 21 and 22 (codes Kafka gave to requests twlog does not have), and the cluster's is Kafka's 31.
+
+
+class AuthorizationFailed(BrokerError):
+    """The principal lacks an ACL this request needs (docs/security.md, "Authorization")."""
+
+
+@_wire(21)
+class TopicAuthorizationFailed(AuthorizationFailed):
+    """Not authorized: the topic's ACLs do not allow this request (produce: Write; fetch: Read; offsets: Describe).
+
+    A produce to a new topic needs Create too, CREATE_TOPIC Create and DELETE_TOPIC Delete (docs/security.md).
+    """
+
+
+@_wire(22)
+class GroupAuthorizationFailed(AuthorizationFailed):
+    """Not authorized: the consumer group's ACLs do not allow Read on it."""
+
+
+@_wire(31)
+class ClusterAuthorizationFailed(AuthorizationFailed):
+    """Not authorized: the cluster's ACLs do not allow this request (replication and replica status: ClusterAction).
+    """
+
+
 # -- what a Kafka 0.7 client is told ---------------------------------------------------------
 
 #: The codes a Kafka 0.7 client knows (0.7's C{ErrorMapping}): Unknown, none, and 1 to 4.
@@ -442,6 +470,10 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     IllegalSaslState: BrokerError,
     SaslAuthenticationFailed: BrokerError,
 }
+
+# An ACL refusal: 0.7 had no such code.
+KAFKA07_NEAREST.update({TopicAuthorizationFailed: BrokerError, GroupAuthorizationFailed: BrokerError,
+                        ClusterAuthorizationFailed: BrokerError})
 
 
 def kafka07_code(code: int) -> int:

@@ -373,6 +373,7 @@ class Kafka07CodeTests(SynchronousTestCase):
             "NotEnoughReplicasAfterAppend": -1, "FencedLeaderEpoch": -1, "UnknownLeaderEpoch": -1, "NotFollower": -1,
             "ReplicatedTopic": -1, "UnsupportedSaslMechanism": -1, "IllegalSaslState": -1,
             "SaslAuthenticationFailed": -1,
+            "TopicAuthorizationFailed": -1, "GroupAuthorizationFailed": -1, "ClusterAuthorizationFailed": -1,
         })
         self.assertEqual(kafka07_code(99), UNKNOWN)
 

@@ -266,6 +266,7 @@ class _BrokerCollector:
         info.add_metric([], {"broker_id": str(broker.config.broker_id)})
         yield info
         yield from self._requests(metrics)
+        yield from _authorization(broker)
         yield _counter("twlog_network_received_bytes", "Bytes received from clients.", factory.received_bytes)
         yield _counter("twlog_network_sent_bytes", "Bytes of responses written to clients, log bytes included.",
                        factory.sent_bytes)
@@ -378,6 +379,18 @@ def _authentication(auth: Authentication | None) -> Iterator[Metric]:
                    "authenticating (--require-auth).", auth.refused.total)
     yield _counter("twlog_authentication_timeouts", "Connections closed for not authenticating within "
                    "--request-timeout-s (--require-auth).", auth.late.total)
+
+
+def _authorization(broker: Broker) -> Iterator[Metric]:
+    """With C{--acls}: the requests refused, by the operation and the resource type they lacked."""
+    if broker.guard is None:
+        return
+    refusals = CounterMetricFamily("twlog_authorization_refusals", "Requests the ACLs refused (--acls), by the "
+                                   "operation and the resource type they needed.",
+                                   labels=["operation", "resource_type"])
+    for (operation, resource_type), count in sorted(broker.guard.refusals.items()):
+        refusals.add_metric([operation, resource_type], count)
+    yield refusals
 
 
 def _replication(manager: ReplicaManager | None, controller: Controller | None) -> Iterator[Metric]:

@@ -29,6 +29,7 @@ from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.logger import Logger
 from typing_extensions import override
 
+from twlog.broker.authorization import follow_acls
 from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.listeners import Listeners, listen, listen_error
@@ -52,22 +53,17 @@ from twlog.storage.manager import LogManager, thread_pool_runner
 class BrokerService(Service):
     """The broker: opens the log directory, listens, registers in ZooKeeper; on stop undoes all three.
 
-    @param stop_reactor_on_error: when the broker cannot start (log directory
-        in use, port taken, id registered by another broker, ZooKeeper
-        unreachable), log one critical line and stop the reactor, as a
-        process should.  Embedders and tests turn it off and see the error
-        on L{listening}.
-    @param zookeeper_session_timeout_s: how long ZooKeeper keeps this broker
-        registered after losing touch with it.
+    @param stop_reactor_on_error: when the broker cannot start (log directory in use, port taken, id registered by
+        another broker, ZooKeeper unreachable), log one critical line and stop the reactor, as a process should.
+        Embedders and tests turn it off and see the error on L{listening}.
+    @param zookeeper_session_timeout_s: how long ZooKeeper keeps this broker registered after losing touch with it.
     @param zookeeper_connect_timeout_s: how long to wait for ZooKeeper at start.
-    @param unclean_exit_code: when set (C{twistd twlog} sets 1), a stop whose
-        final flush failed makes the process exit with this status once the
-        reactor has stopped (instead of twistd's clean exit, or its re-raised
+    @param unclean_exit_code: when set (C{twistd twlog} sets 1), a stop whose final flush failed makes the process
+        exit with this status once the reactor has stopped (instead of twistd's clean exit, or its re-raised
         SIGTERM).  Embedders and tests leave it None and read L{stopped_cleanly}.
-    @param cannot_start_exit_code: when set (C{twistd twlog} sets 1) with
-        C{stop_reactor_on_error}, a broker that cannot start makes the process
-        exit with this status once the reactor has stopped (twistd itself
-        would exit 0).  Embedders and tests leave it None and read L{listening}.
+    @param cannot_start_exit_code: when set (C{twistd twlog} sets 1) with C{stop_reactor_on_error}, a broker that
+        cannot start makes the process exit with this status once the reactor has stopped (twistd itself would exit
+        0).  Embedders and tests leave it None and read L{listening}.
     """
 
     _log = Logger()
@@ -213,11 +209,12 @@ class BrokerService(Service):
             await self.users.start(zk)  # (before registering: clients find brokers that know the users)
             registration = BrokerRegistration(
                 zk, self.config, self.logs, port, clock=self._reactor,
-                stale_wait_s=self.zookeeper_session_timeout_s + 5, tls_port=self.broker.tls_port,
+                stale_wait_s=self.zookeeper_session_timeout_s + 5,
             )
             await registration.start()
             self.registration = registration
             self._follow_cluster(zk)
+            follow_acls(zk, self.broker, self._log)  # (with --acls; until read, only super users are allowed)
             self._start_control(zk)
             self._start_replicas(zk)
         except BaseException:

@@ -15,6 +15,7 @@ from twlog.broker.service import BrokerService
 from twlog.config import FLUSH_POLICIES, HOUR_MS, BrokerConfig, LogConfig
 from twlog.coord.zkauth import read_credentials_file
 from twlog.errors import TwlogError
+from twlog.security.acls import AclError, parse_super_users
 from twlog.storage.manager import validate_topic
 
 __all__ = ["BrokerService", "Options", "makeService", "parse_topic_partitions"]
@@ -74,6 +75,14 @@ def _flush_policy(text: str) -> str:
     return text
 
 
+def _super_users(text: str) -> tuple[str, ...]:
+    """C{--super-users}: principals separated by C{;} (L{twlog.security.acls.parse_super_users})."""
+    try:
+        return tuple(sorted(parse_super_users(text)))
+    except AclError as e:
+        raise ValueError(f"--super-users: {e}") from None
+
+
 def parse_topic_partitions(text: str) -> dict[str, int]:
     """C{"clicks:8,views:4"} as C{{"clicks": 8, "views": 4}}."""
     result = {}
@@ -109,6 +118,9 @@ class Options(usage.Options):
          "With --zookeeper, when no in-sync replica of a replicated partition is live, let another replica lead: "
          "the partition comes back sooner, and acknowledged messages it lacks are lost (each such election is "
          "logged as a warning). Off by default."],
+        ["acls", None,
+         "Authorize every request against the ACLs in ZooKeeper (twlog acls; docs/security.md): a principal no ACL "
+         "allows is refused. Needs --zookeeper."],
     ]
     optParameters = [
         ["port", "p", 9092, "TCP port to listen on (0: any free port).", _int("port", 0)],
@@ -225,6 +237,9 @@ class Options(usage.Options):
          "With --zookeeper: a topic first written to is created replicated on this many brokers, with "
          "--num-partitions partitions per live broker in all (1: an unreplicated 0.7 topic).",
          _int("default-replication-factor", 1)],
+        ["super-users", None, None,
+         "With --acls: principals allowed everything whatever the ACLs say, separated by ';' as Kafka's "
+         "super.users (\"User:admin;User:CN=broker,O=x\").", _super_users],
         ["controlled-shutdown-timeout-s", None, 5.0,
          "On SIGTERM, a broker that is the controller first moves its leaderships to other in-sync replicas, "
          "waiting at most this long.", _seconds("controlled-shutdown-timeout-s", positive=True)],
@@ -291,6 +306,8 @@ class Options(usage.Options):
                 inter_broker_user=self["inter-broker-user"],
                 inter_broker_password_file=self["inter-broker-password-file"],
                 inter_broker_mechanism=self["inter-broker-mechanism"].upper(),
+                acls=bool(self["acls"]),
+                super_users=self["super-users"] or (),
             )
         except ValueError as e:
             raise usage.UsageError(_option_names(str(e))) from None

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from twlog import __version__
+from twlog.cli.acls_parsers import add_acl_commands
 from twlog.cli.benches import add_bench_commands
 from twlog.cli.formats import format_option
 from twlog.cli.mirror_parsers import add_consume_audit_option, add_mirror_commands, add_produce_audit_option
@@ -244,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_broker_commands(commands, debug_option, json_option)
     add_user_commands(commands, debug_option, json_option)
     add_zookeeper_commands(commands, debug_option)
+    add_acl_commands(commands, debug_option, json_option)
 
     # Their options are twistd's, which main() hands them before argparse sees them: these are for `twlog --help`.
     subcommand(commands, "broker", "twlog.cli.broker:main",

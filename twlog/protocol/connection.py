@@ -307,7 +307,7 @@ class BrokerProtocol(FrameReceiver):
     def _handle(self, request, kind: int, started: float) -> None:
         """Dispatch a decoded request to its handler; queue the place of its response, if it gets one."""
         observer = self.factory.request_observer
-        handler = self._broker.handlers[type(request)]
+        handler = self._broker.handler_for(request, self)
         if not codec.expects_response(request):
             try:
                 handler(request, self.peer)

@@ -256,8 +256,9 @@ class BrokerFactory(ServerFactory):
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
+        guard = self.broker.guard  # (with --acls: its log of dropped produces)
         for events in (self._refused, self._refused_per_ip, self._reaped, self._reaped_per_ip, self._idle_closed,
-                       self.late_frames, self.tls_failures):
+                       self.late_frames, self.tls_failures, *((guard.dropped,) if guard is not None else ())):
             events.stop()
         if self.authentication is not None:
             self.authentication.stop()

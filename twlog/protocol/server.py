@@ -17,6 +17,7 @@ from typing import Any
 from twisted.internet.interfaces import IReactorTime
 
 from twlog.config import BrokerConfig
+from twlog.protocol.authorization import RequestGuard
 from twlog.protocol.codec import (
     AckProduceRequest,
     BoundariesRequest,
@@ -75,6 +76,9 @@ class Broker:
         self.delete_topic = metadata.delete_topic
         self.cluster_metadata_v2 = metadata.cluster_metadata_v2
         logs.add_delete_listener(fetching.topic_deleted)
+        #: With C{--acls}: the ACL check of each request (L{twlog.protocol.authorization}); it allows only the super
+        #: users until it is given the ACLs (L{twlog.broker.authorization.follow_acls}).
+        self.guard: RequestGuard | None = RequestGuard.of_broker(self) if config.acls else None
         self.handlers: dict[type, Callable[..., Any]] = {
             ProduceRequest: self.produce,
             MultiProduceRequest: self.multiproduce,
@@ -90,6 +94,12 @@ class Broker:
             DeleteTopicRequest: self.delete_topic,
             ClusterMetadataV2Request: self.cluster_metadata_v2,
         }
+
+    def handler_for(self, request: object, connection: Any) -> Callable[..., Any]:
+        """The handler of C{request} from C{connection}: its type's, or, with L{guard} (C{--acls}), one answering
+        the refusal when the connection's principal lacks an ACL the request needs."""
+        handler = self.handlers[type(request)]
+        return handler if self.guard is None else self.guard.handler(request, handler, connection)
 
     @property
     def port(self) -> int:
