@@ -24,19 +24,23 @@ from twlog.client.connection import BrokerConnection
 from twlog.client.options import ClientOptions
 from twlog.client.sasl import SASLSettings
 from twlog.client.sync import SyncConnection
+from twlog.coord.acls import change_acls
 from twlog.coord.users import UserStore, user_path
 from twlog.errors import (
     ConnectionFailed,
     SaslAuthenticationFailed,
+    TopicAuthorizationFailed,
 )
 from twlog.producer import Producer
-from twlog.protocol.codec import MetadataRequest
+from twlog.protocol.codec import ACK_FLUSHED, AckProduceRequest, MetadataRequest, ProduceRequest
 from twlog.protocol.sasl_codec import (
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
     decode_handshake_response,
 )
+from twlog.security.acls import AccessControlEntry, Operation, Permission, ResourcePattern, ResourceType
 from twlog.security.credentials import SCRAM_MECHANISMS, make_credential
+from twlog.storage.message import encode_message_set
 
 ALL = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
@@ -289,3 +293,33 @@ class InterBrokerTests(TestCase):
         self.assertEqual(follower_log.end_offset, leader_log.end_offset)  # ack=all: the follower holds it all
         principals = [p.principal for p in brokers[leader].factory.connections]
         self.assertIn("User:broker", principals)
+
+
+class AuthorizedTests(TestCase):
+    timeout = 120
+
+    async def test_acls_name_the_authenticated_principal(self):
+        """With --acls, a produce is allowed to the user its ACL names (authenticated with SASL) and refused to
+        another authenticated user: the ACLs see the connections' principals."""
+        hosts = fresh_connect_string()
+        zk = await connect(self, hosts)
+        for user in ("bob", "eve"):
+            await UserStore(zk).add(user, {"SCRAM-SHA-512": make_credential("SCRAM-SHA-512", f"{user}-secret")})
+        topic = ResourcePattern(ResourceType.TOPIC, "clicks")
+        await change_acls(zk, topic, add=[AccessControlEntry("User:bob", Permission.ALLOW, operation)
+                                          for operation in (Operation.WRITE, Operation.DESCRIBE, Operation.CREATE)])
+        service = await start_broker(self, zookeeper=hosts, sasl_mechanisms=("SCRAM-SHA-512",), require_auth=True,
+                                     acls=True, flush_interval_ms=5)
+        await wait_until(lambda: service.broker.guard.acls.authorize("User:bob", "127.0.0.1", Operation.WRITE,
+                                                                     ResourceType.TOPIC, "clicks"))
+        request = AckProduceRequest(ACK_FLUSHED, 5000, (ProduceRequest("clicks", 0, encode_message_set([b"m"])),))
+        connections = {user: BrokerConnection("127.0.0.1", service.broker.port, reactor=reactor, options=ClientOptions(
+            timeout_s=10, sasl=SASLSettings("SCRAM-SHA-512", user, f"{user}-secret"))) for user in ("bob", "eve")}
+        for connection in connections.values():
+            self.addCleanup(connection.close)
+        response = await connections["bob"].request(request)
+        self.assertEqual(response.results[0].error, 0)
+        with self.assertRaises(TopicAuthorizationFailed):
+            await connections["eve"].request(request)
+        self.assertEqual(sorted(p.principal for p in service.factory.connections), ["User:bob", "User:eve"])
+        self.assertEqual(sum(service.broker.guard.refusals.values()), 1)
