@@ -14,6 +14,8 @@ HOUR_MS = 3600 * 1000
 #: When a log's appends are fsynced (twlog.storage.flush): "group" starts the next fsync as soon as the
 #: previous one returns while data waits; "timer" waits for flush_messages or flush_interval_ms (the paper's).
 FLUSH_POLICIES = ("group", "timer")
+#: The SASL mechanisms a broker may serve (twlog.security.credentials.SASL_MECHANISMS).
+SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
 def _frozen_mapping(value: Mapping[str, int] | None) -> Mapping[str, int]:
@@ -182,6 +184,18 @@ class BrokerConfig:
     #: (Kafka's default.replication.factor), with --num-partitions partitions per live broker in all; 1: a
     #: 0.7 topic, as without replication.
     default_replication_factor: int = 1
+    # -- authentication (SASL, issue 23; docs/security.md, "Authentication") --
+    #: The SASL mechanisms served (Kafka's sasl.enabled.mechanisms: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN; PLAIN over
+    #: TLS only); empty: no SASL.  The credentials are in ZooKeeper, so it needs C{zookeeper}.
+    sasl_mechanisms: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: Every connection, on both ports, must authenticate (SASL, or a verified mutual-TLS certificate) before
+    #: anything but SASL_HANDSHAKE and SASL_AUTHENTICATE is answered.
+    require_auth: bool = False
+    #: Replication on a cluster that requires authentication: the user this broker's followers authenticate to
+    #: their leaders as, the file whose first line is its password, and the SCRAM mechanism.
+    inter_broker_user: str | None = None
+    inter_broker_password_file: str | None = None
+    inter_broker_mechanism: str = "SCRAM-SHA-512"
     #: Authorization (docs/security.md): check every request against the ACLs in ZooKeeper (needs C{zookeeper}),
     #: and the principals allowed everything whatever the ACLs say (Kafka's super.users).
     acls: bool = False
@@ -200,6 +214,7 @@ class BrokerConfig:
         if not 0 <= self.port <= 65535:
             problems.append("port must be between 0 and 65535")
         problems.extend(self._tls_problems())
+        problems.extend(self._sasl_problems())
         problems.extend(self._metrics_tls_problems())
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             problems.append("metrics_port must be between 0 and 65535")
@@ -255,6 +270,21 @@ class BrokerConfig:
                             "ZooKeeper-mode clients use it)")
         return problems
 
+    def _sasl_problems(self) -> list[str]:
+        unknown = [m for m in self.sasl_mechanisms if m not in SASL_MECHANISMS]
+        problems = [f"sasl_mechanisms: unknown {', '.join(unknown)} (of {', '.join(SASL_MECHANISMS)})"] * bool(unknown)
+        if self.sasl_mechanisms and self.zookeeper is None:
+            problems.append("sasl_mechanisms need zookeeper (the users' credentials are in ZooKeeper)")
+        if self.require_auth and not (self.sasl_mechanisms or self.tls_client_ca):
+            problems.append("require_auth needs sasl_mechanisms or tls_client_ca (a way to authenticate)")
+        if (self.inter_broker_user is None) != (self.inter_broker_password_file is None):
+            problems.append("inter_broker_user and inter_broker_password_file go together")
+        if self.inter_broker_mechanism not in SASL_MECHANISMS[:2]:
+            problems.append(f"inter_broker_mechanism {self.inter_broker_mechanism} is not SCRAM-SHA-256 or "
+                            "SCRAM-SHA-512 (followers fetch over plaintext: no PLAIN)")
+        if self.inter_broker_user is not None and self.zookeeper is None:
+            problems.append("inter_broker_user needs zookeeper (replication)")
+        return problems
     def _metrics_tls_problems(self) -> list[str]:
         named = [name for name in ("metrics_cert", "metrics_key", "metrics_client_ca") if getattr(self, name)]
         if named and self.metrics_port is None:

@@ -354,6 +354,29 @@ class TooManyConnectionsFromAddress(BrokerError, ConnectionFailed):
     retriable = True
 
 
+# -- authentication (SASL, issue 23): Kafka's codes and names -------------------------------
+
+
+@_wire(33)
+class UnsupportedSaslMechanism(BrokerError):
+    """The broker does not enable the SASL mechanism asked for (or serves no SASL at all, or not PLAIN over
+    plaintext); its answer lists those it enables."""
+
+
+@_wire(34)
+class IllegalSaslState(BrokerError):
+    """A SASL request out of order (SASL_AUTHENTICATE before SASL_HANDSHAKE, or after authenticating)."""
+
+
+@_wire(58)
+class SaslAuthenticationFailed(BrokerError, ConnectionFailed):
+    """Authentication failed (unknown user or wrong password, not said which) or is required first (--user).
+
+    The broker closes the connection after this answer."""
+
+    retriable = False
+
+
 #: The codes a broker writes on a connection it refuses, in place of the first request's answer
 #: (docs/protocol.md, "Connection limits"): the client fails every request on it with the typed error.
 CONNECTION_REFUSALS = frozenset((TooManyConnections.code, TooManyConnectionsFromAddress.code))
@@ -442,6 +465,10 @@ KAFKA07_NEAREST: dict[type[BrokerError], type[BrokerError]] = {
     UnknownLeaderEpoch: BrokerError,
     NotFollower: BrokerError,
     ReplicatedTopic: BrokerError,
+    # SASL's codes answer only its own types (16, 17); listed so that every twlog code has its 0.7 code.
+    UnsupportedSaslMechanism: BrokerError,
+    IllegalSaslState: BrokerError,
+    SaslAuthenticationFailed: BrokerError,
 }
 
 # An ACL refusal: 0.7 had no such code.

@@ -143,8 +143,9 @@ class RegistryTests(MetricsTestCase):
     def test_names_of_request_types_and_errors(self) -> None:
         """Request types are labelled by their wire names; errors by their exception names."""
         self.start()
-        # a new request type needs a name (12, 13 and 15 are served once the replica side is installed)
-        self.assertEqual(len(REQUEST_NAMES), len(self.broker.handlers) + 3)
+        # a new request type needs a name (12, 13 and 15 are served once the replica side is installed; 16 and
+        # 17, SASL's, by the authentication gate, twlog.protocol.authentication)
+        self.assertEqual(len(REQUEST_NAMES), len(self.broker.handlers) + 5)
         self.assertEqual([request_name(k) for k in (0, 6, 42, -1)], ["PRODUCE", "WAIT_FETCH", "unknown", "unknown"])
         self.assertEqual([error_name(c) for c in (1, 11, -1, 99)],
                          ["OffsetOutOfRange", "InvalidRequest", "Unknown", "Error99"])

@@ -55,8 +55,8 @@ class TLSOptionsTests(SynchronousTestCase):
     def test_refusals(self) -> None:
         """Unknown keys, SASL, a line without '=', a key without its certificate: one line each."""
         cases = {
-            self.config("sasl.username=bob"): "unknown setting 'sasl.username'",
-            self.config("security.protocol=SASL_SSL"): "SASL_SSL is not built yet",
+            self.config("sasl.kerberos.service.name=kafka"): "unknown setting 'sasl.kerberos.service.name'",
+            self.config("security.protocol=SASL_SCRAM"): "security.protocol=SASL_SCRAM is not one of",
             self.config("ssl.ca.location"): "line 1: 'ssl.ca.location' is not key=value",
             self.config("security.protocol=SSL", "ssl.endpoint.identification.algorithm=dns"): "is not https or none",
         }

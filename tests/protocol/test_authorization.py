@@ -13,7 +13,7 @@ from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.errors import NO_ERROR, UNKNOWN, ClusterAuthorizationFailed, TopicAuthorizationFailed
-from twlog.protocol import codec
+from twlog.protocol import codec, sasl_codec
 from twlog.protocol import replication_codec as replication
 from twlog.protocol.authorization import REQUEST_ACLS, REQUEST_KINDS, RequestGuard
 from twlog.protocol.codec import (
@@ -140,9 +140,17 @@ class GuardTestMixin(BrokerTestMixin):
 
 class EveryRequestTypeTests(GuardTestMixin, SynchronousTestCase):
     def test_every_request_type_has_a_case(self) -> None:
-        """The cases cover every type of the table but the METADATA family (never refused: HidingTests)."""
-        self.assertEqual(set(CASES) | {codec.METADATA, codec.CLUSTER_METADATA, replication.CLUSTER_METADATA_V2},
-                         set(REQUEST_ACLS))
+        """The cases cover every type of the table but the METADATA family (never refused: HidingTests) and
+        SASL's (no ACL: test_sasl_needs_no_acl)."""
+        self.assertEqual(set(CASES) | {codec.METADATA, codec.CLUSTER_METADATA, replication.CLUSTER_METADATA_V2,
+                                       *sasl_codec.TYPES}, set(REQUEST_ACLS))
+
+    def test_sasl_needs_no_acl(self) -> None:
+        """SASL's requests pass the guard untouched, whoever asks (the connection answers them before it)."""
+        guard = self.guard()
+        for request in (sasl_codec.SaslHandshakeRequest("SCRAM-SHA-512"), sasl_codec.SaslAuthenticateRequest(b"")):
+            handler = lambda request, peer: b"answered"  # noqa: E731
+            self.assertIs(guard.handler(request, handler, self.connection()), handler)
 
     def test_every_request_type_is_in_the_table(self) -> None:
         """Every request type the codec decodes has its row (a new one fails here until it is given one), and a
@@ -340,6 +348,6 @@ class DocumentedTableTests(SynchronousTestCase):
         rows = re.findall(r"^\| (\d+) \| `(\w+)` \| (\w+) \| ([\w ,or]+?) \|", text, re.M)
         documented = {int(kind): (name, operation, tuple(t.strip() for t in types.split(" or ")))
                       for kind, name, operation, types in rows}
-        enforced = {kind: (name, operation.value, tuple(t.value for t in types))
-                    for kind, (name, operation, types) in REQUEST_ACLS.items()}
+        enforced = {kind: (name, operation.value if operation else "none", tuple(t.value for t in types) or ("none",))
+                    for kind, (name, operation, types) in REQUEST_ACLS.items()}  # (none: SASL's, needing no ACL)
         self.assertEqual(documented, enforced)

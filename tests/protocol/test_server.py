@@ -23,7 +23,7 @@ from twlog.errors import (
     WrongPartition,
     kafka07_code,
 )
-from twlog.protocol import codec, replication_codec
+from twlog.protocol import codec, replication_codec, sasl_codec
 from twlog.protocol.codec import (
     ACK_APPENDED,
     ACK_NONE,
@@ -110,11 +110,13 @@ class HandlerTests(BrokerTestMixin, SynchronousTestCase):
     def test_every_request_type_has_a_handler(self) -> None:
         """Every request type the codec decodes is dispatched to a handler of one of the families, but
         REPLICA_FETCH, EPOCH_END_OFFSET and REPLICA_STATUS (12, 13, 15), which the broker answers as unknown
-        types until the replica side is installed (tests/replica); CLUSTER_METADATA_V2 (14) is served."""
+        types until the replica side is installed (tests/replica); CLUSTER_METADATA_V2 (14) is served.  SASL's
+        (16, 17) are answered by the connection itself (twlog.protocol.authentication), or as unknown types by a
+        broker that does not authenticate."""
         self.assertEqual(set(self.broker.handlers),
                          set(typing.get_args(codec.Request)) - {replication_codec.ReplicaFetchRequest,
                                                                 replication_codec.EpochEndOffsetRequest,
-                                                                ReplicaStatusRequest})
+                                                                ReplicaStatusRequest, *sasl_codec.SASL_REQUESTS})
         self.assertIs(self.broker.handlers[FetchRequest].__self__, self.broker._fetching)
 
     def test_families_share_the_error_counts(self) -> None:
@@ -369,7 +371,8 @@ class Kafka07CodeTests(SynchronousTestCase):
             "LeaderNotAvailable": -1, "TopicDeleted": 1, "TooManyConnections": -1,
             "TooManyConnectionsFromAddress": -1, "OutcomeUnknown": -1, "NotEnoughReplicas": -1,
             "NotEnoughReplicasAfterAppend": -1, "FencedLeaderEpoch": -1, "UnknownLeaderEpoch": -1, "NotFollower": -1,
-            "ReplicatedTopic": -1,
+            "ReplicatedTopic": -1, "UnsupportedSaslMechanism": -1, "IllegalSaslState": -1,
+            "SaslAuthenticationFailed": -1,
             "TopicAuthorizationFailed": -1, "GroupAuthorizationFailed": -1, "ClusterAuthorizationFailed": -1,
         })
         self.assertEqual(kafka07_code(99), UNKNOWN)

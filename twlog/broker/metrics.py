@@ -48,7 +48,8 @@ from twlog.client.tls import openssl_reason, server_certificate_options
 from twlog.config import BrokerConfig
 from twlog.coord.replication.controller import Controller
 from twlog.errors import ERRORS, UNKNOWN, TwlogError
-from twlog.protocol import codec, replication_codec
+from twlog.protocol import codec, replication_codec, sasl_codec
+from twlog.protocol.authentication import Authentication
 from twlog.protocol.factory import BrokerFactory
 from twlog.protocol.server import Broker
 from twlog.replica.manager import ReplicaManager
@@ -72,6 +73,8 @@ REQUEST_NAMES = {
     replication_codec.EPOCH_END_OFFSET: "EPOCH_END_OFFSET",
     replication_codec.CLUSTER_METADATA_V2: "CLUSTER_METADATA_V2",
     replication_codec.REPLICA_STATUS: "REPLICA_STATUS",
+    sasl_codec.SASL_HANDSHAKE: "SASL_HANDSHAKE",
+    sasl_codec.SASL_AUTHENTICATE: "SASL_AUTHENTICATE",
 }
 
 #: Upper bounds (seconds) of the request latency buckets: a waiting fetch may last up to
@@ -311,6 +314,7 @@ class _BrokerCollector:
         yield _counter("twlog_flush_failures", "fsyncs that failed, or were put off for lack of descriptors.",
                        metrics.flush_failures)
         yield from self._partitions(metrics.logs)
+        yield from _authentication(factory.authentication)
         yield from _replication(metrics.replicas(), metrics.controller())
 
     def _requests(self, metrics: BrokerMetrics) -> Iterator[Metric]:
@@ -357,6 +361,24 @@ class _BrokerCollector:
             families["end"].add_metric(values, log.end_offset)
             families["failed"].add_metric(values, 0 if log.failed is None else 1)
         yield from families.values()
+
+
+def _authentication(auth: Authentication | None) -> Iterator[Metric]:
+    """Authentications that succeeded and failed, by mechanism (C{TLS}: a client certificate), and connections
+    closed for not authenticating (docs/security.md, "Authentication")."""
+    if auth is None:
+        return
+    for name, counts, what in (("twlog_authentication_successes", auth.successes, "succeeded"),
+                               ("twlog_authentication_failures", auth.failures, "failed")):
+        family = CounterMetricFamily(name, f"Client authentications that {what}, by mechanism (TLS: a client "
+                                     "certificate).", labels=["mechanism"])
+        for mechanism, count in sorted(counts.items()):
+            family.add_metric([mechanism], count)
+        yield family
+    yield _counter("twlog_authentication_refused_requests", "Connections closed for a request sent before "
+                   "authenticating (--require-auth).", auth.refused.total)
+    yield _counter("twlog_authentication_timeouts", "Connections closed for not authenticating within "
+                   "--request-timeout-s (--require-auth).", auth.late.total)
 
 
 def _authorization(broker: Broker) -> Iterator[Metric]:

@@ -13,6 +13,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from twlog.broker.users import inter_broker_options
 from twlog.client.connection import BrokerConnection
 from twlog.client.topics import create_replicated
 from twlog.config import BrokerConfig
@@ -42,6 +43,8 @@ class BrokerReplicas:
     def __init__(self, config: BrokerConfig, broker: Broker, logs: LogManager, zk: IZooKeeper, view: ClusterView,
                  reactor: Any) -> None:
         self._view, self._reactor = view, reactor
+        #: The followers' connection options: authenticated with --inter-broker-user (docs/security.md).
+        self._options = inter_broker_options(config)
         self.manager = ReplicaManager(config.broker_id, logs, zk, reactor, connect=self._connect,
                                       lag_time_ms=config.replica_lag_time_ms,
                                       max_fetch_wait_ms=config.max_fetch_wait_ms)
@@ -156,4 +159,4 @@ class BrokerReplicas:
         address = self._view.brokers.get(broker_id)
         if address is None:
             raise LeaderNotAvailable(f"broker {broker_id} is not registered: no address to follow it at")
-        return BrokerConnection(*address, reactor=self._reactor)
+        return BrokerConnection(*address, reactor=self._reactor, options=self._options)

@@ -36,6 +36,7 @@ from twlog.broker.listeners import Listeners, listen, listen_error
 from twlog.broker.listeners import tcp_endpoint as _endpoint  # noqa: F401 (tests/broker/test_limits.py)
 from twlog.broker.metrics import BrokerMetrics, metrics_url, serve_metrics
 from twlog.broker.replicas import BrokerReplicas
+from twlog.broker.users import BrokerUsers
 from twlog.config import BrokerConfig
 from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerRegistration
@@ -85,6 +86,7 @@ class BrokerService(Service):
         self.logs = LogManager(config.log, reactor, thread_pool_runner(reactor))
         self.broker = Broker(self.logs, config, reactor)
         self.factory = BrokerFactory(self.broker)
+        self.users = BrokerUsers(config, reactor, self.factory)  # who clients are (docs/security.md)
         #: Once listening: the plaintext port (None with C{--no-plaintext}) and the TLS port (with C{--tls-port}).
         self.listeners = Listeners()
         self.port = self.tls_port = None
@@ -204,6 +206,7 @@ class BrokerService(Service):
             await start_session(zk)
             if not self.running:
                 raise _Stopped()
+            await self.users.start(zk)  # (before registering: clients find brokers that know the users)
             registration = BrokerRegistration(
                 zk, self.config, self.logs, port, clock=self._reactor,
                 stale_wait_s=self.zookeeper_session_timeout_s + 5, tls_port=self.broker.tls_port,
@@ -281,6 +284,7 @@ class BrokerService(Service):
         zk, self.zookeeper = self.zookeeper, None
         registration, self.registration = self.registration, None
         view, self.cluster = self.cluster, None
+        self.users.stop()
         control, self.control = self.control, None
         replicas, self.replicas = self.replicas, None
         self.broker.controller_id = None
@@ -300,8 +304,7 @@ class BrokerService(Service):
                                                      error=f.getErrorMessage()))
 
     def _stop_serving(self) -> Deferred:
-        stops = []
-        stops.extend(port.stopListening() for port in (self.port, self.tls_port) if port is not None)
+        stops = [port.stopListening() for port in (self.port, self.tls_port) if port is not None]
         self.port = self.tls_port = None
         if self.metrics_port is not None:
             stops.append(self.metrics_port.stopListening())

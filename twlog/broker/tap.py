@@ -110,6 +110,9 @@ class Options(usage.Options):
         ["no-plaintext", None,
          "Do not listen on --port: serve TLS only, on --tls-port (not with --zookeeper: other brokers and "
          "ZooKeeper-mode clients reach a registered broker on its plaintext port)."],
+        ["require-auth", None,
+         "Every connection, on both ports, must authenticate (SASL with --sasl-mechanisms, or a client certificate "
+         "with --tls-client-ca) before any request but SASL's is answered; others are closed."],
         ["no-sendfile", None, "Copy log bytes through the process instead of sendfile(2) (to measure the difference)."],
         ["unclean-leader-election", None,
          "With --zookeeper, when no in-sync replica of a replicated partition is live, let another replica lead: "
@@ -130,6 +133,14 @@ class Options(usage.Options):
         ["tls-client-ca", None, None,
          "PEM file of CAs: mutual TLS, --tls-port accepts only clients presenting a certificate one of them "
          "signed (default: no client certificate asked for)."],
+        ["sasl-mechanisms", None, "",
+         "SASL mechanisms to serve, comma-separated: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (over TLS only); users are "
+         "in ZooKeeper (twlog users), so it needs --zookeeper (default: none, no SASL)."],
+        ["inter-broker-user", None, None,
+         "Replication on a --require-auth cluster: the user this broker's followers authenticate to their leaders "
+         "as (SASL SCRAM); needs --inter-broker-password-file."],
+        ["inter-broker-password-file", None, None, "File whose first line is --inter-broker-user's password."],
+        ["inter-broker-mechanism", None, "SCRAM-SHA-512", "SCRAM-SHA-256 or SCRAM-SHA-512 (default)."],
         ["host", None, None, "Host name clients should use to reach this broker (default: the interface)."],
         ["advertised-port", None, None,
          "Port clients and followers should use to reach this broker, when a proxy or NAT in front of it listens "
@@ -290,6 +301,11 @@ class Options(usage.Options):
                 controlled_shutdown_timeout_s=self["controlled-shutdown-timeout-s"],
                 default_replication_factor=self["default-replication-factor"],
                 preferred_leader_delay_s=self["preferred-leader-delay-s"],
+                sasl_mechanisms=[m.strip().upper() for m in self["sasl-mechanisms"].split(",") if m.strip()],
+                require_auth=bool(self["require-auth"]),
+                inter_broker_user=self["inter-broker-user"],
+                inter_broker_password_file=self["inter-broker-password-file"],
+                inter_broker_mechanism=self["inter-broker-mechanism"].upper(),
                 acls=bool(self["acls"]),
                 super_users=self["super-users"] or (),
             )
@@ -303,6 +319,10 @@ class Options(usage.Options):
 
 
 _OPTION_NAMES = {"zookeeper_credentials_file needs zookeeper": "--zookeeper-credentials-file needs --zookeeper",
+                 "sasl_mechanisms": "--sasl-mechanisms", "require_auth": "--require-auth",
+                 "inter_broker_user": "--inter-broker-user", "inter_broker_mechanism": "--inter-broker-mechanism",
+                 "inter_broker_password_file": "--inter-broker-password-file",
+                 "need zookeeper": "need --zookeeper",
                  "tls_port": "--tls-port", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
                  "tls_client_ca": "--tls-client-ca", "a broker without its plaintext port": "--no-plaintext",
                  "a broker registered in ZooKeeper": "--zookeeper with --no-plaintext: a broker registered in "

@@ -20,8 +20,9 @@ import traceback
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 
+from twlog.cli.sasl_options import sasl_settings
 from twlog.cli.suggest import suggest_topic
-from twlog.cli.tls_options import tls_settings
+from twlog.cli.tls_options import read_client_config, tls_settings_of
 from twlog.cli.zk_options import zookeeper_credentials
 from twlog.client.async_discovery import discover_async
 from twlog.client.discovery import parse_brokers
@@ -38,14 +39,19 @@ CLIENT_OPTIONS = ClientOptions(timeout_s=30.0, connect_timeout_s=3.0, connect_at
 
 
 def client_options(args) -> ClientOptions:
-    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS options (L{tls_settings}) and its
-    ZooKeeper credentials (C{--zookeeper-credentials-file}).
+    """The connection settings of a command: L{CLIENT_OPTIONS} with its TLS and SASL options (L{tls_settings_of},
+    L{sasl_settings}) and its C{--client-config} file's, and its ZooKeeper credentials
+    (C{--zookeeper-credentials-file}).
 
     With TLS and C{--zookeeper}, the brokers are reached at the TLS listeners they register
     (L{twlog.coord.endpoints}).
     """
-    tls = tls_settings(args)
-    options = CLIENT_OPTIONS if tls is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls)
+    path = getattr(args, "client_config", None)
+    config = read_client_config(path) if path else {}
+    tls = tls_settings_of(args, config, path)
+    sasl = sasl_settings(args, config, tls is not None)  # (SASL: docs/security.md, "Authentication")
+    options = CLIENT_OPTIONS if tls is None and sasl is None else ClientOptions.build(CLIENT_OPTIONS, tls=tls,
+                                                                                        sasl=sasl)
     credentials = zookeeper_credentials(args)
     return options if credentials is None else ClientOptions.build(options, zookeeper_credentials=credentials)
 

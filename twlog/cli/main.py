@@ -27,7 +27,9 @@ from twlog.cli.options import (
 )
 from twlog.cli.parsing import Parser, positive_int, positive_option, subcommand
 from twlog.cli.registry_parsers import add_registry_options
+from twlog.cli.sasl_parsers import add_sasl_options
 from twlog.cli.tls_parsers import add_tls_options
+from twlog.cli.user_parsers import add_user_commands
 from twlog.cli.zk_options import read_zookeeper_credentials
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                              type=zookeeper_address, metavar="HOST:PORT[/chroot]",
                              help="find the brokers and partitions in ZooKeeper instead of through --broker")
         add_tls_options(command, inherit)
+        add_sasl_options(command, inherit)
         debug_option(command)
         return command
 
@@ -240,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print JSON (for scripts) instead of a sentence")
 
     add_broker_commands(commands, debug_option, json_option)
+    add_user_commands(commands, debug_option, json_option)
     add_zookeeper_commands(commands, debug_option)
     add_acl_commands(commands, debug_option, json_option)
 

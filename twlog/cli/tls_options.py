@@ -23,7 +23,11 @@ __all__ = ["CLIENT_CONFIG_KEYS", "read_client_config", "tls_settings"]
 
 #: The Kafka client settings a --client-config file may hold.
 CLIENT_CONFIG_KEYS = ("security.protocol", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
-                      "ssl.endpoint.identification.algorithm")
+                      "ssl.endpoint.identification.algorithm",
+                      # SASL (twlog.cli.sasl_options; docs/security.md, "Authentication")
+                      "sasl.mechanism", "sasl.username", "sasl.password")
+#: security.protocol's values: TLS on with SSL and SASL_SSL; SASL with SASL_PLAINTEXT and SASL_SSL.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def read_client_config(path: str) -> dict[str, str]:
@@ -56,16 +60,21 @@ def read_client_config(path: str) -> dict[str, str]:
 def tls_settings(args) -> TLSSettings | None:
     """The TLS settings of a command's C{--tls-*} options and C{--client-config} file; None: plaintext.
 
-    TLS is on when C{--tls-ca}, C{--tls-cert} or the file's C{security.protocol=SSL} says so.
+    TLS is on when C{--tls-ca}, C{--tls-cert} or the file's C{security.protocol} (SSL, SASL_SSL) says so.
 
-    @raise TwlogError: a bad client config file, or a C{security.protocol} other than PLAINTEXT or SSL.
+    @raise TwlogError: a bad client config file, or an unknown C{security.protocol}.
     """
     path = getattr(args, "client_config", None)
     config = read_client_config(path) if path else {}
+    return tls_settings_of(args, config, path)
+
+
+def tls_settings_of(args, config: dict[str, str], path: str | None) -> TLSSettings | None:
+    """L{tls_settings} of C{args} and the settings C{config} read from the file C{path}."""
     protocol = config.get("security.protocol", "").upper()
-    if protocol not in ("", "PLAINTEXT", "SSL"):
-        raise TwlogError(f"--client-config {path}: security.protocol={config['security.protocol']} is not built yet "
-                         "(PLAINTEXT or SSL; SASL is not, see docs/security.md)")
+    if protocol not in ("", *SECURITY_PROTOCOLS):
+        raise TwlogError(f"--client-config {path}: security.protocol={config['security.protocol']} is not one of "
+                         f"{', '.join(SECURITY_PROTOCOLS)}")
     algorithm = config.get("ssl.endpoint.identification.algorithm", "https").lower()
     if algorithm not in ("https", "none", ""):
         raise TwlogError(f"--client-config {path}: ssl.endpoint.identification.algorithm={algorithm} is not "
@@ -73,10 +82,10 @@ def tls_settings(args) -> TLSSettings | None:
     ca = getattr(args, "tls_ca", None) or config.get("ssl.ca.location")
     cert = getattr(args, "tls_cert", None) or config.get("ssl.certificate.location")
     key = getattr(args, "tls_key", None) or config.get("ssl.key.location")
-    wanted = protocol == "SSL" or bool(getattr(args, "tls_ca", None) or getattr(args, "tls_cert", None))
+    wanted = protocol in ("SSL", "SASL_SSL") or bool(getattr(args, "tls_ca", None) or getattr(args, "tls_cert", None))
     if not wanted:
-        if protocol == "PLAINTEXT" and (ca or cert or key):
-            raise TwlogError(f"--client-config {path}: ssl.* settings with security.protocol=PLAINTEXT")
+        if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and (ca or cert or key):
+            raise TwlogError(f"--client-config {path}: ssl.* settings with security.protocol={protocol}")
         if key:
             raise TwlogError("--tls-key needs --tls-cert")
         return None

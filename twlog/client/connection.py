@@ -27,6 +27,7 @@ from zope.interface import Attribute, Interface, implementer
 
 from twlog.client.options import ClientOptions
 from twlog.client.protocol import ClientProtocol
+from twlog.client.sasl_twisted import Authenticator
 from twlog.client.tls import TLSSettings
 from twlog.errors import (
     ClientClosed,
@@ -150,6 +151,8 @@ class BrokerConnection:
         self._closed = False
         #: Callers waiting for a connection (through ClientService).
         self._connecting = 0
+        #: Each connection's SASL exchange (with C{options.sasl}).
+        self._authentication = Authenticator(self.options, self.address)
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.address}>"
@@ -215,12 +218,15 @@ class BrokerConnection:
         current = self.current
         if self._closed or self._connecting or current is None or not current.usable or current.writes_paused:
             return None
+        if self.options.sasl is not None and not self._authentication.done(current):
+            return None
         return current
 
     async def connected(self) -> ClientProtocol:
-        """The connected protocol, connecting (with backoff) first if need be.
+        """The connected protocol, connecting (with backoff) and authenticating (C{options.sasl}) first if need be.
 
         @raise ConnectionFailed: no connection within the connect timeout or attempts.
+        @raise SaslAuthenticationFailed: the broker refused the client's credentials (the connection is dropped).
         @raise ClientClosed: L{close} was called.
         """
         for _ in range(3):
@@ -228,6 +234,8 @@ class BrokerConnection:
                 raise ClientClosed(f"connection to broker {self.address} is closed")
             current = self.current
             if current is not None and current.usable and not self._connecting:
+                if self.options.sasl is not None:
+                    await self._authentication.of(current)
                 return current  # (when others wait for the connection, queue behind them: keeps write order)
             if not self._service.running:
                 self._service.startService()
@@ -256,6 +264,8 @@ class BrokerConnection:
             finally:
                 self._connecting -= 1
             if protocol.usable:
+                if self.options.sasl is not None:  # (docs/security.md, "Authentication")
+                    await self._authentication.of(protocol)
                 return protocol
             await protocol.when_lost()  # aborted, not yet disconnected: ClientService will make a new one
         raise ConnectionFailed(f"the connection to broker {self.address} keeps breaking")

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 from twisted.application.internet import backoffPolicy
 
+from twlog.client.sasl import SASLSettings
 from twlog.client.tls import TLSSettings
 from twlog.coord.endpoints import PLAINTEXT, SSL
 from twlog.coord.zkauth import ZooKeeperCredentials
@@ -46,6 +47,8 @@ class ClientOptions:
     @ivar max_decompressed_bytes: the most a compressed message may decompress to when read
         (a bigger one is a L{twlog.storage.message.CorruptMessage}); the broker's default bound.
     @ivar tls: speak TLS to the brokers (their C{--tls-port}) with these settings; None: plaintext.
+    @ivar sasl: authenticate to each broker right after connecting (after TLS), before any request, with these
+        settings (L{twlog.client.sasl}); None: no authentication.
     @ivar zookeeper_credentials: authenticate the ZooKeeper sessions the client opens (digest; docs/security.md,
         "ZooKeeper"), whose nodes then carry ACLs; None: anonymous.
     """
@@ -57,6 +60,7 @@ class ClientOptions:
     retry_policy: RetryPolicy | None = None
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
     tls: TLSSettings | None = None
+    sasl: SASLSettings | None = None
     zookeeper_credentials: ZooKeeperCredentials | None = attrs.field(default=None, repr=False)
 
     @property

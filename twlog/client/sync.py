@@ -24,6 +24,7 @@ import attrs
 from twlog.client.options import ClientOptions
 from twlog.client.reader import BATCH, Fetched, PartitionReader, Refresh, SizeProbe
 from twlog.client.reader import Request as ReaderRequest
+from twlog.client.sasl import SaslExchange
 from twlog.client.tls import describe_tls_failure
 from twlog.errors import (
     CONNECTION_REFUSALS,
@@ -131,7 +132,22 @@ class SyncConnection:
                 raise ConnectionFailed(f"cannot connect to broker {self.address}{_over(self.options)}: "
                                        f"{_one_line(e)}") from None
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.options.sasl is not None:
+                self._authenticate(self._sock)
         return self._sock
+
+    def _authenticate(self, sock: socket.socket) -> None:
+        """Run the SASL exchange of C{options.sasl} on the new connection (L{twlog.client.sasl})."""
+        assert self.options.sasl is not None
+        steps = SaslExchange(self.options.sasl, self.options.tls is not None, self.address).requests()
+        request = next(steps)
+        while True:
+            sock.sendall(frame(encode_request(request)))
+            response = decode_response(request, self._receive_frame(sock))
+            try:
+                request = steps.send(response)
+            except StopIteration:
+                return
 
     def _tls_context(self) -> ssl.SSLContext:
         """The TLS context of this connection's settings, made once (a reconnect reuses it)."""
@@ -164,8 +180,8 @@ class SyncConnection:
         @raise BrokerError: the response's error code.
         @raise ProtocolViolation: the response is over C{max_response_bytes} or does not parse.
         """
-        sock = self._connect()
         try:
+            sock = self._connect()
             sock.sendall(frame(encode_request(request)))
             answer = self._receive_frame(sock)
             if len(answer) == 2 and int.from_bytes(answer, "big", signed=True) in CONNECTION_REFUSALS:

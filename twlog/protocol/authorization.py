@@ -32,6 +32,7 @@ from twlog.errors import (
 )
 from twlog.protocol import codec
 from twlog.protocol import replication_codec as replication
+from twlog.protocol import sasl_codec as sasl
 from twlog.protocol.admission import EventLog
 from twlog.protocol.replica_status_codec import ReplicaStatusRequest
 from twlog.protocol.responses import TopicLayout, TopicMetadata
@@ -42,7 +43,8 @@ __all__ = ["REQUEST_ACLS", "REQUEST_KINDS", "AclSource", "RequestGuard", "reques
 _TOPIC, _CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 
 #: Request type -> (its name, the operation it needs, on which resource types: any one of them will do).  An
-#: operation None: no ACL needed (SASL's handshake, when it is added).  A type not here is refused to everyone.
+#: operation None: no ACL needed (SASL's, which the connection answers itself: twlog.protocol.authentication).
+#: A type not here is refused to everyone.
 REQUEST_ACLS: dict[int, tuple[str, Operation | None, tuple[ResourceType, ...]]] = {
     codec.PRODUCE: ("PRODUCE", Operation.WRITE, (_TOPIC,)),
     codec.FETCH: ("FETCH", Operation.READ, (_TOPIC,)),
@@ -60,6 +62,8 @@ REQUEST_ACLS: dict[int, tuple[str, Operation | None, tuple[ResourceType, ...]]] 
     replication.EPOCH_END_OFFSET: ("EPOCH_END_OFFSET", Operation.CLUSTER_ACTION, (_CLUSTER,)),
     replication.CLUSTER_METADATA_V2: ("CLUSTER_METADATA_V2", Operation.DESCRIBE, (_TOPIC,)),
     replication.REPLICA_STATUS: ("REPLICA_STATUS", Operation.CLUSTER_ACTION, (_CLUSTER,)),
+    sasl.SASL_HANDSHAKE: ("SASL_HANDSHAKE", None, ()),
+    sasl.SASL_AUTHENTICATE: ("SASL_AUTHENTICATE", None, ()),
 }
 
 #: The request types that are answered, never refused: topics not described are hidden in their answers.
@@ -77,6 +81,7 @@ REQUEST_KINDS: dict[type, int] = {
     replication.EpochEndOffsetRequest: replication.EPOCH_END_OFFSET,
     replication.ClusterMetadataV2Request: replication.CLUSTER_METADATA_V2,
     ReplicaStatusRequest: replication.REPLICA_STATUS,
+    sasl.SaslHandshakeRequest: sasl.SASL_HANDSHAKE, sasl.SaslAuthenticateRequest: sasl.SASL_AUTHENTICATE,
 }
 
 

@@ -9,7 +9,8 @@ tools share one codec.  A frame is what follows the C{int32} size prefix
   - response: C{[int16 error][body]}
 
 Types 0-4 keep Kafka 0.7's layouts byte for byte; 5-11 are twlog's; 12-15 are
-replication's, whose values and responses are in L{twlog.protocol.replication_codec}.  Strings
+replication's, whose values and responses are in L{twlog.protocol.replication_codec}; 16-17 SASL's
+(L{twlog.protocol.sasl_codec}).  Strings
 are C{[int16 length][utf-8]}.  docs/protocol.md is the reference.  Readers take
 C{(buf, pos)} and return C{(value, next_pos)} (L{twlog.protocol.primitives});
 every malformed or truncated input raises L{MalformedRequest}, never
@@ -28,6 +29,7 @@ import attrs
 
 from twlog.errors import MalformedRequest
 from twlog.protocol import replication_codec as replication
+from twlog.protocol import sasl_codec as sasl
 from twlog.protocol.primitives import (
     I16,
     done,
@@ -247,6 +249,7 @@ Request = (
     | BoundariesRequest
     | DeleteTopicRequest
     | replication.ReplicationRequest
+    | sasl.SaslRequest
 )
 
 
@@ -363,6 +366,8 @@ def decode_request(frame: bytes | memoryview) -> Request:
         request = DeleteTopicRequest(topic)
     elif kind in replication.TYPES:
         request, pos = replication.read_request(kind, frame, pos)
+    elif kind in sasl.TYPES:
+        request, pos = sasl.read_request(kind, frame, pos)
     else:
         raise MalformedRequest(f"unknown request type {kind}")
     done(frame, pos, "request")
@@ -382,27 +387,14 @@ def encode_request(request: Request) -> bytes:
             [I16.pack(MULTIPRODUCE), I16.pack(len(request.produces)), *map(_write_produce, request.produces)]
         )
     if isinstance(request, OffsetsRequest):
-        return (
-            I16.pack(OFFSETS)
-            + write_str(request.topic)
-            + _OFFSETS_TAIL.pack(request.partition, request.time, request.max_offsets)
-        )
+        tail = _OFFSETS_TAIL.pack(request.partition, request.time, request.max_offsets)
+        return I16.pack(OFFSETS) + write_str(request.topic) + tail
     if isinstance(request, AckProduceRequest):
-        return b"".join(
-            [
-                I16.pack(ACK_PRODUCE),
-                _ACK_HEAD.pack(request.ack, request.timeout_ms, len(request.produces)),
-                *map(_write_produce, request.produces),
-            ]
-        )
+        head = _ACK_HEAD.pack(request.ack, request.timeout_ms, len(request.produces))
+        return b"".join([I16.pack(ACK_PRODUCE), head, *map(_write_produce, request.produces)])
     if isinstance(request, WaitFetchRequest):
-        return b"".join(
-            [
-                I16.pack(WAIT_FETCH),
-                _WAIT_HEAD.pack(request.max_wait_ms, request.min_bytes, len(request.fetches)),
-                *map(_write_fetch, request.fetches),
-            ]
-        )
+        head = _WAIT_HEAD.pack(request.max_wait_ms, request.min_bytes, len(request.fetches))
+        return b"".join([I16.pack(WAIT_FETCH), head, *map(_write_fetch, request.fetches)])
     if isinstance(request, (MetadataRequest, ClusterMetadataRequest)):
         kind = METADATA if isinstance(request, MetadataRequest) else CLUSTER_METADATA
         return b"".join([I16.pack(kind), I16.pack(len(request.topics)), *map(write_str, request.topics)])
@@ -416,6 +408,8 @@ def encode_request(request: Request) -> bytes:
         return I16.pack(DELETE_TOPIC) + write_str(request.topic)
     if isinstance(request, replication.REPLICATION_REQUESTS):
         return replication.encode_request(request)
+    if isinstance(request, sasl.SASL_REQUESTS):
+        return sasl.encode_request(request)
     raise TypeError(f"not a request: {request!r}")
 
 
@@ -452,6 +446,8 @@ def describe_request(request: Request) -> str:
         return f"DELETE_TOPIC {request.topic}"
     if isinstance(request, replication.REPLICATION_REQUESTS):
         return replication.describe_request(request)
+    if isinstance(request, sasl.SASL_REQUESTS):
+        return sasl.describe_request(request)
     return type(request).__name__
 
 
@@ -478,6 +474,7 @@ _RESPONSE_DECODERS = {
     BoundariesRequest: decode_boundaries_response,
     DeleteTopicRequest: decode_error_response,
     **replication.RESPONSE_DECODERS,
+    **sasl.RESPONSE_DECODERS,
 }
 
 __all__ = [

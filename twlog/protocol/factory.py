@@ -20,6 +20,7 @@ from twlog.errors import (
     TooManyConnectionsFromAddress,
 )
 from twlog.protocol.admission import ConnectionTable, EventLog, Refusal
+from twlog.protocol.authentication import AuthenticatingProtocol, Authentication
 from twlog.protocol.budget import RequestBudget
 from twlog.protocol.connection import BrokerProtocol, RequestObserver
 from twlog.protocol.server import Broker
@@ -90,6 +91,8 @@ class BrokerFactory(ServerFactory):
         self.sendfile_bytes = 0
         #: Told of each request answered (L{RequestObserver}), if set: the broker's metrics.
         self.request_observer: RequestObserver | None = None
+        #: Who the connections are (SASL, mutual TLS, --require-auth), if the broker checks: set by the service.
+        self.authentication: Authentication | None = None
         clock = broker.clock
         interval = self.EVENT_LOG_INTERVAL_S
         self._refused = EventLog(
@@ -171,7 +174,8 @@ class BrokerFactory(ServerFactory):
                 self._refused.record(peer=_peer(addr), open=len(self.connections), cap=cap, reap_s=self.reap_idle_s)
                 return self._refusal(TooManyConnections.code)
             self._reap(victim, now, self._reaped, cap)
-        protocol = BrokerProtocol(self.broker)
+        auth = self.authentication  # (docs/security.md, "Authentication")
+        protocol = BrokerProtocol(self.broker) if auth is None else AuthenticatingProtocol(self.broker, auth)
         protocol.factory = self
         protocol.host = host
         self.accepted += 1
@@ -256,6 +260,8 @@ class BrokerFactory(ServerFactory):
         for events in (self._refused, self._refused_per_ip, self._reaped, self._reaped_per_ip, self._idle_closed,
                        self.late_frames, self.tls_failures, *((guard.dropped,) if guard is not None else ())):
             events.stop()
+        if self.authentication is not None:
+            self.authentication.stop()
 
 
 def _peer(addr) -> str:
