@@ -4,6 +4,8 @@ requires it; each refusal in one line."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 
@@ -11,7 +13,9 @@ from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker, wait_until
 from tests.integration.test_cli import one_line, twlog
-from tests.integration.zookeeper import fresh_connect_string
+from tests.integration.zookeeper import connect, fresh_connect_string
+from twlog.coord.zkauth import read_credentials_file
+from twlog.coord.zksecure import digest_path
 
 TOPIC = "private"
 
@@ -123,3 +127,14 @@ class UsersCommandTests(TestCase):
         self.assertEqual(code, 1)
         one_line(self, err)
         self.assertIn(b"/config/users", err)
+        # bob's ZooKeeper identity was recorded beside his credentials (for his groups' znode ACLs), readable by
+        # the cluster alone, and goes with him.
+        admin = await connect(self, self.zookeeper, credentials=read_credentials_file(cluster))
+        value, _ = await admin.get(digest_path("bob"))
+        password = open(self.password_file).read().strip()  # (ZooKeeper's DigestAuthenticationProvider's form)
+        self.assertEqual(value.decode(), "bob:" + base64.b64encode(hashlib.sha1(f"bob:{password}".encode()).digest())
+                         .decode())
+        code, out, err = await twlog("users", "delete", "--zookeeper", self.zookeeper, "--zookeeper-credentials-file",
+                                     cluster, "--user", "bob")
+        self.assertEqual(code, 0, err)
+        self.assertIsNone(await admin.exists(digest_path("bob")))

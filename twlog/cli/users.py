@@ -12,6 +12,7 @@ from twlog.cli.passwords import prompt_password, read_password_file
 from twlog.cli.zk_options import zookeeper_credentials
 from twlog.coord.users import UserStore, user_path
 from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
+from twlog.coord.zksecure import forget_user_digest, record_user_digest
 from twlog.errors import TwlogError
 from twlog.security.credentials import SCRAM_MECHANISMS, make_credential, validate_user_name
 
@@ -56,6 +57,8 @@ async def add_user(reactor, args) -> None:
     zk, store = await _store(reactor, args)
     try:
         existed = await store.add(user, credentials)
+        if zk.credentials is not None:  # a secured ZooKeeper: the user's identity there too (group znode ACLs)
+            await record_user_digest(zk, user, password)
     finally:
         await zk.stop()
     print(f"{'updated' if existed else 'added'} user {user} ({', '.join(mechanisms)}, {args.iterations} iterations) "
@@ -68,6 +71,8 @@ async def delete_user(reactor, args) -> None:
     zk, store = await _store(reactor, args)
     try:
         existed = await store.delete(args.user)
+        if zk.credentials is not None:
+            await forget_user_digest(zk, args.user)
     finally:
         await zk.stop()
     if not existed:
