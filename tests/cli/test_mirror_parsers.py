@@ -47,6 +47,40 @@ class ParserTests(SynchronousTestCase):
         self.assertEqual(settings.max_in_flight, 500)  # never below one batch
         self.assertEqual(settings.group_name, "twlog-mirror-c_3")
 
+    def test_mirror_client_configs(self) -> None:
+        """--from-client-config and --to-client-config: Kafka client settings for the sources' consumers and the
+        target's producer, each its own (MirrorMaker's --consumer.config and --producer.config); a bad one is one
+        line naming the option and the file."""
+        from twlog.client.sasl import SASLSettings
+        from twlog.client.tls import TLSSettings
+        from twlog.errors import TwlogError
+        from twlog.mirror.mirror import Mirror
+
+        source, target = self.mktemp(), self.mktemp()
+        with open(source, "w") as f:
+            f.write("security.protocol=SASL_SSL\nssl.ca.location=/a.pem\nsasl.mechanism=SCRAM-SHA-256\n"
+                    'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+                    'username="amy" password="a";\n')
+        with open(target, "w") as f:
+            f.write("security.protocol=SSL\nssl.truststore.location=/b.pem\nssl.truststore.type=PEM\n")
+        settings = settings_from(self.parse("mirror", "--from", "a:1", "--to", "c:3", "--from-client-config", source,
+                                            "--to-client-config", target))
+        from twisted.internet.task import Clock
+
+        mirror = Mirror(settings, reactor=Clock(), say=print)
+        self.assertEqual((mirror.source_options.tls, mirror.source_options.sasl),
+                         (TLSSettings("/a.pem"), SASLSettings("SCRAM-SHA-256", "amy", "a")))
+        self.assertEqual((mirror.target_options.tls, mirror.target_options.sasl), (TLSSettings("/b.pem"), None))
+        self.assertEqual((mirror.sources[0].view.listener, mirror.target_options.listener), ("SSL", "SSL"))
+        self.assertEqual(settings_from(self.parse("mirror", "--from", "a:1", "--to", "c:3")).source_tls, None)
+        with open(target, "a") as f:
+            f.write("ssl.keystore.location=/k.p12\n")
+        with self.assertRaises(TwlogError) as raised:
+            settings_from(self.parse("mirror", "--from", "a:1", "--to", "c:3", "--to-client-config", target))
+        self.assertEqual(str(raised.exception), f"--to-client-config {target}: ssl.keystore.location is a JKS (the "
+                         "default) store: twlog reads PEM files only: set ssl.keystore.type=PEM with a PEM file (or "
+                         "ssl.certificate.location and ssl.key.location)")
+
     def test_mirror_usage_errors(self) -> None:
         for argv in (["mirror", "--to", "c:3"], ["mirror", "--from", "a:1"],
                      ["mirror", "--from", "a:1", "--to", "c:3", "--whitelist", "x", "--blacklist", "y"],

@@ -72,6 +72,32 @@ class SourceOptionsTests(SynchronousTestCase):
         self.assertEqual(str(caught.exception),
                          f"cannot read the ZooKeeper credentials file {path}x: No such file or directory")
 
+    def test_kafka_security_options(self) -> None:
+        """Spark's Kafka source's kafka.security.protocol, kafka.ssl.* and kafka.sasl.* (any case, as Spark passes
+        them) become the client options the driver uses and the input partitions carry to the executors."""
+        import pickle
+
+        from twlog.client.sasl import SASLSettings
+        from twlog.client.tls import TLSSettings
+        from twlog.spark.source import _split
+
+        jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" password="pw";'
+        o = source(**{"kafka.security.protocol": "SASL_SSL", "kafka.ssl.truststore.location": "/ca.pem",
+                      "kafka.ssl.truststore.type": "PEM", "KAFKA.SASL.MECHANISM": "SCRAM-SHA-256",
+                      "kafka.sasl.jaas.config": jaas})
+        self.assertEqual((o.client.tls, o.client.sasl), (TLSSettings("/ca.pem"), SASLSettings("SCRAM-SHA-256", "bob",
+                                                                                              "pw")))
+        (part,) = _split(o, [(FOUND[0], 0, 10)])
+        shipped = pickle.loads(pickle.dumps(part))
+        self.assertEqual((shipped.options.tls, shipped.options.sasl), (o.client.tls, o.client.sasl))
+        self.assertEqual(source().client.listener, "PLAINTEXT")
+        self.assertEqual(o.client.listener, "SSL")
+        with self.assertRaises(ValueError) as caught:
+            source(**{"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/t.jks"})
+        self.assertEqual(str(caught.exception), "the twlog source: kafka.ssl.truststore.location is a JKS (the "
+                         "default) store: twlog reads PEM files only: set kafka.ssl.truststore.type=PEM with a PEM "
+                         "file (or kafka.ssl.ca.location)")
+
     def test_numbers(self) -> None:
         """Whole-number options say which option is not a number."""
         with self.assertRaises(ValueError) as caught:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 
-from twlog.cli.common import UsageError
+from twlog.cli.common import UsageError, client_options
 from twlog.cli.output import print_json, print_table
 from twlog.cli.zk_options import zookeeper_credentials
 from twlog.client.connection import BrokerConnection
@@ -94,7 +94,8 @@ async def describe(reactor, args) -> None:
     try:
         if args.group is not None:
             await check_group(zk, args.group)
-        descriptions = await describe_groups(zk, args.group, reactor=reactor, timeout_s=TIMEOUT_S)
+        descriptions = await describe_groups(zk, args.group, reactor=reactor, timeout_s=TIMEOUT_S,
+                                             options=client_options(args))
     finally:
         await zk.stop()
     if args.json:
@@ -125,13 +126,14 @@ async def reset(reactor, args) -> None:
     target = args.to
     if isinstance(target, int) and args.partition is None:
         raise UsageError(f"--to {target} is a byte offset in one partition: add --partition")
+    options = client_options(args)  # (the brokers' TLS and SASL; docs/security.md)
     zk = await _session(reactor, args)
     left_out: list[TopicPartition] = []
     try:
         if not args.create:
             await check_group(zk, args.group, "use --create to start a new group")
         await refuse_live_members(zk, args.group, "resetting its offsets")
-        live = await registered_partitions(zk, args.topic)
+        live = await registered_partitions(zk, args.topic, options.listener)
         down = [tp for tp in await committed_partitions(zk, args.group, args.topic) if tp not in live]
         if not live and not down:
             raise TwlogError(f"topic {args.topic!r} does not exist on the brokers registered in ZooKeeper at "
@@ -151,11 +153,11 @@ async def reset(reactor, args) -> None:
             left_out, partitions = down, live
         if isinstance(target, int):
             [(tp, (host, port))] = partitions.items()
-            await _check_offset(reactor, tp, host, port, target)
+            await _check_offset(reactor, tp, host, port, target, options)
             offsets = {tp: target}
         else:
             time = {"earliest": EARLIEST, "latest": LATEST}.get(target) if isinstance(target, str) else target[1]
-            offsets = await offsets_at(partitions, time, reactor=reactor, timeout_s=TIMEOUT_S)
+            offsets = await offsets_at(partitions, time, reactor=reactor, timeout_s=TIMEOUT_S, options=options)
         before = await read_offsets(zk, args.group, sorted(offsets))
         if not args.dry_run:
             await reset_group(zk, args.group, args.topic, {tp.name: offset for tp, offset in offsets.items()})
@@ -173,10 +175,10 @@ async def reset(reactor, args) -> None:
         print(f"reset {len(offsets)} partition(s) of {args.topic} for group {args.group}", file=sys.stderr)
 
 
-async def _check_offset(reactor, tp: TopicPartition, host: str, port: int, offset: int) -> None:
+async def _check_offset(reactor, tp: TopicPartition, host: str, port: int, offset: int, options) -> None:
     """Refuse C{offset} unless the broker says a message of C{tp} starts there (or it is the end)."""
-    connection = BrokerConnection(host, port, reactor=reactor, timeout_s=TIMEOUT_S, connect_timeout_s=TIMEOUT_S,
-                                  connect_attempts=1)
+    connection = BrokerConnection(host, port, reactor=reactor, options=options, timeout_s=TIMEOUT_S,
+                                  connect_timeout_s=TIMEOUT_S, connect_attempts=1)
     try:
         await check_reset_offset(connection.request, tp, offset)
     finally:

@@ -307,14 +307,17 @@ def add_group_commands(commands, debug_option, json_option, topic_option, partit
     )
     actions = groups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
 
-    def zookeeper_options(command, required_group: bool) -> None:
+    def zookeeper_options(command, required_group: bool, brokers: bool = True, inherit: bool = True) -> None:
         command.add_argument("--zookeeper", "-z", default="localhost:2181", type=zookeeper_address,
                              metavar="HOST:PORT[/chroot]", help="ZooKeeper (default: localhost:2181)")
         command.add_argument("--group", "-g", default=None, required=required_group,
                              help="the group" if required_group else "only this group")
+        if brokers:  # (the latest offsets are asked of the brokers: their TLS and SASL)
+            add_tls_options(command, inherit)
+            add_sasl_options(command, inherit)
         debug_option(command)
 
-    zookeeper_options(groups, False)
+    zookeeper_options(groups, False, inherit=False)
     json_option(groups)
     describe = subcommand(actions, "describe", "twlog.cli.groups:describe",
                           "members, owners, committed offsets and lag per partition", groups.description, react=True)
@@ -346,7 +349,7 @@ def add_group_commands(commands, debug_option, json_option, topic_option, partit
         "Delete GROUP's nodes in ZooKeeper (/consumers/GROUP: committed offsets, owners, member registry). "
         "Refused while the group has live members: stop them first.", react=True,
     )
-    zookeeper_options(delete, True)
+    zookeeper_options(delete, True, brokers=False)
 
 
 def add_broker_commands(commands, debug_option, json_option) -> None:

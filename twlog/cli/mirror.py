@@ -15,17 +15,32 @@ from contextlib import suppress
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from twlog.cli.common import stop_on_shutdown
+from twlog.client.kafka_settings import read_settings_file, security_settings
 from twlog.mirror.mirror import Mirror, MirrorSettings
+
+
+def security_of(path: str | None, option: str):
+    """The TLS and SASL settings of the Kafka client settings file C{path} given as C{option} (the rules of
+    C{--client-config}: L{twlog.client.kafka_settings}); C{(None, None)} without a file.
+
+    @raise TwlogError: the file cannot be read or holds a setting twlog cannot use (one line).
+    """
+    if path is None:
+        return None, None
+    return security_settings(read_settings_file(path, option), f"{option} {path}")
 
 
 def settings_from(args) -> MirrorSettings:
     """The mirror's settings from the parsed options."""
+    source_tls, source_sasl = security_of(getattr(args, "from_client_config", None), "--from-client-config")
+    target_tls, target_sasl = security_of(getattr(args, "to_client_config", None), "--to-client-config")
     return MirrorSettings(
         sources=tuple(args.sources), target=args.target, whitelist=args.whitelist, blacklist=args.blacklist,
         group=args.group, streams=args.streams, batch_size=args.batch_size,
         max_in_flight=max(args.max_in_flight, args.batch_size), status_s=args.status_interval,
         source_credentials=getattr(args, "from_zookeeper_credentials", None),
         target_credentials=getattr(args, "to_zookeeper_credentials", None),
+        source_tls=source_tls, source_sasl=source_sasl, target_tls=target_tls, target_sasl=target_sasl,
     )
 
 

@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.cli.test_sasl_options,tests.integration.test_sasl -*-
 """The client commands' SASL options: C{--user}, C{--password-file}, C{--sasl-mechanism}, and their
 C{--client-config} keys C{sasl.username}, C{sasl.password}, C{sasl.mechanism} (librdkafka's names), with
-C{security.protocol} C{SASL_PLAINTEXT} or C{SASL_SSL}.
+C{security.protocol} C{SASL_PLAINTEXT} or C{SASL_SSL}, or the Java client's C{sasl.jaas.config}
+(L{twlog.client.kafka_settings}: the rules the Spark source and the mirror share).
 
 L{twlog.cli.sasl_parsers} adds the options (argparse only: C{twlog --help} imports it); L{sasl_settings} turns them
 and the file into the L{SASLSettings} of the command's L{twlog.client.options.ClientOptions}.  The password is
@@ -16,6 +17,7 @@ import sys
 
 from twlog.cli.passwords import read_password_file
 from twlog.cli.sasl_parsers import DEFAULT_MECHANISM, MECHANISMS
+from twlog.client.kafka_settings import parse_security, sasl_needs_tls
 from twlog.client.sasl import SASLSettings
 from twlog.errors import TwlogError
 
@@ -31,10 +33,11 @@ def sasl_settings(args, config: dict[str, str], tls: bool, prompt=None):
     @raise TwlogError: a password without a user, a SASL protocol without a user, no password to be had, PLAIN
         without TLS (one line each).
     """
-    protocol = config.get("security.protocol", "").upper()
-    user = getattr(args, "user", None) or config.get("sasl.username")
+    security = parse_security(config, f"--client-config {getattr(args, 'client_config', None)}")
+    protocol = security.protocol
+    user = getattr(args, "user", None) or security.user
     password_file = getattr(args, "password_file", None)
-    mechanism = (getattr(args, "sasl_mechanism", None) or config.get("sasl.mechanism") or DEFAULT_MECHANISM).upper()
+    mechanism = (getattr(args, "sasl_mechanism", None) or security.mechanism or DEFAULT_MECHANISM).upper()
     if user is None:
         if password_file or getattr(args, "sasl_mechanism", None):
             raise TwlogError("--password-file and --sasl-mechanism need --user (or sasl.username in --client-config)")
@@ -43,13 +46,12 @@ def sasl_settings(args, config: dict[str, str], tls: bool, prompt=None):
         return None
     if mechanism not in MECHANISMS:
         raise TwlogError(f"sasl.mechanism={mechanism} is not one of {', '.join(MECHANISMS)}")
-    if mechanism == "PLAIN" and not tls:
-        raise TwlogError("--sasl-mechanism PLAIN sends the password in the clear: it needs TLS (--tls-ca, or "
-                         "security.protocol=SASL_SSL); SCRAM does not")
+    sasl_needs_tls(mechanism, tls, "--sasl-mechanism PLAIN sends the password in the clear: it needs TLS "
+                   "(--tls-ca, or security.protocol=SASL_SSL); SCRAM does not")
     if password_file:
         password = read_password_file(password_file)
-    elif config.get("sasl.password"):
-        password = config["sasl.password"]
+    elif security.password:
+        password = security.password
     else:
         password = (prompt or _ask)(user)
     return SASLSettings(mechanism, user, password)

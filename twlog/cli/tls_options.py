@@ -5,9 +5,11 @@ A client config file holds C{key=value} lines named as Kafka's client settings
 (librdkafka's, which confluent-kafka reads): C{security.protocol} (PLAINTEXT or
 SSL), C{ssl.ca.location}, C{ssl.certificate.location}, C{ssl.key.location} and
 C{ssl.endpoint.identification.algorithm} (C{https}, the default: the broker's
-certificate must name the host; C{none}: not checked).  Blank lines and lines
-starting with C{#} are skipped; any other key is refused in one line, so a
-setting this twlog does not implement (SASL) is never silently ignored.  An
+certificate must name the host; C{none}: not checked), the Java client's PEM
+stores and C{sasl.*} (L{twlog.client.kafka_settings}, whose rules the Spark
+source and the mirror share).  Blank lines and lines starting with C{#} are
+skipped; any other key is refused in one line, so a setting this twlog does not
+implement is never silently ignored.  An
 option on the command line wins over the file.  L{tls_settings} turns both
 into the L{TLSSettings} of the command's L{twlog.client.options.ClientOptions}.  The options themselves are
 added by L{twlog.cli.tls_parsers} (light, for C{twlog --help}).
@@ -19,46 +21,25 @@ from argparse import ArgumentTypeError
 
 from twlog.cli.options import broker_list
 from twlog.cli.registry_parsers import REGISTRY_CONFIG_KEYS
+from twlog.client.kafka_settings import CLIENT_SETTINGS, SECURITY_PROTOCOLS, parse_security, read_settings_file, tls_of
 from twlog.client.tls import TLSSettings
 from twlog.errors import TwlogError
 
-__all__ = ["CLIENT_CONFIG_KEYS", "read_client_config", "tls_settings"]
+__all__ = ["CLIENT_CONFIG_KEYS", "SECURITY_PROTOCOLS", "read_client_config", "tls_settings", "tls_settings_of"]
 
-#: The Kafka client settings a --client-config file may hold.
-CLIENT_CONFIG_KEYS = ("bootstrap.servers", "security.protocol", "ssl.ca.location", "ssl.certificate.location",
-                      "ssl.key.location",
-                      "ssl.endpoint.identification.algorithm",
-                      # SASL (twlog.cli.sasl_options; docs/security.md, "Authentication")
-                      "sasl.mechanism", "sasl.username", "sasl.password")
-#: security.protocol's values: TLS on with SSL and SASL_SSL; SASL with SASL_PLAINTEXT and SASL_SSL.
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The Kafka client settings a --client-config file may hold (L{twlog.client.kafka_settings}, shared with the
+#: Spark source and the mirror), and C{bootstrap.servers}: the brokers of a command given no --broker.
+CLIENT_CONFIG_KEYS = ("bootstrap.servers", *CLIENT_SETTINGS)
 
 
 def read_client_config(path: str) -> dict[str, str]:
-    """The settings of the client config file C{path}.
+    """The settings of the client config file C{path} (L{read_settings_file}; the registry's keys too).
 
     @raise TwlogError: it cannot be read, a line is not C{key=value}, or a key is not one of
         L{CLIENT_CONFIG_KEYS} (one line naming the file, the line and what is accepted).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TwlogError(f"cannot read --client-config {path}: {getattr(e, 'strerror', None) or e}") from None
-    settings: dict[str, str] = {}
-    for number, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep:
-            raise TwlogError(f"--client-config {path} line {number}: {line!r} is not key=value")
-        if key not in CLIENT_CONFIG_KEYS and key not in REGISTRY_CONFIG_KEYS:  # (the registry's: --registry)
-            raise TwlogError(f"--client-config {path} line {number}: unknown setting {key!r} (twlog reads "
-                             f"{', '.join(CLIENT_CONFIG_KEYS)})")
-        settings[key] = value
-    return settings
+    # (the registry's keys: --registry; bootstrap.servers: --broker)
+    return read_settings_file(path, "--client-config", also=("bootstrap.servers", *REGISTRY_CONFIG_KEYS))
 
 
 def tls_settings(args) -> TLSSettings | None:
@@ -74,26 +55,12 @@ def tls_settings(args) -> TLSSettings | None:
 
 
 def tls_settings_of(args, config: dict[str, str], path: str | None) -> TLSSettings | None:
-    """L{tls_settings} of C{args} and the settings C{config} read from the file C{path}."""
-    protocol = config.get("security.protocol", "").upper()
-    if protocol not in ("", *SECURITY_PROTOCOLS):
-        raise TwlogError(f"--client-config {path}: security.protocol={config['security.protocol']} is not one of "
-                         f"{', '.join(SECURITY_PROTOCOLS)}")
-    algorithm = config.get("ssl.endpoint.identification.algorithm", "https").lower()
-    if algorithm not in ("https", "none", ""):
-        raise TwlogError(f"--client-config {path}: ssl.endpoint.identification.algorithm={algorithm} is not "
-                         "https or none")
-    ca = getattr(args, "tls_ca", None) or config.get("ssl.ca.location")
-    cert = getattr(args, "tls_cert", None) or config.get("ssl.certificate.location")
-    key = getattr(args, "tls_key", None) or config.get("ssl.key.location")
-    wanted = protocol in ("SSL", "SASL_SSL") or bool(getattr(args, "tls_ca", None) or getattr(args, "tls_cert", None))
-    if not wanted:
-        if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and (ca or cert or key):
-            raise TwlogError(f"--client-config {path}: ssl.* settings with security.protocol={protocol}")
-        if key:
-            raise TwlogError("--tls-key needs --tls-cert")
-        return None
-    return TLSSettings(ca_file=ca, cert_file=cert, key_file=key, check_hostname=algorithm == "https")
+    """L{tls_settings} of C{args} and the settings C{config} read from the file C{path} (the rules:
+    L{twlog.client.kafka_settings.tls_of}; the options win over the file)."""
+    where = f"--client-config {path}"
+    ca, cert = getattr(args, "tls_ca", None), getattr(args, "tls_cert", None)
+    return tls_of(parse_security(config, where), where, ca=ca, cert=cert, key=getattr(args, "tls_key", None),
+                  forced=bool(ca or cert), key_alone="--tls-key needs --tls-cert")
 
 
 def apply_bootstrap_servers(args) -> None:

@@ -33,6 +33,11 @@ def add_mirror_credentials_options(command) -> None:
                          help="the source clusters' ZooKeeper credentials (as --zookeeper-credentials-file)")
     command.add_argument("--to-zookeeper-credentials-file", default=None, metavar="FILE",
                          help="the target cluster's ZooKeeper credentials (as --zookeeper-credentials-file)")
+    command.add_argument("--from-client-config", default=None, metavar="FILE",
+                         help="Kafka client settings (security.protocol, ssl.*, sasl.*; as --client-config) of the "
+                         "consumers of every source cluster")
+    command.add_argument("--to-client-config", default=None, metavar="FILE",
+                         help="Kafka client settings (as --from-client-config) of the producer to the target")
 
 
 #: Each credentials file option, and the attribute its credentials are kept in.

@@ -18,9 +18,11 @@ from twisted.logger import Logger
 
 from twlog.client.async_discovery import read_registrations_async
 from twlog.client.connection import BrokerConnection
+from twlog.client.options import ClientOptions
 from twlog.consumer.membership import read_members, read_offsets, read_values, sorted_children
 from twlog.consumer.rebalance import natural_key
 from twlog.coord import paths
+from twlog.coord.endpoints import PLAINTEXT
 from twlog.coord.layout import ClusterLayout
 from twlog.coord.zk import IZooKeeper, NoNodeError, NotEmptyError
 from twlog.errors import BrokerError, TwlogError
@@ -124,23 +126,25 @@ class GroupDescription:
                 sorted(held.items(), key=lambda item: (item[0].broker_id is None, item[0].broker_id or 0))]
 
 
-async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=None,
-                          timeout_s: float = 5.0) -> list[GroupDescription]:
+async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=None, timeout_s: float = 5.0,
+                          options: ClientOptions | None = None) -> list[GroupDescription]:
     """Every group (or just C{group}): members, owners and committed offsets per partition, and lag.
 
     A partition is listed if it is registered by a live broker for a topic the
     group subscribes to, or if the group has an owner or an offset for it.
     Brokers that do not answer within C{timeout_s}, or are not registered (down),
     leave C{latest} (and so C{lag}) as None, with the C{problem}: a partition
-    the group has an offset for is listed even when its broker is down.
+    the group has an offset for is listed even when its broker is down.  The brokers are asked with C{options}
+    (TLS, SASL: at their TLS listener with TLS), their timeouts C{timeout_s}.
     """
     groups = [group] if group is not None else await sorted_children(zk, paths.CONSUMERS)
     reported: set[str] = set()
-    addresses = dict((await _layout(zk, (), reported)).brokers)
+    options = _asking(options, timeout_s)
+    addresses = dict((await _layout(zk, (), reported, options.listener)).brokers)
     descriptions = []
     for name in groups:
         descriptions.append(await _describe(zk, name, reported))
-    await _fill_latest(descriptions, addresses, reactor, timeout_s)
+    await _fill_latest(descriptions, addresses, reactor, options)
     return descriptions
 
 
@@ -176,8 +180,13 @@ def _partitions(topic: str, names: list[str]) -> list[TopicPartition]:
     return result
 
 
+def _asking(options: ClientOptions | None, timeout_s: float) -> ClientOptions:
+    """C{options} (default: the defaults) for asking a broker once, within C{timeout_s}."""
+    return ClientOptions.build(options, timeout_s=timeout_s, connect_timeout_s=timeout_s, connect_attempts=1)
+
+
 async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int, tuple[str, int]], reactor,
-                       timeout_s: float) -> None:
+                       options: ClientOptions) -> None:
     """Ask each broker once per partition for its latest offset; remember the answers in the descriptions."""
     wanted = sorted({p.topic_partition for d in descriptions for p in d.partitions})
     by_broker: dict[int, list[TopicPartition]] = {}
@@ -194,8 +203,7 @@ async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int
     async def ask(broker_id: int, items: list[TopicPartition]) -> None:
         host, port = addresses[broker_id]
         where = address_text(host, port)
-        connection = BrokerConnection(host, port, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=timeout_s,
-                                      connect_attempts=1)
+        connection = BrokerConnection(host, port, reactor=reactor, options=options)
         try:
             for tp in items:
                 try:
@@ -307,19 +315,21 @@ async def live_members(zk: IZooKeeper, group: str) -> list[str]:
     return await sorted_children(zk, paths.consumer_ids_path(group))
 
 
-async def registered_partitions(zk: IZooKeeper, topic: str) -> dict[TopicPartition, tuple[str, int]]:
-    """Every partition of C{topic} registered by a live broker, with that broker's address.
+async def registered_partitions(zk: IZooKeeper, topic: str,
+                                listener: str = PLAINTEXT) -> dict[TopicPartition, tuple[str, int]]:
+    """Every partition of C{topic} registered by a live broker, with that broker's address (at C{listener}).
 
     The registrations are read by the one reading of the layout (L{ClusterLayout.from_registrations}): bad
     values are skipped, each logged once as a warning.
     """
-    layout = await _layout(zk, [topic], set())
+    layout = await _layout(zk, [topic], set(), listener)
     return {location.tp: (location.host, location.port) for location in layout.locations(topic)}
 
 
-async def _layout(zk: IZooKeeper, topics, reported: set[str]) -> ClusterLayout:
-    """The brokers and C{topics} as registered in C{zk}; each problem not in C{reported} yet is logged (and added)."""
-    layout, problems = await read_registrations_async(zk, list(topics))
+async def _layout(zk: IZooKeeper, topics, reported: set[str], listener: str = PLAINTEXT) -> ClusterLayout:
+    """The brokers (at C{listener}) and C{topics} as registered in C{zk}; each problem not in C{reported} yet is
+    logged (and added)."""
+    layout, problems = await read_registrations_async(zk, list(topics), listener)
     for problem in problems:
         if problem not in reported:
             reported.add(problem)
@@ -328,7 +338,7 @@ async def _layout(zk: IZooKeeper, topics, reported: set[str]) -> ClusterLayout:
 
 
 async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time: int, *, reactor=None,
-                     timeout_s: float = 5.0) -> dict[TopicPartition, int]:
+                     timeout_s: float = 5.0, options: ClientOptions | None = None) -> dict[TopicPartition, int]:
     """Each partition's offset at C{time}: L{LATEST} (-1), L{EARLIEST} (-2), or ms since the epoch.
 
     For a time, the offset is the newest segment start written before it (Kafka
@@ -341,8 +351,7 @@ async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time:
     for tp, address in sorted(partitions.items()):
         by_broker.setdefault(address, []).append(tp)
     for (host, port), tps in by_broker.items():
-        connection = BrokerConnection(host, port, reactor=reactor, timeout_s=timeout_s, connect_timeout_s=timeout_s,
-                                      connect_attempts=1)
+        connection = BrokerConnection(host, port, reactor=reactor, options=_asking(options, timeout_s))
         try:
             for tp in tps:
                 found = (await connection.request(OffsetsRequest(tp.topic, tp.number, time, 1))).offsets

@@ -32,6 +32,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from twlog.client.options import ClientOptions
+from twlog.client.sasl import SASLSettings
+from twlog.client.tls import TLSSettings
 from twlog.consumer.admin import describe_groups
 from twlog.consumer.group import GroupConsumer
 from twlog.consumer.stream import GroupStream
@@ -70,6 +72,12 @@ class MirrorSettings:
     #: The ZooKeeper credentials of every source cluster, and of the target (docs/security.md, "ZooKeeper").
     source_credentials: ZooKeeperCredentials | None = field(default=None, repr=False)
     target_credentials: ZooKeeperCredentials | None = field(default=None, repr=False)
+    #: TLS and SASL toward the sources' brokers (the consumers) and the target's (the producer): C{--from-} and
+    #: C{--to-client-config} (docs/security.md, "Spark, the mirror and groups"); None: plaintext, anonymous.
+    source_tls: TLSSettings | None = None
+    source_sasl: SASLSettings | None = field(default=None, repr=False)
+    target_tls: TLSSettings | None = None
+    target_sasl: SASLSettings | None = field(default=None, repr=False)
 
     @property
     def long_pause_s(self) -> float:
@@ -194,7 +202,7 @@ class SourceCluster:
         settings = mirror.settings
         self.zk = ZooKeeper(hosts, reactor=reactor, connect_timeout_s=settings.connect_timeout_s,
                             credentials=settings.source_credentials)
-        self.view = ClusterView(self.zk, listener=mirror.client_options.listener)
+        self.view = ClusterView(self.zk, listener=mirror.source_options.listener)
         #: The source's topic names, kept by a watch on C{/brokers/topics}.
         self.topics: set[str] = set()
         self.feeds: dict[str, TopicFeed] = {}
@@ -247,7 +255,7 @@ class SourceCluster:
                     consumer = GroupConsumer(
                         self.zk, settings.group_name, reactor=self._reactor, manual_offsets=True,
                         auto_commit_interval_ms=1000, auto_offset_reset="smallest",
-                        queued_max_messages=settings.queued_max_messages, options=self.mirror.client_options,
+                        queued_max_messages=settings.queued_max_messages, options=self.mirror.source_options,
                     )
                     feed = self.feeds[topic] = TopicFeed(self, topic, consumer)
                     await feed.start(self.mirror.copier, settings.streams)
@@ -298,6 +306,12 @@ class Mirror:
         self.say = say
         self.client_options = client_options or ClientOptions(timeout_s=10.0, connect_timeout_s=3.0,
                                                               connect_attempts=2)
+        #: The consumers' options (toward the sources) and the producer's (toward the target).
+        base = self.client_options
+        self.source_options = ClientOptions.build(base, tls=settings.source_tls or base.tls,
+                                                  sasl=settings.source_sasl or base.sasl)
+        self.target_options = ClientOptions.build(base, tls=settings.target_tls or base.tls,
+                                                  sasl=settings.target_sasl or base.sasl)
         self.target_zk = ZooKeeper(settings.target, reactor=reactor, connect_timeout_s=settings.connect_timeout_s,
                                    credentials=settings.target_credentials)
         self.producer: Producer | None = None
@@ -333,7 +347,7 @@ class Mirror:
         # ack "all": flushed on the leader, and on a replicated topic by every in-sync replica (the same as
         # "flushed" on a 0.7 topic): a source offset is committed only once the copy survives a failover.
         self.producer = Producer(zookeeper=self.target_zk, reactor=self._reactor, ack="all",
-                                 options=self.client_options)
+                                 options=self.target_options)
         for source in self.sources:
             source.zk.add_state_listener(source.session_changed)
             await source.follow_topics()
@@ -353,7 +367,7 @@ class Mirror:
         except Exception as e:
             raise MirrorRefused(f"cannot reach the ZooKeeper of {what}: {e}") from None
         own = view is None
-        view = view or ClusterView(zk, listener=self.client_options.listener)
+        view = view or ClusterView(zk, listener=self.target_options.listener)  # (the sources have theirs)
         await view.start()
         brokers = sorted(view.brokers.values())
         if own:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from twlog.client.discovery import discover, resolve_partition
+from twlog.client.kafka_settings import CLIENT_SETTINGS, security_settings
 from twlog.client.options import ClientOptions
 from twlog.client.sync import SyncConnection
 from twlog.coord.layout import PartitionLocation, describe_offline
@@ -31,6 +32,7 @@ from twlog.errors import (
     NotLeader,
     OffsetOutOfRange,
     PartitionsOffline,
+    TwlogError,
     UnknownTopic,
 )
 from twlog.partition import TopicPartition
@@ -48,6 +50,7 @@ OPTIONS = (
     "valueFormat", "schemaRegistryUrl", "valueSchemaSubject",
     "minPartitions", "zookeeper.credentials.file",
     "schema.registry.ssl.ca.location", "schema.registry.basic.auth.user.info",  # the registry's HTTPS, basic auth
+    *(f"kafka.{name}" for name in CLIENT_SETTINGS),  # TLS and SASL, as Spark's Kafka source passes them on
 )
 _KNOWN = {name.lower(): name for name in OPTIONS}
 
@@ -158,7 +161,8 @@ class SourceOptions:
         self.envelope = _bool(options.get("envelope"), False)  # audit envelopes as columns (twlog.spark.envelope)
         self.values = None  # valueFormat avro: the decoder (twlog.spark.avro.AvroValues), set by the source
         timeout_s = _int(options, "timeoutMs", 30000) / 1000
-        self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s,
+        tls, sasl = _security(options)
+        self.client = ClientOptions(timeout_s=timeout_s, connect_timeout_s=timeout_s, tls=tls, sasl=sasl,
                                     zookeeper_credentials=self.zookeeper_credentials)
         self._offsets_checked = False
         #: The offline partitions last warned about (failOnDataLoss=false): said again only when they change.
@@ -307,6 +311,20 @@ class SourceOptions:
             f"starting offset {start} of {tp.topic} partition {tp.name} is {why}: the partition holds "
             f"[{earliest}, {latest}); set failOnDataLoss=false to start at the earliest offset instead"
         )
+
+
+def _security(options: dict[str, str]):
+    """The TLS and SASL settings of the C{kafka.*} security options (L{twlog.client.kafka_settings}'s rules, the
+    CLI's and the mirror's); they travel to the executors in the client options of the input partitions.
+
+    @raise ValueError: a setting twlog cannot use (one line naming it).
+    """
+    config = {key[len("kafka."):]: value for key, value in options.items()
+              if key.startswith("kafka.") and key != "kafka.bootstrap.servers"}
+    try:
+        return security_settings(config, "the twlog source", prefix="kafka.")
+    except TwlogError as e:
+        raise ValueError(str(e)) from None
 
 
 def _int(options: dict[str, str], name: str, default):

@@ -57,6 +57,9 @@ L{OPTIONS}):
     reading starts at the earliest offset, and corrupt messages are logged
     (with their byte range) and skipped.
   - C{timeoutMs}: socket timeout for every broker request (default 30000).
+  - C{kafka.security.protocol}, C{kafka.ssl.*}, C{kafka.sasl.*} (Spark's Kafka
+    source's names: TLS and SASL, L{twlog.client.kafka_settings}); the files
+    named must be readable on the executors too.
 
 Each Spark input partition is one topic partition's C{[start, end)} range, or,
 with C{minPartitions}, a piece of it (L{twlog.spark.split}: Spark's Kafka rule,
