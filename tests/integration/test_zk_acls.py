@@ -15,8 +15,9 @@ from twisted.internet import reactor
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
-from tests.integration.broker import start_broker
+from tests.integration.broker import start_broker, wait_until
 from tests.integration.groups import FAST, Collector, run_twlog
+from tests.integration.test_replication_zk import until
 from tests.integration.test_cli import one_line, twlog
 from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.client.connection import BrokerConnection
@@ -114,13 +115,17 @@ class BrokerCommandTests(Secured):
         running = twlog("broker", "--port", "0", "--log-dir", self.mktemp(), "--broker-id", "5", "-z", self.hosts,
                         "--zookeeper-credentials-file", cluster_file, started=started)
         process, command = started[0]
-        await appeared(self.anonymous, paths.broker_id_path(5), timeout_s=30)
+        # Started: registered (its held log is shown then).  (A SIGTERM before that abandons the start: see
+        # tests.cli.test_foreground.ServeTests.test_stopped_while_starting.)
+        await wait_until(lambda: b"registered in ZooKeeper" in command.err or running.called, timeout_s=30)
+        self.assertFalse(running.called, command.err)
         self.assertEqual(await self.cluster.get_acls(paths.broker_id_path(5)),
                          [identity_acl(CLUSTER.digest_id), WORLD_READ])
         await self.assertNoAuth(self.anonymous.delete(paths.broker_id_path(5)))
         process.signalProcess(signal.SIGTERM)
         status, _, err = await running
         self.assertEqual(status, 0, err)
+        self.assertIn(b"broker 5 deregistered from ZooKeeper", err)
         self.assertIsNone(await self.anonymous.exists(paths.broker_id_path(5)))
         status, _, err = await twlog("broker", "--port", "0", "--log-dir", self.mktemp(), "-z", self.hosts,
                                      "--zookeeper-credentials-file", cluster_file + "-missing")
@@ -295,10 +300,15 @@ class ReplicationTests(Secured):
                    for b in (1, 2, 3)}
         await create_replicated(self.cluster, "orders", 1, 3, clock=reactor)
         leader = await self.leader_with_isr(3)
+        # The state names the leader before its broker has read it: wait until the brokers take their roles (a
+        # produce sent before that is answered NotLeader, which a client retries; see test_replication_failover).
+        await until(lambda: roles(brokers) == (leader, {1, 2, 3} - {leader}), "the brokers take the state's roles")
         await produce(brokers[leader].broker.port, "orders", [b"a", b"b"])
         await self.assertNoAuth(self.anonymous.set(paths.partition_state_path("orders", 0), b"{}"))
-        await brokers[leader].stopService()
+        await brokers.pop(leader).stopService()
         new_leader = await self.leader_with_isr(2, other_than=leader)
+        await until(lambda: roles(brokers) == (new_leader, set(brokers) - {new_leader}),
+                    "the follower in the new state leads, the other follows it")
         await produce(brokers[new_leader].broker.port, "orders", [b"c"])
         self.assertEqual(await produce_and_read(brokers[new_leader].broker.port, [], topic="orders"),
                          [b"a", b"b", b"c"])
@@ -346,6 +356,15 @@ class MirrorTests(Secured):
         offset = paths.offset_path("m", "clicks", "0-0")
         self.assertGreater(int((await self.anonymous.get(offset))[0]), 0)
         await self.assertNoAuth(self.anonymous.set(offset, b"0"))  # nobody else rewinds (or skips) the mirror
+
+
+def roles(brokers: dict, topic: str = "orders", partition: int = 0) -> tuple[int | None, set[int]]:
+    """Who leads C{partition} of C{topic} and who follows it, as the brokers' replica managers say."""
+    leader = next((b for b, s in brokers.items()
+                   if s.replicas is not None and (topic, partition) in s.replicas.manager.leaders), None)
+    followers = {b for b, s in brokers.items()
+                 if s.replicas is not None and (topic, partition) in s.replicas.manager.followers}
+    return leader, followers
 
 
 async def produce(port: int, topic: str, payloads: list[bytes]) -> None:

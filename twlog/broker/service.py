@@ -204,14 +204,15 @@ class BrokerService(Service):
             credentials=zookeeper_credentials(self.config))
         try:
             await start_session(zk)
-            if not self.running:
-                raise _Stopped()
+            self._check_running(zk)
             await self.users.start(zk)  # (before registering: clients find brokers that know the users)
+            self._check_running(zk)
             registration = BrokerRegistration(
                 zk, self.config, self.logs, port, clock=self._reactor,
                 stale_wait_s=self.zookeeper_session_timeout_s + 5, tls_port=self.broker.tls_port,
             )
             await registration.start()
+            self._check_running(zk)  # (stopped meanwhile: its session is closed, the nodes went with it)
             self.registration = registration
             self._follow_cluster(zk)
             follow_acls(zk, self.broker, self._log)  # (with --acls; until read, only super users are allowed)
@@ -222,6 +223,11 @@ class BrokerService(Service):
                 self.zookeeper = None
                 await zk.stop()
             raise
+
+    def _check_running(self, zk: ZooKeeper) -> None:
+        """@raise _Stopped: the broker was stopped (its session C{zk} closed) while it was starting."""
+        if not self.running or self.zookeeper is not zk:
+            raise _Stopped()
 
     def _follow_cluster(self, zk: ZooKeeper) -> None:
         """Start reading the cluster for CLUSTER_METADATA without waiting for it (ZooKeeper may be slow)."""
@@ -250,7 +256,9 @@ class BrokerService(Service):
 
     def _cannot_register(self, failure) -> None:
         if not self.running or failure.check(_Stopped):
-            self.listening.errback(failure)  # stopped while registering: nothing to report
+            # Stopped while registering (SIGTERM): the failure is the stop's (its session closed under the
+            # registration: ConnectionLoss), not a reason the broker could not start.
+            self.listening.errback(_Stopped(f"broker {self.config.broker_id} was stopped while it was starting"))
             return
         if failure.check(TwlogError, KazooException):
             self._cannot_start("cannot register broker {id} in ZooKeeper: {error}", id=self.config.broker_id,
