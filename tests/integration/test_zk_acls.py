@@ -17,8 +17,8 @@ from twisted.trial.unittest import TestCase
 
 from tests.integration.broker import start_broker, wait_until
 from tests.integration.groups import FAST, Collector, run_twlog
-from tests.integration.test_replication_zk import until
 from tests.integration.test_cli import one_line, twlog
+from tests.integration.test_replication_zk import until
 from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.client.connection import BrokerConnection
 from twlog.client.topics import create_replicated
