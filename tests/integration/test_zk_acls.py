@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
+from kazoo.protocol.connection import _CONNECTION_DROP
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
@@ -20,12 +21,13 @@ from tests.integration.groups import FAST, Collector, run_twlog
 from tests.integration.test_cli import one_line, twlog
 from tests.integration.test_replication_zk import until
 from tests.integration.zookeeper import connect, fresh_connect_string
+from twlog.broker import service as service_module
 from twlog.client.connection import BrokerConnection
 from twlog.client.topics import create_replicated
 from twlog.consumer.group import GroupConsumer
 from twlog.coord import paths
 from twlog.coord.replication import store
-from twlog.coord.zk import NoAuthError, NoNodeError
+from twlog.coord.zk import NoAuthError, NoNodeError, ZooKeeper
 from twlog.coord.zkauth import (
     ACL,
     CONFIG_USERS,
@@ -132,6 +134,35 @@ class BrokerCommandTests(Secured):
         self.assertEqual(status, 2)
         self.assertIn(b"cannot read the ZooKeeper credentials file", err)
         one_line(self, err)
+
+
+class DroppingZooKeeper(ZooKeeper):
+    """A broker's session whose connection drops (kazoo's testing hook) just before it first claims its id: the
+    claim fails with ConnectionLoss, and kazoo reconnects to the same session."""
+
+    dropped = 0
+
+    def create(self, path: str, *args, **kwargs):
+        if path.startswith(paths.BROKER_IDS + "/") and not DroppingZooKeeper.dropped:
+            DroppingZooKeeper.dropped += 1
+            self._client._call(_CONNECTION_DROP, None)
+        return super().create(path, *args, **kwargs)
+
+
+class StartTests(Secured):
+    async def test_a_connection_dropped_while_registering_is_retried(self) -> None:
+        """A dropped connection (ConnectionLoss, the session lives on) while the broker registers: it registers
+        once the session is back, within its connect timeout, rather than fail to start."""
+        await self.sessions()
+        self.patch(service_module, "ZooKeeper", DroppingZooKeeper)
+        self.patch(DroppingZooKeeper, "dropped", 0)
+        broker = await start_broker(self, zookeeper=self.hosts, broker_id=7, num_partitions=1, flush_messages=1,
+                                    zookeeper_credentials_file=self.credentials_file(CLUSTER))
+        self.assertEqual(DroppingZooKeeper.dropped, 1)
+        self.assertIsNotNone(broker.registration)
+        value, stat = await self.anonymous.get(paths.broker_id_path(7))
+        self.assertEqual(stat.ephemeralOwner, broker.zookeeper.session_id)
+        self.assertEqual(await produce_and_read(broker.broker.port, [b"after"]), [b"after"])
 
 
 class ReplicationStateTests(Secured):
