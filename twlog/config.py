@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -200,9 +201,16 @@ class BrokerConfig:
     #: and the principals allowed everything whatever the ACLs say (Kafka's super.users).
     acls: bool = False
     super_users: tuple[str, ...] = ()
+    #: Serve clients that do not authenticate on an interface others can reach (a loopback interface needs no
+    #: leave); without it such a broker refuses to start (docs/security.md, "Defaults").
+    allow_anonymous: bool = False
 
     def __attrs_post_init__(self) -> None:
         problems = []
+        if self.anonymous_beyond_loopback and not self.allow_anonymous:
+            problems.append(f"--interface {self.interface} lets other machines connect, and clients need not "
+                            "authenticate: add --require-auth (with --sasl-mechanisms or --tls-client-ca), or "
+                            "--allow-anonymous to serve anyone who can reach it")
         if self.acls and self.zookeeper is None:
             problems.append("--acls needs --zookeeper (the ACLs are kept there)")
         if self.super_users and not self.acls:
@@ -296,6 +304,13 @@ class BrokerConfig:
         return []
 
     @property
+    def anonymous_beyond_loopback(self) -> bool:
+        """Whether clients that do not authenticate are served on an interface other machines can reach: not
+        loopback, and neither C{require_auth} nor a TLS-only port that requires a client certificate."""
+        authenticated = self.require_auth or (not self.plaintext and self.tls_client_ca is not None)
+        return not authenticated and not is_loopback(self.interface)
+
+    @property
     def advertised_host(self) -> str:
         """The host name this broker tells clients to connect to."""
         if self.host:
@@ -303,3 +318,14 @@ class BrokerConfig:
         if self.interface in ("", "0.0.0.0", "::"):
             return socket.getfqdn()
         return self.interface
+
+
+def is_loopback(interface: str) -> bool:
+    """Whether C{interface} (an address or a host name) is this machine's alone: C{localhost} or a loopback
+    address (C{127.0.0.0/8}, C{::1}).  Every other name or address, and C{0.0.0.0} or C{::}, is not."""
+    if interface.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(interface.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -40,7 +40,7 @@ class OptionsTests(SynchronousTestCase):
             "--num-partitions", "4", "--topic-partitions", "clicks:8, views:2", "--segment-bytes", "1_048_576",
             "--flush-messages", "5", "--flush-interval-ms", "0", "--retention-hours", "2",
             "--retention-bytes", "10000", "--retention-check-interval-ms", "60000", "--max-message-bytes", "512",
-            "--max-request-bytes", "4096", "--zookeeper", "zk1:2181/twlog", "--no-sendfile",
+            "--max-request-bytes", "4096", "--zookeeper", "zk1:2181/twlog", "--no-sendfile", "--allow-anonymous",
         ).config
         self.assertEqual(
             (config.port, config.interface, config.host, config.broker_id, config.max_request_bytes,
@@ -146,3 +146,28 @@ class ZooKeeperCredentialsOptionTests(SynchronousTestCase):
         e = self.assertRaises(usage.UsageError, parse, "-z", "zk:2181", "--zookeeper-credentials-file", path + "x")
         self.assertEqual(str(e), f"cannot read the ZooKeeper credentials file {path}x: No such file or directory")
 
+
+
+class AnonymousOptionTests(SynchronousTestCase):
+    """A broker that serves unauthenticated clients beyond loopback starts only with --allow-anonymous."""
+
+    def test_beyond_loopback_without_authentication_is_refused(self) -> None:
+        for interface in ("0.0.0.0", "::", "10.1.2.3", "broker1.example"):
+            with self.assertRaises(usage.UsageError) as raised:
+                parse("--interface", interface, "--log-dir", "/data")
+            message = str(raised.exception)
+            self.assertIn(f"--interface {interface} lets other machines connect", message)
+            self.assertIn("--allow-anonymous", message)
+            self.assertNotIn("\n", message)
+            config = parse("--interface", interface, "--log-dir", "/data", "--allow-anonymous").config
+            self.assertTrue(config.anonymous_beyond_loopback)
+
+    def test_loopback_or_authenticated_needs_no_leave(self) -> None:
+        for interface in ("127.0.0.1", "127.1.2.3", "::1", "localhost"):
+            self.assertFalse(parse("--interface", interface, "--log-dir", "/data").config.anonymous_beyond_loopback)
+        config = parse("--interface", "0.0.0.0", "--log-dir", "/data", "--zookeeper", "zk:2181",
+                       "--sasl-mechanisms", "SCRAM-SHA-512", "--require-auth").config
+        self.assertFalse(config.anonymous_beyond_loopback)
+        config = parse("--interface", "0.0.0.0", "--log-dir", "/data", "--no-plaintext", "--tls-port", "9093",
+                       "--tls-cert", "b.pem", "--tls-key", "b.key", "--tls-client-ca", "ca.pem").config
+        self.assertFalse(config.anonymous_beyond_loopback)  # (every client presents a certificate the CA signed)

@@ -51,3 +51,16 @@ class TopicWatchTests(SynchronousTestCase):
         said: list[str] = []
         self.successResultOf(TopicWatch(zk, "now", "zk:2181", said.append).check())
         self.assertEqual(said, [])
+
+    def test_replicated_topic_exists_too(self) -> None:
+        """A replicated topic (its assignment under /twlog/topics, nothing under /brokers/topics) exists: nothing
+        said; one created later is said to appear."""
+        zk = FakeZooKeeper()
+        self.successResultOf(zk.start())
+        self.successResultOf(zk.create("/twlog/topics/orders", b"{}", makepath=True))
+        said: list[str] = []
+        self.successResultOf(TopicWatch(zk, "orders", "zk:2181", said.append).check())
+        self.assertEqual(said, [])
+        self.successResultOf(TopicWatch(zk, "later", "zk:2181", said.append).check())
+        self.successResultOf(zk.create("/twlog/topics/later", b"{}", makepath=True))
+        self.assertEqual(said[1:], ["topic 'later' appeared"])

@@ -7,6 +7,7 @@ copying fallback on a real TLS socket.
 
 from __future__ import annotations
 
+import datetime
 import os
 
 import trustme
@@ -25,6 +26,8 @@ from twlog.errors import ConnectionFailed, TwlogError
 from twlog.producer import Producer
 
 TOPIC = "secure"
+#: When the expired certificates of the tests stopped being valid.
+PAST = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=1)
 
 
 class Certificates:
@@ -171,6 +174,43 @@ class TLSTests(TestCase):
         good = SimpleConsumer("127.0.0.1", tls_port, reactor=reactor, options=self.options())
         self.addCleanup(good.close)
         self.assertEqual(await good.offsets(TOPIC, 0, EARLIEST), [0])
+
+    async def test_expired_certificates_are_refused(self):
+        """An expired client certificate fails mutual TLS, and a broker whose certificate has expired is refused by
+        the clients, each in one line; a good client still gets in."""
+        service = await self.broker()
+        tls_port = service.tls_port.getHost().port
+        expired = self.certs.ca.issue_cert("old-client@example.com", not_before=PAST - datetime.timedelta(days=30),
+                                           not_after=PAST)
+        cert = self.certs._write("old-client.pem", b"".join(blob.bytes() for blob in expired.cert_chain_pems))
+        key = self.certs._write("old-client.key", expired.private_key_pem.bytes())
+        consumer = SimpleConsumer("127.0.0.1", tls_port, reactor=reactor,
+                                  options=self.options(cert_file=cert, key_file=key))
+        self.addCleanup(consumer.close)
+        error = await self.assertFailure(consumer.offsets(TOPIC, 0, EARLIEST), ConnectionFailed)
+        self.assertIn(f"127.0.0.1:{tls_port}", str(error))
+        self.assertNotIn("\n", str(error))
+        good = SimpleConsumer("127.0.0.1", tls_port, reactor=reactor, options=self.options())
+        self.addCleanup(good.close)
+        self.assertEqual(await good.offsets(TOPIC, 0, EARLIEST), [0])
+
+        old = self.certs.ca.issue_cert("127.0.0.1", not_before=PAST - datetime.timedelta(days=30), not_after=PAST)
+        old_service = await start_broker(
+            self, tls_port=0, tls_key=self.certs._write("old-broker.key", old.private_key_pem.bytes()),
+            tls_cert=self.certs._write("old-broker.pem", b"".join(blob.bytes() for blob in old.cert_chain_pems)))
+        old_port = old_service.tls_port.getHost().port
+        stale = SimpleConsumer("127.0.0.1", old_port, reactor=reactor, options=self.options())
+        self.addCleanup(stale.close)
+        error = await self.assertFailure(stale.offsets(TOPIC, 0, EARLIEST), ConnectionFailed)
+        self.assertIn("has expired", str(error))
+        self.assertNotIn("\n", str(error))
+
+        def blocking() -> None:
+            with SyncConnection("127.0.0.1", old_port, self.options()) as connection:
+                connection.metadata([TOPIC])
+
+        error = await self.assertFailure(deferToThread(blocking), ConnectionFailed)
+        self.assertIn("expired", str(error))
 
     async def test_wrong_hostname_is_refused(self):
         """A broker whose certificate names broker.example only: a client that reached it as 127.0.0.1 refuses

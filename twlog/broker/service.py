@@ -187,6 +187,9 @@ class BrokerService(Service):
         self.broker.port, self.broker.tls_port = port.getHost().port, listeners.tls and listeners.tls.getHost().port
         self._log.info("broker {id} listening on {where}", id=self.config.broker_id,
                        where=listeners.describe(self.config.interface))
+        if self.config.anonymous_beyond_loopback:  # (allowed by --allow-anonymous, or the config was refused)
+            self._log.warn("broker {id} serves anyone who can reach {interface} without authentication "
+                           "(--allow-anonymous)", id=self.config.broker_id, interface=self.config.interface)
         if self.config.zookeeper is None:
             self.listening.callback(port)
             return

@@ -118,6 +118,9 @@ class Options(usage.Options):
          "With --zookeeper, when no in-sync replica of a replicated partition is live, let another replica lead: "
          "the partition comes back sooner, and acknowledged messages it lacks are lost (each such election is "
          "logged as a warning). Off by default."],
+        ["allow-anonymous", None,
+         "Serve clients that do not authenticate on an --interface other machines can reach (refused without it "
+         "unless --require-auth is given); a warning is logged at start."],
         ["acls", None,
          "Authorize every request against the ACLs in ZooKeeper (twlog acls; docs/security.md): a principal no ACL "
          "allows is refused. Needs --zookeeper."],
@@ -308,6 +311,7 @@ class Options(usage.Options):
                 inter_broker_mechanism=self["inter-broker-mechanism"].upper(),
                 acls=bool(self["acls"]),
                 super_users=self["super-users"] or (),
+                allow_anonymous=bool(self["allow-anonymous"]),
             )
         except ValueError as e:
             raise usage.UsageError(_option_names(str(e))) from None

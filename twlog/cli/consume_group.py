@@ -70,9 +70,11 @@ class TopicWatch:
         self.waiting = False
 
     async def check(self) -> None:
-        """Look for the topic's registrations; if there are none, say so and watch for them."""
-        stat = await self.zk.exists(paths.broker_topic_path(self.topic), watch=self._changed)
-        if stat is None:
+        """Look for the topic's registrations (a 0.7 topic's, or a replicated topic's assignment); if there are
+        none, say so and watch for them."""
+        registered = await self.zk.exists(paths.broker_topic_path(self.topic), watch=self._changed)
+        replicated = await self.zk.exists(paths.replicated_topic_path(self.topic), watch=self._changed)
+        if registered is None and replicated is None:
             self.waiting = True
             self.say(f"topic {self.topic!r} does not exist yet on the brokers registered in ZooKeeper at {self.hosts}; "
                      "waiting for it to appear (Ctrl-C to stop)")

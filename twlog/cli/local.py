@@ -53,6 +53,14 @@ from twlog.cli.local_brokers import (
     stop_children,
     wait_registered,
 )
+from twlog.cli.local_secure import (
+    ADMIN_MECHANISM,
+    prepare_secure,
+    provision,
+    secure_broker_argv,
+    secure_usage_lines,
+    write_client_properties,
+)
 from twlog.coord.zk import ZooKeeper
 from twlog.coord.zkserver import PortInUse, ZooKeeperServer, bind_error
 
@@ -203,19 +211,21 @@ class ZooKeeperWatch:
 
 
 def usage_text(zookeeper: str, ports: list[int], data: str, metrics_urls: Sequence[str] = (),
-               replication: tuple[int, int] = (1, 1)) -> str:
+               replication: tuple[int, int] = (1, 1), secure: Sequence[str] = ()) -> str:
     """What to tell the user once the cluster is up (C{replication}: the replication factor and min.insync.replicas
-    of new topics)."""
+    of new topics; C{secure}: how to use a secured cluster, in place of the plain commands)."""
     brokers = ",".join(f"localhost:{p}" for p in ports)
     factor, minimum = replication
     return "\n".join([
         f"twlog local: ZooKeeper at {zookeeper}, {len(ports)} broker(s) at {brokers}; data under {data}",
         *([f"new topics are replicated on {factor} brokers (min.insync.replicas {minimum}); "
            f"see one with: twlog topics describe --zookeeper {zookeeper} --topic clicks"] if factor > 1 else []),
-        "",
-        "produce:  seq 1 100 | twlog produce --zookeeper " + zookeeper + " --topic clicks",
-        "consume:  twlog consume --zookeeper " + zookeeper + " --group demo --topic clicks",
-        "inspect:  twlog topics --broker " + brokers + "   |   twlog groups --zookeeper " + zookeeper,
+        *(secure or [
+            "",
+            "produce:  seq 1 100 | twlog produce --zookeeper " + zookeeper + " --topic clicks",
+            "consume:  twlog consume --zookeeper " + zookeeper + " --group demo --topic clicks",
+            "inspect:  twlog topics --broker " + brokers + "   |   twlog groups --zookeeper " + zookeeper,
+        ]),
         *(["metrics:  " + "  ".join(metrics_urls)] if metrics_urls else []),
         "",
         "Ctrl-C stops everything cleanly.",
@@ -250,6 +260,10 @@ def _say(line: str) -> None:
 async def _run_cluster(reactor, args, data: str) -> None:
     first_metrics_port = metrics_port_of(args)
     ports = check_ports(args.zookeeper_port, args.port, args.brokers, first_metrics_port)
+    secure = prepare_secure(data) if getattr(args, "secure", False) else None
+    tls_ports = [port + args.brokers for port in ports] if secure is not None else []  # (1 broker: 9093, as Kafka)
+    _refuse_taken(tls_ports, "'s TLS port", "pick other ports with --port (with --secure, broker N's TLS port is "
+                  "--port + --brokers + N)")
     # Our own log lines (and any Twisted reports) go to stderr, beside the brokers' relayed logs.
     globalLogBeginner.beginLoggingTo(
         [FilteringLogObserver(textFileLogObserver(sys.stderr),
@@ -294,12 +308,16 @@ async def _run_cluster(reactor, args, data: str) -> None:
     # From now on, Ctrl-C stops whatever has started (even while the brokers are still starting).
     reactor.addSystemEventTrigger("before", "shutdown", shutdown)
     try:
+        if secure is not None:
+            await provision(reactor, zookeeper.connect_string, secure)
         for broker_id, port in enumerate(ports):
             metrics_port = None if first_metrics_port is None else first_metrics_port + broker_id
             argv = broker_argv(broker_id, port, os.path.join(data, f"broker-{broker_id}"), zookeeper.connect_string,
                                args.num_partitions, args.flush_interval_ms, getattr(args, "flush_policy", "group"),
                                metrics_port, getattr(args, "replication_factor", 1),
-                               getattr(args, "min_insync_replicas", 1))
+                               getattr(args, "min_insync_replicas", 1),
+                               secure_broker_argv(secure, tls_ports[broker_id], metrics_port is not None)
+                               if secure is not None else ())
             child = BrokerChild(broker_id, port, metrics_port, _write_stderr, _say, restart=restart_command(argv),
                                 spawned_ms=int(time.time() * 1000))
             reactor.spawnProcess(child, sys.executable, argv, env=os.environ.copy(),
@@ -319,9 +337,15 @@ async def _run_cluster(reactor, args, data: str) -> None:
         await shutdown(say=False)
         raise
 
-    metrics_urls = [f"http://127.0.0.1:{c.metrics_port}/metrics" for c in children if c.metrics_port is not None]
+    scheme = "https" if secure is not None else "http"
+    metrics_urls = [f"{scheme}://127.0.0.1:{c.metrics_port}/metrics" for c in children if c.metrics_port is not None]
+    secure_lines: list[str] = []
+    if secure is not None:
+        tls_addresses = [f"127.0.0.1:{port}" for port in tls_ports]
+        write_client_properties(os.path.join(data, "client.properties"), secure, tls_addresses, ADMIN_MECHANISM)
+        secure_lines = secure_usage_lines(zookeeper.connect_string, args.data, secure, tls_addresses)
     print(usage_text(zookeeper.connect_string, ports, data, metrics_urls,
-                     (getattr(args, "replication_factor", 1), getattr(args, "min_insync_replicas", 1))))
+                     (getattr(args, "replication_factor", 1), getattr(args, "min_insync_replicas", 1)), secure_lines))
     sys.stdout.flush()
     await stopped
     if errors:

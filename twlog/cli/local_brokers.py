@@ -73,8 +73,8 @@ def broker_child() -> None:
 
 def broker_argv(broker_id: int, port: int, log_dir: str, zookeeper: str, num_partitions: int,
                 flush_interval_ms: int, flush_policy: str, metrics_port: int | None, replication_factor: int = 1,
-                min_insync_replicas: int = 1) -> list[str]:
-    """The command line of broker C{broker_id}'s child."""
+                min_insync_replicas: int = 1, extra: Sequence[str] = ()) -> list[str]:
+    """The command line of broker C{broker_id}'s child (C{extra}: more options, as C{--secure}'s)."""
     argv = [sys.executable, "-c", "from twlog.cli.local_brokers import broker_child; broker_child()",
             "--broker-id", str(broker_id), "--port", str(port), "--log-dir", log_dir, "--zookeeper", zookeeper,
             "--num-partitions", str(num_partitions), "--flush-interval-ms", str(flush_interval_ms),
@@ -85,7 +85,7 @@ def broker_argv(broker_id: int, port: int, log_dir: str, zookeeper: str, num_par
         argv += ["--default-replication-factor", str(replication_factor)]
     if min_insync_replicas > 1:
         argv += ["--min-insync-replicas", str(min_insync_replicas)]
-    return argv
+    return argv + list(extra)
 
 
 def restart_command(argv: Sequence[str]) -> str:

@@ -29,7 +29,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["ADMIN", "SecureFiles", "prepare_secure", "write_client_properties"]
+from twlog.coord.users import UserStore
+from twlog.coord.zk import ZooKeeper
+from twlog.coord.zkauth import read_credentials_file
+from twlog.coord.zksecure import record_user_digest, set_group_acl
+from twlog.security.credentials import SCRAM_MECHANISMS, make_credential
+
+__all__ = ["ADMIN", "SecureFiles", "prepare_secure", "provision", "secure_broker_argv", "secure_usage_lines",
+           "write_client_properties"]
 
 #: The super user C{twlog local --secure} creates.
 ADMIN = "admin"
@@ -69,6 +76,11 @@ class SecureFiles:
     def zookeeper_credentials_file(self) -> str:
         return self.path("zookeeper.credentials")
 
+    @property
+    def admin_zookeeper_file(self) -> str:
+        """The admin user's ZooKeeper credentials (a group member authenticates to ZooKeeper as its user)."""
+        return self.path("admin-zookeeper.credentials")
+
     def admin_password(self) -> str:
         with open(self.admin_password_file, encoding="utf-8") as f:
             return f.read().strip()
@@ -103,6 +115,7 @@ def prepare_secure(data: str, now: datetime.datetime | None = None) -> SecureFil
     if not os.path.exists(files.zookeeper_credentials_file):
         password = secrets.token_urlsafe(24)
         _write_secret(files.zookeeper_credentials_file, f"{ZOOKEEPER_USER}:{password}\n".encode("ascii"))
+    _write_secret(files.admin_zookeeper_file, f"{ADMIN}:{files.admin_password()}\n".encode("ascii"))
     return files
 
 
@@ -165,3 +178,60 @@ def write_client_properties(path: str, files: SecureFiles, bootstrap: list[str],
         f"sasl.password={files.admin_password()}",
     ]
     _write_secret(path, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+#: The SASL mechanisms the brokers serve, and the one the admin's settings name.
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
+ADMIN_MECHANISM = "SCRAM-SHA-512"
+#: The group the printed group-consumer example uses (its ZooKeeper nodes writable by the admin).
+DEMO_GROUP = "demo"
+
+
+def secure_broker_argv(files: SecureFiles, tls_port: int, metrics: bool) -> list[str]:
+    """The options that secure one broker of C{twlog local --secure}: its TLS port, SASL required on both ports,
+    ACLs with the admin a super user, the cluster's ZooKeeper identity, the admin as its identity towards the other
+    brokers (replication), and HTTPS metrics."""
+    argv = ["--tls-port", str(tls_port), "--tls-cert", files.broker_cert, "--tls-key", files.broker_key,
+            "--sasl-mechanisms", ",".join(MECHANISMS), "--require-auth",
+            "--acls", "--super-users", f"User:{ADMIN}",
+            "--zookeeper-credentials-file", files.zookeeper_credentials_file,
+            "--inter-broker-user", ADMIN, "--inter-broker-password-file", files.admin_password_file,
+            "--inter-broker-mechanism", ADMIN_MECHANISM]
+    if metrics:
+        argv += ["--metrics-tls-cert", files.broker_cert, "--metrics-tls-key", files.broker_key]
+    return argv
+
+
+async def provision(reactor, hosts: str, files: SecureFiles) -> None:
+    """Before the brokers start: the admin user (SCRAM credentials, and its ZooKeeper identity), and the demo
+    group's ZooKeeper nodes writable by it, written as the cluster's ZooKeeper identity."""
+    zk = ZooKeeper(hosts, reactor=reactor, connect_timeout_s=10.0,
+                   credentials=read_credentials_file(files.zookeeper_credentials_file))
+    await zk.start()
+    try:
+        password = files.admin_password()
+        await UserStore(zk).add(ADMIN, {m: make_credential(m, password) for m in SCRAM_MECHANISMS})
+        await record_user_digest(zk, ADMIN, password)
+        await set_group_acl(zk, DEMO_GROUP, [f"User:{ADMIN}"])
+    finally:
+        await zk.stop()
+
+
+def secure_usage_lines(zookeeper: str, data: str, files: SecureFiles, tls_addresses: list[str]) -> list[str]:
+    """How to use a secured local cluster (C{data}: the --data directory as the user gave it)."""
+    config = os.path.join(data, "client.properties")
+    cluster_zk = (f"--zookeeper {zookeeper} --zookeeper-credentials-file "
+                  f"{os.path.join(data, 'secure', 'zookeeper.credentials')}")
+    admin_zk = (f"--zookeeper {zookeeper} --zookeeper-credentials-file "
+                f"{os.path.join(data, 'secure', 'admin-zookeeper.credentials')}")
+    return [
+        f"secured: TLS at {','.join(tls_addresses)} (CA {files.ca_file}), SASL required on every port, ACLs on; "
+        f"the super user {ADMIN}'s settings are in {config}",
+        "",
+        f"produce:  seq 1 100 | twlog produce --client-config {config} --topic clicks",
+        f"consume:  twlog consume --client-config {config} --topic clicks",
+        f"group:    twlog consume --client-config {config} {admin_zk} --group {DEMO_GROUP} --topic clicks",
+        f"inspect:  twlog topics --client-config {config}",
+        f"users:    twlog users add {cluster_zk} --user bob",
+        f"acls:     twlog acls add {cluster_zk} --allow-principal User:bob --operation Read --topic clicks",
+    ]

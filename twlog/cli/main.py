@@ -17,6 +17,7 @@ from twlog.cli.benches import add_bench_commands
 from twlog.cli.formats import format_option
 from twlog.cli.mirror_parsers import add_consume_audit_option, add_mirror_commands, add_produce_audit_option
 from twlog.cli.options import (
+    DEFAULT_BROKERS,
     broker_list,
     offset_option,
     partition_count,
@@ -70,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         """
         command = subcommand(parent, name, run, help_text, description, react=True)
         command.add_argument(
-            "--broker", "-b", default=argparse.SUPPRESS if inherit else "localhost:9092", type=broker_list,
-            metavar="HOST:PORT[,...]", help="any broker(s) of the cluster (default: localhost:9092)",
+            "--broker", "-b", default=argparse.SUPPRESS if inherit else DEFAULT_BROKERS, type=broker_list,
+            metavar="HOST:PORT[,...]", help="any broker(s) of the cluster (default: --client-config's "
+            "bootstrap.servers, else localhost:9092)",
         )
         command.add_argument("--zookeeper", "-z", default=argparse.SUPPRESS if inherit else None,
                              type=zookeeper_address, metavar="HOST:PORT[/chroot]",
@@ -283,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "(1: unreplicated 0.7 topics; at most --brokers)")
     positive_option(local, "--min-insync-replicas", default=1,
                     help="in-sync replicas an ack=all produce to a replicated topic needs")
+    local.add_argument("--secure", action="store_true",
+                       help="a secured cluster: a CA made for it, TLS (broker N's TLS port is --port + --brokers + N), "
+                       "SASL required on every port, ACLs on, ZooKeeper ACLs, and an admin super user whose settings "
+                       "go to DATA/client.properties (docs/security.md)")
 
     add_mirror_commands(commands, debug_option)
     add_bench_commands(commands)
@@ -441,6 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         read_zookeeper_credentials(args)
+        if getattr(args, "client_config", None) and getattr(args, "broker", None) is DEFAULT_BROKERS:
+            _load("twlog.cli.tls_options:apply_bootstrap_servers")(args)
     except TwlogError as e:
         print(f"twlog: {e}", file=sys.stderr)
         return 1

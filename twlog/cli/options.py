@@ -18,6 +18,14 @@ from twlog.protocol.codec import EARLIEST, LATEST
 from twlog.storage.manager import MAX_PARTITIONS, validate_topic
 
 
+class _DefaultBrokers(str):
+    """The brokers a command uses when --broker is not given (a client config's bootstrap.servers may replace it)."""
+
+
+#: C{--broker}'s default: told apart from the same address given on the command line by its identity.
+DEFAULT_BROKERS = _DefaultBrokers("localhost:9092")
+
+
 def broker_list(text: str) -> str:
     """C{HOST:PORT[,HOST:PORT...]} (C{--broker}), checked: every item has a host and a numeric port."""
     for item in filter(None, (part.strip() for part in text.split(","))):

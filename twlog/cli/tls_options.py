@@ -15,6 +15,9 @@ added by L{twlog.cli.tls_parsers} (light, for C{twlog --help}).
 
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
+
+from twlog.cli.options import broker_list
 from twlog.cli.registry_parsers import REGISTRY_CONFIG_KEYS
 from twlog.client.tls import TLSSettings
 from twlog.errors import TwlogError
@@ -22,7 +25,8 @@ from twlog.errors import TwlogError
 __all__ = ["CLIENT_CONFIG_KEYS", "read_client_config", "tls_settings"]
 
 #: The Kafka client settings a --client-config file may hold.
-CLIENT_CONFIG_KEYS = ("security.protocol", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+CLIENT_CONFIG_KEYS = ("bootstrap.servers", "security.protocol", "ssl.ca.location", "ssl.certificate.location",
+                      "ssl.key.location",
                       "ssl.endpoint.identification.algorithm",
                       # SASL (twlog.cli.sasl_options; docs/security.md, "Authentication")
                       "sasl.mechanism", "sasl.username", "sasl.password")
@@ -90,3 +94,17 @@ def tls_settings_of(args, config: dict[str, str], path: str | None) -> TLSSettin
             raise TwlogError("--tls-key needs --tls-cert")
         return None
     return TLSSettings(ca_file=ca, cert_file=cert, key_file=key, check_hostname=algorithm == "https")
+
+
+def apply_bootstrap_servers(args) -> None:
+    """A command given no C{--broker}: the brokers of its C{--client-config} file's C{bootstrap.servers}, if any
+    (Kafka's name; an option on the command line wins over the file, as for every setting).
+
+    @raise TwlogError: the file cannot be read, or the addresses are not C{HOST:PORT[,...]} (one line).
+    """
+    servers = read_client_config(args.client_config).get("bootstrap.servers", "").strip()
+    if servers:
+        try:
+            args.broker = broker_list(servers)
+        except ArgumentTypeError as e:
+            raise TwlogError(f"--client-config {args.client_config}: bootstrap.servers: {e}") from None
