@@ -50,6 +50,18 @@ class FakeService(Service):
             self.listening.errback(self.error)
 
 
+class SlowService(Service):
+    """Still starting when stopped: the stop abandons the start, which then fails (as a broker's registration
+    does when its ZooKeeper session is closed under it)."""
+
+    def __init__(self) -> None:
+        self.listening: Deferred[None] = Deferred()
+
+    def stopService(self) -> None:
+        super().stopService()
+        self.listening.errback(ConnectionError("ConnectionLoss"))
+
+
 class ServeTests(SynchronousTestCase):
     def test_started_and_stopped(self) -> None:
         """A service that starts runs until the reactor shuts down, and is stopped before it does."""
@@ -63,6 +75,14 @@ class ServeTests(SynchronousTestCase):
         reactor = FakeReactor()
         self.assertEqual(serve(reactor, FakeService(OSError("port 9092 in use"))), "port 9092 in use")
         self.assertTrue(reactor.stopped)
+
+    def test_stopped_while_starting(self) -> None:
+        """A service stopped (SIGTERM) before it finished starting was stopped: the failure of the start it
+        abandoned is not a reason it could not start."""
+        reactor, service = FakeReactor(), SlowService()
+        self.assertIsNone(serve(reactor, service))
+        self.assertFalse(service.running)
+        self.assertTrue(service.listening.called)
 
     def test_failure_without_message(self) -> None:
         """A failure with no message is named by its type."""

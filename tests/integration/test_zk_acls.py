@@ -11,20 +11,23 @@ from __future__ import annotations
 import os
 import signal
 
+from kazoo.protocol.connection import _CONNECTION_DROP
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
-from tests.integration.broker import start_broker
+from tests.integration.broker import start_broker, wait_until
 from tests.integration.groups import FAST, Collector, run_twlog
 from tests.integration.test_cli import one_line, twlog
+from tests.integration.test_replication_zk import until
 from tests.integration.zookeeper import connect, fresh_connect_string
+from twlog.broker import service as service_module
 from twlog.client.connection import BrokerConnection
 from twlog.client.topics import create_replicated
 from twlog.consumer.group import GroupConsumer
 from twlog.coord import paths
 from twlog.coord.replication import store
-from twlog.coord.zk import NoAuthError, NoNodeError
+from twlog.coord.zk import NoAuthError, NoNodeError, ZooKeeper
 from twlog.coord.zkauth import (
     ACL,
     CONFIG_USERS,
@@ -114,19 +117,52 @@ class BrokerCommandTests(Secured):
         running = twlog("broker", "--port", "0", "--log-dir", self.mktemp(), "--broker-id", "5", "-z", self.hosts,
                         "--zookeeper-credentials-file", cluster_file, started=started)
         process, command = started[0]
-        await appeared(self.anonymous, paths.broker_id_path(5), timeout_s=30)
+        # Started: registered (its held log is shown then).  (A SIGTERM before that abandons the start: see
+        # tests.cli.test_foreground.ServeTests.test_stopped_while_starting.)
+        await wait_until(lambda: b"registered in ZooKeeper" in command.err or running.called, timeout_s=30)
+        self.assertFalse(running.called, command.err)
         self.assertEqual(await self.cluster.get_acls(paths.broker_id_path(5)),
                          [identity_acl(CLUSTER.digest_id), WORLD_READ])
         await self.assertNoAuth(self.anonymous.delete(paths.broker_id_path(5)))
         process.signalProcess(signal.SIGTERM)
         status, _, err = await running
         self.assertEqual(status, 0, err)
+        self.assertIn(b"broker 5 deregistered from ZooKeeper", err)
         self.assertIsNone(await self.anonymous.exists(paths.broker_id_path(5)))
         status, _, err = await twlog("broker", "--port", "0", "--log-dir", self.mktemp(), "-z", self.hosts,
                                      "--zookeeper-credentials-file", cluster_file + "-missing")
         self.assertEqual(status, 2)
         self.assertIn(b"cannot read the ZooKeeper credentials file", err)
         one_line(self, err)
+
+
+class DroppingZooKeeper(ZooKeeper):
+    """A broker's session whose connection drops (kazoo's testing hook) just before it first claims its id: the
+    claim fails with ConnectionLoss, and kazoo reconnects to the same session."""
+
+    dropped = 0
+
+    def create(self, path: str, *args, **kwargs):
+        if path.startswith(paths.BROKER_IDS + "/") and not DroppingZooKeeper.dropped:
+            DroppingZooKeeper.dropped += 1
+            self._client._call(_CONNECTION_DROP, None)
+        return super().create(path, *args, **kwargs)
+
+
+class StartTests(Secured):
+    async def test_a_connection_dropped_while_registering_is_retried(self) -> None:
+        """A dropped connection (ConnectionLoss, the session lives on) while the broker registers: it registers
+        once the session is back, within its connect timeout, rather than fail to start."""
+        await self.sessions()
+        self.patch(service_module, "ZooKeeper", DroppingZooKeeper)
+        self.patch(DroppingZooKeeper, "dropped", 0)
+        broker = await start_broker(self, zookeeper=self.hosts, broker_id=7, num_partitions=1, flush_messages=1,
+                                    zookeeper_credentials_file=self.credentials_file(CLUSTER))
+        self.assertEqual(DroppingZooKeeper.dropped, 1)
+        self.assertIsNotNone(broker.registration)
+        value, stat = await self.anonymous.get(paths.broker_id_path(7))
+        self.assertEqual(stat.ephemeralOwner, broker.zookeeper.session_id)
+        self.assertEqual(await produce_and_read(broker.broker.port, [b"after"]), [b"after"])
 
 
 class ReplicationStateTests(Secured):
@@ -295,10 +331,15 @@ class ReplicationTests(Secured):
                    for b in (1, 2, 3)}
         await create_replicated(self.cluster, "orders", 1, 3, clock=reactor)
         leader = await self.leader_with_isr(3)
+        # The state names the leader before its broker has read it: wait until the brokers take their roles (a
+        # produce sent before that is answered NotLeader, which a client retries; see test_replication_failover).
+        await until(lambda: roles(brokers) == (leader, {1, 2, 3} - {leader}), "the brokers take the state's roles")
         await produce(brokers[leader].broker.port, "orders", [b"a", b"b"])
         await self.assertNoAuth(self.anonymous.set(paths.partition_state_path("orders", 0), b"{}"))
-        await brokers[leader].stopService()
+        await brokers.pop(leader).stopService()
         new_leader = await self.leader_with_isr(2, other_than=leader)
+        await until(lambda: roles(brokers) == (new_leader, set(brokers) - {new_leader}),
+                    "the follower in the new state leads, the other follows it")
         await produce(brokers[new_leader].broker.port, "orders", [b"c"])
         self.assertEqual(await produce_and_read(brokers[new_leader].broker.port, [], topic="orders"),
                          [b"a", b"b", b"c"])
@@ -346,6 +387,15 @@ class MirrorTests(Secured):
         offset = paths.offset_path("m", "clicks", "0-0")
         self.assertGreater(int((await self.anonymous.get(offset))[0]), 0)
         await self.assertNoAuth(self.anonymous.set(offset, b"0"))  # nobody else rewinds (or skips) the mirror
+
+
+def roles(brokers: dict, topic: str = "orders", partition: int = 0) -> tuple[int | None, set[int]]:
+    """Who leads C{partition} of C{topic} and who follows it, as the brokers' replica managers say."""
+    leader = next((b for b, s in brokers.items()
+                   if s.replicas is not None and (topic, partition) in s.replicas.manager.leaders), None)
+    followers = {b for b, s in brokers.items()
+                 if s.replicas is not None and (topic, partition) in s.replicas.manager.followers}
+    return leader, followers
 
 
 async def produce(port: int, topic: str, payloads: list[bytes]) -> None:

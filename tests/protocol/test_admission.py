@@ -116,6 +116,22 @@ class EventLogTests(SynchronousTestCase):
         self.assertEqual(events[-1]["count"], 1)
         self.assertEqual(clock.getDelayedCalls(), [])
 
+    def test_nothing_scheduled_after_stop(self) -> None:
+        """Events after stop (connections closing as the broker stops) schedule nothing: one within the interval
+        is counted, and logged with the next line."""
+        clock, events = Clock(), []
+        log = EventLog(clock, Logger(observer=events.append), "{count} from {peer}", interval_s=60.0)
+        log.record(peer="a")
+        log.stop()
+        log.record(peer="b")
+        log.record(peer="c")
+        self.assertEqual(clock.getDelayedCalls(), [])
+        self.assertEqual([(e["count"], e["peer"]) for e in events], [(1, "a")])
+        clock.advance(60)
+        log.record(peer="d")
+        self.assertEqual([(e["count"], e["peer"]) for e in events], [(1, "a"), (3, "d")])
+        self.assertEqual((log.total, clock.getDelayedCalls()), (4, []))
+
 
 class RefusalTests(SynchronousTestCase):
     def refusal(self, code: int = TooManyConnections.code):

@@ -41,6 +41,7 @@ from twlog.config import BrokerConfig
 from twlog.coord.cluster import ClusterView
 from twlog.coord.registration import BrokerRegistration
 from twlog.coord.zk import KazooException, ZooKeeper
+from twlog.coord.zkretry import retried_after_connection_loss
 from twlog.coord.zksecure import start_session, zookeeper_credentials
 from twlog.errors import TwlogError
 from twlog.protocol.factory import BrokerFactory
@@ -205,16 +206,20 @@ class BrokerService(Service):
             self.config.zookeeper, reactor=self._reactor, session_timeout_s=self.zookeeper_session_timeout_s,
             connect_timeout_s=self.zookeeper_connect_timeout_s, create_chroot=True,
             credentials=zookeeper_credentials(self.config))
+
+        def retried(step):  # (after a dropped connection: again once reconnected, within the connect timeout)
+            return retried_after_connection_loss(zk, step, self._reactor, self.zookeeper_connect_timeout_s)
         try:
-            await start_session(zk)
-            if not self.running:
-                raise _Stopped()
-            await self.users.start(zk)  # (before registering: clients find brokers that know the users)
+            await start_session(zk, self._reactor, self.zookeeper_connect_timeout_s)
+            _check_running(self, zk)
+            await retried(lambda: self.users.start(zk))  # (before registering: clients find brokers knowing them)
+            _check_running(self, zk)
             registration = BrokerRegistration(
                 zk, self.config, self.logs, port, clock=self._reactor,
                 stale_wait_s=self.zookeeper_session_timeout_s + 5, tls_port=self.broker.tls_port,
             )
-            await registration.start()
+            await retried(registration.start)
+            _check_running(self, zk)  # (stopped meanwhile: its session is closed, the nodes went with it)
             self.registration = registration
             self._follow_cluster(zk)
             follow_acls(zk, self.broker, self._log)  # (with --acls; until read, only super users are allowed)
@@ -253,7 +258,8 @@ class BrokerService(Service):
 
     def _cannot_register(self, failure) -> None:
         if not self.running or failure.check(_Stopped):
-            self.listening.errback(failure)  # stopped while registering: nothing to report
+            # Stopped while registering (SIGTERM): its session closed under it (ConnectionLoss): not a failure.
+            self.listening.errback(_Stopped(f"broker {self.config.broker_id} was stopped while it was starting"))
             return
         if failure.check(TwlogError, KazooException):
             self._cannot_start("cannot register broker {id} in ZooKeeper: {error}", id=self.config.broker_id,
@@ -368,3 +374,9 @@ def log_dir_error(log_dir: str, error: OSError) -> str:
 
 class _Stopped(TwlogError):
     """The broker was stopped while it was starting."""
+
+
+def _check_running(service: BrokerService, zk: ZooKeeper) -> None:
+    """@raise _Stopped: C{service} was stopped (its session C{zk} closed) while it was starting."""
+    if not service.running or service.zookeeper is not zk:
+        raise _Stopped()

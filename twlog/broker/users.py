@@ -68,7 +68,11 @@ class BrokerUsers:
         inter_broker_options(self._config)
         if self._config.sasl_mechanisms:
             cache = UserCache(zk)
-            await cache.start()
+            try:
+                await cache.start()
+            except BaseException:
+                cache.stop()  # (the start may be retried, after a dropped connection: no second follower left)
+                raise
             self.cache = cache
 
     def stop(self) -> None:

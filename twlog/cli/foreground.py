@@ -43,15 +43,22 @@ def serve(reactor, service: IService) -> str | None:
     """Run C{reactor} with C{service} started in it, until the reactor stops; why the service could not start, or None.
 
     C{service.listening} is a Deferred that fails when the service cannot start (then the reactor is stopped).
+    A service stopped (Ctrl-C, SIGTERM) before it finished starting is stopped, not one that cannot start: the
+    start it abandons fails (a broker's ZooKeeper session closed under its registration: ConnectionLoss), and
+    that failure is not reported.
     """
     failures: list[str] = []
+    stopping: list[bool] = []
 
     def cannot_start(failure) -> None:
+        if stopping:
+            return None  # the start was abandoned by the stop
         failures.append(failure.getErrorMessage() or failure.type.__name__)
         if reactor.running:
             reactor.stop()
 
     def stop():
+        stopping.append(True)
         return service.stopService() if service.running else None
 
     service.listening.addErrback(cannot_start)

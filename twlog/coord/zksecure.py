@@ -27,6 +27,7 @@ from twlog.coord.zkauth import (
     node_acl,
     read_credentials_file,
 )
+from twlog.coord.zkretry import retried_after_connection_loss
 from twlog.errors import TwlogError
 
 #: Principals that stand for every client, authenticated or not: their Read on a group opens its nodes to everyone.
@@ -122,12 +123,13 @@ def zookeeper_credentials(config) -> ZooKeeperCredentials | None:
     return read_credentials_file(path) if path else None
 
 
-async def start_session(zk: IZooKeeper) -> None:
+async def start_session(zk: IZooKeeper, clock, timeout_s: float) -> None:
     """Start a broker's session C{zk}; with credentials, make sure C{/consumers} exists with the cluster's ACL, so
-    that only the cluster creates groups (L{set_group_acl}), not whoever comes first."""
+    that only the cluster creates groups (L{set_group_acl}), not whoever comes first (again after a dropped
+    connection, within C{timeout_s}: L{retried_after_connection_loss})."""
     await zk.start()
     if zk.credentials is not None:
-        await zk.ensure_path(CONSUMERS)
+        await retried_after_connection_loss(zk, lambda: zk.ensure_path(CONSUMERS), clock, timeout_s)
 
 
 async def secure_tree(zk: IZooKeeper, unsecure: bool = False) -> int:

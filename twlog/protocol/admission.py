@@ -135,16 +135,19 @@ class EventLog:
         self._fields: dict[str, object] = {}
         self._logged_at: float | None = None
         self._timer: IDelayedCall | None = None
+        self._stopped = False
 
     def record(self, **fields: object) -> None:
-        """One more event; C{fields} describe it (the last one's are logged, with the count)."""
+        """One more event; C{fields} describe it (the last one's are logged, with the count).  After L{stop} (a
+        connection closed as the broker stops), nothing is scheduled: an event within the interval is counted,
+        and logged with the next line (or by L{stop} again)."""
         self.total += 1
         self._unlogged += 1
         self._fields = fields
         now = self._clock.seconds()
         if self._logged_at is None or now - self._logged_at >= self.interval_s:
             self._emit(now)
-        elif self._timer is None:
+        elif self._timer is None and not self._stopped:
             self._timer = self._clock.callLater(self._logged_at + self.interval_s - now, self._flush)
 
     def _flush(self) -> None:
@@ -159,6 +162,7 @@ class EventLog:
 
     def stop(self) -> None:
         """Log what is not logged yet, and schedule nothing more."""
+        self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
