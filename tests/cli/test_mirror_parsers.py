@@ -73,6 +73,15 @@ class ParserTests(SynchronousTestCase):
         self.assertEqual((mirror.target_options.tls, mirror.target_options.sasl), (TLSSettings("/b.pem"), None))
         self.assertEqual((mirror.sources[0].view.listener, mirror.target_options.listener), ("SSL", "SSL"))
         self.assertEqual(settings_from(self.parse("mirror", "--from", "a:1", "--to", "c:3")).source_tls, None)
+        # A client.properties of twlog local --secure names its brokers: the mirror says it does not use them.
+        with open(target, "a") as f:
+            f.write("bootstrap.servers=127.0.0.1:9093\n")
+        said = io.StringIO()
+        with redirect_stderr(said):
+            settings = settings_from(self.parse("mirror", "--from", "a:1", "--to", "c:3", "--to-client-config", target))
+        self.assertEqual(settings.target_tls, TLSSettings("/b.pem"))
+        self.assertEqual(said.getvalue(), f"mirror: --to-client-config {target}: bootstrap.servers is not used (the "
+                         "mirror finds the brokers in the ZooKeeper of --to)\n")
         with open(target, "a") as f:
             f.write("ssl.keystore.location=/k.p12\n")
         with self.assertRaises(TwlogError) as raised:

@@ -27,7 +27,12 @@ def security_of(path: str | None, option: str):
     """
     if path is None:
         return None, None
-    return security_settings(read_settings_file(path, option), f"{option} {path}")
+    settings = read_settings_file(path, option, also=("bootstrap.servers",))
+    if settings.pop("bootstrap.servers", None) is not None:  # (a twlog local --secure client.properties has it)
+        zookeeper = "--from" if option.startswith("--from") else "--to"
+        print(f"mirror: {option} {path}: bootstrap.servers is not used (the mirror finds the brokers in the "
+              f"ZooKeeper of {zookeeper})", file=sys.stderr, flush=True)
+    return security_settings(settings, f"{option} {path}")
 
 
 def settings_from(args) -> MirrorSettings:
