@@ -214,9 +214,10 @@ class SchemaRegistryTests(TestCase):
             ruled_id = client.register_schema("pii-value", ruled)
             reader = SchemaRegistryClient({"url": self.url})  # (nothing cached: what any other client sees)
             latest = reader.get_latest_version("pii-value")
-            self.assertEqual((latest.schema_id, latest.schema.rule_set.to_dict(), latest.schema.metadata.to_dict()),
-                             (ruled_id, rules, metadata))
-            self.assertEqual(reader.get_schema(ruled_id).rule_set.to_dict(), rules)
+            self.assertEqual((latest.schema_id, latest.schema.rule_set, latest.schema.metadata),
+                             (ruled_id, ruled.rule_set, ruled.metadata))
+            self.assertEqual(latest.schema.rule_set.domain_rules[0].params.params, {"encrypt.kek.name": "kek1"})
+            self.assertEqual(reader.get_schema(ruled_id).rule_set, ruled.rule_set)
             with self.assertRaises(SchemaRegistryError) as refused:
                 client.register_schema("refs-value", Schema.from_dict({
                     "schema": json.dumps(USER_V1), "references": [{"name": "x", "subject": "a-value", "version": 1}]}))
