@@ -182,5 +182,6 @@ class ConfigAndDeleteTests(RestCalls, SynchronousTestCase):
         self.assertEqual(self.call("GET", "/schemas/ids/1")[0], 200)  # soft: still served
         self.call("DELETE", "/subjects/s?permanent=true")
         for path in ("/schemas/ids/1", "/schemas/ids/1/schema", "/schemas/ids/1/subjects", "/schemas/ids/1/versions"):
-            self.assertEqual(self.call("GET", path), (404, {"error_code": 40403, "message": "Schema 1 not found"}), path)
+            gone = {"error_code": 40403, "message": "Schema 1 not found"}
+            self.assertEqual(self.call("GET", path), (404, gone), path)
         self.assertEqual(self.call("GET", "/schemas?deleted=true"), (200, []))
