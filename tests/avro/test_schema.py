@@ -19,8 +19,29 @@ class ParseTests(SynchronousTestCase):
     def test_text_ignores_whitespace(self) -> None:
         """One schema, one text: whitespace does not make another schema (the registry's identity)."""
         spaced = AvroSchema.parse('{ "type" : "record", "name": "R",\n "fields": [] }')
-        self.assertEqual(spaced.text, '{"type":"record","name":"R","fields":[]}')
+        self.assertEqual(spaced.text, '{"fields":[],"name":"R","type":"record"}')
         self.assertEqual(spaced, AvroSchema.parse({"type": "record", "name": "R", "fields": []}))
+
+    def test_one_text_per_schema(self) -> None:
+        """Avro's rules for equal schemas (those of its Parsing Canonical Form): a primitive's long form is its
+        short form, key order and whitespace do not count, in nested types as at the top."""
+        for forms in [['"string"', '{"type":"string"}', ' { "type" : "string" } '],
+                      ['{"type":"array","items":"long"}', '{"items":{"type":"long"},"type":"array"}'],
+                      ['{"type":"record","name":"R","namespace":"n","fields":[{"name":"a","type":"int","default":1}]}',
+                       '{"fields":[{"default":1,"type":{"type":"int"},"name":"a"}],"namespace":"n","name":"R",'
+                       '"type":"record"}']]:
+            self.assertEqual(len({AvroSchema.parse(text).text for text in forms}), 1, forms)
+        self.assertEqual(AvroSchema.parse('{"type":"string"}').text, '"string"')
+
+    def test_what_parsing_canonical_form_drops_still_counts(self) -> None:
+        """A default, a doc, a logical type are part of the schema (as in Confluent's registry, whose canonical
+        string is Java's Schema.toString()): schemas differing in one are two texts, and the text keeps it."""
+        plain = record(AGE)
+        for other in [record(AGE_DEFAULT), record({**AGE, "doc": "years"}),
+                      AvroSchema.parse({"type": "long", "logicalType": "timestamp-millis"})]:
+            self.assertNotEqual(other.text, plain.text)
+        self.assertIn('"default":0', record(AGE_DEFAULT).text)
+        self.assertEqual(AvroSchema.parse(record(AGE_DEFAULT).text), record(AGE_DEFAULT))
 
     def test_invalid(self) -> None:
         for text, why in [("{nope", "not JSON"), ('{"type": "record"}', "invalid Avro schema"),

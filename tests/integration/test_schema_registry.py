@@ -188,6 +188,60 @@ class SchemaRegistryTests(TestCase):
 
         await deferToThread(use)
 
+    async def test_confluent_client_ids_rules_listings(self) -> None:
+        """Confluent's Python client: one id for every form of a schema, metadata and rules kept for every reader,
+        references refused, listing parameters, and a hard-deleted id gone from every lookup."""
+        try:
+            from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+            from confluent_kafka.schema_registry.error import SchemaRegistryError
+        except ImportError:
+            raise SkipTest("confluent-kafka[schemaregistry] (the tests extra) is not installed") from None
+        rules = {"domainRules": [{"name": "encryptPII", "kind": "TRANSFORM", "mode": "WRITEREAD", "type": "ENCRYPT",
+                                  "tags": ["PII"], "params": {"encrypt.kek.name": "kek1"}}]}
+        metadata = {"properties": {"owner": "Bob Jones"}}
+
+        def use() -> None:
+            client = SchemaRegistryClient({"url": self.url})
+            short = client.register_schema("a-value", Schema('"string"', "AVRO"))
+            self.assertEqual(client.register_schema("b-value", Schema('{ "type" : "string" }', "AVRO")), short)
+            shuffled = {"fields": [{"type": "string", "name": "name"}], "name": "User", "type": "record"}
+            user = client.register_schema("c-value", Schema(json.dumps(USER_V1, indent=2), "AVRO"))
+            self.assertEqual(client.register_schema("d-value", Schema(json.dumps(shuffled), "AVRO")), user)
+            self.assertEqual(SchemaRegistryClient({"url": self.url}).get_schema(short).schema_str, '"string"')
+
+            ruled = Schema.from_dict({"schema": json.dumps(USER_V2), "schemaType": "AVRO", "ruleSet": rules,
+                                      "metadata": metadata})
+            ruled_id = client.register_schema("pii-value", ruled)
+            reader = SchemaRegistryClient({"url": self.url})  # (nothing cached: what any other client sees)
+            latest = reader.get_latest_version("pii-value")
+            self.assertEqual((latest.schema_id, latest.schema.rule_set, latest.schema.metadata),
+                             (ruled_id, ruled.rule_set, ruled.metadata))
+            self.assertEqual(latest.schema.rule_set.domain_rules[0].params.params, {"encrypt.kek.name": "kek1"})
+            self.assertEqual(reader.get_schema(ruled_id).rule_set, ruled.rule_set)
+            with self.assertRaises(SchemaRegistryError) as refused:
+                client.register_schema("refs-value", Schema.from_dict({
+                    "schema": json.dumps(USER_V1), "references": [{"name": "x", "subject": "a-value", "version": 1}]}))
+            self.assertEqual(refused.exception.error_code, 42201)
+
+            self.assertEqual(client.get_subjects(subject_prefix="pii"), ["pii-value"])
+            self.assertEqual(client.get_subjects(offset=1, limit=2), ["b-value", "c-value"])
+            client.delete_subject("a-value")
+            self.assertEqual(client.get_subjects(deleted=True, limit=1), ["a-value"])
+            self.assertEqual([(v.subject, v.version) for v in client.get_schema_versions(short)], [("b-value", 1)])
+            self.assertEqual(client.delete_subject("a-value", permanent=True), [1])
+            self.assertEqual(SchemaRegistryClient({"url": self.url}).get_schema(short).schema_str, '"string"')
+            client.delete_subject("b-value")
+            client.delete_subject("b-value", permanent=True)
+            with self.assertRaises(SchemaRegistryError) as gone:
+                SchemaRegistryClient({"url": self.url}).get_schema(short)
+            self.assertEqual((gone.exception.http_status_code, gone.exception.error_code), (404, 40403))
+
+        await deferToThread(use)
+        status, _, listed = await self.call("GET", "/schemas?subjectPrefix=c-&latestOnly=true")
+        self.assertEqual([(s["subject"], s["version"], s["id"]) for s in listed], [("c-value", 1, 2)])
+        status, _, cluster = await self.call("GET", "/v1/metadata/id")
+        self.assertEqual(cluster["scope"]["clusters"]["kafka-cluster"], self.cluster.zookeeper)
+
     async def test_two_registries_agree_on_ids(self) -> None:
         """Two registry processes on one cluster, written to at once: every schema one id, the same in both."""
         _, _, other = await start_registry(self, "--zookeeper", self.cluster.zookeeper)

@@ -1,13 +1,24 @@
-"""A journal in memory: one shared list of records (the topic), a position per registry process."""
+"""A journal in memory: one shared list of records (the topic), a position per registry process; requests to
+a L{RegistryResource} over it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from io import BytesIO
+from types import SimpleNamespace
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import Clock
+from twisted.web.server import NOT_DONE_YET
+from twisted.web.test.requesthelper import DummyRequest
 
 from twlog.errors import ConnectionFailed
+from twlog.schema_registry.core import SchemaRegistry
+from twlog.schema_registry.web import RegistryResource
+
+CONTENT_TYPE = b"application/vnd.schemaregistry.v1+json"
 
 
 class Topic:
@@ -32,6 +43,7 @@ class FakeJournal:
         self.hold = False
         self.held: list[tuple[Deferred, dict]] = []
         self.on_lost: Callable[[str], object] | None = None
+        self.cluster = "127.0.0.1:2181/twlog"
         #: How many times each call was made.
         self.calls = {"append": 0, "read_new": 0, "probe": 0, "disconnect": 0}
 
@@ -72,3 +84,29 @@ class FakeJournal:
     def drop(self) -> None:
         """The connection to the broker drops (the broker died, or closed it)."""
         self.on_lost("the connection to broker 0 at 127.0.0.1:9092 dropped")
+
+
+class RestCalls:
+    """A test case's requests to a registry over a L{FakeJournal} (C{self.topic}, C{self.resource})."""
+
+    def setUp(self) -> None:
+        self.topic = Topic()
+        self.clock = Clock()
+        self.resource = RegistryResource(SchemaRegistry(FakeJournal(self.topic), reactor=self.clock))
+
+    def call(self, method: str, path: str, data: bytes = b"", resource: RegistryResource | None = None):
+        """(status, JSON answer) of one request."""
+        path, _, query = path.partition("?")
+        request = DummyRequest([])
+        request.method, request.path = method.encode(), path.encode()
+        request.args = {}
+        for key, value in (p.split("=") for p in query.split("&") if p):
+            request.args.setdefault(key.encode(), []).append(value.encode())
+        request.content = BytesIO(data)
+        request.channel = SimpleNamespace(site=SimpleNamespace(max_body_bytes=1024))
+        result = (resource or self.resource).render(request)
+        if result is NOT_DONE_YET:
+            self.assertTrue(request.finished, f"{method} {path} is not answered")
+            result = b"".join(request.written)
+        self.assertEqual(request.responseHeaders.getRawHeaders(b"content-type"), [CONTENT_TYPE])
+        return request.responseCode or 200, json.loads(result)

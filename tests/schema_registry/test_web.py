@@ -11,11 +11,10 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 
-from tests.schema_registry.support import FakeJournal, Topic
+from tests.schema_registry.support import FakeJournal, RestCalls, Topic
 from twlog.schema_registry.core import SchemaRegistry
 from twlog.schema_registry.web import LimitedRequest, RegistryResource
 
-CONTENT_TYPE = b"application/vnd.schemaregistry.v1+json"
 V1 = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}
 V2 = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"},
                                                    {"name": "age", "type": "int", "default": 0}]}
@@ -27,27 +26,7 @@ def body(schema: dict) -> bytes:
     return json.dumps({"schema": json.dumps(schema)}).encode()
 
 
-class WebTests(SynchronousTestCase):
-    def setUp(self) -> None:
-        self.topic = Topic()
-        self.clock = Clock()
-        self.resource = RegistryResource(SchemaRegistry(FakeJournal(self.topic), reactor=self.clock))
-
-    def call(self, method: str, path: str, data: bytes = b"", resource: RegistryResource | None = None):
-        """(status, JSON answer) of one request."""
-        path, _, query = path.partition("?")
-        request = DummyRequest([])
-        request.method, request.path = method.encode(), path.encode()
-        request.args = {k.encode(): [v.encode()] for k, v in (p.split("=") for p in query.split("&") if p)}
-        request.content = BytesIO(data)
-        request.channel = SimpleNamespace(site=SimpleNamespace(max_body_bytes=1024))
-        result = (resource or self.resource).render(request)
-        if result is NOT_DONE_YET:
-            self.assertTrue(request.finished, f"{method} {path} is not answered")
-            result = b"".join(request.written)
-        self.assertEqual(request.responseHeaders.getRawHeaders(b"content-type"), [CONTENT_TYPE])
-        return request.responseCode or 200, json.loads(result)
-
+class WebTests(RestCalls, SynchronousTestCase):
     def test_register_and_read(self) -> None:
         self.assertEqual(self.call("POST", "/subjects/u-value/versions", body(V1)), (200, {"id": 1}))
         self.assertEqual(self.call("POST", "/subjects/u-value/versions", body(V1)), (200, {"id": 1}))
@@ -115,7 +94,8 @@ class WebTests(SynchronousTestCase):
         self.assertEqual(self.call("GET", "/subjects?deleted=true"), (200, ["u"]))
         self.assertEqual(self.call("DELETE", "/subjects/u?permanent=true"), (200, [1, 2]))
         self.assertEqual(self.call("GET", "/subjects?deleted=true"), (200, []))
-        self.assertEqual(json.loads(self.call("GET", "/schemas/ids/1")[1]["schema"]), V1)  # ids stay resolvable
+        self.assertEqual(self.call("GET", "/schemas/ids/1"), (404, {"error_code": 40403,  # no version holds it
+                                                                   "message": "Schema 1 not found"}))
 
     def test_errors(self) -> None:
         """Each bad request: Confluent's status and error code, and a message."""

@@ -33,9 +33,9 @@ class InvalidSchema(ValueError):
 
 @attrs.frozen(eq=False)
 class AvroSchema:
-    """One parsed schema: its text (compact JSON, the registry's identity of a schema) and parsed forms."""
+    """One parsed schema: its canonical text (the registry's identity of a schema) and parsed forms."""
 
-    #: The schema as compact JSON (whitespace dropped, keys in the order given).
+    #: The schema as the avro package writes it back (L{canonical_text}): one text for every way of writing it.
     text: str
     #: The avro package's schema (compatibility checks).
     avro: avro.schema.Schema = attrs.field(repr=False)
@@ -63,13 +63,25 @@ class AvroSchema:
         except (avro.errors.AvroException, fastavro.schema.SchemaParseException, ValueError, TypeError,
                 KeyError, AttributeError) as e:
             raise InvalidSchema(f"invalid Avro schema: {e}") from None
-        return cls(compact, parsed, fast)
+        return cls(canonical_text(parsed), parsed, fast)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, AvroSchema) and other.text == self.text
 
     def __hash__(self) -> int:
         return hash(self.text)
+
+
+def canonical_text(parsed: avro.schema.Schema) -> str:
+    """The schema as the avro package writes it back (C{to_json}: a primitive's short form, nested named types by
+    name), compact, keys sorted: the same text for any whitespace, key order or long form of a primitive.
+
+    Avro's Parsing Canonical Form (C{to_canonical_json}) is the same normalisation but drops C{doc}, C{default},
+    C{aliases}, C{logicalType} and custom attributes; Confluent's registry keeps them (its canonical string is
+    Java's C{Schema.toString()}), and so does this: a default decides compatibility, and two schemas that differ
+    in one are two schemas, with two ids.
+    """
+    return json.dumps(parsed.to_json(), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 def can_read(reader: AvroSchema, writer: AvroSchema) -> list[str]:

@@ -48,6 +48,9 @@ class IJournal(Protocol):
 
     async def read_new(self) -> list[tuple[int, Any]]: ...
 
+    #: Which twlog cluster holds the records (C{GET /v1/metadata/id} answers it as the Kafka cluster's id).
+    cluster: str
+
     async def probe(self) -> None:
         """Return once the cluster accepts a connection; raise L{TwlogError} (quickly, when refused) if not."""
 
@@ -80,6 +83,10 @@ class SchemaRegistry:
         self._retry_call = None
         self._stopped = False
         journal.on_lost = self._connection_dropped
+
+    @property
+    def cluster(self) -> str:
+        return self.journal.cluster
 
     def start(self) -> Deferred[bool]:
         """Replay the journal; whether it could be read (if not, the cluster is lost and tried again)."""
@@ -219,11 +226,21 @@ class SchemaRegistry:
                 self._outcomes[offset] = accepted
                 if not accepted:
                     self._log.info("record at {offset} conflicts with an earlier one: not applied", offset=offset)
+            self._report_merged()
         finally:
             self._read_lock.release()
         self.replayed = True
         if self.lost is not None:
             self._back()
+
+    def _report_merged(self) -> None:
+        """One line for the ids that records written before identity was canonical gave to a schema known already."""
+        merged, self.state.merged = self.state.merged, []
+        if merged:
+            pairs = ", ".join(f"{later}->{first}" for later, first in merged)
+            self._log.info("{topic}: {count} id(s) written before schema identity was canonical name a schema "
+                           "registered earlier with another id: each still answers, as the first id ({pairs})",
+                           topic="twlog-schemas", count=len(merged), pairs=pairs)
 
     async def _write(self, plan) -> Any:
         await self._write_lock.acquire()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 class RestError(Exception):
     """An answer that is an error: C{{"error_code": code, "message": message}} with HTTP C{status}."""
@@ -90,6 +92,16 @@ def version_soft_deleted(subject: str, version: int) -> RestError:
 def version_not_soft_deleted(subject: str, version: int) -> RestError:
     return RestError(404, VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version {version} was not deleted first "
                      "before being permanently deleted")
+
+
+def invalid_extra(field: str, value: object) -> RestError:
+    """A C{metadata} or C{ruleSet} that is not a JSON object (Confluent: Jackson cannot map it, 422)."""
+    return RestError(422, 422, f"{field} must be a JSON object, not {type(value).__name__} {json.dumps(value)}")
+
+
+def unsupported_config(fields: list[str]) -> RestError:
+    """A configuration field Confluent takes and twlog does not (docs/registry.md: compatibility only)."""
+    return RestError(422, 422, f"config field(s) {', '.join(fields)} not supported: twlog takes compatibility only")
 
 
 def store_error(why: str) -> RestError:

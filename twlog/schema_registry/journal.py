@@ -70,6 +70,8 @@ class Journal:
         self._brokers = brokers
         self._zookeeper = zookeeper
         self._source = {"brokers": brokers} if brokers is not None else {"zookeeper": zookeeper}
+        #: Which twlog cluster holds the records: its ZooKeeper connect string, or its brokers.
+        self.cluster = zookeeper if zookeeper is not None else brokers
         self.options = ClientOptions.build(options)
         self._producer: Producer | None = None
         #: The partition holding the records, once found (kept for the life of the journal).

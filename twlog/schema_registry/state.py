@@ -8,14 +8,22 @@ already taken) is refused by C{apply}, in every process alike: that is how two r
 agree on ids (the first record in the topic wins; the writer of the refused one sees it refused
 when it reads its own record back, and tries again).
 
+A schema's identity is its canonical text (L{twlog.avro.schema.canonical_text}: the same for any whitespace,
+key order or long form of a primitive) with its C{metadata} and C{ruleSet}, stored and answered as Confluent
+does (the registry runs no rule: clients do).  Records written before identity was canonical may give one
+schema two ids: a replay maps the later id onto the first (it still answers, as that schema) and says so.
+A permanent delete of the last version holding an id removes the id from every lookup.
+
 Records:
-  - C{{"op": "register", "subject": S, "version": V, "id": N, "schema": TEXT}}
+  - C{{"op": "register", "subject": S, "version": V, "id": N, "schema": TEXT, "metadata": {...}, "ruleSet": {...}}}
+    (the last two only when given)
   - C{{"op": "delete", "subject": S, "version": V or null (every version), "permanent": bool}}
   - C{{"op": "config", "subject": S or null (global), "compatibility": LEVEL or null (remove)}}
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -25,6 +33,15 @@ from twlog.schema_registry import errors
 
 #: The largest version number and schema id (Confluent's: a Java int).
 MAX_INT = 2**31 - 1
+#: What a registration may carry besides the schema, stored and answered with it (Confluent's data contracts).
+EXTRAS = ("metadata", "ruleSet")
+
+
+def identity(text: str, extras: dict) -> str:
+    """What makes two registrations one schema: the canonical text, and the metadata and rules given with it."""
+    if not extras:
+        return text
+    return text + "\n" + json.dumps(extras, separators=(",", ":"), sort_keys=True)
 
 
 @attrs.define
@@ -40,8 +57,21 @@ class RegistryState:
     """Schemas by id, subjects' versions, compatibility levels; C{apply} a record, or plan one."""
 
     def __init__(self) -> None:
+        #: The ids served, as canonical text (an id leaves when a permanent delete removes its last version).
         self.schemas: dict[int, str] = {}
+        #: The metadata and ruleSet registered with an id, when there were any.
+        self.extras: dict[int, dict] = {}
+        #: Each schema's first id, by L{identity} (kept after a permanent delete: registered again, it gets it back).
         self.ids: dict[str, int] = {}
+        #: Every id ever given, by L{identity}: an id never changes meaning.
+        self.known: dict[int, str] = {}
+        #: Ids of records written before identity was canonical, onto the first id of the same schema.
+        self.aliases: dict[int, int] = {}
+        #: Such ids found by L{apply} and not yet reported: C{(id, first id)}.
+        self.merged: list[tuple[int, int]] = []
+        #: How many versions (soft-deleted ones too) hold each served id.
+        self.holders: dict[int, int] = {}
+        self.top_id = 0
         self.subjects: dict[str, dict[int, Version]] = {}
         self.global_level = DEFAULT_COMPATIBILITY
         self.levels: dict[str, str] = {}
@@ -67,21 +97,32 @@ class RegistryState:
 
     def _apply_register(self, record: dict) -> bool:
         subject, version, schema_id, text = record["subject"], record["version"], record["id"], record["schema"]
+        extras = {key: record[key] for key in EXTRAS if record.get(key) not in (None, {})}
         if not (isinstance(subject, str) and isinstance(text, str) and type(version) is int
-                and type(schema_id) is int and 1 <= schema_id <= MAX_INT):
+                and type(schema_id) is int and 1 <= schema_id <= MAX_INT
+                and all(isinstance(value, dict) for value in extras.values())):
             return False
-        if self.schemas.get(schema_id, text) != text or self.ids.get(text, schema_id) != schema_id:
-            return False  # the id is another schema's, or the schema has another id: a conflicting writer's
         if version != self.next_version(subject):
             return False
-        if schema_id not in self._parsed:
-            try:
-                self._parsed[schema_id] = AvroSchema.parse(text)
-            except InvalidSchema:
-                return False
-        self.schemas[schema_id] = text
-        self.ids[text] = schema_id
-        self.subjects.setdefault(subject, {})[version] = Version(version, schema_id)
+        try:
+            schema = AvroSchema.parse(text)
+        except InvalidSchema:
+            return False
+        key = identity(schema.text, extras)
+        if self.known.get(schema_id, key) != key:
+            return False  # the id is another schema's: a conflicting writer's
+        first = self.ids.setdefault(key, schema_id)
+        if first != schema_id and schema_id not in self.known:
+            self.aliases[schema_id] = first  # (written before identity was canonical)
+            self.merged.append((schema_id, first))
+        self.known[schema_id] = key
+        self.top_id = max(self.top_id, schema_id)
+        self.schemas[first] = schema.text
+        self._parsed[first] = schema
+        if extras:
+            self.extras[first] = extras
+        self.holders[first] = self.holders.get(first, 0) + 1
+        self.subjects.setdefault(subject, {})[version] = Version(version, first)
         return True
 
     def _apply_delete(self, record: dict) -> bool:
@@ -95,12 +136,20 @@ class RegistryState:
         for entry in chosen:
             if permanent:
                 del versions[entry.version]
+                self._release(entry.schema_id)
             else:
                 entry.deleted = True
         if not versions:
             del self.subjects[subject]
             self.levels.pop(subject, None)
         return True
+
+    def _release(self, schema_id: int) -> None:
+        """A version holding C{schema_id} is gone for good: the id too, if it was the last."""
+        self.holders[schema_id] -= 1
+        if not self.holders[schema_id]:
+            for table in (self.holders, self.schemas, self.extras, self._parsed):
+                table.pop(schema_id, None)
 
     def _apply_config(self, record: dict) -> bool:
         subject, level = record.get("subject"), record.get("compatibility")
@@ -122,18 +171,29 @@ class RegistryState:
         return max(self.subjects.get(subject, {}), default=0) + 1
 
     def next_id(self) -> int:
-        return max(self.schemas, default=0) + 1
+        return self.top_id + 1
+
+    def served(self, schema_id: int) -> int:
+        """The id C{schema_id} is served as (itself, or the first id of its schema).
+
+        @raise RestError: 40403, no such id (or it was deleted permanently).
+        """
+        first = self.aliases.get(schema_id, schema_id)
+        if first not in self.schemas:
+            raise errors.schema_not_found(schema_id)
+        return first
 
     def schema(self, schema_id: int) -> str:
         """@raise RestError: 40403."""
-        if schema_id not in self.schemas:
-            raise errors.schema_not_found(schema_id)
-        return self.schemas[schema_id]
+        return self.schemas[self.served(schema_id)]
+
+    def schema_body(self, schema_id: int) -> dict:
+        """C{GET /schemas/ids/N}: the schema, with its metadata and ruleSet when it has them."""
+        first = self.served(schema_id)
+        return {"schema": self.schemas[first], **self.extras.get(first, {})}
 
     def parsed(self, schema_id: int) -> AvroSchema:
-        if schema_id not in self._parsed:
-            self._parsed[schema_id] = AvroSchema.parse(self.schema(schema_id))
-        return self._parsed[schema_id]
+        return self._parsed[self.served(schema_id)]
 
     def subject_names(self, deleted: bool = False) -> list[str]:
         return sorted(s for s, versions in self.subjects.items()
@@ -162,30 +222,28 @@ class RegistryState:
                 return entry
         raise errors.version_not_found(version)
 
-    def subjects_of(self, schema_id: int) -> list[tuple[str, int]]:
-        """Every live (subject, version) registered as C{schema_id}."""
-        self.schema(schema_id)
-        return sorted((subject, v.version) for subject, versions in self.subjects.items()
-                      for v in versions.values() if v.schema_id == schema_id and not v.deleted)
-
     def level(self, subject: str | None) -> str:
         return self.levels.get(subject, self.global_level) if subject is not None else self.global_level
 
     def describe(self, subject: str, entry: Version) -> dict:
         """The JSON of one subject version, as Confluent answers it."""
         return {"subject": subject, "version": entry.version, "id": entry.schema_id,
-                "schema": self.schemas[entry.schema_id]}
+                "schema": self.schemas[entry.schema_id], **self.extras.get(entry.schema_id, {})}
 
-    def lookup(self, subject: str, schema: AvroSchema, deleted: bool = False) -> Version:
-        """The subject's version holding C{schema}.
+    def lookup(self, subject: str, schema: AvroSchema, extras: dict | None = None, deleted: bool = False) -> Version:
+        """The subject's latest version holding C{schema} (with C{extras}, when given).
 
         @raise RestError: 40401 (no such subject), 40403 (not under it).
         """
-        schema_id = self.ids.get(schema.text)
         for entry in reversed(self.versions(subject, deleted=deleted)):
-            if entry.schema_id == schema_id:
+            if self._matches(entry, schema, extras):
                 return entry
         raise errors.schema_not_found()
+
+    def _matches(self, entry: Version, schema: AvroSchema, extras: dict | None) -> bool:
+        """Whether C{entry} holds C{schema}: with C{extras} when given (Confluent inherits them when not)."""
+        return self.schemas[entry.schema_id] == schema.text and (
+            not extras or self.extras.get(entry.schema_id, {}) == extras)
 
     def problems(self, subject: str, schema: AvroSchema, against: list[Version] | None = None) -> list[str]:
         """Why C{schema} may not be registered under C{subject} at its compatibility level (empty: it may)."""
@@ -197,18 +255,24 @@ class RegistryState:
 
     # -- planning changes ----------------------------------------------------------------------
 
-    def plan_register(self, subject: str, schema: AvroSchema) -> tuple[int, dict | None]:
+    def plan_register(self, subject: str, schema: AvroSchema, extras: dict | None = None) -> tuple[int, dict | None]:
         """The id C{schema} has under C{subject}, and the record to append (None: registered already).
+
+        Without C{extras}, a new version takes the latest version's metadata and ruleSet, as Confluent's does.
 
         @raise RestError: 409 (incompatible at the subject's level).
         """
-        for entry in self.subjects_versions(subject):
-            if self.schemas[entry.schema_id] == schema.text:
+        live = self.subjects_versions(subject)
+        for entry in reversed(live):
+            if self._matches(entry, schema, extras):
                 return entry.schema_id, None
         problems = self.problems(subject, schema)
         if problems:
             raise errors.incompatible(subject, problems)
-        schema_id = self.ids.get(schema.text) or self.next_id()
+        if not extras and live:
+            extras = self.extras.get(live[-1].schema_id, {})
+        extras = dict(extras or {})
+        schema_id = self.ids.get(identity(schema.text, extras)) or self.next_id()
         record = {"op": "register", "subject": subject, "version": self.next_version(subject), "id": schema_id,
-                  "schema": schema.text}
+                  "schema": schema.text, **extras}
         return schema_id, record

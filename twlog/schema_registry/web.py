@@ -20,10 +20,11 @@ from twisted.web import resource, server
 
 from twlog.avro.client import CONTENT_TYPE
 from twlog.avro.schema import COMPATIBILITY_LEVELS, AvroSchema, InvalidSchema
-from twlog.schema_registry import errors
+from twlog.schema_registry import errors, listing
 from twlog.schema_registry.core import SchemaRegistry
 from twlog.schema_registry.errors import RestError
-from twlog.schema_registry.state import MAX_INT, RegistryState
+from twlog.schema_registry.listing import Listing, flag
+from twlog.schema_registry.state import EXTRAS, MAX_INT, RegistryState
 
 #: The largest request body taken (a schema is rarely more than some kilobytes).
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -44,8 +45,7 @@ class LimitedRequest(server.Request):
 
 
 def _flag(request, name: str) -> bool:
-    values = request.args.get(name.encode(), [])
-    return bool(values) and values[-1].decode(errors="replace").lower() == "true"
+    return flag(request.args, name)
 
 
 def _version(text: str) -> int | None:
@@ -128,7 +128,7 @@ class RegistryResource(resource.Resource):
         method = request.method.decode("ascii", errors="replace")
         head, rest = (parts[0], parts[1:]) if parts else ("", [])
         route = getattr(self, f"_{head}", None) if head in ("schemas", "subjects", "compatibility", "config",
-                                                            "mode") else None
+                                                            "mode", "v1") else None
         if not parts:
             if method != "GET":
                 raise RestError(405, 405, "HTTP 405 Method Not Allowed")
@@ -143,7 +143,8 @@ class RegistryResource(resource.Resource):
         except ValueError as e:
             raise errors.bad_request(f"the request body is not JSON: {e}") from None
 
-    def _schema_body(self, request) -> AvroSchema:
+    def _schema_body(self, request) -> tuple[AvroSchema, dict]:
+        """The schema of a request body, and its C{metadata} and C{ruleSet} (those given)."""
         body = self._json(request)
         if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
             raise errors.unprocessable('the request body must be a JSON object with a "schema" string')
@@ -151,17 +152,32 @@ class RegistryResource(resource.Resource):
             raise errors.invalid_schema(f"schemaType {body.get('schemaType')!r} is not supported: AVRO only")
         if body.get("references"):
             raise errors.invalid_schema("schema references are not supported")
+        extras = {key: body[key] for key in EXTRAS if body.get(key) not in (None, {})}
+        for key, value in extras.items():
+            if not isinstance(value, dict):
+                raise errors.invalid_extra(key, value)
         try:
-            return AvroSchema.parse(body["schema"])
+            return AvroSchema.parse(body["schema"]), extras
         except InvalidSchema as e:
             raise errors.invalid_schema(str(e)) from None
 
     def _not_found(self) -> RestError:
         return RestError(404, 404, "HTTP 404 Not Found")
 
+    def _v1(self, request, method: str, rest: list[str]) -> Any:
+        if rest != ["metadata", "id"]:
+            raise self._not_found()
+        if method != "GET":
+            raise RestError(405, 405, "HTTP 405 Method Not Allowed")
+        clusters = {"kafka-cluster": self.registry.cluster, "schema-registry-cluster": "schema-registry"}
+        return {"scope": {"path": [], "clusters": clusters}}
+
     def _schemas(self, request, method: str, rest: list[str]) -> Any:
         if method != "GET":
             raise RestError(405, 405, "HTTP 405 Method Not Allowed")
+        if not rest:
+            wanted = Listing.of(request.args)
+            return self.registry.read(lambda s: listing.schemas(s, wanted))
         if rest == ["types"]:
             return ["AVRO"]
         if len(rest) < 2 or rest[0] != "ids" or len(rest) > 3:
@@ -169,14 +185,12 @@ class RegistryResource(resource.Resource):
         schema_id = _schema_id(rest[1])
         tail = rest[2] if len(rest) == 3 else None
         if tail is None:
-            return self.registry.read(lambda s: {"schema": s.schema(schema_id)})
+            return self.registry.read(lambda s: s.schema_body(schema_id))
         if tail == "schema":
             return self.registry.read(lambda s: json.loads(s.schema(schema_id)))
-        if tail == "subjects":
-            return self.registry.read(lambda s: sorted({subject for subject, _ in s.subjects_of(schema_id)}))
-        if tail == "versions":
-            return self.registry.read(lambda s: [{"subject": subject, "version": version}
-                                                 for subject, version in s.subjects_of(schema_id)])
+        wanted = Listing.of(request.args)
+        if tail in ("subjects", "versions"):
+            return self.registry.read(lambda s: listing.holders(s, schema_id, wanted, subjects=tail == "subjects"))
         raise self._not_found()
 
     def _subjects(self, request, method: str, rest: list[str]) -> Any:
@@ -184,29 +198,33 @@ class RegistryResource(resource.Resource):
         if not rest:
             if method != "GET":
                 raise RestError(405, 405, "HTTP 405 Method Not Allowed")
-            return self.registry.read(lambda s: s.subject_names(deleted))
+            wanted = Listing.of(request.args)
+            return self.registry.read(lambda s: listing.subjects(s, wanted))
         subject, rest = rest[0], rest[1:]
         if not rest:
             if method == "POST":
-                schema = self._schema_body(request)
-                return self.registry.read(lambda s: s.describe(subject, s.lookup(subject, schema, deleted)))
+                schema, extras = self._schema_body(request)
+                return self.registry.read(lambda s: s.describe(subject, s.lookup(subject, schema, extras, deleted)))
             if method == "DELETE":
                 return self._delete(subject, None, _flag(request, "permanent"))
             raise RestError(405, 405, "HTTP 405 Method Not Allowed")
+        if rest == ["metadata"] and method == "GET":
+            return self.registry.read(lambda s: listing.latest_with_metadata(s, subject, request.args))
         if rest[0] != "versions" or len(rest) > 3:
             raise self._not_found()
         if len(rest) == 1:
             if method == "POST":
-                schema = self._schema_body(request)
-                return self.registry.write(lambda s: self._register(s, subject, schema))
+                schema, extras = self._schema_body(request)
+                return self.registry.write(lambda s: self._register(s, subject, schema, extras))
             if method == "GET":
-                return self.registry.read(lambda s: [v.version for v in s.versions(subject, deleted)])
+                wanted = Listing.of(request.args)
+                return self.registry.read(lambda s: listing.versions(s, subject, wanted))
             raise RestError(405, 405, "HTTP 405 Method Not Allowed")
         version = _version(rest[1])
         if len(rest) == 3:
             if rest[2] != "schema" or method != "GET":
                 raise self._not_found()
-            return self.registry.read(lambda s: json.loads(s.schemas[s.version(subject, version, deleted).schema_id]))
+            return self.registry.read(lambda s: json.loads(s.schema(s.version(subject, version, deleted).schema_id)))
         if method == "GET":
             return self.registry.read(lambda s: s.describe(subject, s.version(subject, version, deleted)))
         if method == "DELETE":
@@ -214,8 +232,8 @@ class RegistryResource(resource.Resource):
         raise RestError(405, 405, "HTTP 405 Method Not Allowed")
 
     @staticmethod
-    def _register(state: RegistryState, subject: str, schema: AvroSchema) -> tuple[dict, dict | None]:
-        schema_id, record = state.plan_register(subject, schema)
+    def _register(state: RegistryState, subject: str, schema: AvroSchema, extras: dict) -> tuple[dict, dict | None]:
+        schema_id, record = state.plan_register(subject, schema, extras)
         return {"id": schema_id}, record
 
     def _delete(self, subject: str, version_text: str | None, permanent: bool) -> Deferred:
@@ -251,7 +269,7 @@ class RegistryResource(resource.Resource):
         subject = rest[1]
         version = _version(rest[3]) if len(rest) == 4 else None
         every = len(rest) == 3
-        schema = self._schema_body(request)
+        schema, _ = self._schema_body(request)
         verbose = _flag(request, "verbose")
 
         def answer(state: RegistryState) -> dict:
@@ -284,12 +302,7 @@ class RegistryResource(resource.Resource):
 
             return self.registry.read(level)
         if method == "PUT":
-            body = self._json(request)
-            wanted = body.get("compatibility") if isinstance(body, dict) else None
-            if wanted not in COMPATIBILITY_LEVELS:
-                raise errors.invalid_compatibility_level()
-            record = {"op": "config", "subject": subject, "compatibility": wanted}
-            return self.registry.write(lambda state: ({"compatibility": wanted}, record))
+            return self._set_config(request, subject)
         if method == "DELETE" and subject is not None:
 
             def remove(state: RegistryState) -> tuple[dict, dict | None]:
@@ -300,6 +313,26 @@ class RegistryResource(resource.Resource):
 
             return self.registry.write(remove)
         raise RestError(405, 405, "HTTP 405 Method Not Allowed")
+
+    def _set_config(self, request, subject: str | None) -> Deferred:
+        """C{PUT /config[/S]}: without C{compatibility}, the level is left as it is (and answered, if set)."""
+        body = self._json(request)
+        if not isinstance(body, dict):
+            raise errors.unprocessable("the request body must be a JSON object")
+        others = sorted(key for key, value in body.items() if key != "compatibility" and value not in (None, False))
+        if others:
+            raise errors.unsupported_config(others)
+        wanted = body.get("compatibility")
+        if wanted is None:
+            def unchanged(state: RegistryState) -> tuple[dict, None]:
+                level = state.levels.get(subject) if subject is not None else state.global_level
+                return ({"compatibility": level} if level else {}), None
+
+            return self.registry.write(unchanged)
+        if wanted not in COMPATIBILITY_LEVELS:
+            raise errors.invalid_compatibility_level()
+        record = {"op": "config", "subject": subject, "compatibility": wanted}
+        return self.registry.write(lambda state: ({"compatibility": wanted}, record))
 
     def _mode(self, request, method: str, rest: list[str]) -> Any:
         if method != "GET" or len(rest) > 1:
