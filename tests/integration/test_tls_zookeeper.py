@@ -102,14 +102,15 @@ class ZooKeeperTLSTests(TestCase):
         """CLUSTER_METADATA asked over TLS names the TLS listeners of the other brokers too (those without one
         are not listed as live)."""
         tls_port = await self.cluster()
-        await wait_until(lambda: self.tls.cluster is not None and 0 in self.tls.cluster.tls_brokers)
+        # (the broker answers from its view once that has read ZooKeeper through: ready, and both brokers in it)
+        await wait_until(lambda: self.tls.cluster is not None and self.tls.cluster.ready
+                         and 0 in self.tls.cluster.tls_brokers and 1 in self.tls.cluster.brokers)
         connection = BrokerConnection("127.0.0.1", tls_port, reactor=reactor, options=self.options())
         self.addCleanup(connection.close)
         answer = await connection.request(ClusterMetadataV2Request(()))
         self.assertEqual({(b.broker_id, b.port) for b in answer.brokers}, {(0, tls_port)})
         plain = BrokerConnection("127.0.0.1", self.tls.broker.port, reactor=reactor)
         self.addCleanup(plain.close)
-        await wait_until(lambda: 1 in self.tls.cluster.brokers)
         answer = await plain.request(ClusterMetadataV2Request(()))
         self.assertEqual({(b.broker_id, b.port) for b in answer.brokers},
                          {(0, self.tls.broker.port), (1, self.plain.broker.port)})
