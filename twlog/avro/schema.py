@@ -16,9 +16,12 @@ from typing import Any
 
 import attrs
 import avro.errors
+import avro.name
 import avro.schema
 import fastavro
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
+from twlog.avro.javatext import java_text
 
 #: Confluent's compatibility levels.  C{_TRANSITIVE}: against every earlier version, not only the latest.
 COMPATIBILITY_LEVELS = (
@@ -41,29 +44,34 @@ class AvroSchema:
     avro: avro.schema.Schema = attrs.field(repr=False)
     #: fastavro's parsed schema (encoding and decoding).
     fast: Any = attrs.field(repr=False)
+    #: The schema as Confluent's registry returns it (Java Avro's C{Schema.toString()}, L{java_text}).
+    confluent: str = ""
+    #: The full names of the named types it defines (what a schema referencing it may use).
+    defines: frozenset[str] = frozenset()
 
     @classmethod
-    def parse(cls, text: str | dict | list) -> AvroSchema:
-        """Parse C{text} (JSON text, or its decoded value).
+    def parse(cls, text: str | dict | list, references: Sequence[str] = ()) -> AvroSchema:
+        """Parse C{text} (JSON text, or its decoded value), whose named types may be those of the schemas
+        C{references} (texts, each after the ones it uses: Confluent's schema references, resolved).
 
         @raise InvalidSchema: naming what is wrong.
         """
-        if isinstance(text, str):
-            try:
-                value = json.loads(text)
-            except ValueError as e:
-                # A bare name such as string is a schema in Avro's JSON only as "string".
-                raise InvalidSchema(f"the schema is not JSON: {e}") from None
-        else:
-            value = text
-        compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        value = _json(text)
+        names = avro.name.Names(validate_names=True)
+        named: dict = {}
         try:
-            parsed = avro.schema.parse(compact)
-            fast = fastavro.parse_schema(value, _write_hint=False)
+            for reference in references:
+                referenced = _json(reference)
+                avro.schema.make_avsc_object(referenced, names)
+                fastavro.parse_schema(referenced, named, _write_hint=False)
+            known = set(names.names)
+            parsed = avro.schema.make_avsc_object(value, names)
+            fast = fastavro.parse_schema(value, dict(named), expand=bool(references), _write_hint=False)
         except (avro.errors.AvroException, fastavro.schema.SchemaParseException, ValueError, TypeError,
                 KeyError, AttributeError) as e:
             raise InvalidSchema(f"invalid Avro schema: {e}") from None
-        return cls(canonical_text(parsed), parsed, fast)
+        defines = frozenset(set(names.names) - known)
+        return cls(canonical_text(parsed, known), parsed, fast, java_text(parsed, known), defines)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, AvroSchema) and other.text == self.text
@@ -72,16 +80,28 @@ class AvroSchema:
         return hash(self.text)
 
 
-def canonical_text(parsed: avro.schema.Schema) -> str:
+def _json(text: str | dict | list) -> Any:
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        # A bare name such as string is a schema in Avro's JSON only as "string".
+        raise InvalidSchema(f"the schema is not JSON: {e}") from None
+
+
+def canonical_text(parsed: avro.schema.Schema, known: set[str] | None = None) -> str:
     """The schema as the avro package writes it back (C{to_json}: a primitive's short form, nested named types by
     name), compact, keys sorted: the same text for any whitespace, key order or long form of a primitive.
 
     Avro's Parsing Canonical Form (C{to_canonical_json}) is the same normalisation but drops C{doc}, C{default},
     C{aliases}, C{logicalType} and custom attributes; Confluent's registry keeps them (its canonical string is
     Java's C{Schema.toString()}), and so does this: a default decides compatibility, and two schemas that differ
-    in one are two schemas, with two ids.
+    in one are two schemas, with two ids.  The named types C{known} (of referenced schemas) are written by name.
     """
-    return json.dumps(parsed.to_json(), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    names = avro.name.Names(validate_names=True)
+    names.names.update(dict.fromkeys(known or ()))
+    return json.dumps(parsed.to_json(names), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 def can_read(reader: AvroSchema, writer: AvroSchema) -> list[str]:

@@ -35,7 +35,9 @@ INCOMPATIBLE_SCHEMA = 409
 INVALID_SCHEMA = 42201
 INVALID_VERSION = 42202
 INVALID_COMPATIBILITY_LEVEL = 42203
+REFERENCE_EXISTS = 42206
 INVALID_SUBJECT = 42208
+INVALID_RULE_SET = 42210
 STORE_ERROR = 50001
 OPERATION_TIMEOUT = 50002
 
@@ -92,6 +94,17 @@ def version_soft_deleted(subject: str, version: int) -> RestError:
 def version_not_soft_deleted(subject: str, version: int) -> RestError:
     return RestError(404, VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version {version} was not deleted first "
                      "before being permanently deleted")
+
+
+def invalid_rule_set(why: str) -> RestError:
+    """42210: a C{ruleSet} that Confluent's C{RuleSet.validate()} refuses (its message)."""
+    return RestError(422, INVALID_RULE_SET, why)
+
+
+def reference_exists(subject: str, version: int) -> RestError:
+    """42206: deleting a version another schema references (Confluent names its C{SchemaKey})."""
+    return RestError(422, REFERENCE_EXISTS, f"One or more references exist to the schema "
+                     f"{{magic=1,keytype=SCHEMA,subject={subject},version={version}}}.")
 
 
 def invalid_extra(field: str, value: object) -> RestError:

@@ -15,8 +15,8 @@ schema two ids: a replay maps the later id onto the first (it still answers, as 
 A permanent delete of the last version holding an id removes the id from every lookup.
 
 Records:
-  - C{{"op": "register", "subject": S, "version": V, "id": N, "schema": TEXT, "metadata": {...}, "ruleSet": {...}}}
-    (the last two only when given)
+  - C{{"op": "register", "subject": S, "version": V, "id": N, "schema": TEXT, "references": [...], "metadata": {...},
+    "ruleSet": {...}}} (the last three only when given; TEXT as Confluent returns it, L{AvroSchema.confluent})
   - C{{"op": "delete", "subject": S, "version": V or null (every version), "permanent": bool}}
   - C{{"op": "config", "subject": S or null (global), "compatibility": LEVEL or null (remove)}}
 """
@@ -29,12 +29,13 @@ from typing import Any
 import attrs
 
 from twlog.avro.schema import COMPATIBILITY_LEVELS, DEFAULT_COMPATIBILITY, AvroSchema, InvalidSchema, incompatibilities
-from twlog.schema_registry import errors
+from twlog.schema_registry import errors, rules
 
 #: The largest version number and schema id (Confluent's: a Java int).
 MAX_INT = 2**31 - 1
-#: What a registration may carry besides the schema, stored and answered with it (Confluent's data contracts).
-EXTRAS = ("metadata", "ruleSet")
+#: What a registration may carry besides the schema, stored and answered with it (Confluent's schema references
+#: and data contracts): C{references} is a list, the others JSON objects.
+EXTRAS = ("references", "metadata", "ruleSet")
 
 
 def identity(text: str, extras: dict) -> str:
@@ -97,16 +98,16 @@ class RegistryState:
 
     def _apply_register(self, record: dict) -> bool:
         subject, version, schema_id, text = record["subject"], record["version"], record["id"], record["schema"]
-        extras = {key: record[key] for key in EXTRAS if record.get(key) not in (None, {})}
+        extras = {key: record[key] for key in EXTRAS if record.get(key) not in (None, {}, [])}
         if not (isinstance(subject, str) and isinstance(text, str) and type(version) is int
                 and type(schema_id) is int and 1 <= schema_id <= MAX_INT
-                and all(isinstance(value, dict) for value in extras.values())):
+                and all(isinstance(value, list if key == "references" else dict) for key, value in extras.items())):
             return False
         if version != self.next_version(subject):
             return False
         try:
-            schema = AvroSchema.parse(text)
-        except InvalidSchema:
+            schema = self.parse(text, extras.get("references", []))
+        except errors.RestError:
             return False
         key = identity(schema.text, extras)
         if self.known.get(schema_id, key) != key:
@@ -117,7 +118,7 @@ class RegistryState:
             self.merged.append((schema_id, first))
         self.known[schema_id] = key
         self.top_id = max(self.top_id, schema_id)
-        self.schemas[first] = schema.text
+        self.schemas[first] = schema.confluent
         self._parsed[first] = schema
         if extras:
             self.extras[first] = extras
@@ -166,6 +167,16 @@ class RegistryState:
         return True
 
     # -- reading -------------------------------------------------------------------------
+
+    def parse(self, text: str, references: list[dict]) -> AvroSchema:
+        """C{text} parsed, the named types of the subject versions C{references} names at hand.
+
+        @raise RestError: 42201 (invalid, or a reference to no version).
+        """
+        try:
+            return AvroSchema.parse(text, rules.resolve(self, references))
+        except InvalidSchema as e:
+            raise errors.invalid_schema(str(e)) from None
 
     def next_version(self, subject: str) -> int:
         return max(self.subjects.get(subject, {}), default=0) + 1
@@ -242,8 +253,8 @@ class RegistryState:
 
     def _matches(self, entry: Version, schema: AvroSchema, extras: dict | None) -> bool:
         """Whether C{entry} holds C{schema}: with C{extras} when given (Confluent inherits them when not)."""
-        return self.schemas[entry.schema_id] == schema.text and (
-            not extras or self.extras.get(entry.schema_id, {}) == extras)
+        return self._parsed[entry.schema_id].text == schema.text and (
+            not extras or all(self.extras.get(entry.schema_id, {}).get(key) == value for key, value in extras.items()))
 
     def problems(self, subject: str, schema: AvroSchema, against: list[Version] | None = None) -> list[str]:
         """Why C{schema} may not be registered under C{subject} at its compatibility level (empty: it may)."""
@@ -258,7 +269,7 @@ class RegistryState:
     def plan_register(self, subject: str, schema: AvroSchema, extras: dict | None = None) -> tuple[int, dict | None]:
         """The id C{schema} has under C{subject}, and the record to append (None: registered already).
 
-        Without C{extras}, a new version takes the latest version's metadata and ruleSet, as Confluent's does.
+        Without metadata and ruleSet, a new version takes the latest version's, as Confluent's does.
 
         @raise RestError: 409 (incompatible at the subject's level).
         """
@@ -269,10 +280,11 @@ class RegistryState:
         problems = self.problems(subject, schema)
         if problems:
             raise errors.incompatible(subject, problems)
-        if not extras and live:
-            extras = self.extras.get(live[-1].schema_id, {})
         extras = dict(extras or {})
+        if not (set(extras) & {"metadata", "ruleSet"}) and live:
+            inherited = self.extras.get(live[-1].schema_id, {})
+            extras.update({key: inherited[key] for key in ("metadata", "ruleSet") if key in inherited})
         schema_id = self.ids.get(identity(schema.text, extras)) or self.next_id()
         record = {"op": "register", "subject": subject, "version": self.next_version(subject), "id": schema_id,
-                  "schema": schema.text, **extras}
+                  "schema": schema.confluent, **extras}
         return schema_id, record

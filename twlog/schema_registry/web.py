@@ -19,8 +19,8 @@ from twisted.logger import Logger
 from twisted.web import resource, server
 
 from twlog.avro.client import CONTENT_TYPE
-from twlog.avro.schema import COMPATIBILITY_LEVELS, AvroSchema, InvalidSchema
-from twlog.schema_registry import errors, listing
+from twlog.avro.schema import COMPATIBILITY_LEVELS, AvroSchema
+from twlog.schema_registry import errors, listing, rules
 from twlog.schema_registry.core import SchemaRegistry
 from twlog.schema_registry.errors import RestError
 from twlog.schema_registry.listing import Listing, flag
@@ -143,23 +143,32 @@ class RegistryResource(resource.Resource):
         except ValueError as e:
             raise errors.bad_request(f"the request body is not JSON: {e}") from None
 
-    def _schema_body(self, request) -> tuple[AvroSchema, dict]:
-        """The schema of a request body, and its C{metadata} and C{ruleSet} (those given)."""
+    def _schema_body(self, request) -> tuple[str, dict]:
+        """The schema text of a request body, and its C{references}, C{metadata} and C{ruleSet} (those given),
+        checked as Confluent checks them (the schema is parsed against the state: L{_parse})."""
         body = self._json(request)
         if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
             raise errors.unprocessable('the request body must be a JSON object with a "schema" string')
         if body.get("schemaType", "AVRO") != "AVRO":
             raise errors.invalid_schema(f"schemaType {body.get('schemaType')!r} is not supported: AVRO only")
-        if body.get("references"):
-            raise errors.invalid_schema("schema references are not supported")
-        extras = {key: body[key] for key in EXTRAS if body.get(key) not in (None, {})}
+        extras = {key: body[key] for key in EXTRAS if body.get(key) not in (None, {}, [])}
         for key, value in extras.items():
-            if not isinstance(value, dict):
+            if key == "references":
+                extras[key] = rules.check_references(value)
+            elif not isinstance(value, dict):
                 raise errors.invalid_extra(key, value)
-        try:
-            return AvroSchema.parse(body["schema"]), extras
-        except InvalidSchema as e:
-            raise errors.invalid_schema(str(e)) from None
+        if "ruleSet" in extras:
+            rules.check_rule_set(extras["ruleSet"])
+        return body["schema"], extras
+
+    @staticmethod
+    def _parse(state: RegistryState, text: str, extras: dict) -> AvroSchema:
+        """The schema of a request, its references resolved (a version -1 becomes the subject's latest, as Confluent
+        records it).  @raise RestError: 42201."""
+        for reference in extras.get("references", []):
+            if reference["version"] == -1 and state.subjects.get(reference["subject"]):
+                reference["version"] = max(state.subjects[reference["subject"]])
+        return state.parse(text, extras.get("references", []))
 
     def _not_found(self) -> RestError:
         return RestError(404, 404, "HTTP 404 Not Found")
@@ -203,8 +212,9 @@ class RegistryResource(resource.Resource):
         subject, rest = rest[0], rest[1:]
         if not rest:
             if method == "POST":
-                schema, extras = self._schema_body(request)
-                return self.registry.read(lambda s: s.describe(subject, s.lookup(subject, schema, extras, deleted)))
+                text, extras = self._schema_body(request)
+                return self.registry.read(lambda s: s.describe(subject, s.lookup(
+                    subject, self._parse(s, text, extras), extras, deleted)))
             if method == "DELETE":
                 return self._delete(subject, None, _flag(request, "permanent"))
             raise RestError(405, 405, "HTTP 405 Method Not Allowed")
@@ -214,16 +224,19 @@ class RegistryResource(resource.Resource):
             raise self._not_found()
         if len(rest) == 1:
             if method == "POST":
-                schema, extras = self._schema_body(request)
-                return self.registry.write(lambda s: self._register(s, subject, schema, extras))
+                text, extras = self._schema_body(request)
+                return self.registry.write(lambda s: self._register(s, subject, self._parse(s, text, extras), extras))
             if method == "GET":
                 wanted = Listing.of(request.args)
                 return self.registry.read(lambda s: listing.versions(s, subject, wanted))
             raise RestError(405, 405, "HTTP 405 Method Not Allowed")
         version = _version(rest[1])
         if len(rest) == 3:
-            if rest[2] != "schema" or method != "GET":
+            if rest[2] not in ("schema", "referencedby") or method != "GET":
                 raise self._not_found()
+            if rest[2] == "referencedby":
+                return self.registry.read(lambda s: rules.referenced_by(
+                    s, subject, s.version(subject, version, deleted=True).version, deleted))
             return self.registry.read(lambda s: json.loads(s.schema(s.version(subject, version, deleted).schema_id)))
         if method == "GET":
             return self.registry.read(lambda s: s.describe(subject, s.version(subject, version, deleted)))
@@ -254,6 +267,9 @@ class RegistryResource(resource.Resource):
                 if version_text is None:
                     raise errors.subject_soft_deleted(subject)
                 raise errors.version_soft_deleted(subject, entries[0].version)
+            for entry in entries:
+                if rules.referenced_by(state, subject, entry.version, deleted=permanent):
+                    raise errors.reference_exists(subject, entry.version)
             numbers = [e.version for e in entries]
             record = {"op": "delete", "subject": subject, "version": numbers[0] if version_text else None,
                       "permanent": permanent}
@@ -269,10 +285,11 @@ class RegistryResource(resource.Resource):
         subject = rest[1]
         version = _version(rest[3]) if len(rest) == 4 else None
         every = len(rest) == 3
-        schema, _ = self._schema_body(request)
+        text, extras = self._schema_body(request)
         verbose = _flag(request, "verbose")
 
         def answer(state: RegistryState) -> dict:
+            schema = self._parse(state, text, extras)
             if every:
                 against = state.subjects_versions(subject)
             else:
