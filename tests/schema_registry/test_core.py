@@ -37,10 +37,10 @@ class AgreementTests(SynchronousTestCase):
         self.assertEqual([r["id"] for r in topic.records], [1, 1, 2])  # the refused record stays, ignored
         for registry in (a, b):
             self.successResultOf(registry.sync())
-            self.assertEqual(registry.state.schemas, {1: B.text, 2: A.text})
+            self.assertEqual(registry.state.schemas, {1: B.confluent, 2: A.confluent})
         fresh = SchemaRegistry(FakeJournal(topic), reactor=Clock())  # a restart replays to the same state
         self.successResultOf(fresh.sync())
-        self.assertEqual(fresh.state.schemas, {1: B.text, 2: A.text})
+        self.assertEqual(fresh.state.schemas, {1: B.confluent, 2: A.confluent})
 
     def test_same_schema_from_both(self) -> None:
         """Both register the same schema under one subject at once: one version, one id, both answered it."""

@@ -7,8 +7,8 @@ from twlog.schema_registry.errors import RestError
 from twlog.schema_registry.listing import Listing, holders
 from twlog.schema_registry.state import RegistryState
 
-A = AvroSchema.parse('{"type":"enum","name":"A","symbols":["X"]}').text
-B = AvroSchema.parse('{"type":"enum","name":"B","symbols":["X"]}').text
+A = AvroSchema.parse('{"type":"enum","name":"A","symbols":["X"]}').confluent
+B = AvroSchema.parse('{"type":"enum","name":"B","symbols":["X"]}').confluent
 
 
 def register(subject: str, version: int, schema_id: int, schema: str) -> dict:
