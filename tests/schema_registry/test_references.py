@@ -39,7 +39,8 @@ class TextTests(RestCalls, SynchronousTestCase):
         """A record written with the keys sorted (before this text) keeps its id and is answered in Java's order."""
         self.topic.records.append({"op": "register", "subject": "t", "version": 1, "id": 7,
                                    "schema": '{"fields":[],"name":"R","type":"record"}'})
-        self.assertEqual(self.call("GET", "/schemas/ids/7"), (200, {"schema": '{"type":"record","name":"R","fields":[]}'}))
+        self.assertEqual(self.call("GET", "/schemas/ids/7"),
+                         (200, {"schema": '{"type":"record","name":"R","fields":[]}'}))
         self.assertEqual(self.call("POST", "/subjects/t/versions", body({"type": "record", "name": "R", "fields": []})),
                          (200, {"id": 7}))
 
