@@ -190,9 +190,10 @@ class SchemaRegistryTests(TestCase):
 
     async def test_confluent_client_ids_rules_listings(self) -> None:
         """Confluent's Python client: one id for every form of a schema, metadata and rules kept for every reader,
-        references refused, listing parameters, and a hard-deleted id gone from every lookup."""
+        references resolved (and a referenced version kept), a malformed rule set refused (42210), listing
+        parameters, and a hard-deleted id gone from every lookup."""
         try:
-            from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+            from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
             from confluent_kafka.schema_registry.error import SchemaRegistryError
         except ImportError:
             raise SkipTest("confluent-kafka[schemaregistry] (the tests extra) is not installed") from None
@@ -219,12 +220,29 @@ class SchemaRegistryTests(TestCase):
             self.assertEqual(latest.schema.rule_set.domain_rules[0].params.params, {"encrypt.kek.name": "kek1"})
             self.assertEqual(reader.get_schema(ruled_id).rule_set, ruled.rule_set)
             with self.assertRaises(SchemaRegistryError) as refused:
-                client.register_schema("refs-value", Schema.from_dict({
-                    "schema": json.dumps(USER_V1), "references": [{"name": "x", "subject": "a-value", "version": 1}]}))
-            self.assertEqual(refused.exception.error_code, 42201)
+                client.register_schema("bad-value", Schema.from_dict({"schema": '"string"', "ruleSet": {
+                    "domainRules": [{"name": "r", "kind": "CONDITION", "mode": "UPGRADE", "type": "CEL"}]}}))
+            self.assertEqual((refused.exception.error_code, refused.exception.error_message),
+                             (42210, "Domain rules can only be WRITE, READ, WRITEREAD"))
+
+            address = {"type": "record", "name": "Address", "namespace": "acme",
+                       "fields": [{"name": "street", "type": "string"}]}
+            person = {"type": "record", "name": "Person", "namespace": "acme", "fields": [
+                {"name": "home", "type": "acme.Address"}]}
+            client.register_schema("address-value", Schema(json.dumps(address), "AVRO"))
+            references = [SchemaReference("acme.Address", "address-value", 1)]
+            person_id = client.register_schema("person-value", Schema(json.dumps(person), "AVRO", references))
+            fetched = SchemaRegistryClient({"url": self.url}).get_latest_version("person-value")
+            self.assertEqual((fetched.schema_id, fetched.schema.references, fetched.schema.schema_str), (
+                person_id, references,
+                '{"type":"record","name":"Person","namespace":"acme","fields":[{"name":"home","type":"Address"}]}'))
+            self.assertEqual(client.get_referenced_by("address-value", 1), [person_id])
+            with self.assertRaises(SchemaRegistryError) as referenced:
+                client.delete_version("address-value", 1)
+            self.assertEqual(referenced.exception.error_code, 42206)
 
             self.assertEqual(client.get_subjects(subject_prefix="pii"), ["pii-value"])
-            self.assertEqual(client.get_subjects(offset=1, limit=2), ["b-value", "c-value"])
+            self.assertEqual(client.get_subjects(offset=2, limit=2), ["b-value", "c-value"])
             client.delete_subject("a-value")
             self.assertEqual(client.get_subjects(deleted=True, limit=1), ["a-value"])
             self.assertEqual([(v.subject, v.version) for v in client.get_schema_versions(short)], [("b-value", 1)])
