@@ -81,10 +81,12 @@ class ReferenceTests(RestCalls, SynchronousTestCase):
         self.assertIn("acme.Address", answer["message"])
         missing = [{"name": "acme.Address", "subject": "address", "version": 9}]
         self.assertEqual(self.call("POST", "/subjects/person/versions", body(PERSON, references=missing)),
-                         (422, {"error_code": 42201, "message": 'Invalid schema: No schema reference found for subject '
-                                                                '"address" and version 9'}))
+                         (422, {"error_code": 42201, "message": 'Invalid schema of type AVRO, details: No schema '
+                                                                'reference found for subject "address" and version 9'}))
         self.assertEqual(self.call("POST", "/subjects/person/versions", body(PERSON, references=[{"name": "x"}]))[1]
                          ["error_code"], 42201)
+        self.assertEqual(self.call("POST", "/subjects/p/versions", body("string", schemaType="PROTOBUF")),
+                         (422, {"error_code": 42201, "message": "Invalid schema type PROTOBUF"}))
 
     def test_delete_referenced(self) -> None:
         """A referenced version is not deleted: 42206 (soft or permanent, the subject or the version)."""

@@ -56,7 +56,13 @@ def schema_not_found(schema_id: int | None = None) -> RestError:
 
 
 def invalid_schema(why: str) -> RestError:
-    return RestError(422, INVALID_SCHEMA, f"Invalid schema: {why}")
+    """42201, in Confluent's words (C{AbstractSchemaRegistry.loadSchema}: the provider's reason after its type)."""
+    return RestError(422, INVALID_SCHEMA, f"Invalid schema of type AVRO, details: {why}")
+
+
+def invalid_schema_type(schema_type: object) -> RestError:
+    """42201 for a C{schemaType} other than AVRO (Confluent's words for a type it has no provider of)."""
+    return RestError(422, INVALID_SCHEMA, f"Invalid schema type {schema_type}")
 
 
 def invalid_version(text: str) -> RestError:

@@ -150,7 +150,7 @@ class RegistryResource(resource.Resource):
         if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
             raise errors.unprocessable('the request body must be a JSON object with a "schema" string')
         if body.get("schemaType", "AVRO") != "AVRO":
-            raise errors.invalid_schema(f"schemaType {body.get('schemaType')!r} is not supported: AVRO only")
+            raise errors.invalid_schema_type(body.get("schemaType"))
         extras = {key: body[key] for key in EXTRAS if body.get(key) not in (None, {}, [])}
         for key, value in extras.items():
             if key == "references":
