@@ -10,6 +10,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.schema_registry.support import RestCalls
 from twlog.schema_registry.core import SchemaRegistry
+from twlog.schema_registry.state import RegistryState
 from twlog.schema_registry.web import RegistryResource
 
 ADDRESS = {"namespace": "acme", "fields": [{"type": "string", "name": "street"}], "name": "Address", "type": "record"}
@@ -133,3 +134,17 @@ class RuleSetTests(RestCalls, SynchronousTestCase):
                     "migrationRules": [{"name": "up", "kind": "TRANSFORM", "type": "JSONATA", "mode": "UPGRADE"}]}
         self.assertEqual(self.call("POST", "/subjects/s/versions", body("string", ruleSet=rule_set)), (200, {"id": 1}))
         self.assertEqual(self.call("GET", "/schemas/ids/1"), (200, {"schema": '"string"', "ruleSet": rule_set}))
+
+
+class ReplayTests(SynchronousTestCase):
+    def test_delete_of_a_version_referenced_meanwhile(self) -> None:
+        """Two registry processes: a delete record that lands after a registration referencing the version is
+        refused in every process (its writer plans again, and answers 42206)."""
+        state = RegistryState()
+        register = {"op": "register", "subject": "address", "version": 1, "id": 1, "schema": json.dumps(ADDRESS)}
+        person = {"op": "register", "subject": "person", "version": 1, "id": 2, "schema": json.dumps(PERSON),
+                  "references": REF}
+        delete = {"op": "delete", "subject": "address", "version": 1, "permanent": False}
+        self.assertEqual([state.apply(r) for r in (register, person, delete)], [True, True, False])
+        self.assertFalse(state.subjects["address"][1].deleted)
+

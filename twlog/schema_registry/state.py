@@ -132,8 +132,8 @@ class RegistryState:
         if not versions:
             return False
         chosen = list(versions.values()) if version is None else [versions[version]] if version in versions else []
-        if not chosen:
-            return False
+        if not chosen or any(rules.referenced_by(self, subject, e.version, permanent) for e in chosen):
+            return False  # (a version another registry process's record made referenced meanwhile)
         for entry in chosen:
             if permanent:
                 del versions[entry.version]
