@@ -114,7 +114,10 @@ class FakeBrokers:
         if offset > log.end or offset < log.first:
             raise OffsetOutOfRange(f"offset {offset} of {tp}")
         found, used = [], 0
-        for message in log.messages():
+        # (as a broker's, a fetch stops at the end of the segment it starts in)
+        segment = next((messages for messages, _ in log.segments
+                        if messages and messages[0].offset <= offset < messages[-1].next_offset), [])
+        for message in segment:
             if message.offset < offset:
                 continue
             size = message.next_offset - message.offset

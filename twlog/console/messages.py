@@ -206,23 +206,31 @@ class Browse:
         return first
 
     async def _fetch(self, tp: TopicPartition, start: int, end: int) -> tuple[int, list, bool]:
-        """The messages of one fetch from C{start}: C{(start, messages, more)} (C{more}: the log goes on past
-        them).  A start inside a message (newest=N's window) moves to the next message boundary first."""
+        """The messages in at most C{max_bytes} from C{start}: C{(start, messages, more)} (C{more}: the log goes on
+        past them).  A fetch stops at a segment's end, so fetches follow one another until the budget or the end
+        is reached.  A start inside a message (newest=N's window) moves to the next message boundary first."""
         if start >= end:
             return start, [], False
         if self.api.has("newest"):
             start = await self.brokers.boundary(tp, start)
-            if start >= end:
-                return start, [], False
-        try:
-            messages = await self.brokers.fetch(tp, start, self.max_bytes)
-        except FetchSizeTooSmall:
-            raise TwlogError(f"the message at offset {start} is larger than max_bytes={self.max_bytes}: ask for more "
-                             f"(at most {MAX_FETCH_BYTES})") from None
-        except OffsetOutOfRange as e:
-            raise TwlogError(f"offset {start} is out of range (retention deleted it meanwhile?): {e}") from None
-        more = (messages[-1].next_offset if messages else start) < end
-        return start, messages, more
+        messages: list = []
+        position, budget = start, self.max_bytes
+        while position < end and budget > 0:
+            try:
+                found = await self.brokers.fetch(tp, position, budget)
+            except FetchSizeTooSmall:
+                if messages:
+                    break  # (the next message does not fit in what is left: the next page starts there)
+                raise TwlogError(f"the message at offset {position} is larger than max_bytes={self.max_bytes}: ask "
+                                 f"for more (at most {MAX_FETCH_BYTES})") from None
+            except OffsetOutOfRange as e:
+                raise TwlogError(f"offset {position} is out of range (retention deleted it meanwhile?): {e}") from None
+            if not found:
+                break
+            messages += found
+            budget -= found[-1].next_offset - position
+            position = found[-1].next_offset
+        return start, messages, position < end
 
     async def _page(self, chosen, bounds, starts, fetched, mode: str, value: Any) -> dict:
         queues = {tp: list(found[1]) for tp, found in fetched.items()}
