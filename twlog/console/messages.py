@@ -26,6 +26,7 @@ from typing import Any
 
 from twisted.internet import defer
 
+from twlog.avro import AvroDeserializer, RegistryClient
 from twlog.client.times import parse_time
 from twlog.console.cluster import reader_of
 from twlog.console.context import ConsoleContext
@@ -288,8 +289,6 @@ def avro_deserializer(context: ConsoleContext):
     """The console's Avro deserializer (its registry client made once, schemas cached)."""
     deserializer = context.parts.get("avro")
     if deserializer is None:
-        from twlog.avro import AvroDeserializer, RegistryClient
-
         client = RegistryClient(context.registry_url, reactor=context.reactor, timeout_s=context.timeout_s,
                                 tls=context.options.tls)
         deserializer = context.parts["avro"] = AvroDeserializer(client)
