@@ -21,6 +21,13 @@ from twisted.web.client import Agent, HTTPConnectionPool, readBody
 #: so their time says nothing of how fast the broker answers.
 WAITING_TYPES = frozenset({"WAIT_FETCH", "REPLICA_FETCH"})
 
+#: The samples a scrape asks for (C{?name[]=...}, as prometheus_client's handlers and the brokers' take it): the
+#: text to parse is then a few lines per partition, not every family's.
+SCRAPED = ("twlog_network_received_bytes_total", "twlog_network_sent_bytes_total", "twlog_messages_in_total",
+           "twlog_connections", "twlog_leader_partitions", "twlog_replica_partitions",
+           "twlog_request_duration_seconds_bucket", "twlog_log_size_bytes", "twlog_log_end_offset")
+SCRAPE_QUERY = "&".join(f"name[]={name}" for name in SCRAPED)
+
 #: The most bytes of one scrape read (a broker with 10,000 partitions answers some megabytes).
 MAX_SCRAPE_BYTES = 64 * 1024 * 1024
 
@@ -143,7 +150,7 @@ class MetricsStore:
 
 
 def http_fetcher(reactor, timeout_s: float, context_factory=None) -> Callable[[str], Deferred]:
-    """C{fetch(url)}: GET C{url} with Twisted's Agent, its body (at most L{MAX_SCRAPE_BYTES}) within
+    """C{fetch(url)}: GET C{url} (asking for the L{SCRAPED} samples only) with Twisted's Agent, its body (at most L{MAX_SCRAPE_BYTES}) within
     C{timeout_s}.  @raise ValueError: an answer other than 200."""
     pool = HTTPConnectionPool(reactor, persistent=True)  # (one connection per broker, kept between scrapes)
     pool.maxPersistentPerHost = 1
@@ -151,7 +158,8 @@ def http_fetcher(reactor, timeout_s: float, context_factory=None) -> Callable[[s
         Agent(reactor, contextFactory=context_factory, connectTimeout=timeout_s, pool=pool)
 
     async def fetch(url: str) -> bytes:
-        response = await agent.request(b"GET", url.encode("ascii"))
+        asked = url + ("&" if "?" in url else "?") + SCRAPE_QUERY
+        response = await agent.request(b"GET", asked.encode("ascii"))
         if response.code != 200:
             raise ValueError(f"{url} answered HTTP {response.code}")
         if response.length is not None and isinstance(response.length, int) and response.length > MAX_SCRAPE_BYTES:

@@ -85,10 +85,16 @@ class Sampler:
 
     def tick(self) -> None:
         """One sample (skipped while the previous one still runs: a sample never piles on another)."""
-        if self._running is not None and not self._running.called:
-            return
-        self._running = defer.ensureDeferred(self.sample())
-        self._running.addErrback(self._failed)
+        self.sample_now()
+
+    def sample_now(self) -> defer.Deferred:
+        """Fires once a sample has been taken: the one under way, or one started now (its failure logged)."""
+        if self._running is None or self._running.called:
+            self._running = defer.ensureDeferred(self.sample())
+            self._running.addErrback(self._failed)
+        done: defer.Deferred = defer.Deferred()
+        self._running.addBoth(lambda result: (done.callback(None), result)[1])
+        return done
 
     def _failed(self, failure) -> None:
         if failure.check(ApiError, defer.CancelledError):
