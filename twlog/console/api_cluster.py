@@ -198,7 +198,6 @@ async def brokers_route(api: ApiRequest) -> dict:
     context = api.context
     reader = reader_of(context)
     view = reader.ready_view()
-    layout = view.layout()
     controller = await reader.controller()
     endpoints = await reader.endpoints()
     sampler = sampler_of(context)

@@ -150,8 +150,8 @@ class MetricsStore:
 
 
 def http_fetcher(reactor, timeout_s: float, context_factory=None) -> Callable[[str], Deferred]:
-    """C{fetch(url)}: GET C{url} (asking for the L{SCRAPED} samples only) with Twisted's Agent, its body (at most L{MAX_SCRAPE_BYTES}) within
-    C{timeout_s}.  @raise ValueError: an answer other than 200."""
+    """C{fetch(url)}: GET C{url} (asking for the L{SCRAPED} samples only) with Twisted's Agent, its body (at most
+    L{MAX_SCRAPE_BYTES}) within C{timeout_s}.  @raise ValueError: an answer other than 200."""
     pool = HTTPConnectionPool(reactor, persistent=True)  # (one connection per broker, kept between scrapes)
     pool.maxPersistentPerHost = 1
     agent = Agent(reactor, connectTimeout=timeout_s, pool=pool) if context_factory is None else \
