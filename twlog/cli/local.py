@@ -338,7 +338,10 @@ async def _run_cluster(reactor, args, data: str) -> None:
         except FirstError as e:
             raise e.subFailure.value from None
         await _registered(reactor, zookeeper.connect_string, children)
-        if console_port is not None:
+        if secure is not None:
+            write_client_properties(os.path.join(data, "client.properties"), secure,
+                                    [f"127.0.0.1:{port}" for port in tls_ports], ADMIN_MECHANISM)
+        if console_port is not None:  # (with --secure, as the admin of client.properties)
             consoles.append(await start_console(reactor, zookeeper.connect_string, console_port, data, secure))
     except BaseException:
         if stopping:  # stopped by the user while starting: not an error
@@ -352,7 +355,6 @@ async def _run_cluster(reactor, args, data: str) -> None:
     secure_lines: list[str] = []
     if secure is not None:
         tls_addresses = [f"127.0.0.1:{port}" for port in tls_ports]
-        write_client_properties(os.path.join(data, "client.properties"), secure, tls_addresses, ADMIN_MECHANISM)
         secure_lines = secure_usage_lines(zookeeper.connect_string, args.data, secure, tls_addresses)
     print(usage_text(zookeeper.connect_string, ports, data, metrics_urls,
                      (getattr(args, "replication_factor", 1), getattr(args, "min_insync_replicas", 1)), secure_lines,

@@ -16,6 +16,10 @@ import attrs
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet.defer import Deferred
 from twisted.web.client import Agent, HTTPConnectionPool, readBody
+from twisted.web.iweb import IPolicyForHTTPS
+from zope.interface import implementer
+
+from twlog.client.tls import TLSSettings
 
 #: Request types left out of request latency: they wait for data (or for the follower's next fetch) by design,
 #: so their time says nothing of how fast the broker answers.
@@ -149,13 +153,25 @@ class MetricsStore:
             del self._scrapes[broker_id]
 
 
-def http_fetcher(reactor, timeout_s: float, context_factory=None) -> Callable[[str], Deferred]:
+@implementer(IPolicyForHTTPS)
+class TLSPolicy:
+    """HTTPS metrics (a broker's C{--metrics-tls-cert}) checked against the client settings' CA (C{--client-config}'s
+    C{ssl.ca.location}; the platform's trust without one), with their client certificate if any."""
+
+    def __init__(self, tls: TLSSettings) -> None:
+        self.tls = tls
+
+    def creatorForNetloc(self, hostname: bytes, port: int):
+        return self.tls.twisted_options(hostname.decode("ascii"))
+
+
+def http_fetcher(reactor, timeout_s: float, tls: TLSSettings | None = None) -> Callable[[str], Deferred]:
     """C{fetch(url)}: GET C{url} (asking for the L{SCRAPED} samples only) with Twisted's Agent, its body (at most
     L{MAX_SCRAPE_BYTES}) within C{timeout_s}.  @raise ValueError: an answer other than 200."""
     pool = HTTPConnectionPool(reactor, persistent=True)  # (one connection per broker, kept between scrapes)
     pool.maxPersistentPerHost = 1
-    agent = Agent(reactor, connectTimeout=timeout_s, pool=pool) if context_factory is None else \
-        Agent(reactor, contextFactory=context_factory, connectTimeout=timeout_s, pool=pool)
+    agent = Agent(reactor, connectTimeout=timeout_s, pool=pool) if tls is None else \
+        Agent(reactor, contextFactory=TLSPolicy(tls), connectTimeout=timeout_s, pool=pool)
 
     async def fetch(url: str) -> bytes:
         asked = url + ("&" if "?" in url else "?") + SCRAPE_QUERY

@@ -56,7 +56,7 @@ class Sampler:
     def __init__(self, context: ConsoleContext, interval_s: float, fetch=None) -> None:
         self.context = context
         self.interval_s = interval_s
-        self._fetch = fetch or http_fetcher(context.reactor, context.timeout_s)
+        self._fetch = fetch or http_fetcher(context.reactor, context.timeout_s, context.options.tls)
         self.store = MetricsStore(self._fetch, context.reactor)
         #: The latest sample's figures: topic -> bytes (on the leaders), and bytes appended per second.
         self.topic_sizes: dict[str, float] = {}
