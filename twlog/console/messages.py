@@ -275,7 +275,8 @@ class Browse:
         try:
             record = await defer.maybeDeferred(avro_deserializer(self.context), self.topic, payload)
         except Exception as e:  # (not Avro, an unknown id, the registry down: shown as text, with why)
-            return render(payload, "text")[0], f"not decoded as Avro: {str(e).splitlines()[0] if str(e) else e!r}"
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            return render(payload, "text")[0], f"not decoded as Avro: {why}"
         return json.dumps(record, indent=2, ensure_ascii=False, default=_jsonable), None
 
 
