@@ -34,7 +34,7 @@ from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.listeners import Listeners, listen, listen_error
 from twlog.broker.listeners import tcp_endpoint as _endpoint  # noqa: F401 (tests/broker/test_limits.py)
-from twlog.broker.metrics import BrokerMetrics, metrics_url, serve_metrics
+from twlog.broker.metrics import BrokerMetrics, advertised_metrics_url, metrics_url, serve_metrics
 from twlog.broker.replicas import BrokerReplicas
 from twlog.broker.users import BrokerUsers
 from twlog.config import BrokerConfig
@@ -217,6 +217,7 @@ class BrokerService(Service):
             registration = BrokerRegistration(
                 zk, self.config, self.logs, port, clock=self._reactor,
                 stale_wait_s=self.zookeeper_session_timeout_s + 5, tls_port=self.broker.tls_port,
+                metrics_url=advertised_metrics_url(self.config, self.metrics_port),
             )
             await retried(registration.start)
             _check_running(self, zk)  # (stopped meanwhile: its session is closed, the nodes went with it)
