@@ -127,7 +127,7 @@ class GroupDescription:
 
 
 async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=None, timeout_s: float = 5.0,
-                          options: ClientOptions | None = None) -> list[GroupDescription]:
+                          options: ClientOptions | None = None, connect=None) -> list[GroupDescription]:
     """Every group (or just C{group}): members, owners and committed offsets per partition, and lag.
 
     A partition is listed if it is registered by a live broker for a topic the
@@ -135,7 +135,8 @@ async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=N
     Brokers that do not answer within C{timeout_s}, or are not registered (down),
     leave C{latest} (and so C{lag}) as None, with the C{problem}: a partition
     the group has an offset for is listed even when its broker is down.  The brokers are asked with C{options}
-    (TLS, SASL: at their TLS listener with TLS), their timeouts C{timeout_s}.
+    (TLS, SASL: at their TLS listener with TLS), their timeouts C{timeout_s}; C{connect(host, port)} (default:
+    L{connector}) makes each broker connection.
     """
     groups = [group] if group is not None else await sorted_children(zk, paths.CONSUMERS)
     reported: set[str] = set()
@@ -144,7 +145,7 @@ async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=N
     descriptions = []
     for name in groups:
         descriptions.append(await _describe(zk, name, reported))
-    await _fill_latest(descriptions, addresses, reactor, options)
+    await _fill_latest(descriptions, addresses, connect or connector(reactor, options, timeout_s))
     return descriptions
 
 
@@ -185,8 +186,14 @@ def _asking(options: ClientOptions | None, timeout_s: float) -> ClientOptions:
     return ClientOptions.build(options, timeout_s=timeout_s, connect_timeout_s=timeout_s, connect_attempts=1)
 
 
-async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int, tuple[str, int]], reactor,
-                       options: ClientOptions) -> None:
+def connector(reactor, options: ClientOptions | None, timeout_s: float):
+    """C{connect(host, port)}: a L{BrokerConnection} asking once, within C{timeout_s}, with C{options}."""
+    asking = _asking(options, timeout_s)
+    return lambda host, port: BrokerConnection(host, port, reactor=reactor, options=asking)
+
+
+async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int, tuple[str, int]],
+                       connect) -> None:
     """Ask each broker once per partition for its latest offset; remember the answers in the descriptions."""
     wanted = sorted({p.topic_partition for d in descriptions for p in d.partitions})
     by_broker: dict[int, list[TopicPartition]] = {}
@@ -203,7 +210,7 @@ async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int
     async def ask(broker_id: int, items: list[TopicPartition]) -> None:
         host, port = addresses[broker_id]
         where = address_text(host, port)
-        connection = BrokerConnection(host, port, reactor=reactor, options=options)
+        connection = connect(host, port)
         try:
             for tp in items:
                 try:
@@ -338,7 +345,8 @@ async def _layout(zk: IZooKeeper, topics, reported: set[str], listener: str = PL
 
 
 async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time: int, *, reactor=None,
-                     timeout_s: float = 5.0, options: ClientOptions | None = None) -> dict[TopicPartition, int]:
+                     timeout_s: float = 5.0, options: ClientOptions | None = None,
+                     connect=None) -> dict[TopicPartition, int]:
     """Each partition's offset at C{time}: L{LATEST} (-1), L{EARLIEST} (-2), or ms since the epoch.
 
     For a time, the offset is the newest segment start written before it (Kafka
@@ -350,8 +358,9 @@ async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time:
     by_broker: dict[tuple[str, int], list[TopicPartition]] = {}
     for tp, address in sorted(partitions.items()):
         by_broker.setdefault(address, []).append(tp)
+    connect = connect or connector(reactor, options, timeout_s)
     for (host, port), tps in by_broker.items():
-        connection = BrokerConnection(host, port, reactor=reactor, options=_asking(options, timeout_s))
+        connection = connect(host, port)
         try:
             for tp in tps:
                 found = (await connection.request(OffsetsRequest(tp.topic, tp.number, time, 1))).offsets
