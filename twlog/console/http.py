@@ -210,7 +210,7 @@ class ApiResource(resource.Resource):
     def _check_change(self, request) -> None:
         if self.context.read_only:
             raise ApiError(403, "the console is read-only (--read-only): it changes nothing")
-        if request.getHeader(CHANGE_HEADER) != "1":
+        if request.getHeader(CHANGE_HEADER) != b"1":
             raise ApiError(403, f"a change must carry the header {CHANGE_HEADER.decode()}: 1")
         if self.context.login_required and self.context.user_of(request) is None:
             raise ApiError(401, "log in first")

@@ -143,13 +143,15 @@ async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=N
     options = _asking(options, timeout_s)
     addresses = dict((await _layout(zk, (), reported, options.listener)).brokers)
     descriptions = []
+    leaders: dict[TopicPartition, int | None] = {}
     for name in groups:
-        descriptions.append(await _describe(zk, name, reported))
-    await _fill_latest(descriptions, addresses, connect or connector(reactor, options, timeout_s))
+        descriptions.append(await _describe(zk, name, reported, leaders))
+    await _fill_latest(descriptions, addresses, leaders, connect or connector(reactor, options, timeout_s))
     return descriptions
 
 
-async def _describe(zk: IZooKeeper, group: str, reported: set[str]) -> GroupDescription:
+async def _describe(zk: IZooKeeper, group: str, reported: set[str],
+                    leaders: dict[TopicPartition, int | None]) -> GroupDescription:
     registered_members = await read_members(zk, group)
     members = [GroupMember(i, registered_members[i]) for i in sorted(registered_members, key=natural_key)]
     topics = {t for m in members for t in (m.subscription or {})}
@@ -161,6 +163,7 @@ async def _describe(zk: IZooKeeper, group: str, reported: set[str]) -> GroupDesc
         names = await sorted_children(zk, paths.owner_path(group, topic))
         names += await sorted_children(zk, paths.offset_path(group, topic))
         tps = sorted(set(_partitions(topic, names)) | set(layout.topic_partitions(topic)))
+        leaders.update((tp, layout.leader(tp)) for tp in tps if tp.fixed_leader is None)
         owners = await read_values(zk, [paths.owner_path(group, topic, tp.name) for tp in tps])
         offsets = await read_offsets(zk, group, tps)
         for tp, owner in zip(tps, owners):
@@ -193,15 +196,17 @@ def connector(reactor, options: ClientOptions | None, timeout_s: float):
 
 
 async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int, tuple[str, int]],
-                       connect) -> None:
-    """Ask each broker once per partition for its latest offset; remember the answers in the descriptions."""
+                       leaders: dict[TopicPartition, int | None], connect) -> None:
+    """Ask each partition's leader (a replicated one's from C{leaders}) once per partition for its latest offset;
+    remember the answers in the descriptions."""
     wanted = sorted({p.topic_partition for d in descriptions for p in d.partitions})
     by_broker: dict[int, list[TopicPartition]] = {}
     latest: dict[TopicPartition, int] = {}
     problems: dict[TopicPartition, BrokerProblem] = {}
     for tp in wanted:
-        if tp.fixed_leader in addresses:
-            by_broker.setdefault(tp.fixed_leader, []).append(tp)
+        leader = tp.fixed_leader if tp.fixed_leader is not None else leaders.get(tp)
+        if leader in addresses:
+            by_broker.setdefault(leader, []).append(tp)
         elif tp.fixed_leader is not None:
             problems[tp] = BrokerProblem(tp.fixed_leader, NOT_REGISTERED)
         else:

@@ -52,6 +52,10 @@ class ResetRefused(TwlogError):
     """A reset that cannot be planned as asked (a topic nobody holds, a partition whose broker is down)."""
 
 
+class UnknownTopic(ResetRefused):
+    """The topic to reset is held by no registered broker and the group has no offsets for it."""
+
+
 class BadResetParameter(TwlogError):
     """A reset's parameter that names nothing (a partition not in the topic, a byte offset without a partition).
 
@@ -148,7 +152,7 @@ async def plan_reset(zk: IZooKeeper, group: str, topic: str | None, partition: s
         live = await registered_partitions(zk, name, options.listener)
         down = [tp for tp in await committed_partitions(zk, group, name) if tp not in live]
         if not live and not down:
-            raise ResetRefused(f"topic {name!r} does not exist on the brokers registered in ZooKeeper"
+            raise UnknownTopic(f"topic {name!r} does not exist on the brokers registered in ZooKeeper"
                                + (f" at {where}" if where else ""))
         if partition is not None:
             try:

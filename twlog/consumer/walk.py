@@ -43,24 +43,25 @@ async def end_offsets(request, tp: TopicPartition) -> tuple[int, int]:
     return await _single_offset(request, tp, EARLIEST), await _single_offset(request, tp, LATEST)
 
 
-async def walk(request, tp: TopicPartition, start: int, end: int, visit, max_bytes: int = MAX_WALK_BYTES) -> int:
+async def walk(request, tp: TopicPartition, start: int, end: int, visit, max_bytes: int | None = None) -> int:
     """Call C{visit(offset)} for each message start from C{start} (a message start) up to C{end}, in order,
     while it returns a true value; return where the walk stopped (C{end}, or the offset C{visit} refused).
 
-    @raise WalkTooFar: the walk would pass C{start + max_bytes}.
+    @raise WalkTooFar: the walk would pass C{start + max_bytes} (default L{MAX_WALK_BYTES}).
     @raise TwlogError: the log does not hold messages there (a bad length field, no bytes before C{end}).
     """
+    max_bytes = MAX_WALK_BYTES if max_bytes is None else max_bytes
     position = start
     while position < end:
-        if position - start > max_bytes:
-            raise WalkTooFar(f"counting messages of {tp} from {start} would read more than {max_bytes:,} bytes of "
-                             "its log")
         size = min(FETCH_CHUNK, max(end - position, MIN_FETCH_BYTES))
         chunk = (await request(FetchRequest(tp.topic, tp.number, position, size))).messages
         if len(chunk) < LENGTH_BYTES:
             raise TwlogError(f"{tp} has no message at {position} although its log runs to {end}")
         at = 0
         while at + LENGTH_BYTES <= len(chunk) and position < end:
+            if position - start > max_bytes:
+                raise WalkTooFar(f"walking the messages of {tp} from {start} would read more than {max_bytes:,} "
+                                 "bytes of its log")
             size = LENGTH.unpack_from(chunk, at)[0]
             if size < MIN_MESSAGE_BYTES:
                 raise TwlogError(f"{tp} has a bad message length {size} at {position}")
