@@ -49,6 +49,7 @@ def call(site: server.Site, method: str, path: str, body=None, *, change: bool |
         request.requestHeaders.setRawHeaders(CHANGE_HEADER, [b"1"])
     for name, value in (headers or {}).items():
         request.requestHeaders.setRawHeaders(name.encode(), [value.encode()])
+    request.parseCookies()  # (as the channel does once the headers are in)
     request.requestReceived(method.encode(), path.encode(), b"HTTP/1.0")
     written = channel.transport.written.getvalue()
     return Answer(request.code, request.responseHeaders, written.split(b"\r\n\r\n", 1)[-1] if request.finished
