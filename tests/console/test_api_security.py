@@ -39,7 +39,8 @@ class SecurityApiTests(SynchronousTestCase):
         credential = parse_user_config(value)["SCRAM-SHA-512"]
         self.assertTrue(check_plain(credential, "SCRAM-SHA-512", "wonderland"))  # (as twlog users add stores it)
         self.request("POST", "/api/users", {"user": "bob", "password": "x", "mechanism": "SCRAM-SHA-256"})
-        self.assertEqual(self.request("GET", "/api/users")["users"][1], {"user": "bob", "mechanisms": ["SCRAM-SHA-256"]})
+        self.assertEqual(self.request("GET", "/api/users")["users"][1],
+                         {"user": "bob", "mechanisms": ["SCRAM-SHA-256"]})
         self.assertEqual(self.request("DELETE", "/api/users/bob")["users"], added["users"])
         self.assertEqual(self.request("DELETE", "/api/users/bob", status=404)["error"], "user 'bob' does not exist")
 
