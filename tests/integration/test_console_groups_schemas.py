@@ -42,7 +42,8 @@ class ConsoleSchemasTests(TestCase):
         status, listed = await self.get("/api/schemas")
         self.assertEqual(status, 200, listed)
         self.assertEqual([(s["subject"], s["versions"], s["latest_id"], s["compatibility"])
-                          for s in listed["subjects"]], [("clicks-value", [1], 1, "BACKWARD"), ("users-value", [1, 2], 2, "FULL")])
+                          for s in listed["subjects"]],
+                         [("clicks-value", [1], 1, "BACKWARD"), ("users-value", [1, 2], 2, "FULL")])
         status, subject = await self.get("/api/schemas/users-value")
         self.assertEqual([(v["version"], json.loads(v["schema"])) for v in subject["versions"]],
                          [(1, USER_V1), (2, USER_V2)])
