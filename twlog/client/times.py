@@ -1,6 +1,5 @@
 # -*- test-case-name: tests.cli.test_common -*-
-"""Times as users write them, for OFFSETS (L{twlog.protocol.codec.OffsetsRequest.time}): C{latest}, C{earliest},
-milliseconds since the epoch, or an ISO 8601 date/time.  Shared by the command line and the console.  Pure."""
+"""Times as the commands and the console take them: C{latest}, C{earliest}, ms since the epoch, or ISO 8601."""
 
 from __future__ import annotations
 
