@@ -50,6 +50,7 @@ class ConsoleService(Service):
         self.reader = ClusterReader(self.context, lambda: self._make_zk(zookeeper, options, timeout_s),
                                     self._session_made)
         self.sampler = Sampler(self.context, sample_interval_s)
+        self.sample_interval_s = sample_interval_s
         self.reader.on_ready.append(self.sampler.tick)
         self.site = app.make_site(self.context)
         self._listener = None
@@ -92,9 +93,7 @@ class ConsoleService(Service):
                        zookeeper=self.context.zookeeper, mode=" (read-only)" if self.context.read_only else "")
         self.reader.start()
         self.sampler.start()
-        # (the groups' lag sampler: console-groups' api_groups.start_sampling; absent before that branch lands)
-        start_sampling = getattr(api_groups, "start_sampling", None)
-        self._group_sampling = start_sampling(self.context) if start_sampling is not None else None
+        self._group_sampling = api_groups.start_sampling(self.context, self.sample_interval_s)
         self.listening.callback(self._listener.getHost().port)
 
     def stopService(self) -> Deferred | None:
