@@ -115,6 +115,7 @@ class RegistryTests(MetricsTestCase):
         families = {n: f for n, f in scrape(self.registry).items() if n.startswith("twlog_")}
         expected = {
             "twlog_broker_info": "gauge", "twlog_requests": "counter", "twlog_request_errors": "counter",
+            "twlog_messages_in": "counter", "twlog_bytes_in": "counter",
             "twlog_request_duration_seconds": "histogram", "twlog_network_received_bytes": "counter",
             "twlog_network_sent_bytes": "counter", "twlog_sendfile_sent_bytes": "counter",
             "twlog_connections": "gauge", "twlog_connections_max": "gauge",
@@ -223,6 +224,18 @@ class RequestTests(MetricsTestCase):
         self.assertEqual(value(self.registry, "twlog_network_sent_bytes_total"), len(self.transport.value()))
         self.assertGreater(len(self.transport.value()), 100)
         self.assertEqual(value(self.registry, "twlog_sendfile_sent_bytes_total"), 0)  # no socket: copied
+
+
+    def test_messages_and_bytes_in_by_topic(self) -> None:
+        """Producers' appends count messages and bytes by topic; a set refused counts nothing."""
+        first, second = encode_message_set([b"a" * 10, b"b" * 20]), encode_message_set([b"c" * 30])
+        data = (frame(ProduceRequest("t", 0, first)) + frame(ProduceRequest("u", 0, second))
+                + frame(ProduceRequest("t", 0, b"\x00\x00\x00\x09broken!!!")))
+        self.protocol.dataReceived(data)
+        self.assertEqual(value(self.registry, "twlog_messages_in_total", topic="t"), 2)
+        self.assertEqual(value(self.registry, "twlog_bytes_in_total", topic="t"), len(first))
+        self.assertEqual(value(self.registry, "twlog_messages_in_total", topic="u"), 1)
+        self.assertEqual(value(self.registry, "twlog_bytes_in_total", topic="u"), len(second))
 
 
 class LatencyTests(MetricsTestCase):

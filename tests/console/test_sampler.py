@@ -31,6 +31,15 @@ class MetricsTests(SynchronousTestCase):
         with self.assertRaises(ValueError):
             parse_metrics("this is { not prometheus", 0)
 
+    def test_messages_in_by_topic(self) -> None:
+        """twlog_messages_in_total is summed for the broker and kept by topic."""
+        text = ("# TYPE twlog_messages_in counter\n"
+                'twlog_messages_in_total{topic="a"} 5\n'
+                'twlog_messages_in_total{topic="b"} 7\n')
+        figures = parse_metrics(text, 1.0)
+        self.assertEqual(figures.messages_in, 12)
+        self.assertEqual(figures.topic_messages, {"a": 5, "b": 7})
+
     def test_percentiles(self) -> None:
         """The bucket bound holding the quantile, in ms; past the last finite bucket, that bound; since the
         previous scrape when it saw requests since; None without requests."""
@@ -70,6 +79,17 @@ class SamplerTests(SynchronousTestCase):
         self.assertEqual(cluster.sampler.problems, ["cannot read the metrics of broker 1 (127.0.0.1:9093): "
                                                     "connection refused by http://127.0.0.1:9193/metrics"])
         cluster.sampler.stop()
+
+    def test_message_rates_by_topic(self) -> None:
+        """Each topic's messages per second, summed over the brokers scraped twice; a counter that went back (a
+        restart) is left out."""
+        cluster = FakeCluster(self)
+        sampler = cluster.sampler
+        sampler.store.previous = {0: BrokerFigures(t=0, topic_messages={"a": 10, "b": 50}),
+                                  1: BrokerFigures(t=0, topic_messages={"a": 0})}.get
+        rates = sampler._message_rates({0: BrokerFigures(t=10, topic_messages={"a": 110, "b": 20}),
+                                        1: BrokerFigures(t=10, topic_messages={"a": 50, "c": 30})})
+        self.assertEqual(rates, {"a": 15.0, "c": 3.0})
 
     def test_a_slow_sample_is_not_piled_on(self) -> None:
         """While a sample waits for a broker, the next tick does not start another."""

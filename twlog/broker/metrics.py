@@ -341,6 +341,14 @@ class _BrokerCollector:
         for (kind, code), count in sorted(metrics.broker.error_counts.items()):
             errors.add_metric([request_name(kind), str(code), error_name(code)], count)
         yield errors
+        for name, what, counts in (("twlog_messages_in", "Messages appended by producers, by topic (a compressed "
+                                    "set counts as one).", metrics.broker.messages_in),
+                                   ("twlog_bytes_in", "Bytes of messages appended by producers, by topic.",
+                                    metrics.broker.bytes_in)):
+            family = CounterMetricFamily(name, what, labels=["topic"])
+            for topic, count in sorted(counts.items()):
+                family.add_metric([topic], count)
+            yield family
         latency = HistogramMetricFamily(
             "twlog_request_duration_seconds", "Time from a request's arrival until its response was written "
             "(waiting fetches included), by type.", labels=["type"],

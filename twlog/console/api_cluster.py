@@ -108,7 +108,7 @@ def topic_row(view: ClusterView, topic: str, sampler) -> dict:
     return {"name": topic, "partitions": len(layout.partitions[topic]), "replicated": states is not None,
             "replication_factor": states[0].replication_factor if states is not None else 1,
             "size_bytes": sampler.topic_sizes.get(topic) if sampler is not None else None,
-            "messages_in_per_s": None,
+            "messages_in_per_s": sampler.topic_message_rates.get(topic) if sampler is not None else None,
             "bytes_in_per_s": sampler.topic_rates.get(topic) if sampler is not None else None,
             "retention_hours": _retention_hours(config), "under_replicated": len(under)}
 

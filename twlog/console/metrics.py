@@ -54,6 +54,8 @@ class BrokerFigures:
     #: twlog's offsets are byte positions; twlog_log_end_offset).
     sizes: dict[tuple[str, str], float] = attrs.field(factory=dict)
     ends: dict[tuple[str, str], float] = attrs.field(factory=dict)
+    #: Messages appended by producers per topic (twlog_messages_in_total by its topic label).
+    topic_messages: dict[str, float] = attrs.field(factory=dict)
 
     def percentile_ms(self, q: float, earlier: BrokerFigures | None = None) -> float | None:
         """The C{q}-quantile (0.5, 0.99, 0.999) of request latency, in ms, from the histogram's buckets (since
@@ -85,6 +87,7 @@ def parse_metrics(text: str, t: float) -> BrokerFigures:
     buckets: dict[float, float] = {}
     sizes: dict[tuple[str, str], float] = {}
     ends: dict[tuple[str, str], float] = {}
+    topic_messages: dict[str, float] = {}
     simple = {"twlog_network_received_bytes": "bytes_in", "twlog_network_sent_bytes": "bytes_out",
               "twlog_messages_in": "messages_in", "twlog_connections": "connections",
               "twlog_leader_partitions": "leader_partitions", "twlog_replica_partitions": "replica_partitions"}
@@ -94,6 +97,9 @@ def parse_metrics(text: str, t: float) -> BrokerFigures:
             for sample in family.samples:
                 if sample.name in (name, name + "_total"):
                     found[simple[name]] = found.get(simple[name], 0.0) + sample.value
+                    if name == "twlog_messages_in" and "topic" in sample.labels:
+                        topic = sample.labels["topic"]
+                        topic_messages[topic] = topic_messages.get(topic, 0.0) + sample.value
         elif name == "twlog_request_duration_seconds":
             for sample in family.samples:
                 if sample.name.endswith("_bucket") and sample.labels.get("type") not in WAITING_TYPES:
@@ -103,7 +109,8 @@ def parse_metrics(text: str, t: float) -> BrokerFigures:
             into = sizes if name == "twlog_log_size_bytes" else ends
             for sample in family.samples:
                 into[(sample.labels.get("topic", ""), sample.labels.get("partition", ""))] = sample.value
-    return BrokerFigures(t=t, latency_buckets=tuple(sorted(buckets.items())), sizes=sizes, ends=ends, **found)
+    return BrokerFigures(t=t, latency_buckets=tuple(sorted(buckets.items())), sizes=sizes, ends=ends,
+                         topic_messages=topic_messages, **found)
 
 
 def rate(now: BrokerFigures | None, before: BrokerFigures | None, field: str) -> float | None:

@@ -62,6 +62,7 @@ class Sampler:
         self.topic_sizes: dict[str, float] = {}
         self.partition_sizes: dict[str, dict[str, float]] = {}
         self.topic_rates: dict[str, float | None] = {}
+        self.topic_message_rates: dict[str, float] = {}
         #: When the latest sample was taken (reactor seconds), and what it could not reach.
         self.sampled_at: float | None = None
         self.problems: list[str] = []
@@ -168,6 +169,20 @@ class Sampler:
         for topic, size in sizes.items():
             self.context.history.record(f"topic.{topic}.size", now, size)
         self.topic_sizes, self.topic_rates, self.partition_sizes = sizes, appended, partition_sizes
+        self.topic_message_rates = self._message_rates(figures)
+
+    def _message_rates(self, figures: dict[int, BrokerFigures]) -> dict[str, float]:
+        """Messages appended per second by topic, summed over the brokers scraped twice (C{twlog_messages_in})."""
+        rates: dict[str, float] = {}
+        for broker_id, found in figures.items():
+            before = self.store.previous(broker_id)
+            if before is None or found.t <= before.t:
+                continue
+            for topic, count in found.topic_messages.items():
+                grown = count - before.topic_messages.get(topic, 0.0)
+                if grown >= 0:
+                    rates[topic] = rates.get(topic, 0.0) + grown / (found.t - before.t)
+        return rates
 
     def topic_partition_sizes(self, topic: str) -> dict[str, float]:
         """The latest sample's bytes of each partition of C{topic} (by name) on its leader."""

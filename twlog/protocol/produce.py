@@ -89,6 +89,10 @@ class ProduceHandlers:
         self._errors = errors
         #: The replica side, for replicated partitions; None: every partition is its own ISR.
         self.replication: ReplicationGate | None = None
+        #: Messages and bytes appended by producers, by topic (a compressed set counts as one message): for
+        #: metrics (C{twlog_messages_in_total}, C{twlog_bytes_in_total}).
+        self.messages_in: dict[str, int] = {}
+        self.bytes_in: dict[str, int] = {}
 
     def _append(self, request: ProduceRequest, ack: int = 0) -> Appended | Deferred[Appended]:
         """Append C{request}'s set; return where it landed and whether the partition is replicated here.
@@ -113,6 +117,9 @@ class ProduceHandlers:
         return self._appended(log.append(request.messages, checked), request, replicated)
 
     def _appended(self, appended: AppendResult, request: ProduceRequest, replicated: bool) -> Appended:
+        topic = request.topic
+        self.messages_in[topic] = self.messages_in.get(topic, 0) + appended.count
+        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + appended.next_offset - appended.offset
         if replicated:
             self.replication.appended(request.topic, request.partition)
         return appended, replicated

@@ -63,6 +63,7 @@ class Broker:
         self.error_counts = errors.counts
         self.count_error = errors.count
         self._producing = producing = ProduceHandlers(logs, clock, errors)
+        self.messages_in, self.bytes_in = producing.messages_in, producing.bytes_in
         self._fetching = fetching = FetchHandlers(logs, config, clock, errors)
         self._metadata = metadata = MetadataHandlers(logs, config, clock, errors)
         logs.add_flush_listener(fetching.flushed)
