@@ -49,7 +49,7 @@ export function historyChart({ title, names, labels = null, unit = "", minutes =
       scales: { x: { time: true } },
       axes: [
         { stroke: "#555", grid: { stroke: "#eee" } },
-        { stroke: "#555", grid: { stroke: "#eee" }, size: 70, values: (u, ticks) => ticks.map(format) },
+        { stroke: "#555", grid: { stroke: "#eee" }, size: 84, values: (u, ticks) => ticks.map(format) },
       ],
       series: [{}, ...seriesNames.map((name, i) => ({
         label: labels ? labels(name) : name,
