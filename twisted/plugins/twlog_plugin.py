@@ -3,3 +3,6 @@
 from twisted.application.service import ServiceMaker
 
 twlog_broker = ServiceMaker("twlog broker", "twlog.broker.tap", "A log-structured publish/subscribe broker.", "twlog")
+
+twlog_console = ServiceMaker("twlog console", "twlog.console.tap", "A web console for a twlog cluster.",
+                             "twlog-console")

@@ -257,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
                "run the schema registry (Confluent's REST API for Avro) in the foreground",
                "Run the schema registry until Ctrl-C or SIGTERM; `twlog registry --help` lists its options.",
                add_help=False)
+    subcommand(commands, "console", "twlog.cli.console:main",
+               "run the web console (topics, messages, groups, brokers) in the foreground",
+               "Run the web console until Ctrl-C or SIGTERM; `twlog console --help` lists its options.",
+               add_help=False)
 
     local = subcommand(
         commands, "local", "twlog.cli.local:run_local", "run ZooKeeper and N brokers on this machine until Ctrl-C",
@@ -443,6 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _load("twlog.cli.broker:main")(argv[1:])
     if argv[:1] == ["registry"]:  # the same for twistd twlog-registry's options
         return _load("twlog.cli.registry:main")(argv[1:])
+    if argv[:1] == ["console"]:  # and twistd twlog-console's
+        return _load("twlog.cli.console:main")(argv[1:])
     parser = build_parser()
     if not argv:  # as git does: what there is to run, then a usage error's exit status
         print(command_list(parser), file=sys.stderr)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import datetime, timezone
 
 from twlog.cli.parsing import type_checked
+from twlog.client.times import parse_time  # noqa: F401  (the commands' rule, in the library for the console)
 from twlog.errors import TwlogError
-from twlog.protocol.codec import EARLIEST, LATEST
 from twlog.storage.manager import MAX_PARTITIONS, validate_topic
 
 
@@ -87,29 +86,6 @@ def offset_option(text: str) -> str | int:
             f"offset {text!r} is not earliest, latest or a byte offset (a whole number from 0)"
         )
     return value
-
-
-def parse_time(text: str) -> int:
-    """C{latest}, C{earliest}, milliseconds since the epoch, or an ISO 8601 date/time (UTC unless it says).
-
-    @raise ValueError: none of these, naming what is accepted.
-    """
-    if text == "latest":
-        return LATEST
-    if text == "earliest":
-        return EARLIEST
-    if text.isdigit():
-        return int(text)
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"time {text!r} is not latest, earliest, milliseconds since the epoch, or a date/time like "
-            "2024-05-01T12:00:00"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return int(when.timestamp() * 1000)
 
 
 def time_option(text: str) -> int:

@@ -6,7 +6,10 @@ port, and stays as it is so that 0.7 clients keep working.  A broker also
 writes its listeners, as Kafka 0.9's registration does, in an ephemeral node
 of its own beside it::
 
-    {"version": 1, "endpoints": ["PLAINTEXT://127.0.0.1:9092", "SSL://127.0.0.1:9093"]}
+    {"version": 1, "endpoints": ["PLAINTEXT://127.0.0.1:9092", "SSL://127.0.0.1:9093"],
+     "metrics_url": "http://127.0.0.1:9192/metrics"}
+
+(C{metrics_url} only from a broker with C{--metrics-port}: where the console scrapes its metrics.)
 
 A client that speaks TLS (L{SSL}) reads the brokers through their C{SSL}
 endpoint: L{listener_values} rewrites the registrations it read, so that the
@@ -24,7 +27,7 @@ from collections.abc import Mapping
 from twlog.coord.layout import parse_broker_address
 from twlog.partition import address_text
 
-__all__ = ["PLAINTEXT", "SSL", "endpoints_value", "listener_values", "parse_endpoints"]
+__all__ = ["PLAINTEXT", "SSL", "endpoints_value", "listener_values", "metrics_url_of", "parse_endpoints"]
 
 #: The security protocols of the listeners (Kafka's names): plaintext and TLS.  (SASL is asked for on
 #: either, in the connection's first requests, so it does not make a listener of its own here.)
@@ -33,12 +36,27 @@ SSL = "SSL"
 _PROTOCOLS = (PLAINTEXT, SSL)
 
 
-def endpoints_value(host: str, port: int | None, tls_port: int | None) -> bytes:
+def endpoints_value(host: str, port: int | None, tls_port: int | None, metrics_url: str | None = None) -> bytes:
     """The value of C{/twlog/brokers/endpoints/<id>} for a broker at C{host} listening on C{port} (None: no
-    plaintext listener) and C{tls_port} (None: no TLS listener)."""
+    plaintext listener) and C{tls_port} (None: no TLS listener), serving its Prometheus metrics at C{metrics_url}
+    (None: it does not; Kafka's broker node has C{jmx_port} for the same reason: where tools read its metrics)."""
     endpoints = [f"{name}://{address_text(host, p)}" for name, p in ((PLAINTEXT, port), (SSL, tls_port))
                  if p is not None]
-    return json.dumps({"version": 1, "endpoints": endpoints}, separators=(",", ":")).encode("ascii")
+    document: dict = {"version": 1, "endpoints": endpoints}
+    if metrics_url is not None:
+        document["metrics_url"] = metrics_url
+    return json.dumps(document, separators=(",", ":")).encode("ascii")
+
+
+def metrics_url_of(value: bytes) -> str | None:
+    """The C{metrics_url} of an endpoints node (L{endpoints_value}), or None: none given, or not an http(s) URL
+    (a node of a twlog before it, or a broker without C{--metrics-port})."""
+    try:
+        document = json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    url = document.get("metrics_url") if isinstance(document, dict) else None
+    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
 
 
 def parse_endpoints(value: bytes) -> dict[str, tuple[str, int]]:

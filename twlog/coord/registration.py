@@ -110,7 +110,7 @@ class BrokerRegistration:
     _log = Logger()
 
     def __init__(self, zk: IZooKeeper, config: BrokerConfig, logs: LogManager, port: int, *, clock=None,
-                 stale_wait_s: float = 15.0, tls_port: int | None = None) -> None:
+                 stale_wait_s: float = 15.0, tls_port: int | None = None, metrics_url: str | None = None) -> None:
         if clock is None:
             from twisted.internet import reactor as clock
         self._zk = zk
@@ -123,8 +123,9 @@ class BrokerRegistration:
         #: What this broker writes to C{/brokers/ids/<id>} (0.7's form; the creator id dates from now).
         self.value = broker_value(config.advertised_host, port, int(clock.seconds() * 1000))
         self.stale_wait_s = stale_wait_s
-        #: Its listeners (C{/twlog/brokers/endpoints/<id>}): the plaintext port as above, and C{tls_port}.
-        endpoints = endpoints_value(config.advertised_host, port, tls_port)
+        #: Its listeners (C{/twlog/brokers/endpoints/<id>}): the plaintext port as above, C{tls_port}, and where it
+        #: serves its metrics.
+        endpoints = endpoints_value(config.advertised_host, port, tls_port, metrics_url)
         self._nodes = BrokerNodes(zk, self.broker_id, self.value, clock, endpoints)
         self._machine = StateMachine(f"broker {self.broker_id} registration", _S.STOPPED, REGISTRATION_MOVES,
                                      logged_by(self._log))
