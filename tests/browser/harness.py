@@ -148,6 +148,22 @@ class Cluster:
         wait_for(f"twlog console at {base}", answers, START_TIMEOUT_S)
         return base
 
+    def registry(self) -> str:
+        """Start C{twlog registry} over this cluster; its base URL once it answers."""
+        port = free_port()
+        process, output = self.processes.start(f"registry-{port}", "registry", "--zookeeper", self.zookeeper,
+                                               "--port", str(port))
+        base = f"http://127.0.0.1:{port}"
+
+        def answers():
+            if process.poll() is not None:
+                raise AssertionError(f"twlog registry exited {process.returncode}: {_tail(output)}")
+            with urllib.request.urlopen(f"{base}/subjects", timeout=2) as response:
+                return response.status == 200
+
+        wait_for(f"twlog registry at {base}", answers, START_TIMEOUT_S)
+        return base
+
     def stop(self) -> None:
         self.processes.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -175,10 +191,11 @@ class Cluster:
         return described
 
 
-def api(base: str, path: str, method: str = "GET", body: object = None, headers: dict | None = None):
-    """(status, JSON answer) of the console's API."""
+def api(base: str, path: str, method: str = "GET", body: object = None, headers: dict | None = None,
+        prefix: str = "/api/"):
+    """(status, JSON answer) of the console's API (or, with C{prefix}, another JSON service's)."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{base}/api/{path}", data=data, method=method,
+    request = urllib.request.Request(f"{base}{prefix}{path}", data=data, method=method,
                                      headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
