@@ -135,6 +135,10 @@ class RegistryClient(_Base):
         """The subject's latest version: C{subject}, C{version}, C{id}, C{schema}."""
         return self._call(b"GET", f"/subjects/{_quote(subject)}/versions/latest")
 
+    def get(self, path: str) -> Deferred[Any]:
+        """The registry's JSON answer to C{GET path} (C{/subjects}, C{/config/<subject>}...), for the console."""
+        return self._call(b"GET", path)
+
     def close(self) -> Deferred[None]:
         return self._pool.closeCachedConnections()
 

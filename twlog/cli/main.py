@@ -331,16 +331,21 @@ def add_group_commands(commands, debug_option, json_option, topic_option, partit
         actions, "reset", "twlog.cli.groups:reset", "set a stopped group's committed offsets of a topic",
         "Set the committed offset of each partition of TOPIC (or --partition) for GROUP: to the earliest "
         "or latest offset, to the first offset of the segments written before a time, or to a byte offset (with "
-        "--partition; the partition's broker must confirm that a message starts there, or that it is the end). "
+        "--partition; the partition's broker must confirm that a message starts there, or that it is the end), or "
+        "shift each committed offset by N messages (--shift). "
         "Prints the old and new offset of each partition. Refused while the group has live members (stop them "
         "first), and for a group that does not exist unless --create.", react=True,
     )
     zookeeper_options(reset, True)
     topic_option(reset)
     partition_option_of(reset, "only this partition")
-    reset.add_argument("--to", required=True, type=reset_target, metavar="earliest|latest|TIME|OFFSET",
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", type=reset_target, metavar="earliest|latest|TIME|OFFSET",
                        help="earliest, latest, a time (ISO date/time such as 2024-05-01T12:00, UTC) or, with "
                        "--partition, a byte offset where a message starts (or the partition's end)")
+    where.add_argument("--shift", type=int, metavar="N",
+                       help="move each committed offset N messages forward (negative: back), stopping at the "
+                       "log's earliest offset or end (and saying so)")
     reset.add_argument("--dry-run", action="store_true", help="print the old and new offsets; change nothing")
     reset.add_argument("--create", action="store_true",
                        help="start a new group if there is none of that name (without it, an unknown group is "

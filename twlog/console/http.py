@@ -32,6 +32,9 @@ from twlog.errors import TwlogError
 #: The header a change must carry (its value: C{1}).
 CHANGE_HEADER = b"X-Twlog-Console"
 
+#: The routes answered without a login (C{--login}), and not refused read-only: who you are, and logging in or out.
+OPEN_ROUTES = frozenset({"session", "login", "logout"})
+
 #: The largest request body taken (a change is a small JSON object).
 MAX_BODY_BYTES = 64 * 1024
 
@@ -198,8 +201,11 @@ class ApiResource(resource.Resource):
                 if route.match(route.method, parts) is not None:
                     allowed.append(route.method)
                 continue
+            if (self.context.login_required and route.pattern not in OPEN_ROUTES
+                    and self.context.user_of(request) is None):
+                raise ApiError(401, "log in first")
             if route.change:
-                self._check_change(request)
+                self._check_change(request, route)
             return route.handler(ApiRequest(request, params, self.context))
         if allowed:
             request.setHeader(b"Allow", ", ".join(sorted(set(allowed))).encode())
@@ -207,13 +213,11 @@ class ApiResource(resource.Resource):
                                 f"{', '.join(sorted(set(allowed)))})")
         raise ApiError(404, f"no such API path: /api/{'/'.join(parts)}")
 
-    def _check_change(self, request) -> None:
-        if self.context.read_only:
+    def _check_change(self, request, route: Route) -> None:
+        if self.context.read_only and route.pattern not in OPEN_ROUTES:
             raise ApiError(403, "the console is read-only (--read-only): it changes nothing")
-        if request.getHeader(CHANGE_HEADER) != "1":
+        if request.getHeader(CHANGE_HEADER) != b"1":
             raise ApiError(403, f"a change must carry the header {CHANGE_HEADER.decode()}: 1")
-        if self.context.login_required and self.context.user_of(request) is None:
-            raise ApiError(401, "log in first")
         length = request.getHeader(b"Content-Length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
             raise ApiError(413, f"the request body is over {MAX_BODY_BYTES} bytes")

@@ -127,7 +127,7 @@ class GroupDescription:
 
 
 async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=None, timeout_s: float = 5.0,
-                          options: ClientOptions | None = None) -> list[GroupDescription]:
+                          options: ClientOptions | None = None, connect=None) -> list[GroupDescription]:
     """Every group (or just C{group}): members, owners and committed offsets per partition, and lag.
 
     A partition is listed if it is registered by a live broker for a topic the
@@ -135,20 +135,23 @@ async def describe_groups(zk: IZooKeeper, group: str | None = None, *, reactor=N
     Brokers that do not answer within C{timeout_s}, or are not registered (down),
     leave C{latest} (and so C{lag}) as None, with the C{problem}: a partition
     the group has an offset for is listed even when its broker is down.  The brokers are asked with C{options}
-    (TLS, SASL: at their TLS listener with TLS), their timeouts C{timeout_s}.
+    (TLS, SASL: at their TLS listener with TLS), their timeouts C{timeout_s}; C{connect(host, port)} (default:
+    L{connector}) makes each broker connection.
     """
     groups = [group] if group is not None else await sorted_children(zk, paths.CONSUMERS)
     reported: set[str] = set()
     options = _asking(options, timeout_s)
     addresses = dict((await _layout(zk, (), reported, options.listener)).brokers)
     descriptions = []
+    leaders: dict[TopicPartition, int | None] = {}
     for name in groups:
-        descriptions.append(await _describe(zk, name, reported))
-    await _fill_latest(descriptions, addresses, reactor, options)
+        descriptions.append(await _describe(zk, name, reported, leaders))
+    await _fill_latest(descriptions, addresses, leaders, connect or connector(reactor, options, timeout_s))
     return descriptions
 
 
-async def _describe(zk: IZooKeeper, group: str, reported: set[str]) -> GroupDescription:
+async def _describe(zk: IZooKeeper, group: str, reported: set[str],
+                    leaders: dict[TopicPartition, int | None]) -> GroupDescription:
     registered_members = await read_members(zk, group)
     members = [GroupMember(i, registered_members[i]) for i in sorted(registered_members, key=natural_key)]
     topics = {t for m in members for t in (m.subscription or {})}
@@ -160,6 +163,7 @@ async def _describe(zk: IZooKeeper, group: str, reported: set[str]) -> GroupDesc
         names = await sorted_children(zk, paths.owner_path(group, topic))
         names += await sorted_children(zk, paths.offset_path(group, topic))
         tps = sorted(set(_partitions(topic, names)) | set(layout.topic_partitions(topic)))
+        leaders.update((tp, layout.leader(tp)) for tp in tps if tp.fixed_leader is None)
         owners = await read_values(zk, [paths.owner_path(group, topic, tp.name) for tp in tps])
         offsets = await read_offsets(zk, group, tps)
         for tp, owner in zip(tps, owners):
@@ -185,16 +189,24 @@ def _asking(options: ClientOptions | None, timeout_s: float) -> ClientOptions:
     return ClientOptions.build(options, timeout_s=timeout_s, connect_timeout_s=timeout_s, connect_attempts=1)
 
 
-async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int, tuple[str, int]], reactor,
-                       options: ClientOptions) -> None:
-    """Ask each broker once per partition for its latest offset; remember the answers in the descriptions."""
+def connector(reactor, options: ClientOptions | None, timeout_s: float):
+    """C{connect(host, port)}: a L{BrokerConnection} asking once, within C{timeout_s}, with C{options}."""
+    asking = _asking(options, timeout_s)
+    return lambda host, port: BrokerConnection(host, port, reactor=reactor, options=asking)
+
+
+async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int, tuple[str, int]],
+                       leaders: dict[TopicPartition, int | None], connect) -> None:
+    """Ask each partition's leader (a replicated one's from C{leaders}) once per partition for its latest offset;
+    remember the answers in the descriptions."""
     wanted = sorted({p.topic_partition for d in descriptions for p in d.partitions})
     by_broker: dict[int, list[TopicPartition]] = {}
     latest: dict[TopicPartition, int] = {}
     problems: dict[TopicPartition, BrokerProblem] = {}
     for tp in wanted:
-        if tp.fixed_leader in addresses:
-            by_broker.setdefault(tp.fixed_leader, []).append(tp)
+        leader = tp.fixed_leader if tp.fixed_leader is not None else leaders.get(tp)
+        if leader in addresses:
+            by_broker.setdefault(leader, []).append(tp)
         elif tp.fixed_leader is not None:
             problems[tp] = BrokerProblem(tp.fixed_leader, NOT_REGISTERED)
         else:
@@ -203,7 +215,7 @@ async def _fill_latest(descriptions: list[GroupDescription], addresses: dict[int
     async def ask(broker_id: int, items: list[TopicPartition]) -> None:
         host, port = addresses[broker_id]
         where = address_text(host, port)
-        connection = BrokerConnection(host, port, reactor=reactor, options=options)
+        connection = connect(host, port)
         try:
             for tp in items:
                 try:
@@ -338,7 +350,8 @@ async def _layout(zk: IZooKeeper, topics, reported: set[str], listener: str = PL
 
 
 async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time: int, *, reactor=None,
-                     timeout_s: float = 5.0, options: ClientOptions | None = None) -> dict[TopicPartition, int]:
+                     timeout_s: float = 5.0, options: ClientOptions | None = None,
+                     connect=None) -> dict[TopicPartition, int]:
     """Each partition's offset at C{time}: L{LATEST} (-1), L{EARLIEST} (-2), or ms since the epoch.
 
     For a time, the offset is the newest segment start written before it (Kafka
@@ -350,8 +363,9 @@ async def offsets_at(partitions: Mapping[TopicPartition, tuple[str, int]], time:
     by_broker: dict[tuple[str, int], list[TopicPartition]] = {}
     for tp, address in sorted(partitions.items()):
         by_broker.setdefault(address, []).append(tp)
+    connect = connect or connector(reactor, options, timeout_s)
     for (host, port), tps in by_broker.items():
-        connection = BrokerConnection(host, port, reactor=reactor, options=_asking(options, timeout_s))
+        connection = connect(host, port)
         try:
             for tp in tps:
                 found = (await connection.request(OffsetsRequest(tp.topic, tp.number, time, 1))).offsets
