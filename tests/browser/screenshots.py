@@ -73,12 +73,14 @@ def shoot(base: str, out: str) -> list[str]:
             if selector:
                 wait_for(f"{selector} on {path}", lambda s=selector: driver.find_elements("css selector", s))
             time.sleep(0.5)  # (the charts' first draw and the fonts)
+            # The whole page (at most 1,800 px), not only the window's height.
             height = driver.execute_script("return Math.min(1800, document.documentElement.scrollHeight)")
-            driver.set_window_size(1280, max(700, height))
+            driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                   {"width": 1280, "height": max(700, height), "deviceScaleFactor": 1, "mobile": False})
             time.sleep(0.3)
             target = os.path.join(out, f"{name}.png")
             driver.save_screenshot(target)
-            driver.set_window_size(1280, 900)
+            driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
             written.append(target)
     finally:
         driver.quit()
