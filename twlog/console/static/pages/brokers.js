@@ -6,7 +6,7 @@ import { historyChart } from "../charts.js";
 import { byteRate, h, ms, num, rate, table } from "../ui.js";
 
 export async function render(main, ctx) {
-  const body = h("div");
+  const body = h("div", { class: "block" });
   const charts = h("div", { class: "charts" });
   main.append(h("h1", {}, "Brokers"), body, charts);
   let chartSet = null;
