@@ -17,25 +17,21 @@ import sys
 from twlog.cli.common import UsageError
 from twlog.cli.output import print_json
 from twlog.cli.zk_options import zookeeper_credentials
-from twlog.coord.acls import change_acls, read_acls
-from twlog.coord.paths import CONSUMERS
-from twlog.coord.zk import IZooKeeper, NoNodeError, ZooKeeper, ZooKeeperUnavailable
-from twlog.coord.zksecure import set_group_acl
+from twlog.coord.acls import change_acls, read_acls, secure_group_nodes
+from twlog.coord.zk import IZooKeeper, ZooKeeper, ZooKeeperUnavailable
 from twlog.errors import TwlogError
 from twlog.security.acls import (
     CLUSTER_NAME,
-    WILDCARD,
     AccessControlEntry,
     AclBinding,
-    AclError,
     Operation,
     PatternType,
     Permission,
     ResourcePattern,
     ResourceType,
-    group_read_principals,
     parse_principal,
 )
+from twlog.security.acls import parse_operation as parse_acl_operation
 
 #: How long to wait for ZooKeeper.
 TIMEOUT_S = 5.0
@@ -53,11 +49,7 @@ async def _session(reactor, args) -> ZooKeeper:
 
 def parse_operation(text: str) -> Operation:
     """An operation by Kafka's name, in any case, with or without C{_} (C{Write}, C{cluster_action})."""
-    wanted = text.replace("_", "").replace("-", "").lower()
-    for operation in Operation:
-        if operation.value.lower() == wanted:
-            return operation
-    raise AclError(f"--operation {text!r} is not one of {', '.join(o.value for o in Operation)}")
+    return parse_acl_operation(text, "--operation")
 
 
 def patterns(args, pattern_type: PatternType) -> list[ResourcePattern]:
@@ -147,22 +139,8 @@ async def remove(reactor, args) -> None:
 
 async def secure_groups(zk: IZooKeeper, changed: list[ResourcePattern]) -> None:
     """In a secured ZooKeeper (the command has the cluster's credentials): give the nodes of each group whose
-    Group ACLs changed the ZooKeeper ACL their Read ACLs make (L{set_group_acl}: the cluster and the principals
-    with Read on the group may write them).  A literal name is that group (its root made if missing); a prefixed
-    pattern or C{*}, the groups it covers that exist now (a group made later needs C{acls add --group NAME})."""
-    patterns = [p for p in changed if p.resource_type is ResourceType.GROUP]
-    if zk.credentials is None or not patterns:
-        return
-    acls = await read_acls(zk)
-    try:
-        existing = await zk.children(CONSUMERS)
-    except NoNodeError:
-        existing = []
-    groups = {p.name for p in patterns if p.pattern_type is PatternType.LITERAL and p.name != WILDCARD}
-    groups.update(g for g in existing for p in patterns if p.matches(ResourceType.GROUP, g))
-    for group in sorted(groups):
-        principals = sorted(group_read_principals(acls, group))
-        count = await set_group_acl(zk, group, principals)
+    Group ACLs changed the ZooKeeper ACL their Read ACLs make (L{secure_group_nodes}), saying so."""
+    for group, principals, count in await secure_group_nodes(zk, changed):
         print(f"ZooKeeper ACL of group {group}'s nodes ({count}): writable by the cluster"
               + (f" and {', '.join(principals)}" if principals else " alone"))
 

@@ -30,6 +30,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from twlog.coord.paths import CONSUMERS
 from twlog.coord.zk import (
     CONNECTED,
     LOST,
@@ -40,8 +41,10 @@ from twlog.coord.zk import (
     NodeExistsError,
     NoNodeError,
 )
+from twlog.coord.zksecure import set_group_acl
 from twlog.errors import TwlogError
 from twlog.security.acls import (
+    WILDCARD,
     AccessControlEntry,
     AclError,
     Authorizer,
@@ -51,10 +54,11 @@ from twlog.security.acls import (
     ResourceType,
     decode_acls,
     encode_acls,
+    group_read_principals,
 )
 
 __all__ = ["LITERAL_ROOT", "PREFIXED_ROOT", "AclCache", "change_acls", "change_notification", "notify_change",
-           "pattern_path", "read_acls"]
+           "pattern_path", "read_acls", "secure_group_nodes"]
 
 LITERAL_ROOT = "/kafka-acl"
 PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
@@ -111,6 +115,31 @@ async def read_acls(zk: IZooKeeper) -> dict[ResourcePattern, frozenset[AccessCon
             if entries:
                 found[pattern] = entries
     return found
+
+
+async def secure_group_nodes(zk: IZooKeeper, changed: Iterable[ResourcePattern]) -> list[tuple[str, list[str], int]]:
+    """In a secured ZooKeeper (C{zk} has the cluster's credentials): give the nodes of each group whose Group ACLs
+    changed the ZooKeeper ACL their Read ACLs make (L{set_group_acl}: the cluster and the principals with Read on
+    the group may write them).  A literal name is that group (its root made if missing); a prefixed pattern or
+    C{*}, the groups it covers that exist now (a group made later needs C{acls add --group NAME}).
+
+    @return: per group secured, its name, the principals that may write its nodes, and how many nodes were set.
+    """
+    patterns = [p for p in changed if p.resource_type is ResourceType.GROUP]
+    if zk.credentials is None or not patterns:
+        return []
+    acls = await read_acls(zk)
+    try:
+        existing = await zk.children(CONSUMERS)
+    except NoNodeError:
+        existing = []
+    groups = {p.name for p in patterns if p.pattern_type is PatternType.LITERAL and p.name != WILDCARD}
+    groups.update(g for g in existing for p in patterns if p.matches(ResourceType.GROUP, g))
+    secured = []
+    for group in sorted(groups):
+        principals = sorted(group_read_principals(acls, group))
+        secured.append((group, principals, await set_group_acl(zk, group, principals)))
+    return secured
 
 
 def change_notification(pattern: ResourcePattern) -> tuple[str, bytes]:

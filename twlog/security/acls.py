@@ -25,7 +25,8 @@ import attrs
 __all__ = [
     "ALL_HOSTS", "ALL_PRINCIPALS", "CLUSTER_NAME", "WILDCARD", "AccessControlEntry", "AclBinding", "AclError",
     "Authorizer", "Operation", "PatternType", "Permission", "ResourcePattern", "ResourceType", "decode_acls",
-    "encode_acls", "group_read_principals", "parse_principal", "parse_super_users", "valid_operations",
+    "encode_acls", "group_read_principals", "parse_operation", "parse_principal", "parse_super_users",
+    "valid_operations",
 ]
 
 #: The literal resource name that matches every resource of its type (Kafka's C{ResourcePattern.WILDCARD_RESOURCE}).
@@ -99,6 +100,18 @@ _IMPLIED_BY: dict[Operation, frozenset[Operation]] = {
 def valid_operations(resource_type: ResourceType) -> frozenset[Operation]:
     """The operations an ACL on C{resource_type} may name."""
     return _VALID_OPERATIONS[resource_type]
+
+
+def parse_operation(text: str, what: str = "operation") -> Operation:
+    """An operation by Kafka's name, in any case, with or without C{_} (C{Write}, C{cluster_action}).
+
+    @raise AclError: no such operation (C{what} names the value: C{--operation}).
+    """
+    wanted = text.replace("_", "").replace("-", "").lower()
+    for operation in Operation:
+        if operation.value.lower() == wanted:
+            return operation
+    raise AclError(f"{what} {text!r} is not one of {', '.join(o.value for o in Operation)}")
 
 
 def parse_principal(text: str) -> str:
