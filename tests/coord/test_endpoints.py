@@ -6,7 +6,7 @@ import json
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from twlog.coord.endpoints import PLAINTEXT, SSL, endpoints_value, listener_values, parse_endpoints
+from twlog.coord.endpoints import PLAINTEXT, SSL, endpoints_value, listener_values, metrics_url_of, parse_endpoints
 from twlog.coord.layout import ClusterLayout
 
 
@@ -18,6 +18,18 @@ class EndpointsTests(SynchronousTestCase):
         self.assertEqual(parse_endpoints(value), {PLAINTEXT: ("127.0.0.1", 9092), SSL: ("127.0.0.1", 9093)})
         self.assertEqual(parse_endpoints(endpoints_value("::1", 9092, None)), {PLAINTEXT: ("::1", 9092)})
         self.assertEqual(json.loads(endpoints_value("::1", None, 9093))["endpoints"], ["SSL://[::1]:9093"])
+
+    def test_metrics_url(self) -> None:
+        """A broker serving metrics says where (the console scrapes them); a node without it, from an older twlog
+        or a broker without --metrics-port, is read as before, with no URL."""
+        value = endpoints_value("127.0.0.1", 9092, None, "https://127.0.0.1:9192/metrics")
+        self.assertEqual(json.loads(value), {"version": 1, "endpoints": ["PLAINTEXT://127.0.0.1:9092"],
+                                             "metrics_url": "https://127.0.0.1:9192/metrics"})
+        self.assertEqual(parse_endpoints(value), {PLAINTEXT: ("127.0.0.1", 9092)})
+        self.assertEqual(metrics_url_of(value), "https://127.0.0.1:9192/metrics")
+        for older in (endpoints_value("127.0.0.1", 9092, None), b'{"version":1,"endpoints":[],"metrics_url":7}',
+                      b'{"metrics_url":"file:///etc/passwd"}', b"not json"):
+            self.assertIsNone(metrics_url_of(older), older)
 
     def test_bad_values(self) -> None:
         for value, expected in [

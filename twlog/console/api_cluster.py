@@ -10,14 +10,13 @@ C{twlog topics describe} does (L{twlog.client.replica_status.ask_leaders}).
 
 from __future__ import annotations
 
-from twlog.client.replica_status import ask_leaders
 from twlog.console import messages
 from twlog.console.cluster import reader_of
 from twlog.console.context import ConsoleContext
 from twlog.console.http import ApiRequest, Route, not_found
 from twlog.console.listing import page
 from twlog.console.metrics import rate
-from twlog.console.partitions import Brokers, first_last_all
+from twlog.console.partitions import brokers_for, first_last_all
 from twlog.console.sampler import sampler_of
 from twlog.coord.cluster import ClusterView
 from twlog.coord.layout import ClusterLayout
@@ -153,7 +152,7 @@ async def topic(api: ApiRequest) -> dict:
     layout = view.layout()
     sampler = sampler_of(context)
     owners_sizes = sampler.topic_partition_sizes(name) if sampler is not None else {}
-    brokers = Brokers(context, layout)
+    brokers = brokers_for(context, layout)
     problems: list[str] = []
     unreachable: list[str] = []
     try:
@@ -164,8 +163,7 @@ async def topic(api: ApiRequest) -> dict:
         replicated = view.replicated(name)
         progress = {}
         if replicated is not None:
-            progress, lines = await ask_leaders(replicated, layout.brokers, reactor=context.reactor,
-                                                options=context.options)
+            progress, lines = await brokers.progress(replicated)
             problems += [f"{line}: its high watermark is unknown" for line in lines]
     finally:
         await brokers.close()

@@ -31,8 +31,10 @@ from twlog.coord.zk import (
 
 __all__ = ["ClusterReader", "bounded", "parse_endpoint_node", "reader_of", "zookeeper_down"]
 
-#: Seconds between attempts to make the session while ZooKeeper cannot be reached.
+#: Seconds before the second attempt to make the session while ZooKeeper cannot be reached, doubled at each
+#: attempt up to L{MAX_RETRY_S}.
 RETRY_S = 3.0
+MAX_RETRY_S = 30.0
 
 _log = Logger(namespace="twlog.console")
 
@@ -88,6 +90,7 @@ class ClusterReader:
         self._attempt.addErrback(lambda f: None if not self._running else _log.failure("console: ZooKeeper", f))
 
     async def _connect(self) -> None:
+        delay = RETRY_S
         while self._running:
             zk = self.context.zk
             try:
@@ -96,11 +99,12 @@ class ClusterReader:
             except (ZooKeeperUnavailable, MissingChroot, KazooException) as e:
                 if str(e) != self._said:
                     self._said = str(e)
-                    _log.warn("console: {error}; trying again every {retry:g} s", error=e, retry=RETRY_S)
+                    _log.warn("console: {error}; trying again (every {retry:g} s at most)", error=e, retry=MAX_RETRY_S)
             if not self._running:
                 return
             self._wait = defer.Deferred()
-            call = self.context.reactor.callLater(RETRY_S, self._wait.callback, None)
+            call = self.context.reactor.callLater(delay, self._wait.callback, None)
+            delay = min(delay * 2, MAX_RETRY_S)
             self._wait.addErrback(lambda f: call.active() and call.cancel())
             await self._wait
             self._wait = None

@@ -184,7 +184,8 @@ class ApiResource(resource.Resource):
         if isinstance(deferred, Deferred):
             deferred.addCallbacks(lambda value: self._finish(request, 200, value),
                                   lambda failure: self._failed(request, failure))
-            request.notifyFinish().addErrback(lambda _: deferred.cancel())
+            if not request.finished:  # (answered already when the handler's Deferred fired at once)
+                request.notifyFinish().addErrback(lambda _: deferred.cancel())
             return server.NOT_DONE_YET
         return self._body(request, 200, deferred)
 

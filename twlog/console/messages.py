@@ -30,7 +30,7 @@ from twlog.client.times import parse_time
 from twlog.console.cluster import reader_of
 from twlog.console.context import ConsoleContext
 from twlog.console.http import ApiError, ApiRequest, bad_parameter, not_found
-from twlog.console.partitions import MAX_FETCH_BYTES, Brokers, BrokerUnreachable
+from twlog.console.partitions import MAX_FETCH_BYTES, BrokerUnreachable, brokers_for
 from twlog.consumer.admin import OffsetRefused, check_reset_offset
 from twlog.errors import FetchSizeTooSmall, OffsetOutOfRange, TwlogError
 from twlog.partition import TopicPartition
@@ -87,7 +87,7 @@ class Browse:
         if not partitions:
             raise not_found(f"topic {self.topic!r}")
         self.all = {tp.name: tp for tp in partitions}
-        self.brokers = Brokers(self.context, layout)
+        self.brokers = brokers_for(self.context, layout)
         self.format = api.choice("format", FORMATS, "text")
         if self.format == "avro" and self.context.registry_url is None:
             raise bad_parameter("format", "avro needs the console's --registry URL (the schema registry)")
@@ -206,26 +206,31 @@ class Browse:
         return first
 
     async def _fetch(self, tp: TopicPartition, start: int, end: int) -> tuple[int, list, bool]:
-        """The messages of one fetch from C{start}: C{(start, messages, more)} (C{more}: the log goes on past
-        them).  A start inside a message (newest=N's window) moves to the next message boundary first."""
+        """The messages in at most C{max_bytes} from C{start}: C{(start, messages, more)} (C{more}: the log goes on
+        past them).  A fetch stops at a segment's end, so fetches follow one another until the budget or the end
+        is reached.  A start inside a message (newest=N's window) moves to the next message boundary first."""
         if start >= end:
             return start, [], False
-        leader = self.brokers.leader(tp)
         if self.api.has("newest"):
             start = await self.brokers.boundary(tp, start)
-            if start >= end:
-                return start, [], False
-        try:
-            consumer = self.brokers.consumer(leader)
-            fetched = await self.brokers.ask(leader, consumer.fetch(tp.topic, tp.name, start, self.max_bytes))
-        except FetchSizeTooSmall:
-            raise TwlogError(f"the message at offset {start} is larger than max_bytes={self.max_bytes}: ask for more "
-                             f"(at most {MAX_FETCH_BYTES})") from None
-        except OffsetOutOfRange as e:
-            raise TwlogError(f"offset {start} is out of range (retention deleted it meanwhile?): {e}") from None
-        messages = list(fetched.messages)
-        more = (messages[-1].next_offset if messages else start) < end
-        return start, messages, more
+        messages: list = []
+        position, budget = start, self.max_bytes
+        while position < end and budget > 0:
+            try:
+                found = await self.brokers.fetch(tp, position, budget)
+            except FetchSizeTooSmall:
+                if messages:
+                    break  # (the next message does not fit in what is left: the next page starts there)
+                raise TwlogError(f"the message at offset {position} is larger than max_bytes={self.max_bytes}: ask "
+                                 f"for more (at most {MAX_FETCH_BYTES})") from None
+            except OffsetOutOfRange as e:
+                raise TwlogError(f"offset {position} is out of range (retention deleted it meanwhile?): {e}") from None
+            if not found:
+                break
+            messages += found
+            budget -= found[-1].next_offset - position
+            position = found[-1].next_offset
+        return start, messages, position < end
 
     async def _page(self, chosen, bounds, starts, fetched, mode: str, value: Any) -> dict:
         queues = {tp: list(found[1]) for tp, found in fetched.items()}

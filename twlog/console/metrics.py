@@ -78,7 +78,7 @@ def parse_metrics(text: str, t: float) -> BrokerFigures:
               "twlog_messages_in": "messages_in", "twlog_connections": "connections",
               "twlog_leader_partitions": "leader_partitions", "twlog_replica_partitions": "replica_partitions"}
     for family in text_string_to_metric_families(text):
-        name = family.name
+        name = family.name.removesuffix("_total")  # (a counter's family is named with _total or without)
         if name in simple:
             for sample in family.samples:
                 if sample.name in (name, name + "_total"):
@@ -163,4 +163,5 @@ def http_fetcher(reactor, timeout_s: float, context_factory=None) -> Callable[[s
         d.addTimeout(timeout_s, reactor)
         return d
 
+    start.close = pool.closeCachedConnections  # type: ignore[attr-defined]
     return start

@@ -10,6 +10,7 @@ from typing import Any
 from twisted.internet import defer
 
 from twlog.client.connection import BrokerConnection
+from twlog.client.replica_status import ask_leaders
 from twlog.console.context import ConsoleContext
 from twlog.console.http import ApiError
 from twlog.consumer.simple import SimpleConsumer
@@ -102,10 +103,28 @@ class Brokers:
         (last,) = await self.offsets(tp, LATEST) or [0]
         return first, last
 
+    async def fetch(self, tp: TopicPartition, offset: int, max_bytes: int) -> list:
+        """The whole messages of C{tp} in the C{max_bytes} from C{offset} (L{MessageAndOffset}s), read from its
+        leader.  @raise FetchSizeTooSmall: the message at C{offset} is larger; OffsetOutOfRange."""
+        leader = self._leader_of(tp)
+        fetched = await self.ask(leader, self.consumer(leader).fetch(tp.topic, tp.name, offset, max_bytes))
+        return list(fetched.messages)
+
+    async def progress(self, replicated) -> tuple[dict, list[str]]:
+        """What the leaders of a replicated topic's partitions know (high watermarks, replica ends), as C{twlog
+        topics describe} asks it (L{ask_leaders}): the answers and one line per problem."""
+        return await ask_leaders(replicated, self.layout.brokers, reactor=self.context.reactor,
+                                 options=self.context.options)
+
     async def close(self) -> None:
         closing = [c.close() for c in self._consumers.values()] + [c.close() for c in self._connections.values()]
         self._consumers, self._connections = {}, {}
         await defer.DeferredList(closing, consumeErrors=True)
+
+
+def brokers_for(context: ConsoleContext, layout: ClusterLayout) -> Brokers:
+    """The L{Brokers} of one request (C{context.parts["brokers"]}, a factory, replaces them in tests)."""
+    return context.parts.get("brokers", Brokers)(context, layout)
 
 
 async def first_last_all(brokers: Brokers, partitions: list[TopicPartition]

@@ -56,7 +56,8 @@ class Sampler:
     def __init__(self, context: ConsoleContext, interval_s: float, fetch=None) -> None:
         self.context = context
         self.interval_s = interval_s
-        self.store = MetricsStore(fetch or http_fetcher(context.reactor, context.timeout_s), context.reactor)
+        self._fetch = fetch or http_fetcher(context.reactor, context.timeout_s)
+        self.store = MetricsStore(self._fetch, context.reactor)
         #: The latest sample's figures: topic -> bytes (on the leaders), and bytes appended per second.
         self.topic_sizes: dict[str, float] = {}
         self.partition_sizes: dict[str, dict[str, float]] = {}
@@ -73,11 +74,14 @@ class Sampler:
         self._loop.start(self.interval_s, now=True).addErrback(
             lambda f: _log.failure("console: the sampler stopped", f))
 
-    def stop(self) -> None:
+    def stop(self) -> defer.Deferred | None:
+        """Stop sampling; the Deferred fires once the scrapes' kept connections are closed."""
         if self._loop.running:
             self._loop.stop()
         if self._running is not None and not self._running.called:
             self._running.cancel()
+        close = getattr(self._fetch, "close", None)
+        return close() if close is not None else None
 
     def tick(self) -> None:
         """One sample (skipped while the previous one still runs: a sample never piles on another)."""

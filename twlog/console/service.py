@@ -98,7 +98,7 @@ class ConsoleService(Service):
 
     def stopService(self) -> Deferred | None:
         super().stopService()
-        self.sampler.stop()
+        sampled = self.sampler.stop()
         if self._group_sampling is not None:
             self._group_sampling.stop()
             self._group_sampling = None
@@ -108,6 +108,8 @@ class ConsoleService(Service):
         async def stop() -> None:
             if stopped is not None:
                 await stopped
+            if sampled is not None:
+                await sampled
             await self.reader.stop()
 
         return Deferred.fromCoroutine(stop())
