@@ -78,6 +78,7 @@ export function resetPanel(group, { onChanged, onDeleted }) {
       { label: "partition", cell: (r) => String(r.partition) },
       { label: "committed", num: true, cell: (r) => num(r.offset) },
       { label: "new offset", num: true, cell: (r) => num(r.new_offset) },
+      { label: "", cell: (r) => (r.clamped ? h("span", { class: "warn" }, "clamped: stopped at the log's start or end") : "") },
     ], answer.rows, { id: dryRun ? "preview" : "applied", empty: "No partition in this scope.",
       rowAttrs: (r) => ({ dataset: { topic: r.topic, partition: r.partition, newOffset: r.new_offset } }) });
     const leftOut = answer.left_out && answer.left_out.length

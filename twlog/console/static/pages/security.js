@@ -3,7 +3,7 @@
 import { change, enc, get, query } from "../api.js";
 import { field, h, list, note, section, select, table } from "../ui.js";
 
-const MECHANISMS = [["SCRAM-SHA-256", "SCRAM-SHA-256"], ["SCRAM-SHA-512", "SCRAM-SHA-512"]];
+const MECHANISMS = [["", "both SCRAM mechanisms"], ["SCRAM-SHA-256", "SCRAM-SHA-256"], ["SCRAM-SHA-512", "SCRAM-SHA-512"]];
 const OPERATIONS = ["All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "DescribeConfigs", "AlterConfigs", "IdempotentWrite"];
 const RESOURCES = ["Topic", "Group", "Cluster"];
 
@@ -52,12 +52,14 @@ export async function render(main, ctx) {
   const userForm = h("form", { class: "controls", id: "user-form" }, h("div", { class: "row" },
     field("User", h("input", { name: "user", required: true })),
     field("Password", h("input", { name: "password", type: "password", required: true, autocomplete: "new-password" })),
-    field("Mechanism", select("mechanism", MECHANISMS, "SCRAM-SHA-256")),
+    field("Mechanism", select("mechanism", MECHANISMS, "")),
     h("button", { type: "submit" }, "Add or change")));
   userForm.addEventListener("submit", (e) => {
     e.preventDefault();
     const f = new FormData(userForm);
-    act(userResult, "POST", "users", { user: f.get("user"), password: f.get("password"), mechanism: f.get("mechanism") },
+    const user = { user: f.get("user"), password: f.get("password") };
+    if (f.get("mechanism")) user.mechanism = f.get("mechanism");
+    act(userResult, "POST", "users", user,
       `Saved user ${f.get("user")}.`, loadUsers).then(() => userForm.reset());
   });
 
