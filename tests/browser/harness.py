@@ -177,7 +177,8 @@ class Cluster:
 
     def produce(self, topic: str, lines: list[str], partition: str | None = None) -> None:
         extra = ["--partition", partition] if partition is not None else []
-        twlog("produce", "--zookeeper", self.zookeeper, "--topic", topic, *extra, stdin="".join(f"{x}\n" for x in lines))
+        twlog("produce", "--zookeeper", self.zookeeper, "--topic", topic, *extra,
+              stdin="".join(f"{x}\n" for x in lines))
 
     def consume_group(self, group: str, topic: str, count: int) -> list[str]:
         """Read C{count} messages of C{topic} as a member of C{group}, which commits its offsets as it leaves."""

@@ -29,8 +29,8 @@ def seed(cluster: Cluster, registry: str) -> None:
     for n in range(4):
         cluster.produce("clicks", [json.dumps({"user": f"u{(n * 50 + i) % 17}", "page": f"/p/{i % 9}", "ms": 120 + i})
                                    for i in range(50)], partition=str(n))
-    cluster.produce("orders", [json.dumps({"id": i, "amount": round(9.5 * i, 2), "currency": "EUR"}) for i in range(30)],
-                    partition="0")
+    orders = [json.dumps({"id": i, "amount": round(9.5 * i, 2), "currency": "EUR"}) for i in range(30)]
+    cluster.produce("orders", orders, partition="0")
     cluster.consume_group("dashboards", "clicks", 60)
     cluster.consume_group("billing", "orders", 12)
     for schema in (SCHEMA_V1, SCHEMA_V2):

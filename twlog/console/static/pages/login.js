@@ -23,6 +23,6 @@ export async function render(main, ctx) {
     await ctx.relogin();
     ctx.navigate(safeNext, { replace: true });
   });
-  main.append(h("h1", {}, "Log in"), ctx.session.login_required ? null
-    : note("This console does not require a login.", "info"), form);
+  main.append(...[h("h1", {}, "Log in"), ctx.session.login_required ? null
+    : note("This console does not require a login.", "info"), form].filter(Boolean));
 }

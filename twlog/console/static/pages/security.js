@@ -90,9 +90,9 @@ export async function render(main, ctx) {
     loadAcls().catch(() => {});
   });
 
-  main.append(h("h1", {}, "Security"),
+  main.append(...[h("h1", {}, "Security"),
     section("Users", users, editable ? userForm : null, userResult),
     section("ACLs", aclFilter, acls, editable ? aclForm : null, aclResult),
-    editable ? null : h("p", { class: "muted" }, "The console is read-only: users and ACLs are shown, not changed."));
+    editable ? null : h("p", { class: "muted" }, "The console is read-only: users and ACLs are shown, not changed.")].filter(Boolean));
   await Promise.allSettled([loadUsers(), loadAcls()]);
 }
