@@ -133,6 +133,11 @@ class Cluster:
 
     def console(self, *options: str, zookeeper: str | None = None) -> str:
         """Start C{twlog console} over this cluster (or C{zookeeper}) with C{options}; its base URL once it answers."""
+        return self.start_console(*options, zookeeper=zookeeper)()
+
+    def start_console(self, *options: str, zookeeper: str | None = None) -> Callable[[], str]:
+        """Start C{twlog console} as L{console} does, without waiting: a function that waits until it answers and
+        returns its base URL (so the console starts while the caller does something else)."""
         port = free_port()
         process, output = self.processes.start(
             f"console-{port}", "console", "--zookeeper", zookeeper or self.zookeeper, "--port", str(port),
@@ -145,8 +150,11 @@ class Cluster:
             with urllib.request.urlopen(f"{base}/api/session", timeout=2) as response:
                 return response.status == 200
 
-        wait_for(f"twlog console at {base}", answers, START_TIMEOUT_S)
-        return base
+        def ready() -> str:
+            wait_for(f"twlog console at {base}", answers, START_TIMEOUT_S)
+            return base
+
+        return ready
 
     def registry(self) -> str:
         """Start C{twlog registry} over this cluster; its base URL once it answers."""

@@ -8,6 +8,7 @@ Skipped, saying what to install, without Chromium, its driver or Selenium (L{tes
 
 from __future__ import annotations
 
+import atexit
 import json
 import time
 import urllib.parse
@@ -16,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.browser import harness
 from tests.browser.harness import api, banner, open_page, wait_for, wait_page
+from twlog.coord.zkserver import free_port
 
 TOPIC = "browse"
 GROUP = "idle-readers"
@@ -30,19 +32,20 @@ def environment() -> dict:
     if _state:
         return _state
     cluster = harness.shared_cluster()
+    # The consoles and the browser start while the data is written.
+    console, read_only = cluster.start_console(), cluster.start_console("--read-only")
+    nowhere = f"127.0.0.1:{free_port()}"  # (a ZooKeeper that does not answer)
+    unreachable = cluster.start_console(zookeeper=nowhere)
+    driver = harness.browser()
+    atexit.register(driver.quit)
     cluster.create_topic(TOPIC, 2, replication_factor=2)
     before_ms = int(time.time() * 1000)
     time.sleep(0.05)  # (a time strictly before the first write, at the clock's resolution)
     lines = [json.dumps({"n": n, "word": f"word-{n:03d}"}) for n in range(MESSAGES)]
     cluster.produce(TOPIC, lines, partition="0")
     cluster.consume_group(GROUP, TOPIC, 10)
-    _state.update(cluster=cluster, before_ms=before_ms, console=cluster.console(),
-                  read_only=cluster.console("--read-only"))
-    driver = harness.browser()
-    import atexit
-
-    atexit.register(driver.quit)
-    _state["driver"] = driver
+    _state.update(cluster=cluster, before_ms=before_ms, console=console(), read_only=read_only(), driver=driver,
+                  nowhere=nowhere, unreachable=unreachable())
     return _state
 
 
@@ -188,7 +191,12 @@ class ConsoleBrowserTests(SynchronousTestCase):
     def test_reset_an_idle_group_through_the_preview(self) -> None:
         """Partition 0 of the idle group, reset to the earliest offset: the preview shows the change and changes
         nothing; Confirm commits it, and twlog groups agrees."""
-        committed = {p["partition"]: p["offset"] for p in self.cluster.group_json(GROUP)["partitions"]}
+        def api_offsets() -> dict:
+            status, group = api(self.base, f"groups/{GROUP}")
+            self.assertEqual(status, 200, group)
+            return {p["partition"]: p["offset"] for p in group["partitions"]}
+
+        committed = api_offsets()
         self.assertGreater(committed["0"], 0)
         open_page(self.driver, f"{self.base}/groups/{GROUP}")
         from selenium.webdriver.support.ui import Select
@@ -202,9 +210,10 @@ class ConsoleBrowserTests(SynchronousTestCase):
         row = wait_for("the preview", lambda: self.all("#preview tbody tr[data-partition]"))
         self.assertEqual(len(row), 1)
         self.assertEqual(row[0].get_attribute("data-new-offset"), "0")
-        self.assertEqual(self.cluster.group_json(GROUP)["partitions"][0]["offset"], committed["0"])
+        self.assertEqual(api_offsets(), committed)  # (the preview changed nothing)
         self.click("#reset-confirm")
         wait_for("the reset applied", lambda: "Reset: 1 partition(s) committed." in self.css("#reset-result").text)
+        # twlog groups (ZooKeeper's committed offsets) says what the page said it did.
         after = {p["partition"]: p["offset"] for p in self.cluster.group_json(GROUP)["partitions"]}
         self.assertEqual(after, {**committed, "0": 0})
         wait_for("the page's committed offset",
@@ -257,10 +266,7 @@ class ConsoleBrowserTests(SynchronousTestCase):
 
     def test_unreachable_zookeeper_is_a_banner(self) -> None:
         """A console whose ZooKeeper does not answer draws its pages with a banner naming ZooKeeper."""
-        from twlog.coord.zkserver import free_port
-
-        nowhere = f"127.0.0.1:{free_port()}"
-        base = self.cluster.console(zookeeper=nowhere)
+        nowhere, base = _state["nowhere"], _state["unreachable"]
         open_page(self.driver, f"{base}/topics")
         text = wait_for("the banner", lambda: banner(self.driver), 20)
         self.assertIn(f"zookeeper {nowhere}", text)
