@@ -117,19 +117,30 @@ class Cluster:
         self.zookeeper = f"127.0.0.1:{self.zk_port}"
         self.broker_list = ",".join(f"127.0.0.1:{self.port + n}" for n in range(brokers))
 
-    def start(self) -> Cluster:
-        process, output = self.processes.start(
-            "local", "local", "--brokers", str(self.brokers), "--data", os.path.join(self.directory, "local"),
-            "--port", str(self.port), "--zookeeper-port", str(self.zk_port),
-            "--metrics-port", str(free_ports(self.brokers)))
+    def start(self, attempts: int = 3) -> Cluster:
+        """Start the cluster; on free ports another process took first, again on others (at most C{attempts})."""
+        for attempt in range(attempts):
+            if attempt:
+                self.zk_port, self.port = free_port(), free_ports(self.brokers)
+                self.zookeeper = f"127.0.0.1:{self.zk_port}"
+                self.broker_list = ",".join(f"127.0.0.1:{self.port + n}" for n in range(self.brokers))
+            process, output = self.processes.start(
+                f"local-{attempt}", "local", "--brokers", str(self.brokers),
+                "--data", os.path.join(self.directory, f"local-{attempt}"), "--port", str(self.port),
+                "--zookeeper-port", str(self.zk_port), "--metrics-port", str(free_ports(self.brokers)))
 
-        def ready():
-            if process.poll() is not None:
-                raise AssertionError(f"twlog local exited {process.returncode}: {_tail(output)}")
-            return "Ctrl-C stops everything" in _tail(output)
+            def ready(process=process, output=output):
+                if process.poll() is not None:
+                    raise AssertionError(f"twlog local exited {process.returncode}: {_tail(output)}")
+                return "Ctrl-C stops everything" in _tail(output)
 
-        wait_for("twlog local ready", ready, START_TIMEOUT_S)
-        return self
+            try:
+                wait_for("twlog local ready", ready, START_TIMEOUT_S)
+                return self
+            except AssertionError as e:
+                if "is in use" not in str(e) or attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def console(self, *options: str, zookeeper: str | None = None) -> str:
         """Start C{twlog console} over this cluster (or C{zookeeper}) with C{options}; its base URL once it answers."""

@@ -22,8 +22,12 @@ from twlog.coord.zkserver import free_port
 TOPIC = "browse"
 GROUP = "idle-readers"
 MESSAGES = 40
+DOOMED = "doomed-readers"
+LIVE = "live-readers"
+ADMIN = "admin"
 
 _state: dict = {}
+_failed: list[Exception] = []
 
 
 def environment() -> dict:
@@ -31,11 +35,22 @@ def environment() -> dict:
     console, and the browser: made on first use, stopped when the run ends."""
     if _state:
         return _state
+    if _failed:  # (the next tests fail at once with the same error, without starting everything again)
+        raise AssertionError(f"the environment could not be made: {_failed[0]}")
+    try:
+        return _make_environment()
+    except Exception as e:
+        _failed.append(e)
+        raise
+
+
+def _make_environment() -> dict:
     cluster = harness.shared_cluster()
     # The consoles and the browser start while the data is written.
     console, read_only = cluster.start_console(), cluster.start_console("--read-only")
     nowhere = f"127.0.0.1:{free_port()}"  # (a ZooKeeper that does not answer)
     unreachable = cluster.start_console(zookeeper=nowhere)
+    login = cluster.start_console("--login", "--super-users", f"User:{ADMIN}")
     driver = harness.browser()
     atexit.register(driver.quit)
     cluster.create_topic(TOPIC, 2, replication_factor=2)
@@ -44,8 +59,12 @@ def environment() -> dict:
     lines = [json.dumps({"n": n, "word": f"word-{n:03d}"}) for n in range(MESSAGES)]
     cluster.produce(TOPIC, lines, partition="0")
     cluster.consume_group(GROUP, TOPIC, 10)
+    cluster.consume_group(DOOMED, TOPIC, 5)
+    # A member that stays: its group has live members.
+    cluster.processes.start("live-member", "consume", "--zookeeper", cluster.zookeeper, "--group", LIVE,
+                            "--topic", TOPIC, "--follow")
     _state.update(cluster=cluster, before_ms=before_ms, console=console(), read_only=read_only(), driver=driver,
-                  nowhere=nowhere, unreachable=unreachable())
+                  nowhere=nowhere, unreachable=unreachable(), login=login())
     return _state
 
 
@@ -271,3 +290,70 @@ class ConsoleBrowserTests(SynchronousTestCase):
         text = wait_for("the banner", lambda: banner(self.driver), 20)
         self.assertIn(f"zookeeper {nowhere}", text)
         self.assertEqual(self.heading(), "Topics")
+
+    def test_delete_an_idle_group(self) -> None:
+        """Delete group, then Delete: the group is gone (the API answers 404) and the page goes to the list."""
+        open_page(self.driver, f"{self.base}/groups/{DOOMED}")
+        wait_for("the delete button", lambda: self.css("#delete-group").is_enabled())
+        self.click("#delete-group")
+        wait_for("the confirmation", lambda: self.css("#delete-confirm")).click()
+        wait_for("the groups list", lambda: self.path() == "/groups")
+        status, answer = api(self.base, f"groups/{DOOMED}")
+        self.assertEqual(status, 404, answer)
+
+    def test_a_group_with_live_members_cannot_be_reset(self) -> None:
+        """While the group has a live member, the reset and the delete are disabled and the page says why."""
+        wait_for("the live member", lambda: api(self.base, f"groups/{LIVE}")[1].get("live"), 30, step_s=0.5)
+        open_page(self.driver, f"{self.base}/groups/{LIVE}")
+        reason = wait_for("the reason", lambda: self.css("#live-reason").text)
+        self.assertIn("live member", reason)
+        self.assertFalse(self.css("#reset-preview").is_enabled())
+        self.assertFalse(self.css("#delete-group").is_enabled())
+        self.assertEqual(len(self.all("#members tbody tr code")), 1)
+
+    def test_users_and_acls_edited(self) -> None:
+        """The security page adds a user and an ACL, then removes both."""
+        from selenium.webdriver.support.ui import Select
+
+        open_page(self.driver, f"{self.base}/security")
+        form = self.css("#user-form")
+        form.find_element("name", "user").send_keys("carol")
+        form.find_element("name", "password").send_keys("carol-secret")
+        form.find_element("css selector", "button[type=submit]").click()
+        wait_for("carol listed", lambda: "carol" in self.css("#users").text)
+        acl = self.css("#acl-form")
+        acl.find_element("name", "principal").send_keys("User:carol")
+        acl.find_element("name", "resource_name").send_keys(TOPIC)
+        Select(acl.find_element("name", "operation")).select_by_value("Read")
+        acl.find_element("css selector", "button[type=submit]").click()
+        wait_for("carol's ACL listed", lambda: "User:carol" in self.css("#acls").text)
+        status, answer = api(self.base, "acls?principal=User:carol")
+        self.assertEqual([(a["operation"], a["resource_name"]) for a in answer["acls"]], [("Read", TOPIC)])
+        [remove] = [row for row in self.all("#acls tbody tr") if "User:carol" in row.text]
+        remove.find_element("css selector", "button").click()
+        wait_for("carol's ACL gone", lambda: "User:carol" not in self.css("#acls").text)
+        self.css('button[data-user="carol"]').click()
+        wait_for("carol gone", lambda: "carol" not in self.css("#users").text)
+
+    def test_login(self) -> None:
+        """With --login a page sends the browser to the login, which comes back to the page once logged in."""
+        status, answer = api(self.base, "users", "POST", {"user": ADMIN, "password": "admin-secret"},
+                             {"X-Twlog-Console": "1"})
+        self.assertEqual(status, 200, answer)
+        base = _state["login"]
+        self.driver.delete_all_cookies()
+        open_page(self.driver, f"{base}/groups")
+        wait_for("the login page", lambda: self.path().startswith("/login?next="))
+        self.css("#login-user").send_keys(ADMIN)
+        self.css("#login-password").send_keys("wrong")
+        self.click("#login")
+        wait_for("the refusal", lambda: self.css("#login-form .note.error").text)
+        self.css("#login-password").clear()
+        self.css("#login-password").send_keys("admin-secret")
+        self.click("#login")
+        wait_for("back on the groups", lambda: self.path() == "/groups")
+        wait_page(self.driver)
+        self.assertEqual(self.css("#who .user").text, ADMIN)
+        wait_for("the groups listed", lambda: GROUP in self.css("#groups").text)
+        self.click("#logout")
+        wait_for("the login page again", lambda: self.path().startswith("/login"))

@@ -70,7 +70,10 @@ export function historyChart({ title, names, labels = null, unit = "", minutes =
 
   function update(answer) {
     const series = answer.series || {};
-    let seriesNames = names ? names.filter((n) => n in series) : Object.keys(series).sort();
+    // (with a prefix, every series answered, the named ones first; else the named ones, in their order)
+    let seriesNames = prefix
+      ? [...(names || []), ...Object.keys(series).filter((n) => !(names || []).includes(n)).sort()]
+      : names.filter((n) => n in series);
     if (pick) seriesNames = seriesNames.filter(pick);
     const data = align(seriesNames.map((n) => series[n]));
     const points = data.slice(1).reduce((sum, column) => sum + column.filter((v) => v !== null).length, 0);

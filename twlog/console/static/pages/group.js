@@ -12,7 +12,8 @@ export async function render(main, ctx) {
   const members = h("div");
   const partitions = h("div");
   const actions = h("div", { id: "group-actions" });
-  const chart = historyChart({ title: "Lag over the last hour", prefix: `group.${group}.`, unit: "bytes",
+  // (the total is always asked for, so the request names a series before the first sample)
+  const chart = historyChart({ title: "Lag over the last hour", names: [`group.${group}.lag`], prefix: `group.${group}.`, unit: "bytes",
     labels: (n) => (n === `group.${group}.lag` ? "total" : n.slice(`group.${group}.`.length, -".lag".length)),
     pick: (n) => n.endsWith(".lag") });
   main.append(h("p", { class: "crumbs" }, h("a", { href: "/groups" }, "Groups"), " / "),
