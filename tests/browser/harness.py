@@ -98,11 +98,26 @@ class Processes:
 
 def twlog(*argv: str, stdin: str | None = None, timeout_s: float = 60.0) -> str:
     """Run C{twlog ARGV} (this tree's) to the end; its stdout.  @raise AssertionError: it failed, with its stderr."""
-    done = subprocess.run([sys.executable, "-m", "twlog.cli", *argv], input=stdin, capture_output=True,
-                          text=True, timeout=timeout_s)
-    if done.returncode != 0:
-        raise AssertionError(f"twlog {' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return done.stdout
+    [out] = twlog_all([argv], stdin=stdin, timeout_s=timeout_s)
+    return out
+
+
+def twlog_all(argvs: list, stdin: str | None = None, timeout_s: float = 60.0) -> list[str]:
+    """Run several C{twlog} commands at once, each to its end; their stdouts.  @raise AssertionError: one failed."""
+    processes = [subprocess.Popen([sys.executable, "-m", "twlog.cli", *argv], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for argv in argvs]
+    outputs = []
+    for argv, process in zip(argvs, processes):
+        try:
+            out, err = process.communicate(stdin, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            err += f" (killed after {timeout_s:g} s)"
+        if process.returncode != 0:
+            raise AssertionError(f"twlog {' '.join(argv)} exited {process.returncode}: {err.strip()[-2000:]}")
+        outputs.append(out)
+    return outputs
 
 
 class Cluster:
@@ -201,9 +216,14 @@ class Cluster:
 
     def consume_group(self, group: str, topic: str, count: int) -> list[str]:
         """Read C{count} messages of C{topic} as a member of C{group}, which commits its offsets as it leaves."""
-        out = twlog("consume", "--zookeeper", self.zookeeper, "--group", group, "--topic", topic,
-                    "--max-messages", str(count))
-        return out.splitlines()
+        [lines] = self.consume_groups([(group, topic, count)])
+        return lines
+
+    def consume_groups(self, reads: list[tuple[str, str, int]]) -> list[list[str]]:
+        """L{consume_group} for each (group, topic, count), all at once."""
+        outs = twlog_all([("consume", "--zookeeper", self.zookeeper, "--group", group, "--topic", topic,
+                           "--max-messages", str(count)) for group, topic, count in reads])
+        return [out.splitlines() for out in outs]
 
     def group_json(self, group: str) -> dict:
         """The group as C{twlog groups --json} prints it."""

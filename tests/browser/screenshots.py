@@ -31,8 +31,7 @@ def seed(cluster: Cluster, registry: str) -> None:
                                    for i in range(50)], partition=str(n))
     orders = [json.dumps({"id": i, "amount": round(9.5 * i, 2), "currency": "EUR"}) for i in range(30)]
     cluster.produce("orders", orders, partition="0")
-    cluster.consume_group("dashboards", "clicks", 60)
-    cluster.consume_group("billing", "orders", 12)
+    cluster.consume_groups([("dashboards", "clicks", 60), ("billing", "orders", 12)])
     for schema in (SCHEMA_V1, SCHEMA_V2):
         status, answer = api(registry, "subjects/orders-value/versions", "POST", {"schema": json.dumps(schema)},
                              {"Content-Type": "application/vnd.schemaregistry.v1+json"}, prefix="/")

@@ -58,8 +58,7 @@ def _make_environment() -> dict:
     time.sleep(0.05)  # (a time strictly before the first write, at the clock's resolution)
     lines = [json.dumps({"n": n, "word": f"word-{n:03d}"}) for n in range(MESSAGES)]
     cluster.produce(TOPIC, lines, partition="0")
-    cluster.consume_group(GROUP, TOPIC, 10)
-    cluster.consume_group(DOOMED, TOPIC, 5)
+    cluster.consume_groups([(GROUP, TOPIC, 10), (DOOMED, TOPIC, 5)])
     # A member that stays: its group has live members.
     cluster.processes.start("live-member", "consume", "--zookeeper", cluster.zookeeper, "--group", LIVE,
                             "--topic", TOPIC, "--follow")
