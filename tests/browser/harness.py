@@ -184,6 +184,10 @@ class Cluster:
 
     def registry(self) -> str:
         """Start C{twlog registry} over this cluster; its base URL once it answers."""
+        return self.start_registry()()
+
+    def start_registry(self) -> Callable[[], str]:
+        """Start C{twlog registry} without waiting: a function that waits until it answers; its base URL."""
         port = free_port()
         process, output = self.processes.start(f"registry-{port}", "registry", "--zookeeper", self.zookeeper,
                                                "--port", str(port))
@@ -195,8 +199,11 @@ class Cluster:
             with urllib.request.urlopen(f"{base}/subjects", timeout=2) as response:
                 return response.status == 200
 
-        wait_for(f"twlog registry at {base}", answers, START_TIMEOUT_S)
-        return base
+        def ready() -> str:
+            wait_for(f"twlog registry at {base}", answers, START_TIMEOUT_S)
+            return base
+
+        return ready
 
     def stop(self) -> None:
         self.processes.stop()
@@ -209,8 +216,12 @@ class Cluster:
         twlog("topics", "create", "--zookeeper", self.zookeeper, "--topic", topic, "--partitions", str(partitions),
               *extra)
 
-    def produce(self, topic: str, lines: list[str], partition: str | None = None) -> None:
+    def produce(self, topic: str, lines: list[str], partition: str | None = None,
+                avro: tuple[str, str] | None = None) -> None:
+        """Send C{lines} to C{topic} (one message a line), in Avro with C{avro} (schema file, registry URL)."""
         extra = ["--partition", partition] if partition is not None else []
+        if avro is not None:
+            extra += ["--avro-schema", avro[0], "--registry", avro[1]]
         twlog("produce", "--zookeeper", self.zookeeper, "--topic", topic, *extra,
               stdin="".join(f"{x}\n" for x in lines))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import time
 import urllib.parse
 
@@ -25,6 +26,9 @@ MESSAGES = 40
 DOOMED = "doomed-readers"
 LIVE = "live-readers"
 ADMIN = "admin"
+AVRO_TOPIC = "points"
+POINT = {"type": "record", "name": "Point",
+         "fields": [{"name": "x", "type": "int"}, {"name": "label", "type": "string"}]}
 
 _state: dict = {}
 _failed: list[Exception] = []
@@ -46,8 +50,9 @@ def environment() -> dict:
 
 def _make_environment() -> dict:
     cluster = harness.shared_cluster()
+    registry = cluster.registry()
     # The consoles and the browser start while the data is written.
-    console, read_only = cluster.start_console(), cluster.start_console("--read-only")
+    console, read_only = cluster.start_console("--registry", registry), cluster.start_console("--read-only")
     nowhere = f"127.0.0.1:{free_port()}"  # (a ZooKeeper that does not answer)
     unreachable = cluster.start_console(zookeeper=nowhere)
     login = cluster.start_console("--login", "--super-users", f"User:{ADMIN}")
@@ -59,6 +64,11 @@ def _make_environment() -> dict:
     lines = [json.dumps({"n": n, "word": f"word-{n:03d}"}) for n in range(MESSAGES)]
     cluster.produce(TOPIC, lines, partition="0")
     cluster.consume_groups([(GROUP, TOPIC, 10), (DOOMED, TOPIC, 5)])
+    schema = os.path.join(cluster.directory, "point.avsc")
+    with open(schema, "w") as f:
+        json.dump(POINT, f)
+    cluster.produce(AVRO_TOPIC, [json.dumps({"x": n, "label": f"point-{n}"}) for n in range(5)], partition="0",
+                    avro=(schema, registry))
     # A member that stays: its group has live members.
     cluster.processes.start("live-member", "consume", "--zookeeper", cluster.zookeeper, "--group", LIVE,
                             "--topic", TOPIC, "--follow")
@@ -203,6 +213,18 @@ class ConsoleBrowserTests(SynchronousTestCase):
         self.assertIn("\n", self.css("#messages pre.value").text)  # (pretty: one key a line)
         open_page(self.driver, f"{self.base}/topics/{TOPIC}/messages?partition=0&oldest=1&format=hex&limit=20")
         self.assertIn("7b 22 6e 22", self.rows("#messages")[0].text.replace("7b226e22", "7b 22 6e 22"))
+
+    def test_avro_through_the_registry(self) -> None:
+        """Avro messages are decoded through the registry; the schemas page lists their subject."""
+        open_page(self.driver, f"{self.base}/topics/{AVRO_TOPIC}/messages?partition=0&oldest=1&format=avro")
+        rows = self.rows("#messages")
+        self.assertEqual(len(rows), 5)
+        self.assertIn("point-3", rows[3].text)
+        self.assertIn('"x": 3', rows[3].text)
+        open_page(self.driver, f"{self.base}/schemas")
+        wait_for("the subject", lambda: f"{AVRO_TOPIC}-value" in self.css("#subjects").text)
+        self.click_link(f"{AVRO_TOPIC}-value")
+        self.assertIn('"name": "Point"', wait_for("the schema", lambda: self.css("#schema").text))
 
     # -- groups --------------------------------------------------------------------------------------
 
