@@ -25,7 +25,7 @@ export function align(seriesList) {
 export function historyChart({ title, names, labels = null, unit = "", minutes = 60, prefix = null,
   pick = null }) {
   const plotBox = h("div", { class: "plot" });
-  const empty = h("p", { class: "muted empty" }, "No samples yet: the console samples every few seconds.");
+  const empty = h("p", { class: "muted empty" }, "No samples yet: the console samples every few seconds (a figure the brokers' metrics lack stays empty).");
   const element = h("figure", { class: "chart", dataset: { series: (names || []).join(","), points: "0" } },
     h("figcaption", {}, title), plotBox, empty);
   let plot = null;
