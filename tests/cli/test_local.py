@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import socket
 
+from twisted.internet.defer import ensureDeferred
+from twisted.internet.error import CannotListenError
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from twlog.cli.local import (
@@ -17,6 +20,7 @@ from twlog.cli.local import (
     metrics_port_of,
     usage_text,
 )
+from twlog.cli.local_console import LocalConsoleError, start_console
 from twlog.cli.main import build_parser
 from twlog.coord.zkserver import bind_error, free_port, free_ports
 
@@ -127,6 +131,24 @@ class MetricsPortTests(SynchronousTestCase):
         text = usage_text("127.0.0.1:2181", [9092, 9093], "/d", urls)
         self.assertIn("\nmetrics:  http://127.0.0.1:9192/metrics  http://127.0.0.1:9193/metrics\n", text)
         self.assertNotIn("metrics", usage_text("127.0.0.1:2181", [9092], "/d"))
+
+    def test_banner_names_the_console(self) -> None:
+        """With --console, the banner says where the console is."""
+        text = usage_text("127.0.0.1:2181", [9092], "/d", console="http://127.0.0.1:8080/")
+        self.assertIn("\nconsole:  http://127.0.0.1:8080/\n", text)
+        self.assertNotIn("console", usage_text("127.0.0.1:2181", [9092], "/d"))
+
+    def test_console_port_taken(self) -> None:
+        """The console cannot listen: one line naming --console-port."""
+        reactor = MemoryReactorClock()
+
+        def taken(*args, **kwargs):
+            raise CannotListenError("127.0.0.1", 8080, socket.error(98, "Address already in use"))
+
+        reactor.listenTCP = taken
+        failure = self.failureResultOf(ensureDeferred(start_console(reactor, "zk:1", 8080, "/d")), LocalConsoleError)
+        self.assertEqual(str(failure.value), "cannot listen on 127.0.0.1:8080: the port is taken (another console?): "
+                         "give another --console-port (0: any free one)")
 
 
 class DataLockTests(SynchronousTestCase):

@@ -25,7 +25,7 @@ from twlog.coord.nodes import broker_value
 from twlog.coord.replication.values import PartitionState, TopicAssignment
 from twlog.errors import FetchSizeTooSmall, OffsetOutOfRange
 from twlog.partition import TopicPartition
-from twlog.protocol.codec import EARLIEST, LATEST, BoundariesRequest, OffsetsRequest
+from twlog.protocol.codec import EARLIEST, BoundariesRequest, OffsetsRequest
 from twlog.storage.fetched import MessageAndOffset
 from twlog.storage.log_reader import offsets_newest_first
 

@@ -141,3 +141,30 @@ class RenderTests(SynchronousTestCase):
         self.assertEqual(render(b"\xff", "text"), ("\ufffd", "not UTF-8 (shown with U+FFFD)"))
         self.assertEqual(render(b'[1,2]', "json"), (json.dumps([1, 2], indent=2), None))
         self.assertEqual(render(b"\x00\x01", "hex"), ("00 01", None))
+
+
+class AvroTests(SynchronousTestCase):
+    def test_avro_through_the_registry(self) -> None:
+        """format=avro decodes each message with the console's registry client (here a fake deserializer); one it
+        cannot decode is shown as text, with why."""
+        from twisted.internet.defer import fail, succeed
+
+        cluster = FakeCluster(self)
+        cluster.context.registry_url = "http://registry:8081"
+        log = cluster.logs[("clicks", "0-0")] = FakeLog()
+        log.append([b"\x00\x00\x00\x00\x01alice", b"plain"], T0_MS)
+
+        def deserialize(topic: str, payload: bytes):
+            if payload.startswith(b"\x00"):
+                return succeed({"topic": topic, "name": payload[5:].decode(), "raw": payload[5:]})
+            return fail(ValueError("a message of 'clicks' is not Avro in Confluent's wire format: no magic byte"))
+
+        cluster.context.parts["avro"] = deserialize
+        status, answer = cluster.call("/api/topics/clicks/messages?partition=0-0&format=avro")
+        self.assertEqual(status, 200)
+        first, second = answer["messages"]
+        self.assertEqual(json.loads(first["value"]), {"topic": "clicks", "name": "alice", "raw": "alice"})
+        self.assertEqual((first["format"], first["error"]), ("avro", None))
+        self.assertEqual(second["value"], "plain")
+        self.assertEqual(second["error"], "not decoded as Avro: a message of 'clicks' is not Avro in Confluent's "
+                                          "wire format: no magic byte")

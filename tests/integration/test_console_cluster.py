@@ -13,10 +13,12 @@ from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, readBody
 
 from tests.integration.broker import start_broker, wait_until
+from tests.integration.shared_local import shared_local
 from tests.integration.zookeeper import connect, fresh_connect_string
 from twlog.console.service import ConsoleService
 from twlog.coord import paths
 from twlog.coord.endpoints import metrics_url_of
+from twlog.coord.zkserver import free_port
 from twlog.producer import Producer
 
 PAD = b"." * 284
@@ -93,11 +95,28 @@ class ConsoleClusterTests(TestCase):
 
     async def test_zookeeper_down(self) -> None:
         """Nothing listens at --zookeeper: the console serves at once, its API 503 naming ZooKeeper."""
-        from twlog.coord.zkserver import free_port
-
         console = await self.start(f"127.0.0.1:{free_port()}", timeout_s=1.0)
         started = time.monotonic()
         status, answer = await self.get("overview")
         self.assertLess(time.monotonic() - started, 2.0)
         self.assertEqual(status, 503)
         self.assertEqual(answer["unreachable"], [f"zookeeper {console.context.zookeeper}"])
+
+
+class LocalConsoleTests(TestCase):
+    timeout = 180
+
+    async def test_twlog_local_console(self) -> None:
+        """twlog local --console serves the console of its cluster, named in the banner."""
+        port = free_port()
+        banner = await shared_local("console", 1, "--console", "--console-port", str(port))
+        self.assertIn(f"console:  http://127.0.0.1:{port}/", banner)
+        deadline = reactor.seconds() + 30
+        while True:
+            response = await Agent(reactor).request(b"GET", f"http://127.0.0.1:{port}/api/overview".encode())
+            answer = json.loads(await readBody(response))
+            if response.code == 200 or reactor.seconds() > deadline:
+                break
+            await deferLater(reactor, 0.2, lambda: None)
+        self.assertEqual(response.code, 200, answer)
+        self.assertEqual([(b["id"], b["alive"]) for b in answer["brokers"]], [(0, True)])

@@ -215,6 +215,18 @@ def metrics_url(config: BrokerConfig, port) -> str:
     return f"{scheme}://{host}:{port.getHost().port}/metrics"
 
 
+def advertised_metrics_url(config: BrokerConfig, port) -> str | None:
+    """L{metrics_url} as others reach it (the broker's endpoints node, where the console finds it): served on every
+    interface, at the broker's advertised host.  None: no metrics served."""
+    if port is None:
+        return None
+    if config.metrics_interface not in ("0.0.0.0", "::", ""):
+        return metrics_url(config, port)
+    host = config.advertised_host
+    host = f"[{host}]" if ":" in host else host
+    return f"{'http' if config.metrics_cert is None else 'https'}://{host}:{port.getHost().port}/metrics"
+
+
 class MetricsPage(Resource):
     """C{GET /metrics}: the registry in the text format the scraper asks for (Prometheus' or OpenMetrics').
 

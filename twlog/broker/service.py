@@ -34,7 +34,7 @@ from twlog.broker.control import BrokerControl
 from twlog.broker.limits import default_max_connections, raise_open_files_limit
 from twlog.broker.listeners import Listeners, listen, listen_error
 from twlog.broker.listeners import tcp_endpoint as _endpoint  # noqa: F401 (tests/broker/test_limits.py)
-from twlog.broker.metrics import BrokerMetrics, metrics_url, serve_metrics
+from twlog.broker.metrics import BrokerMetrics, advertised_metrics_url, metrics_url, serve_metrics
 from twlog.broker.replicas import BrokerReplicas
 from twlog.broker.users import BrokerUsers
 from twlog.config import BrokerConfig
@@ -176,17 +176,6 @@ class BrokerService(Service):
         self._cannot_start("{error}", error=error)
 
     @property
-    def advertised_metrics_url(self) -> str | None:
-        """L{metrics_url} as others reach it (in the endpoints node): on every interface, at the advertised host."""
-        url = self.metrics_url
-        if url is None or self.config.metrics_interface not in ("0.0.0.0", "::", ""):
-            return url
-        scheme = url.partition("://")[0]
-        host = self.config.advertised_host
-        host = f"[{host}]" if ":" in host else host
-        return f"{scheme}://{host}:{self.metrics_port.getHost().port}/metrics"
-
-    @property
     def metrics_url(self) -> str | None:
         """Where the metrics are served (C{http://HOST:PORT/metrics}, or https), once they are."""
         return metrics_url(self.config, self.metrics_port) if self.metrics_port is not None else None
@@ -228,7 +217,7 @@ class BrokerService(Service):
             registration = BrokerRegistration(
                 zk, self.config, self.logs, port, clock=self._reactor,
                 stale_wait_s=self.zookeeper_session_timeout_s + 5, tls_port=self.broker.tls_port,
-                metrics_url=self.advertised_metrics_url,
+                metrics_url=advertised_metrics_url(self.config, self.metrics_port),
             )
             await retried(registration.start)
             _check_running(self, zk)  # (stopped meanwhile: its session is closed, the nodes went with it)

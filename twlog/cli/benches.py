@@ -130,6 +130,17 @@ def add_bench_commands(commands) -> None:
     rebalance.add_argument("--scenario", type=scenarios, default=["start", "join"],
                            help="comma-separated: start (all join at once), join (default: start,join)")
 
+    console = _benchmark(
+        benches, "console",
+        "how fast the web console answers with many topics and groups (local ZooKeeper, in-process broker)",
+        "Start a local ZooKeeper and a broker in this process with --topics topics and --groups groups (committed "
+        "offsets in ZooKeeper), then twlog console; ask each page and API route --requests times over HTTP and "
+        "print each one's median and longest time.",
+    )
+    positive_option(console, "--topics", default=1000, help="topics (one partition each)")
+    positive_option(console, "--groups", default=1000, help="groups (one committed offset each)")
+    positive_option(console, "--requests", default=5, help="requests per page or route")
+
     faults = subcommand(
         benches, "faults", "twlog.bench.fault_loop:main_faults",
         "kill, pause and cut off replicated brokers under ack=all load, then check the history (lost writes...)",

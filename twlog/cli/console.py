@@ -15,6 +15,7 @@ from twisted.logger import textFileLogObserver
 
 from twlog.cli.foreground import log_to, serve
 from twlog.cli.parsing import parse_usage
+from twlog.console.service import cannot_listen
 from twlog.console.tap import Options
 
 
@@ -36,8 +37,6 @@ def main(argv: Sequence[str], reactor=None) -> int:
         return options
     if reactor is None:
         from twisted.internet import reactor
-    from twlog.console.service import cannot_listen
-
     service = options.service(reactor)
     refused: list[BaseException] = []
 

@@ -53,6 +53,7 @@ from twlog.cli.local_brokers import (
     stop_children,
     wait_registered,
 )
+from twlog.cli.local_console import start_console
 from twlog.cli.local_secure import (
     ADMIN_MECHANISM,
     prepare_secure,
@@ -211,7 +212,7 @@ class ZooKeeperWatch:
 
 
 def usage_text(zookeeper: str, ports: list[int], data: str, metrics_urls: Sequence[str] = (),
-               replication: tuple[int, int] = (1, 1), secure: Sequence[str] = ()) -> str:
+               replication: tuple[int, int] = (1, 1), secure: Sequence[str] = (), console: str | None = None) -> str:
     """What to tell the user once the cluster is up (C{replication}: the replication factor and min.insync.replicas
     of new topics; C{secure}: how to use a secured cluster, in place of the plain commands)."""
     brokers = ",".join(f"localhost:{p}" for p in ports)
@@ -227,6 +228,7 @@ def usage_text(zookeeper: str, ports: list[int], data: str, metrics_urls: Sequen
             "inspect:  twlog topics --broker " + brokers + "   |   twlog groups --zookeeper " + zookeeper,
         ]),
         *(["metrics:  " + "  ".join(metrics_urls)] if metrics_urls else []),
+        *([f"console:  {console}"] if console else []),
         "",
         "Ctrl-C stops everything cleanly.",
     ])
@@ -264,6 +266,10 @@ async def _run_cluster(reactor, args, data: str) -> None:
     tls_ports = [port + args.brokers for port in ports] if secure is not None else []  # (1 broker: 9093, as Kafka)
     _refuse_taken(tls_ports, "'s TLS port", "pick other ports with --port (with --secure, broker N's TLS port is "
                   "--port + --brokers + N)")
+    console_port = args.console_port if getattr(args, "console", False) else None
+    if console_port is not None and bind_error(console_port) is not None:
+        raise LocalError(f"cannot use port {console_port} for the console ({bind_error(console_port)}); pick another "
+                         "with --console-port")
     # Our own log lines (and any Twisted reports) go to stderr, beside the brokers' relayed logs.
     globalLogBeginner.beginLoggingTo(
         [FilteringLogObserver(textFileLogObserver(sys.stderr),
@@ -277,6 +283,7 @@ async def _run_cluster(reactor, args, data: str) -> None:
     except PortInUse as e:  # taken since check_ports
         raise LocalError(f"{e}; pick another port with --zookeeper-port") from None
     children: list[BrokerChild] = []
+    consoles: list = []  # (the console, once started)
     stopped: Deferred = Deferred()
     stopping: list[bool] = []  # set once a stop has begun (Ctrl-C, SIGTERM, or a broker that cannot start)
     errors: list[LocalError] = []  # why the cluster stopped by itself (ZooKeeper cannot be started again)
@@ -294,7 +301,8 @@ async def _run_cluster(reactor, args, data: str) -> None:
             return None
         stopping.append(True)
         watch.stop()
-        d = stop_children(reactor, children)
+        d = DeferredList([c.stopService() for c in consoles], consumeErrors=True)
+        d.addBoth(lambda _: stop_children(reactor, children))
 
         def zookeeper_down(_: object) -> None:
             zookeeper.stop()  # last: the brokers left it as they stopped
@@ -330,6 +338,11 @@ async def _run_cluster(reactor, args, data: str) -> None:
         except FirstError as e:
             raise e.subFailure.value from None
         await _registered(reactor, zookeeper.connect_string, children)
+        if secure is not None:
+            write_client_properties(os.path.join(data, "client.properties"), secure,
+                                    [f"127.0.0.1:{port}" for port in tls_ports], ADMIN_MECHANISM)
+        if console_port is not None:  # (with --secure, as the admin of client.properties)
+            consoles.append(await start_console(reactor, zookeeper.connect_string, console_port, data, secure))
     except BaseException:
         if stopping:  # stopped by the user while starting: not an error
             await stopped
@@ -342,10 +355,10 @@ async def _run_cluster(reactor, args, data: str) -> None:
     secure_lines: list[str] = []
     if secure is not None:
         tls_addresses = [f"127.0.0.1:{port}" for port in tls_ports]
-        write_client_properties(os.path.join(data, "client.properties"), secure, tls_addresses, ADMIN_MECHANISM)
         secure_lines = secure_usage_lines(zookeeper.connect_string, args.data, secure, tls_addresses)
     print(usage_text(zookeeper.connect_string, ports, data, metrics_urls,
-                     (getattr(args, "replication_factor", 1), getattr(args, "min_insync_replicas", 1)), secure_lines))
+                     (getattr(args, "replication_factor", 1), getattr(args, "min_insync_replicas", 1)), secure_lines,
+                     consoles[0].url if consoles else None))
     sys.stdout.flush()
     await stopped
     if errors:

@@ -289,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "(1: unreplicated 0.7 topics; at most --brokers)")
     positive_option(local, "--min-insync-replicas", default=1,
                     help="in-sync replicas an ack=all produce to a replicated topic needs")
+    local.add_argument("--console", action="store_true",
+                       help="serve the web console beside the cluster, at http://127.0.0.1:CONSOLE-PORT/ "
+                       "(docs/console.md)")
+    positive_option(local, "--console-port", default=8080, help="the console's port, with --console")
     local.add_argument("--secure", action="store_true",
                        help="a secured cluster: a CA made for it, TLS (broker N's TLS port is --port + --brokers + N), "
                        "SASL required on every port, ACLs on, ZooKeeper ACLs, and an admin super user whose settings "

@@ -198,14 +198,14 @@ async def brokers_route(api: ApiRequest) -> dict:
     context = api.context
     reader = reader_of(context)
     view = reader.ready_view()
-    layout = view.layout()
     controller = await reader.controller()
     endpoints = await reader.endpoints()
     sampler = sampler_of(context)
     problems = list(sampler.problems) if sampler is not None else []
     if sampler is not None and (sampler.sampled_at is None
                                 or context.now() - sampler.sampled_at > STALE_INTERVALS * sampler.interval_s):
-        _, problems = await sampler.scrape(layout)  # (no recent sample: scrape now, bounded)
+        await sampler.sample_now()  # (no recent sample: take one now, each scrape bounded by the timeout)
+        problems = list(sampler.problems)
     led, followed = _replica_counts(view)
     rows = []
     for broker_id, address in known_brokers(view).items():

@@ -78,6 +78,8 @@ class ClusterReader:
         self._make_zk = make_zk
         self._on_session = on_session
         self.view: ClusterView | None = None
+        #: Called once the view has read the cluster (the sampler takes its first sample then).
+        self.on_ready: list[Callable[[], Any]] = []
         self._running = False
         self._wait = None
         self._attempt: defer.Deferred | None = None
@@ -119,6 +121,8 @@ class ClusterReader:
         view = ClusterView(zk, all_topics=True, listener=self.context.options.listener)
         self.view = view
         await view.start()
+        for ready in self.on_ready:
+            ready()
 
     async def stop(self) -> None:
         self._running = False

@@ -26,6 +26,7 @@ from typing import Any
 
 from twisted.internet import defer
 
+from twlog.avro import AvroDeserializer, RegistryClient
 from twlog.client.times import parse_time
 from twlog.console.cluster import reader_of
 from twlog.console.context import ConsoleContext
@@ -274,7 +275,8 @@ class Browse:
         try:
             record = await defer.maybeDeferred(avro_deserializer(self.context), self.topic, payload)
         except Exception as e:  # (not Avro, an unknown id, the registry down: shown as text, with why)
-            return render(payload, "text")[0], f"not decoded as Avro: {str(e).splitlines()[0] if str(e) else e!r}"
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            return render(payload, "text")[0], f"not decoded as Avro: {why}"
         return json.dumps(record, indent=2, ensure_ascii=False, default=_jsonable), None
 
 
@@ -288,8 +290,6 @@ def avro_deserializer(context: ConsoleContext):
     """The console's Avro deserializer (its registry client made once, schemas cached)."""
     deserializer = context.parts.get("avro")
     if deserializer is None:
-        from twlog.avro import AvroDeserializer, RegistryClient
-
         client = RegistryClient(context.registry_url, reactor=context.reactor, timeout_s=context.timeout_s,
                                 tls=context.options.tls)
         deserializer = context.parts["avro"] = AvroDeserializer(client)

@@ -16,10 +16,21 @@ import attrs
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet.defer import Deferred
 from twisted.web.client import Agent, HTTPConnectionPool, readBody
+from twisted.web.iweb import IPolicyForHTTPS
+from zope.interface import implementer
+
+from twlog.client.tls import TLSSettings
 
 #: Request types left out of request latency: they wait for data (or for the follower's next fetch) by design,
 #: so their time says nothing of how fast the broker answers.
 WAITING_TYPES = frozenset({"WAIT_FETCH", "REPLICA_FETCH"})
+
+#: The samples a scrape asks for (C{?name[]=...}, as prometheus_client's handlers and the brokers' take it): the
+#: text to parse is then a few lines per partition, not every family's.
+SCRAPED = ("twlog_network_received_bytes_total", "twlog_network_sent_bytes_total", "twlog_messages_in_total",
+           "twlog_connections", "twlog_leader_partitions", "twlog_replica_partitions",
+           "twlog_request_duration_seconds_bucket", "twlog_log_size_bytes", "twlog_log_end_offset")
+SCRAPE_QUERY = "&".join(f"name[]={name}" for name in SCRAPED)
 
 #: The most bytes of one scrape read (a broker with 10,000 partitions answers some megabytes).
 MAX_SCRAPE_BYTES = 64 * 1024 * 1024
@@ -142,16 +153,29 @@ class MetricsStore:
             del self._scrapes[broker_id]
 
 
-def http_fetcher(reactor, timeout_s: float, context_factory=None) -> Callable[[str], Deferred]:
-    """C{fetch(url)}: GET C{url} with Twisted's Agent, its body (at most L{MAX_SCRAPE_BYTES}) within
-    C{timeout_s}.  @raise ValueError: an answer other than 200."""
+@implementer(IPolicyForHTTPS)
+class TLSPolicy:
+    """HTTPS metrics (a broker's C{--metrics-tls-cert}) checked against the client settings' CA (C{--client-config}'s
+    C{ssl.ca.location}; the platform's trust without one), with their client certificate if any."""
+
+    def __init__(self, tls: TLSSettings) -> None:
+        self.tls = tls
+
+    def creatorForNetloc(self, hostname: bytes, port: int):
+        return self.tls.twisted_options(hostname.decode("ascii"))
+
+
+def http_fetcher(reactor, timeout_s: float, tls: TLSSettings | None = None) -> Callable[[str], Deferred]:
+    """C{fetch(url)}: GET C{url} (asking for the L{SCRAPED} samples only) with Twisted's Agent, its body (at most
+    L{MAX_SCRAPE_BYTES}) within C{timeout_s}.  @raise ValueError: an answer other than 200."""
     pool = HTTPConnectionPool(reactor, persistent=True)  # (one connection per broker, kept between scrapes)
     pool.maxPersistentPerHost = 1
-    agent = Agent(reactor, connectTimeout=timeout_s, pool=pool) if context_factory is None else \
-        Agent(reactor, contextFactory=context_factory, connectTimeout=timeout_s, pool=pool)
+    agent = Agent(reactor, connectTimeout=timeout_s, pool=pool) if tls is None else \
+        Agent(reactor, contextFactory=TLSPolicy(tls), connectTimeout=timeout_s, pool=pool)
 
     async def fetch(url: str) -> bytes:
-        response = await agent.request(b"GET", url.encode("ascii"))
+        asked = url + ("&" if "?" in url else "?") + SCRAPE_QUERY
+        response = await agent.request(b"GET", asked.encode("ascii"))
         if response.code != 200:
             raise ValueError(f"{url} answered HTTP {response.code}")
         if response.length is not None and isinstance(response.length, int) and response.length > MAX_SCRAPE_BYTES:

@@ -56,7 +56,7 @@ class Sampler:
     def __init__(self, context: ConsoleContext, interval_s: float, fetch=None) -> None:
         self.context = context
         self.interval_s = interval_s
-        self._fetch = fetch or http_fetcher(context.reactor, context.timeout_s)
+        self._fetch = fetch or http_fetcher(context.reactor, context.timeout_s, context.options.tls)
         self.store = MetricsStore(self._fetch, context.reactor)
         #: The latest sample's figures: topic -> bytes (on the leaders), and bytes appended per second.
         self.topic_sizes: dict[str, float] = {}
@@ -85,10 +85,16 @@ class Sampler:
 
     def tick(self) -> None:
         """One sample (skipped while the previous one still runs: a sample never piles on another)."""
-        if self._running is not None and not self._running.called:
-            return
-        self._running = defer.ensureDeferred(self.sample())
-        self._running.addErrback(self._failed)
+        self.sample_now()
+
+    def sample_now(self) -> defer.Deferred:
+        """Fires once a sample has been taken: the one under way, or one started now (its failure logged)."""
+        if self._running is None or self._running.called:
+            self._running = defer.ensureDeferred(self.sample())
+            self._running.addErrback(self._failed)
+        done: defer.Deferred = defer.Deferred()
+        self._running.addBoth(lambda result: (done.callback(None), result)[1])
+        return done
 
     def _failed(self, failure) -> None:
         if failure.check(ApiError, defer.CancelledError):

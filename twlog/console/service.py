@@ -50,6 +50,7 @@ class ConsoleService(Service):
         self.reader = ClusterReader(self.context, lambda: self._make_zk(zookeeper, options, timeout_s),
                                     self._session_made)
         self.sampler = Sampler(self.context, sample_interval_s)
+        self.reader.on_ready.append(self.sampler.tick)
         self.site = app.make_site(self.context)
         self._listener = None
         self._group_sampling = None

@@ -7,6 +7,7 @@ from twisted.python import usage
 
 from twlog.client.kafka_settings import read_settings_file, security_settings
 from twlog.client.options import ClientOptions
+from twlog.console.service import ConsoleService
 from twlog.coord.zkauth import read_credentials_file
 from twlog.errors import TwlogError
 from twlog.schema_registry.service import RegistryTLS
@@ -111,9 +112,7 @@ class Options(usage.Options):
     def tls(self) -> RegistryTLS | None:
         return None if self["tls-cert"] is None else RegistryTLS(self["tls-cert"], self["tls-key"])
 
-    def service(self, reactor=None):
-        from twlog.console.service import ConsoleService
-
+    def service(self, reactor=None) -> ConsoleService:
         return ConsoleService(
             zookeeper=self["zookeeper"], port=self["port"], interface=self["interface"], reactor=reactor,
             read_only=bool(self["read-only"]), registry_url=self["registry"], options=self.client_options,
@@ -121,7 +120,7 @@ class Options(usage.Options):
             login=bool(self["login"]), super_users=self.super_users)
 
 
-def makeService(options: Options):
+def makeService(options: Options) -> ConsoleService:
     service = options.service()
     service.cannot_start_exit_code = 1  # twistd twlog-console: a console that cannot listen exits 1
     return service
