@@ -69,9 +69,14 @@ class ListTests(GroupsApiTestCase):
         sampler = LagSampler(self.context)
         self.context.parts[SAMPLER] = sampler
         self.ok(sampler.sample())
+        self.join("etl", "c2")  # (after the sample: the list shows the sample's count until the next)
+        del self.zk.operations[:]
         [row] = self.get("/api/groups")["groups"]
         lag = (self.logs[0].end - self.logs[0].starts[3]) + self.logs[1].end
-        self.assertEqual((row["lag_bytes"], row["sampled_at"]), (lag, self.clock.seconds()))
+        self.assertEqual((row["lag_bytes"], row["sampled_at"], row["members"]), (lag, self.clock.seconds(), 1))
+        self.assertEqual(self.zk.operations, [("children", paths.CONSUMERS)])  # (one read, whatever the groups)
+        self.ok(sampler.sample())
+        self.assertEqual(self.get("/api/groups")["groups"][0]["members"], 2)
 
     def test_filter_sort_page(self) -> None:
         for n in range(12):

@@ -12,8 +12,8 @@ import argparse
 import re
 
 from twlog.cli.parsing import type_checked
+from twlog.client.times import parse_time  # noqa: F401  (the commands' rule, in the library for the console)
 from twlog.errors import TwlogError
-from twlog.protocol.times import parse_time
 from twlog.storage.manager import MAX_PARTITIONS, validate_topic
 
 

@@ -1,8 +1,9 @@
 # -*- test-case-name: tests.console.test_api_groups -*-
 """The consumer groups' routes (docs/console.md, "Groups").
 
-  - C{GET /api/groups}: names from ZooKeeper, filtered, sorted and paged here; each row's members counted from
-    its C{ids} children, its lag the sampler's last (L{twlog.console.groups.LagSampler}): no broker is asked.
+  - C{GET /api/groups}: names from ZooKeeper, filtered, sorted and paged here; each row's members, topics and lag
+    as the sampler last saw them (L{twlog.console.groups.LagSampler}; a group not sampled yet: its members and
+    topics read now, its lag null): no broker is asked, and ZooKeeper only about groups not sampled yet.
   - C{GET /api/groups/<group>}: what C{twlog groups --json} prints for it (the same code:
     L{twlog.consumer.admin.describe_groups}, L{twlog.consumer.group_reset.group_json}), plus C{lag_messages} per
     partition where it is counted (L{LAG_COUNT_MAX_BYTES}) and C{live}.
@@ -73,9 +74,9 @@ async def list_groups(context, api: ApiRequest) -> dict:
     names = [name for name in await sorted_children(zk, paths.CONSUMERS) if text in name.lower()]
     sampler = context.parts.get(SAMPLER)
     samples = sampler.latest if sampler is not None else {}
-    members: dict[str, int] = {}
-    if sort == "members":
-        members = await _member_counts(zk, names)
+    members = {name: samples[name].members for name in names if name in samples}  # (as of the sample)
+    if sort == "members":  # (the groups not sampled yet counted now)
+        members.update(await _member_counts(zk, [name for name in names if name not in members]))
     if sort == "name":
         names.sort(key=natural_key, reverse=order == "desc")
     else:
@@ -85,8 +86,7 @@ async def list_groups(context, api: ApiRequest) -> dict:
                        reverse=order == "desc")
         names = known + sorted((n for n in names if value(n) is None), key=natural_key)  # (unknown last)
     page = names[offset:offset + limit]
-    if sort != "members":
-        members = await _member_counts(zk, page)
+    members.update(await _member_counts(zk, [name for name in page if name not in members]))
     missing = [name for name in page if name not in samples]
     topics = dict(zip(missing, await _gather([sorted_children(zk, f"{paths.group_path(n)}/offsets")
                                               for n in missing])))

@@ -7,7 +7,8 @@ their committed offsets, asks each partition's leader for its latest offset (OFF
 partition, all of a broker's sent at once on one connection kept open between ticks), and records the lag as
 C{twlog groups} computes it (latest - committed, over the partitions whose latest is known) into
 C{context.history}: C{group.<g>.lag} and C{group.<g>.<topic>:<partition>.lag}.  The list of groups
-(C{GET /api/groups}) shows each group's last sample (L{LagSampler.latest}), never asking a broker per group.
+(C{GET /api/groups}) shows each group's last sample (L{LagSampler.latest}), never asking a broker per group, and
+sorts by the members counted then.
 """
 
 from __future__ import annotations
@@ -71,12 +72,13 @@ async def guarded(context, work):
 
 @attrs.frozen
 class GroupSample:
-    """A group's last sample: when, its total lag (None: no partition's known), and the topics it has offsets
-    for."""
+    """A group's last sample: when, its total lag (None: no partition's known), the topics it has offsets for, and
+    how many members it had."""
 
     t: float
     lag: int | None
     topics: tuple[str, ...]
+    members: int = 0
 
 
 class LagSampler:
@@ -128,7 +130,8 @@ class LagSampler:
             self._pending.extend(groups)
         batch = [self._pending.popleft() for _ in range(min(self.groups_per_tick, len(self._pending)))]
         committed: dict[str, dict[TopicPartition, int | None]] = {}
-        await DeferredList([Deferred.fromCoroutine(self._committed(group, committed)) for group in batch],
+        members: dict[str, int] = {}
+        await DeferredList([Deferred.fromCoroutine(self._committed(group, committed, members)) for group in batch],
                            consumeErrors=True)
         latest = await self._latest({tp for offsets in committed.values() for tp in offsets})
         now = self.context.now()
@@ -142,10 +145,12 @@ class LagSampler:
             history.record_many(now, ((f"group.{group}.{tp.topic}:{tp.name}.lag", lag) for tp, lag in lags.items()))
             total = sum(lags.values()) if lags else None
             history.record(f"group.{group}.lag", now, total)
-            self.latest[group] = GroupSample(now, total, tuple(sorted({tp.topic for tp in offsets})))
+            self.latest[group] = GroupSample(now, total, tuple(sorted({tp.topic for tp in offsets})),
+                                             members.get(group, 0))
 
-    async def _committed(self, group: str, into: dict) -> None:
+    async def _committed(self, group: str, into: dict, members: dict) -> None:
         zk = self.context.zk
+        members[group] = len(await sorted_children(zk, paths.consumer_ids_path(group)))
         tps = [TopicPartition.from_name(topic, name)
                for topic in await sorted_children(zk, f"{paths.group_path(group)}/offsets")
                for name in await sorted_children(zk, paths.offset_path(group, topic)) if _is_name(topic, name)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from twlog.client.options import ClientOptions
+from twlog.client.times import parse_time
 from twlog.consumer.admin import (
     GroupDescription,
     check_group,
@@ -42,7 +43,6 @@ from twlog.coord.zk import IZooKeeper
 from twlog.errors import TwlogError
 from twlog.partition import TopicPartition, resolve_partition
 from twlog.protocol.codec import EARLIEST, LATEST
-from twlog.protocol.times import parse_time
 
 #: What a reset goes to: C{"earliest"}, C{"latest"}, C{("time", ms)}, a byte offset, or C{("shift", n)}.
 Target = str | int | tuple[str, int]
