@@ -56,6 +56,7 @@ PAGES = [
     ("messages", "/topics/orders/messages?partition=0&newest=8&format=json", "#messages"),
     ("groups", "/groups", "#groups"),
     ("group", "/groups/dashboards", "#group-partitions"),
+    ("group-reset", "/groups/dashboards", "#preview"),
     ("brokers", "/brokers", "#brokers"),
     ("schemas", "/schemas", "#subjects"),
     ("schema", "/schemas/orders-value?from=1&to=2", "#diff pre"),
@@ -64,11 +65,17 @@ PAGES = [
 
 
 def shoot(base: str, out: str) -> list[str]:
+    from selenium.webdriver.support.ui import Select
+
     driver = harness.browser(1280, 900)
     written = []
     try:
         for name, path, selector in PAGES:
             open_page(driver, base + path)
+            if name == "group-reset":  # (the reset's preview: every partition to the latest offset, not confirmed)
+                wait_for("the reset form", lambda: driver.find_element("css selector", "#reset-preview").is_enabled())
+                Select(driver.find_element("css selector", "#reset-to")).select_by_value("latest")
+                driver.find_element("css selector", "#reset-preview").click()
             if selector:
                 wait_for(f"{selector} on {path}", lambda s=selector: driver.find_elements("css selector", s))
             time.sleep(0.5)  # (the charts' first draw and the fonts)

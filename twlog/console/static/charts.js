@@ -80,6 +80,7 @@ export function historyChart({ title, names, labels = null, unit = "", minutes =
     element.dataset.points = String(points);
     element.dataset.drawn = seriesNames.join(",");
     empty.hidden = points > 0;
+    plotBox.hidden = points === 0;
     if (typeof window.uPlot !== "function") {
       empty.hidden = false;
       empty.textContent = "The chart library (static/vendor/uPlot.iife.min.js) did not load.";

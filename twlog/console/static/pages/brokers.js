@@ -29,7 +29,9 @@ export async function render(main, ctx) {
       { label: "p99.9", num: true, cell: (b) => ms(b.request_latency_ms && b.request_latency_ms.p999) },
       { label: "leads", num: true, cell: (b) => num(b.leader_partitions) },
       { label: "follows", num: true, cell: (b) => num(b.follower_partitions) },
-      { label: "metrics", cell: (b) => (b.metrics_url ? h("a", { href: b.metrics_url, target: "_blank", rel: "noopener" }, "metrics") : "–") },
+      // (a link only to http(s): the address comes from ZooKeeper, which any broker writes)
+      { label: "metrics", cell: (b) => (/^https?:\/\//.test(b.metrics_url || "")
+        ? h("a", { href: b.metrics_url, target: "_blank", rel: "noopener noreferrer" }, "metrics") : "–") },
     ], answer.brokers, { id: "brokers", empty: "No broker is registered in ZooKeeper." }));
     const now = answer.brokers.map((b) => b.id).join(",");
     if (now !== ids) {

@@ -27,6 +27,7 @@ export async function render(main, ctx) {
   async function refresh() {
     const o = await get("overview");
     if (!ctx.current()) return;
+    const rates = o.rates || {};
     const alive = o.brokers.filter((b) => b.alive).length;
     stats.replaceChildren(
       stat("brokers alive", `${alive} of ${o.brokers.length}`, alive < o.brokers.length ? "bad" : ""),
@@ -35,9 +36,9 @@ export async function render(main, ctx) {
       stat("partitions", num(o.partitions)),
       stat("under-replicated", num(o.under_replicated.length), o.under_replicated.length ? "warn" : ""),
       stat("offline", num(o.offline.length), o.offline.length ? "bad" : ""),
-      stat("messages in", rate(o.rates.messages_in)),
-      stat("bytes in", byteRate(o.rates.bytes_in)),
-      stat("bytes out", byteRate(o.rates.bytes_out)));
+      stat("messages in", rate(rates.messages_in)),
+      stat("bytes in", byteRate(rates.bytes_in)),
+      stat("bytes out", byteRate(rates.bytes_out)));
     brokers.replaceChildren(table([
       { label: "id", cell: (b) => String(b.id) },
       { label: "address", cell: (b) => `${b.host}:${b.port}` },
