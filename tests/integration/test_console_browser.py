@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import time
 import urllib.parse
 
@@ -109,6 +110,11 @@ class ConsoleBrowserTests(SynchronousTestCase):
         url = urllib.parse.urlsplit(self.driver.current_url)
         return url.path + (f"?{url.query}" if url.query else "")
 
+    def assertNoJunk(self, where: str) -> None:
+        """The page shows no value the script failed to format (null, undefined, NaN, [object Object])."""
+        junk = re.findall(r"\bnull\b|\bundefined\b|\bNaN\b|\[object", self.css("main").text)
+        self.assertEqual(junk, [], f"on {where}")
+
     def heading(self) -> str:
         return self.css("main h1").text
 
@@ -138,6 +144,7 @@ class ConsoleBrowserTests(SynchronousTestCase):
             self.assertEqual(self.path(), path)
             self.assertEqual(self.heading(), heading)
             self.assertEqual(banner(self.driver), "", f"the banner on {path}")
+            self.assertNoJunk(path)
         open_page(self.driver, f"{self.base}/topics/{TOPIC}")
         wait_for("the partitions", lambda: len(self.all("#partitions tbody tr")) == 2)
         cells = [td.text for td in self.all("#partitions tbody tr")[0].find_elements("css selector", "td")]
@@ -248,11 +255,13 @@ class ConsoleBrowserTests(SynchronousTestCase):
         Select(self.css("#reset-to")).select_by_value("earliest")
         self.click("#reset-preview")
         row = wait_for("the preview", lambda: self.all("#preview tbody tr[data-partition]"))
+        self.assertNoJunk("the preview")
         self.assertEqual(len(row), 1)
         self.assertEqual(row[0].get_attribute("data-new-offset"), "0")
         self.assertEqual(api_offsets(), committed)  # (the preview changed nothing)
         self.click("#reset-confirm")
         wait_for("the reset applied", lambda: "Reset: 1 partition(s) committed." in self.css("#reset-result").text)
+        self.assertNoJunk("the group page after the reset")
         # twlog groups (ZooKeeper's committed offsets) says what the page said it did.
         after = {p["partition"]: p["offset"] for p in self.cluster.group_json(GROUP)["partitions"]}
         self.assertEqual(after, {**committed, "0": 0})

@@ -87,10 +87,11 @@ export function resetPanel(group, { onChanged, onDeleted }) {
       const confirm = h("button", { type: "button", class: "primary", id: "reset-confirm", disabled: !answer.rows.length,
         onclick: () => send(false) }, `Confirm: reset ${answer.rows.length} partition(s)`);
       const cancel = h("button", { type: "button", id: "reset-cancel", onclick: () => result.replaceChildren() }, "Cancel");
-      result.replaceChildren(h("h3", {}, "Preview (nothing changed yet)"), rows, leftOut, h("div", { class: "buttons" }, confirm, cancel));
+      result.replaceChildren(...[h("h3", {}, "Preview (nothing changed yet)"), rows, leftOut,
+        h("div", { class: "buttons" }, confirm, cancel)].filter(Boolean));
     } else {
-      result.replaceChildren(note(answer.applied ? `Reset: ${answer.rows.length} partition(s) committed.` : "Nothing was changed.",
-        answer.applied ? "ok" : "warn"), rows, leftOut);
+      result.replaceChildren(...[note(answer.applied ? `Reset: ${answer.rows.length} partition(s) committed.` : "Nothing was changed.",
+        answer.applied ? "ok" : "warn"), rows, leftOut].filter(Boolean));
       onChanged();
     }
   }
