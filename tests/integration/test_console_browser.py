@@ -321,6 +321,14 @@ class ConsoleBrowserTests(SynchronousTestCase):
         self.assertIn(f"zookeeper {nowhere}", text)
         self.assertEqual(self.heading(), "Topics")
 
+    def test_a_topic_that_does_not_exist_is_a_banner(self) -> None:
+        """A topic's address naming no topic draws the page with the API's one line in the banner."""
+        open_page(self.driver, f"{self.base}/topics/no-such-topic")
+        self.assertEqual(self.heading(), "no-such-topic")
+        self.assertIn("does not exist", wait_for("the banner", lambda: banner(self.driver)))
+        self.driver.get(f"{self.base}/no/such/page")  # (the site's own 404 page, with a link to the overview)
+        self.assertIn("No page at this address", self.driver.find_element("css selector", "body").text)
+
     def test_delete_an_idle_group(self) -> None:
         """Delete group, then Delete: the group is gone (the API answers 404) and the page goes to the list."""
         open_page(self.driver, f"{self.base}/groups/{DOOMED}")
