@@ -167,7 +167,7 @@ class Cluster:
         port = free_port()
         process, output = self.processes.start(
             f"console-{port}", "console", "--zookeeper", zookeeper or self.zookeeper, "--port", str(port),
-            "--interface", "127.0.0.1", "--sample-interval", "1", "--timeout", "2", *options)
+            "--interface", "127.0.0.1", "--sample-interval", "1", "--timeout", "5", *options)
         base = f"http://127.0.0.1:{port}"
 
         def answers():

@@ -40,6 +40,7 @@ export async function render(main, ctx) {
       chartSet = [
         historyChart({ title: "Bytes in per second, per broker", names: answer.brokers.map((b) => `broker.${b.id}.bytes_in`), labels: label, unit: "bytes/s" }),
         historyChart({ title: "Bytes out per second, per broker", names: answer.brokers.map((b) => `broker.${b.id}.bytes_out`), labels: label, unit: "bytes/s" }),
+        historyChart({ title: "Open connections, per broker", names: answer.brokers.map((b) => `broker.${b.id}.connections`), labels: label }),
       ];
       charts.replaceChildren(...chartSet.map((c) => c.element));
     }
