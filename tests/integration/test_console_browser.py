@@ -207,6 +207,18 @@ class ConsoleBrowserTests(SynchronousTestCase):
         self.click("#next")
         wait_for("the next page", lambda: '"n": 20' in self.rows("#messages")[0].text)
         self.assertIn("cursor=", self.path())
+        # The form: start at a time picked (the browser's local time, UTC here), written into the box as UTC.
+        from selenium.webdriver.support.ui import Select
+
+        Select(self.css("#start")).select_by_value("time")
+        self.assertTrue(self.css("#time-picker").is_displayed())
+        picked = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(_state["before_ms"] / 1000 - 1))
+        self.driver.execute_script("const p = document.getElementById('time-picker'); p.value = arguments[0];"
+                                   "p.dispatchEvent(new Event('change'));", picked)
+        self.assertEqual(self.css("#start-value").get_attribute("value"), before)
+        self.click("#show")
+        wait_for("message 0 first again", lambda: '"n": 0' in self.rows("#messages")[0].text)
+        self.assertIn(urllib.parse.quote(before, safe=""), self.path())
         later = int(time.time() * 1000) + 60_000
         open_page(self.driver, f"{self.base}/topics/{TOPIC}/messages?partition=0&time={later}")
         wait_for("no messages after the last write", lambda: "No messages here" in self.css("#messages").text)

@@ -16,12 +16,17 @@ function startOf(q) {
   return ["oldest", ""];
 }
 
+/** A date as ISO 8601 in UTC, without milliseconds when it has none. */
+function isoSeconds(date) {
+  return date.toISOString().replace(".000Z", "Z");
+}
+
 /** A time as the API takes it: ms since the epoch as given, else ISO 8601 (a bare local time made UTC-aware). */
 export function timeParam(text) {
   const trimmed = text.trim();
   if (/^\d+$/.test(trimmed)) return trimmed;
   const parsed = new Date(trimmed);
-  return Number.isNaN(parsed.getTime()) ? trimmed : parsed.toISOString();
+  return Number.isNaN(parsed.getTime()) ? trimmed : isoSeconds(parsed);
 }
 
 export async function render(main, ctx) {
@@ -32,13 +37,18 @@ export async function render(main, ctx) {
   const partitionBox = h("fieldset", { class: "partitions" }, h("legend", {}, "Partitions"));
   const startSelect = select("start", STARTS, start, { id: "start" });
   const valueInput = h("input", { name: "value", id: "start-value", value: startValue, size: 26 });
+  // (a time can be typed, ISO 8601 or ms, or picked in the browser's local time, written as UTC)
+  const picker = h("input", { type: "datetime-local", id: "time-picker", step: 1, "aria-label": "pick a time",
+    onchange: () => {
+      if (picker.value) valueInput.value = isoSeconds(new Date(picker.value));
+    } });
   const formatSelect = select("format", FORMATS, q.get("format") || "text", { id: "format" });
   const filterInput = h("input", { type: "search", name: "filter", id: "filter", value: q.get("filter") || "", placeholder: "substring" });
   const limitSelect = select("limit", LIMITS, q.get("limit") || "50", { id: "limit" });
   const form = h("form", { class: "controls", id: "browse-form" },
     partitionBox,
     h("div", { class: "row" },
-      field("Start at", startSelect), field("Offset, time or N", valueInput),
+      field("Start at", startSelect), field("Offset, time or N", valueInput), field("Pick a time", picker),
       field("Format", formatSelect), field("Contains", filterInput), field("Per page", limitSelect),
       h("button", { type: "submit", id: "show" }, "Show")));
   const summary = h("div", { class: "summary", id: "summary" });
@@ -51,6 +61,7 @@ export async function render(main, ctx) {
   function hint() {
     const kind = startSelect.value;
     valueInput.disabled = kind === "oldest";
+    picker.parentElement.hidden = kind !== "time";
     valueInput.placeholder = { oldest: "", newest: "how many, e.g. 20", offset: "a byte offset, e.g. 0",
       time: "2026-11-26T13:00:00Z or ms since the epoch" }[kind];
   }
