@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import time
 
 from twisted.trial.unittest import TestCase
@@ -11,12 +10,7 @@ from twisted.trial.unittest import TestCase
 from tests.integration.broker import start_broker, wait_until
 from tests.integration.test_cli import one_line, twlog, twlog_all
 from tests.integration.zookeeper import fresh_connect_string
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from twlog.coord.zkserver import free_port
 
 
 class BrokerCommandTests(TestCase):

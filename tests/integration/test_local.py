@@ -12,6 +12,7 @@ import time
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
@@ -54,7 +55,10 @@ def start_local(testcase: TestCase, *args: str) -> tuple[LocalProcess, object]:
 
     def kill_if_running():
         if not local.ended.called:
-            transport.signalProcess("KILL")
+            try:
+                transport.signalProcess("KILL")
+            except ProcessExitedAlready:  # (it exited; its end is on its way)
+                pass
             return local.ended
 
     testcase.addCleanup(kill_if_running)

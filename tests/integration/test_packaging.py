@@ -242,17 +242,28 @@ class InstalledWheelTests(TestCase):
         results = await gatherResults([semaphore.run(lambda a=a: Deferred.fromCoroutine(help_of(a))) for a in argvs])
         for argv, status, output in results:
             self.assertEqual(status, 0, (argv, output.decode()))
-            usage = b"Usage: twlog " if argv[:1] in (("broker",), ("registry",)) else b"usage: twlog "
+            usage = b"Usage: twlog " if argv[:1] in (("broker",), ("registry",), ("console",)) else b"usage: twlog "
             self.assertIn(usage + " ".join(argv).encode(), output, argv)
             self.assertNotIn(b"Traceback", output, argv)
 
     async def test_twistd_plugins(self) -> None:
-        """twistd finds both plugins in the installed copy's twisted/plugins/."""
-        for plugin, option in (("twlog", b"--log-dir"), ("twlog-registry", b"--port")):
+        """twistd finds the three plugins in the installed copy's twisted/plugins/."""
+        for plugin, option in (("twlog", b"--log-dir"), ("twlog-registry", b"--port"),
+                               ("twlog-console", b"--read-only")):
             status, output, err = await self.run_installed("twistd", plugin, "--help").ended
             self.assertEqual(status, 0, err.decode())
             self.assertIn(b"Usage: twistd [options] %s [options]" % plugin.encode(), output)
             self.assertIn(option, output)
+
+    async def test_console_files(self) -> None:
+        """The console's pages, scripts, styles and bundled chart library are in the installed package."""
+        status, output, err = await self.run_installed(
+            "python", "-c", "import os, twlog.console.app as a; print(sorted(os.listdir(a.STATIC_DIR)), "
+            "sorted(os.listdir(a.STATIC_DIR / 'vendor')), sorted(os.listdir(a.STATIC_DIR / 'pages')))").ended
+        self.assertEqual(status, 0, err.decode())
+        for name in (b"'index.html'", b"'app.js'", b"'console.css'", b"'uPlot.iife.min.js'", b"'overview.js'",
+                     b"'messages.js'", b"'group.js'"):
+            self.assertIn(name, output)
 
     async def test_round_trip(self) -> None:
         """A broker run by the installed twistd takes lines from the installed twlog produce and gives them back

@@ -16,6 +16,7 @@ import errno
 import glob
 import importlib.util
 import os
+import random
 import shutil
 import signal
 import socket
@@ -65,8 +66,21 @@ def find_classpath(pyspark_locations: Callable[[], list[str]] = _pyspark_locatio
     )
 
 
+#: The ports L{free_port} picks from: below Linux's ephemeral range (32768-60999, where the kernel picks the local
+#: port of every outgoing connection), so that no client connection, of this process or another (a second test
+#: worker), takes a chosen port between its choice and the server's bind.
+PICK_RANGE = (20000, 32767)
+
+_pick = random.SystemRandom()  # (not the global generator, which tests may seed alike in two workers)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    """A TCP port on 127.0.0.1 that nothing listens on now, chosen at random in L{PICK_RANGE} (else any free one
+    the kernel gives, when none is found there)."""
+    for _ in range(200):
+        port = _pick.randint(*PICK_RANGE)
+        if bind_error(port) is None:
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
