@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
-from twisted.logger import globalLogPublisher
+from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.console.web import call
@@ -16,6 +17,7 @@ from twlog.console.groups import CONNECT, SAMPLER, LagSampler
 from twlog.consumer.admin import describe_groups
 from twlog.consumer.group_reset import group_json
 from twlog.coord import paths
+from twlog.coord.zk import ConnectionLoss
 from twlog.protocol.codec import OffsetsRequest
 
 BROKER = ("127.0.0.1", 9092)
@@ -77,6 +79,41 @@ class ListTests(GroupsApiTestCase):
         self.assertEqual(self.zk.operations, [("children", paths.CONSUMERS)])  # (one read, whatever the groups)
         self.ok(sampler.sample())
         self.assertEqual(self.get("/api/groups")["groups"][0]["members"], 2)
+
+    def test_zookeeper_lost_during_a_sample_is_one_line(self) -> None:
+        """A tick that loses ZooKeeper logs one warning naming it, without a traceback; the next tick runs."""
+        events = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        sampler = LagSampler(self.context)
+
+        async def lost() -> None:
+            raise ConnectionLoss()
+
+        sampler.sample = lost
+        sampler._tick()
+        [event] = [e for e in events if e.get("log_namespace") == "twlog.console"]
+        self.assertEqual((event["log_level"], event["error"]), (LogLevel.warn, "ConnectionLoss"))
+        self.assertNotIn("log_failure", event)
+        self.assertIsNone(sampler._running)  # (the next tick is not skipped)
+
+    def test_stop_ends_a_waiting_sample_quietly(self) -> None:
+        """Stopping the sampler while a tick waits ends the tick, and logs nothing."""
+        events = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        sampler = LagSampler(self.context)
+        waiting = Deferred()
+
+        async def slow() -> None:
+            await waiting
+
+        sampler.sample = slow
+        sampler._tick()
+        self.assertIsNotNone(sampler._running)
+        self.ok(sampler.stop())
+        self.assertIsNone(sampler._running)
+        self.assertEqual([e for e in events if e.get("log_namespace") == "twlog.console"], [])
 
     def test_filter_sort_page(self) -> None:
         for n in range(12):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
@@ -104,6 +104,8 @@ class LagSampler:
         """Stop sampling and close the brokers' connections."""
         if self._loop.running:
             self._loop.stop()
+        if self._running is not None:  # (a tick waiting for ZooKeeper or a broker: it ends now, quietly)
+            self._running.cancel()
         connections, self._connections = list(self._connections.values()), {}
         return DeferredList([c.close() for c in connections], consumeErrors=True)
 
@@ -111,9 +113,20 @@ class LagSampler:
         if self._running is not None:  # (the last tick is still waiting for a slow broker: skip this one)
             return None
         self._running = Deferred.fromCoroutine(self.sample())
-        self._running.addErrback(lambda f: _log.failure("the lag sampler failed", f))
+        self._running.addErrback(self._failed)
         self._running.addBoth(self._ran)
         return None
+
+    def _failed(self, failure) -> None:
+        """A tick that lost ZooKeeper is one line (the next tick tries again; the API names ZooKeeper meanwhile);
+        anything else is logged with its traceback."""
+        if failure.check(CancelledError):
+            return
+        if failure.check(ConnectionLoss, SessionExpiredError, KazooException):
+            _log.warn("console: the lag sample stopped: ZooKeeper {zookeeper} went away ({error})",
+                      zookeeper=self.context.zookeeper, error=failure.type.__name__)
+            return
+        _log.failure("the lag sampler failed", failure)
 
     def _ran(self, _) -> None:
         self._running = None
