@@ -8,12 +8,9 @@ that cannot be reached does not stop it: the API answers 503 naming it until it 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
-from twisted.logger import textFileLogObserver
-
-from twlog.cli.foreground import log_to, serve
+from twlog.cli.foreground import run_listening
 from twlog.cli.parsing import parse_usage
 from twlog.console.service import cannot_listen
 from twlog.console.tap import Options
@@ -38,19 +35,4 @@ def main(argv: Sequence[str], reactor=None) -> int:
     if reactor is None:
         from twisted.internet import reactor
     service = options.service(reactor)
-    refused: list[BaseException] = []
-
-    def listening(port):  # (logging starts here: a console that cannot start says one line, not two)
-        log_to(textFileLogObserver(sys.stderr))
-        return port
-
-    def not_listening(failure):
-        refused.append(failure.value)
-        return failure
-
-    service.listening.addCallbacks(listening, not_listening)
-    failure = serve(reactor, service)
-    if failure is not None:
-        print(f"twlog console: {cannot_listen(service, refused[0] if refused else None, failure)}", file=sys.stderr)
-        return 1
-    return 0
+    return run_listening(reactor, service, "console", lambda error, text: cannot_listen(service, error, text))

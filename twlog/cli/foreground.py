@@ -1,5 +1,5 @@
 # -*- test-case-name: tests.cli.test_foreground,tests.integration.test_cli_broker -*-
-"""A Twisted service run in the foreground of a C{twlog} command (C{twlog broker}, C{twlog registry}).
+"""A Twisted service run in the foreground of a C{twlog} command (C{twlog broker}, C{twlog registry}, C{twlog console}).
 
 Its log goes to stderr (info and above); it starts once the reactor runs and
 stops before the reactor shuts down (Ctrl-C, SIGTERM); when it cannot start,
@@ -7,6 +7,9 @@ the reactor stops and the command gets the one line saying why.
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Callable
 
 from twisted.application.service import IService
 from twisted.logger import (
@@ -16,6 +19,7 @@ from twisted.logger import (
     LogLevelFilterPredicate,
     PredicateResult,
     globalLogBeginner,
+    textFileLogObserver,
 )
 
 #: Where Twisted's ClientService logs each reconnection attempt ("Scheduling retry N to connect ...").
@@ -66,3 +70,27 @@ def serve(reactor, service: IService) -> str | None:
     reactor.addSystemEventTrigger("before", "shutdown", stop)
     reactor.run()
     return failures[0] if failures else None
+
+
+def run_listening(reactor, service, command: str, cannot_listen: Callable[[BaseException | None, str], str]) -> int:
+    """Run C{service} (one with a C{listening} Deferred: the registry, the console) until Ctrl-C or SIGTERM.
+
+    Its log goes to stderr from the moment it listens, so a service that cannot start says one line, not two:
+    C{twlog COMMAND: <cannot_listen(error, text)>}, naming the option to change, and the status is 1; else 0.
+    """
+    refused: list[BaseException] = []
+
+    def listening(port):
+        log_to(textFileLogObserver(sys.stderr))
+        return port
+
+    def not_listening(failure):
+        refused.append(failure.value)
+        return failure
+
+    service.listening.addCallbacks(listening, not_listening)
+    failure = serve(reactor, service)
+    if failure is not None:
+        print(f"twlog {command}: {cannot_listen(refused[0] if refused else None, failure)}", file=sys.stderr)
+        return 1
+    return 0

@@ -9,12 +9,9 @@ memory and writes 500 until the cluster answers (docs/registry.md).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
-from twisted.logger import textFileLogObserver
-
-from twlog.cli.foreground import log_to, serve
+from twlog.cli.foreground import run_listening
 from twlog.cli.parsing import parse_usage
 from twlog.schema_registry.service import listen_error
 from twlog.schema_registry.tap import Options
@@ -39,22 +36,7 @@ def main(argv: Sequence[str], reactor=None) -> int:
     if reactor is None:
         from twisted.internet import reactor
     service = options.service(reactor)
-    refused: list[BaseException] = []
-
-    def listening(port):  # (logging starts here: a registry that cannot start says one line, not two)
-        log_to(textFileLogObserver(sys.stderr))
-        return port
-
-    def not_listening(failure):
-        refused.append(failure.value)
-        return failure
-
-    service.listening.addCallbacks(listening, not_listening)
-    failure = serve(reactor, service)
-    if failure is not None:
-        print(f"twlog registry: {cannot_listen(options, refused[0] if refused else None, failure)}", file=sys.stderr)
-        return 1
-    return 0
+    return run_listening(reactor, service, "registry", lambda error, text: cannot_listen(options, error, text))
 
 
 def cannot_listen(options: RegistryOptions, error: BaseException | None, text: str) -> str:
