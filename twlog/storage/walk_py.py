@@ -1,0 +1,102 @@
+# -*- test-case-name: tests.storage.test_kernel -*-
+"""The message walk in pure Python: the fallback of the compiled kernel (L{twlog.storage.kernel}).
+
+L{walk} takes the whole, valid entries of a message set from a position and
+says where it stopped, without judging what stopped it (a partial or short
+entry, a bad CRC, an unknown magic or attributes, an entry it was told not to
+take): the callers diagnose that one entry.  L{twlog.storage._kernel} is the
+same in Cython; both give identical results (tests.storage.test_kernel).
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+
+from twlog.storage.crc import crc32
+
+__all__ = ["MAGIC1", "UNIFORM", "WRAPPERS", "crc32", "walk", "whole_end"]
+
+#: Take magic-1 messages without a codec (10-byte headers), not only magic-0 ones (9 bytes).
+MAGIC1 = 1
+#: Take compressed wrappers (magic 1, codec gzip or snappy) as one entry each (CRC checked, not opened).
+WRAPPERS = 2
+#: Stop where the header width (9 or 10 bytes) changes: every entry taken has the first one's width.
+UNIFORM = 4
+
+_HEADER0 = struct.Struct(">iBI")
+_UINT32 = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
+
+
+def walk(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF,
+         flags: int = 0) -> tuple[int, array, int, array]:
+    """The whole, valid entries of C{buf} that start at C{pos} and on, before C{limit} (-1: the end).
+
+    An entry is taken when its size is at least 5 and at most C{max_message_bytes}, it ends inside
+    C{buf}, it is magic 0, or magic 1 as C{flags} allow (L{MAGIC1}, L{WRAPPERS}; attributes 0-2), and
+    its CRC matches.
+
+    @return: C{(stop, positions, width, wrappers)}: the position of the first entry not taken (or
+        where the walk reached C{limit} or the end); each taken entry's position, then C{stop}
+        (C{array('q')}); the header width shared by the taken entries (9 or 10; 0 when mixed or
+        none); the positions of the compressed wrappers taken (C{array('q')}).
+    """
+    n = len(buf)
+    if limit < 0 or limit > n:
+        limit = n
+    unpack = _HEADER0.unpack_from
+    check = crc32
+    positions = array("q")
+    wrappers = array("q")
+    add = positions.append
+    width = 0
+    first = True
+    magic1 = flags & MAGIC1
+    wrapped = flags & WRAPPERS
+    uniform = flags & UNIFORM
+    while pos < limit and n - pos >= 9:
+        size, magic, crc = unpack(buf, pos)
+        end = pos + 4 + size
+        if size < 5 or size > max_message_bytes or end > n:
+            break
+        if magic == 0:
+            if uniform and width != 9 and not first:
+                break
+            if check(buf[pos + 9 : end]) != crc:
+                break
+            w = 9
+        elif magic == 1 and size >= 6 and (magic1 or wrapped):
+            attributes = buf[pos + 5]
+            if attributes > 2 or (attributes == 0 and not magic1) or (attributes and not wrapped):
+                break
+            if uniform and width != 10 and not first:
+                break
+            if check(buf[pos + 10 : end]) != _UINT32.unpack_from(buf, pos + 6)[0]:
+                break
+            if attributes:
+                wrappers.append(pos)
+            w = 10
+        else:
+            break
+        if first:
+            width, first = w, False
+        elif w != width:
+            width = 0
+        add(pos)
+        pos = end
+    add(pos)
+    return pos, positions, width, wrappers
+
+
+def whole_end(buf, pos: int = 0) -> int:
+    """The position after the last whole entry of C{buf} from C{pos}, reading length fields only (no CRC, no
+    magic); it stops early at a length field that is not sane (below 5, or past the end)."""
+    n = len(buf)
+    unpack = _INT32.unpack_from
+    while n - pos >= 4:
+        end = pos + 4 + unpack(buf, pos)[0]
+        if end < pos + 9 or end > n:
+            break
+        pos = end
+    return pos
