@@ -111,8 +111,9 @@ def walk(buf, Py_ssize_t pos=0, Py_ssize_t limit=-1, long long max_message_bytes
     return pos, positions, width, wrappers
 
 
-def whole_end(buf, Py_ssize_t pos=0):
-    """The position after the last whole entry from C{pos}, reading length fields only; see L{twlog.storage.walk_py}."""
+def whole_end(buf, Py_ssize_t pos=0, Py_ssize_t limit=-1, long long max_message_bytes=0x7FFFFFFF):
+    """The position after the last whole entry from C{pos} before C{limit}, reading length fields only; see
+    L{twlog.storage.walk_py.whole_end}."""
     cdef Py_buffer view
     cdef const uint8_t *b
     cdef Py_ssize_t n
@@ -121,9 +122,11 @@ def whole_end(buf, Py_ssize_t pos=0):
     try:
         b = <const uint8_t *>view.buf
         n = view.len
-        while n - pos >= 4:
+        if limit < 0 or limit > n:
+            limit = n
+        while pos < limit and n - pos >= 4:
             size = <int32_t>_u32(b + pos)
-            if size < 5 or size > n - pos - 4:
+            if size < 5 or size > max_message_bytes or size > n - pos - 4:
                 break
             pos += 4 + size
     finally:

@@ -89,14 +89,18 @@ def walk(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF
     return pos, positions, width, wrappers
 
 
-def whole_end(buf, pos: int = 0) -> int:
-    """The position after the last whole entry of C{buf} from C{pos}, reading length fields only (no CRC, no
-    magic); it stops early at a length field that is not sane (below 5, or past the end)."""
+def whole_end(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF) -> int:
+    """The position after the last whole entry of C{buf} from C{pos} that starts before C{limit} (-1: the end),
+    reading length fields only (no CRC, no magic); it stops early at a length field that is not sane (below
+    5, above C{max_message_bytes}, or past the end of C{buf})."""
     n = len(buf)
+    if limit < 0 or limit > n:
+        limit = n
     unpack = _INT32.unpack_from
-    while n - pos >= 4:
-        end = pos + 4 + unpack(buf, pos)[0]
-        if end < pos + 9 or end > n:
+    while pos < limit and n - pos >= 4:
+        size = unpack(buf, pos)[0]
+        end = pos + 4 + size
+        if size < 5 or size > max_message_bytes or end > n:
             break
         pos = end
     return pos
