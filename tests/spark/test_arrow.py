@@ -124,3 +124,23 @@ class RecordBatchTests(SynchronousTestCase):
         """A constant column holds n copies, also for n = 0 and for non-ASCII text."""
         self.assertEqual(constant_strings("é-1", 3).to_pylist(), ["é-1"] * 3)
         self.assertEqual(constant_strings("x", 0).to_pylist(), [])
+
+
+class KernelTests(SynchronousTestCase):
+    def test_both_kernels(self) -> None:
+        """scan_fetch gives the same rows (or None, for the slow path) with the compiled and pure-Python kernels."""
+        from tests.storage.test_kernel import compiled, corrupt_sets
+        from twlog.spark import arrow
+        from twlog.storage import kernel
+
+        sets = {**corrupt_sets(), "log": mixed_log()}
+        found = {}
+        for k in (compiled(), kernel.pure):
+            self.patch(arrow, "walk", k.walk)
+            found[k] = []
+            for buf in sets.values():
+                for end in (len(buf) // 2, len(buf), 10**9):
+                    rows = scan_fetch(buf, 1000, 1000 + end, 10**7)
+                    found[k].append(None if rows is None else (rows_of(rows), rows.next_offset, rows.last))
+        self.assertEqual(found[compiled()], found[kernel.pure])
+        self.assertTrue(any(r is not None for r in found[kernel.pure]))
