@@ -45,48 +45,47 @@ def walk(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF
     n = len(buf)
     if limit < 0 or limit > n:
         limit = n
+    stop = min(limit, n - 8)  # an entry to take starts before the limit and has its 9-byte header
     unpack = _HEADER0.unpack_from
     check = crc32
     positions = array("q")
     wrappers = array("q")
     add = positions.append
-    width = 0
-    first = True
+    maximum = max_message_bytes
     magic1 = flags & MAGIC1
     wrapped = flags & WRAPPERS
     uniform = flags & UNIFORM
-    while pos < limit and n - pos >= 9:
+    seen0 = seen1 = False
+    while True:
+        if not (uniform and seen1):  # the common case, magic 0, in its own tight loop
+            had = len(positions)
+            while pos < stop:
+                size, magic, crc = unpack(buf, pos)
+                end = pos + 4 + size
+                if magic or end > n or size < 5 or size > maximum or check(buf[pos + 9 : end]) != crc:
+                    break
+                add(pos)
+                pos = end
+            if len(positions) > had:
+                seen0 = True
+        if pos >= stop:
+            break
         size, magic, crc = unpack(buf, pos)
         end = pos + 4 + size
-        if size < 5 or size > max_message_bytes or end > n:
+        if magic != 1 or size < 6 or size > maximum or end > n or (uniform and seen0):
+            break  # a magic-0 entry here failed the tight loop (or follows magic-1 ones in a uniform walk)
+        attributes = buf[pos + 5]
+        if attributes > 2 or (attributes == 0 and not magic1) or (attributes and not wrapped):
             break
-        if magic == 0:
-            if uniform and width != 9 and not first:
-                break
-            if check(buf[pos + 9 : end]) != crc:
-                break
-            w = 9
-        elif magic == 1 and size >= 6 and (magic1 or wrapped):
-            attributes = buf[pos + 5]
-            if attributes > 2 or (attributes == 0 and not magic1) or (attributes and not wrapped):
-                break
-            if uniform and width != 10 and not first:
-                break
-            if check(buf[pos + 10 : end]) != _UINT32.unpack_from(buf, pos + 6)[0]:
-                break
-            if attributes:
-                wrappers.append(pos)
-            w = 10
-        else:
+        if check(buf[pos + 10 : end]) != _UINT32.unpack_from(buf, pos + 6)[0]:
             break
-        if first:
-            width, first = w, False
-        elif w != width:
-            width = 0
+        if attributes:
+            wrappers.append(pos)
+        seen1 = True
         add(pos)
         pos = end
     add(pos)
-    return pos, positions, width, wrappers
+    return pos, positions, (9 if not seen1 else 10 if not seen0 else 0) if seen0 or seen1 else 0, wrappers
 
 
 def whole_end(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF) -> int:
