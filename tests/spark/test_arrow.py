@@ -128,7 +128,8 @@ class RecordBatchTests(SynchronousTestCase):
 
 class KernelTests(SynchronousTestCase):
     def test_both_kernels(self) -> None:
-        """scan_fetch gives the same rows (or None, for the slow path) with the compiled and pure-Python kernels."""
+        """scan_fetch gives the same rows (or None, for the slow path) with the compiled kernel (its walk and
+        gather) and the pure-Python one (its walk, numpy's gathering)."""
         from tests.storage.test_kernel import compiled, corrupt_sets
         from twlog.spark import arrow
         from twlog.storage import kernel
@@ -137,6 +138,8 @@ class KernelTests(SynchronousTestCase):
         found = {}
         for k in (compiled(), kernel.pure):
             self.patch(arrow, "walk", k.walk)
+            self.patch(arrow, "gather", k.gather)
+            self.patch(arrow, "KERNEL", "compiled" if k is compiled() else "pure Python")
             found[k] = []
             for buf in sets.values():
                 for end in (len(buf) // 2, len(buf), 10**9):

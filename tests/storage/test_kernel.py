@@ -104,6 +104,11 @@ def corrupt_sets() -> dict[str, bytes]:
     }
 
 
+def as_gathered(result):
+    data, offsets = result
+    return data, list(offsets)
+
+
 def as_lists(result):
     stop, positions, width, wrappers = result
     return stop, list(positions), width, list(wrappers)
@@ -189,6 +194,22 @@ class WalkTests(SynchronousTestCase):
                 if name in ("plain", "magic 1", "mixed", "gzip", "empty", "nested", "not gzip"):
                     continue
                 self.assertEqual(k.walk(buf, 0, -1, 0x7FFFFFFF, MAGIC1 | WRAPPERS)[0], good, name)
+
+    def test_gather(self) -> None:
+        """gather lays the walked payloads end to end with their value offsets, alike in both kernels."""
+        for name, buf in corrupt_sets().items():
+            stop, positions, _, _ = kernel.pure.walk(buf, 0, -1, 0x7FFFFFFF, MAGIC1 | WRAPPERS)
+            del positions[-1]
+            expected = kernel.pure.gather(buf, positions, stop)
+            self.assertEqual(as_gathered(compiled().gather(buf, positions, stop)), as_gathered(expected), name)
+        buf = magic1_set() + plain_set()
+        stop, positions, _, _ = kernel.pure.walk(buf, 0, -1, 0x7FFFFFFF, MAGIC1)
+        del positions[-1]
+        data, offsets = compiled().gather(buf, positions, stop)
+        self.assertEqual(data, b"".join(PAYLOADS) * 2)
+        self.assertEqual(list(offsets)[-1], 2 * len(b"".join(PAYLOADS)))
+        for k in (kernel.pure, compiled()):
+            self.assertRaises(ValueError, k.gather, buf, positions, len(buf) + 1)
 
     def test_buffers(self) -> None:
         """bytes, bytearray and memoryviews (slices included) are read alike."""
@@ -285,6 +306,10 @@ class CallerTests(SynchronousTestCase):
             self.assertEqual(as_lists(c.walk(buf, 0, -1, 0x7FFFFFFF, flags)),
                              as_lists(kernel.pure.walk(buf, 0, -1, 0x7FFFFFFF, flags)))
         self.assertEqual(c.whole_end(buf), kernel.pure.whole_end(buf))
+        stop, positions, _, _ = c.walk(buf, 0, -1, 0x7FFFFFFF, MAGIC1 | WRAPPERS)
+        del positions[-1]
+        expected = as_gathered(kernel.pure.gather(buf, positions, stop))
+        self.assertEqual(as_gathered(c.gather(buf, positions, stop)), expected)
         self.assert_same(buf)
 
     def test_boundaries(self) -> None:

@@ -5,8 +5,9 @@ L{scan_fetch} walks a fetched buffer once, with the message walk's kernel
 (L{twlog.storage.kernel.walk}: compiled when built, no per-message object), and L{record_batch} turns what it
 found into Arrow columns without per-row Python work:
 
-  - C{value}: one buffer of the payloads, gathered by numpy (the headers masked out), and an int32
-    offsets array computed by numpy from the message positions
+  - C{value}: one buffer of the payloads and an int32 offsets array, both made by the compiled
+    kernel's C{gather} (one C{memcpy} per payload; with the pure-Python kernel, numpy gathers them,
+    the headers masked out, and computes the offsets from the message positions), wrapped as they are
     (C{pyarrow.BinaryArray.from_buffers});
   - C{offset}: an int64 array; C{topic}, C{partition}, C{broker}: constant
     columns made from one value (C{StringArray.from_buffers}, C{numpy.full}).
@@ -30,7 +31,7 @@ import pyarrow as pa
 
 from twlog.errors import InvalidMessage, MessageSizeTooLarge
 from twlog.storage.compression import CODEC_NONE, decompress
-from twlog.storage.kernel import MAGIC1, WRAPPERS, walk
+from twlog.storage.kernel import KERNEL, MAGIC1, WRAPPERS, gather, walk
 from twlog.storage.message import MIN_MESSAGE_BYTES
 
 __all__ = ["ARROW_SCHEMA", "Rows", "constant_strings", "record_batch", "rows_from_lists", "scan_fetch"]
@@ -132,7 +133,12 @@ def scan_fetch(buf: bytes, offset: int, end: int, max_decompressed_bytes: int) -
     if walk is None or not walk.positions:
         return None
     positions = walk.positions
-    if not walk.wrappers:
+    if not walk.wrappers and KERNEL == "compiled":  # the payloads copied out in C, with their value offsets
+        data, gathered = gather(buf, positions, walk.consumed)
+        value_offsets = np.frombuffer(gathered, dtype=np.int32)
+        row_offsets = np.frombuffer(positions, dtype=np.int64) + offset
+        lengths = None
+    elif not walk.wrappers:
         data, lengths = _gather(buf, walk)
         row_offsets = np.frombuffer(positions, dtype=np.int64) + offset
     else:
@@ -142,8 +148,9 @@ def scan_fetch(buf: bytes, offset: int, end: int, max_decompressed_bytes: int) -
         row_offsets = np.concatenate([p[0] for p in pieces])
         lengths = np.concatenate([p[1] for p in pieces])
         data = np.concatenate([p[2] for p in pieces])
-    value_offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=value_offsets[1:])
+    if lengths is not None:
+        value_offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=value_offsets[1:])
     next_offset = offset + walk.consumed
     if next_offset > end:  # the last message read starts before the end and runs past it (a mis-set end)
         next_offset = end

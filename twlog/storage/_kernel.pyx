@@ -10,7 +10,9 @@ into C{array('q')}s.
 
 from cpython cimport array
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memcpy
 
 import array as _array
 
@@ -32,6 +34,7 @@ UNIFORM = 4
 CRC = "pclmul" if twlog_crc32_uses_simd() else "table"
 
 cdef array.array _Q = _array.array("q")
+cdef array.array _I = _array.array("i")
 
 
 cdef inline uint32_t _u32(const uint8_t *p) noexcept nogil:
@@ -132,3 +135,42 @@ def whole_end(buf, Py_ssize_t pos=0, Py_ssize_t limit=-1, long long max_message_
     finally:
         PyBuffer_Release(&view)
     return pos
+
+
+def gather(buf, positions, Py_ssize_t end):
+    """The payloads of the contiguous entries at C{positions} (the last ending at C{end}) end to end, and
+    their value offsets; see L{twlog.storage.walk_py.gather}."""
+    cdef Py_buffer view
+    cdef const uint8_t *b
+    cdef const int64_t *p
+    cdef array.array starts = positions
+    cdef Py_ssize_t count = len(starts), i, total = 0, start, stop
+    cdef array.array offsets = array.clone(_I, count + 1, False)
+    cdef int *out = offsets.data.as_ints
+    cdef bytes data
+    cdef char *dst
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <const uint8_t *>view.buf
+        p = <const int64_t *>starts.data.as_longlongs
+        if count and (p[0] < 0 or end > view.len):
+            raise ValueError("the entries are not inside the buffer")
+        out[0] = 0
+        for i in range(count):
+            stop = p[i + 1] if i + 1 < count else end
+            start = p[i] + (10 if b[p[i] + 4] == 1 else 9)
+            if start > stop or stop > view.len:
+                raise ValueError(f"entry {i} at byte {p[i]} is not whole")
+            total += stop - start
+            if total > 0x7FFFFFFF:
+                raise ValueError("the payloads exceed 2 GiB")
+            out[i + 1] = <int>total
+        data = PyBytes_FromStringAndSize(NULL, total)
+        dst = PyBytes_AS_STRING(data)
+        for i in range(count):
+            stop = p[i + 1] if i + 1 < count else end
+            start = stop - (out[i + 1] - out[i])
+            memcpy(dst + out[i], b + start, <size_t>(stop - start))
+    finally:
+        PyBuffer_Release(&view)
+    return data, offsets

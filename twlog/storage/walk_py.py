@@ -15,7 +15,7 @@ from array import array
 
 from twlog.storage.crc import crc32
 
-__all__ = ["MAGIC1", "UNIFORM", "WRAPPERS", "crc32", "walk", "whole_end"]
+__all__ = ["MAGIC1", "UNIFORM", "WRAPPERS", "crc32", "gather", "walk", "whole_end"]
 
 #: Take magic-1 messages without a codec (10-byte headers), not only magic-0 ones (9 bytes).
 MAGIC1 = 1
@@ -103,3 +103,33 @@ def whole_end(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FF
             break
         pos = end
     return pos
+
+
+def gather(buf, positions: array, end: int) -> tuple[bytes, array]:
+    """The payloads of the contiguous entries that start at C{positions} (the last one ending at C{end}) laid
+    end to end, and their C{n + 1} value offsets (C{array('i')}): Arrow's binary layout.
+
+    Entry C{i}'s payload follows its 9-byte header (10 bytes for magic 1).  The entries are taken as
+    L{walk} found them (whole): only their bounds are checked.
+
+    @raise ValueError: an entry is not inside the buffer, or the payloads exceed 2 GiB.
+    """
+    view = memoryview(buf)
+    offsets = array("i", [0])
+    parts = []
+    total = 0
+    count = len(positions)
+    if count and (positions[0] < 0 or end > len(view)):
+        raise ValueError("the entries are not inside the buffer")
+    for i in range(count):
+        at = positions[i]
+        stop = positions[i + 1] if i + 1 < count else end
+        start = at + (10 if view[at + 4] == 1 else 9)
+        if start > stop:
+            raise ValueError(f"entry {i} at byte {at} is not whole")
+        parts.append(view[start:stop])
+        total += stop - start
+        if total > 0x7FFFFFFF:
+            raise ValueError("the payloads exceed 2 GiB")
+        offsets.append(total)
+    return b"".join(parts), offsets
