@@ -4,7 +4,8 @@ pure-Python fallback (L{twlog.storage.walk_py}); C{TWLOG_PURE_PYTHON=1} forces t
 
 Both have the same functions and results (docs/performance.md, "The compiled kernel"):
 L{walk} takes the whole, valid entries of a message set and says where it stopped; L{whole_end}
-reads length fields only; L{gather} lays the payloads of walked entries end to end (Arrow's layout).  Their callers (L{twlog.storage.batch}, L{twlog.storage.validation},
+reads length fields only; L{gather} lays the payloads of walked entries end to end (Arrow's
+layout).  Their callers (L{twlog.storage.batch}, L{twlog.storage.validation}, L{twlog.storage.index},
 L{twlog.spark.arrow}) diagnose the entry a walk stopped at in Python, so every error is the one
 the Python code has always raised.  C{twlog --version} names the kernel in use (L{KERNEL}).
 """
