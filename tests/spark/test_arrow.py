@@ -142,8 +142,9 @@ class KernelTests(SynchronousTestCase):
             self.patch(arrow, "KERNEL", "compiled" if k is compiled() else "pure Python")
             found[k] = []
             for buf in sets.values():
-                for end in (len(buf) // 2, len(buf), 10**9):
+                for end in (-5, 0, len(buf) // 2, len(buf), 10**9):
                     rows = scan_fetch(buf, 1000, 1000 + end, 10**7)
                     found[k].append(None if rows is None else (rows_of(rows), rows.next_offset, rows.last))
+            self.assertIsNone(scan_fetch(sets["log"], 1000, 995, 10**7))  # a range that ends before the fetch
         self.assertEqual(found[compiled()], found[kernel.pure])
         self.assertTrue(any(r is not None for r in found[kernel.pure]))

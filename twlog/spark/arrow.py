@@ -89,6 +89,7 @@ def _walk(buf: bytes, limit: int) -> _Walk | None:
     partial last entry (the end of the walk) from a bad one.
     """
     n = len(buf)
+    limit = max(limit, 0)  # the kernel reads a negative limit as "to the end"
     pos, positions, width, wrappers = walk(buf, 0, limit, 0x7FFFFFFF, MAGIC1 | WRAPPERS)
     if pos < min(limit, n - 8):  # stopped at an entry with a whole header: only one running past the end is not bad
         size = _LENGTH.unpack_from(buf, pos)[0]
