@@ -246,6 +246,20 @@ class InstalledWheelTests(TestCase):
             self.assertIn(usage + " ".join(argv).encode(), output, argv)
             self.assertNotIn(b"Traceback", output, argv)
 
+    async def test_compiled_kernel(self) -> None:
+        """The wheel holds the compiled message walk (Cython and gcc are in the build's venv), and the installed
+        twlog --version says it runs it."""
+        try:
+            import Cython  # noqa: F401  (the wheel is built with --no-build-isolation, from this venv's Cython)
+        except ImportError:
+            raise SkipTest("this venv has no Cython (the tests extra installs it): the wheel has no compiled kernel")
+        with zipfile.ZipFile(self.wheel) as wheel:
+            names = wheel.namelist()
+        self.assertTrue([n for n in names if n.startswith("twlog/storage/_kernel.") and n.endswith(".so")], names)
+        status, output, err = await self.run_installed("twlog", "--version").ended
+        self.assertEqual(status, 0, err.decode())
+        self.assertEqual(output.strip(), b"twlog 0.1.0 (kernel: compiled)")
+
     async def test_twistd_plugins(self) -> None:
         """twistd finds the three plugins in the installed copy's twisted/plugins/."""
         for plugin, option in (("twlog", b"--log-dir"), ("twlog-registry", b"--port"),

@@ -124,3 +124,27 @@ class RecordBatchTests(SynchronousTestCase):
         """A constant column holds n copies, also for n = 0 and for non-ASCII text."""
         self.assertEqual(constant_strings("é-1", 3).to_pylist(), ["é-1"] * 3)
         self.assertEqual(constant_strings("x", 0).to_pylist(), [])
+
+
+class KernelTests(SynchronousTestCase):
+    def test_both_kernels(self) -> None:
+        """scan_fetch gives the same rows (or None, for the slow path) with the compiled kernel (its walk and
+        gather) and the pure-Python one (its walk, numpy's gathering)."""
+        from tests.storage.test_kernel import compiled, corrupt_sets
+        from twlog.spark import arrow
+        from twlog.storage import kernel
+
+        sets = {**corrupt_sets(), "log": mixed_log()}
+        found = {}
+        for k in (compiled(), kernel.pure):
+            self.patch(arrow, "walk", k.walk)
+            self.patch(arrow, "gather", k.gather)
+            self.patch(arrow, "KERNEL", "compiled" if k is compiled() else "pure Python")
+            found[k] = []
+            for buf in sets.values():
+                for end in (-5, 0, len(buf) // 2, len(buf), 10**9):
+                    rows = scan_fetch(buf, 1000, 1000 + end, 10**7)
+                    found[k].append(None if rows is None else (rows_of(rows), rows.next_offset, rows.last))
+            self.assertIsNone(scan_fetch(sets["log"], 1000, 995, 10**7))  # a range that ends before the fetch
+        self.assertEqual(found[compiled()], found[kernel.pure])
+        self.assertTrue(any(r is not None for r in found[kernel.pure]))

@@ -34,6 +34,7 @@ from twlog.cli.user_parsers import add_user_commands
 from twlog.cli.zk_options import read_zookeeper_credentials
 from twlog.errors import TwlogError
 from twlog.protocol.codec import LATEST
+from twlog.storage.kernel import KERNEL
 from twlog.storage.manager import MAX_PARTITIONS
 
 
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="twlog",
         description="twlog: a distributed, log-structured publish/subscribe system on Twisted.",
     )
-    parser.add_argument("--version", action="version", version=f"twlog {__version__}")
+    parser.add_argument("--version", action="version", version=f"twlog {__version__} (kernel: {KERNEL})")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error, not just its one line")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True

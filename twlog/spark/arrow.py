@@ -1,13 +1,13 @@
 # -*- test-case-name: tests.spark.test_arrow -*-
 """Arrow record batches built straight from fetched message-set bytes: the Spark source's fast path.
 
-L{scan_fetch} walks a fetched buffer once, in one whole-buffer loop of the
-kind of L{twlog.storage.message.scan} (one C{unpack_from} and one C-level
-CRC per message, no per-message object), and L{record_batch} turns what it
+L{scan_fetch} walks a fetched buffer once, with the message walk's kernel
+(L{twlog.storage.kernel.walk}: compiled when built, no per-message object), and L{record_batch} turns what it
 found into Arrow columns without per-row Python work:
 
-  - C{value}: one buffer of the payloads, gathered by numpy (the headers masked out), and an int32
-    offsets array computed by numpy from the message positions
+  - C{value}: one buffer of the payloads and an int32 offsets array, both made by the compiled
+    kernel's C{gather} (one C{memcpy} per payload; with the pure-Python kernel, numpy gathers them,
+    the headers masked out, and computes the offsets from the message positions), wrapped as they are
     (C{pyarrow.BinaryArray.from_buffers});
   - C{offset}: an int64 array; C{topic}, C{partition}, C{broker}: constant
     columns made from one value (C{StringArray.from_buffers}, C{numpy.full}).
@@ -23,14 +23,15 @@ message exactly, so the fast path never changes what a read returns.
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from twlog.errors import InvalidMessage, MessageSizeTooLarge
-from twlog.storage.compression import CODEC_NONE, KNOWN_CODECS, decompress
-from twlog.storage.crc import crc32
+from twlog.storage.compression import CODEC_NONE, decompress
+from twlog.storage.kernel import KERNEL, MAGIC1, WRAPPERS, gather, walk
 from twlog.storage.message import MIN_MESSAGE_BYTES
 
 __all__ = ["ARROW_SCHEMA", "Rows", "constant_strings", "record_batch", "rows_from_lists", "scan_fetch"]
@@ -40,8 +41,7 @@ ARROW_SCHEMA = pa.schema(
      ("broker", pa.int32())]
 )
 
-_HEADER0 = struct.Struct(">iBI")  # N, magic, crc (magic 0)
-_CRC1 = struct.Struct(">I")  # a magic-1 message's crc, after its attributes byte
+_LENGTH = struct.Struct(">i")
 _MAGIC_PLAIN = 0
 _MAGIC_ATTRIBUTES = 1
 #: The byte positions of a message header after its start (a magic-1 header has one more).
@@ -70,11 +70,13 @@ class Rows(NamedTuple):
 
 
 class _Walk(NamedTuple):
-    """What L{_walk} found: entry positions, whether all are magic 0 (9-byte headers), bytes consumed."""
+    """What L{_walk} found: entry positions, whether all are magic 0 (9-byte headers), bytes consumed, and the
+    positions of the compressed wrappers among the entries."""
 
-    positions: list[int]
+    positions: array
     plain: bool
     consumed: int
+    wrappers: array = array("q")
 
 
 def _walk(buf: bytes, limit: int) -> _Walk | None:
@@ -82,36 +84,19 @@ def _walk(buf: bytes, limit: int) -> _Walk | None:
 
     Checks each entry's size, magic, attributes and CRC.  A compressed wrapper
     is one entry here (its CRC checked, not opened); a partial last entry ends
-    the walk.  The loop is the one of L{twlog.storage.message.scan}: magic-0
-    messages take one C{unpack_from} and one CRC of a slice (copying 200 bytes
-    costs less than making a memoryview of them).
+    the walk.  The loop is the kernel's (L{twlog.storage.kernel.walk}, compiled
+    when built); only the entry it stopped at is looked at here, to tell a
+    partial last entry (the end of the walk) from a bad one.
     """
     n = len(buf)
-    unpack0 = _HEADER0.unpack_from
-    check = crc32
-    positions: list[int] = []
-    add = positions.append
-    plain = True
-    pos = 0
-    stop = min(limit, n - 8)  # an entry needs its 9-byte header
-    while pos < stop:
-        size, magic, crc = unpack0(buf, pos)
-        end = pos + 4 + size
-        if end > n or size < MIN_MESSAGE_BYTES or magic:
-            if size < MIN_MESSAGE_BYTES:
-                return None
-            if end > n:
-                break
-            if magic != _MAGIC_ATTRIBUTES or size < 6 or buf[pos + 5] not in KNOWN_CODECS:
-                return None
-            if check(buf[pos + 10 : end]) != _CRC1.unpack_from(buf, pos + 6)[0]:
-                return None
-            plain = False
-        elif check(buf[pos + 9 : end]) != crc:
+    limit = max(limit, 0)  # the kernel reads a negative limit as "to the end"
+    pos, positions, width, wrappers = walk(buf, 0, limit, 0x7FFFFFFF, MAGIC1 | WRAPPERS)
+    if pos < min(limit, n - 8):  # stopped at an entry with a whole header: only one running past the end is not bad
+        size = _LENGTH.unpack_from(buf, pos)[0]
+        if size < MIN_MESSAGE_BYTES or pos + 4 + size <= n:
             return None
-        add(pos)
-        pos = end
-    return _Walk(positions, plain, pos)
+    del positions[-1]
+    return _Walk(positions, width == 9, pos, wrappers)
 
 
 def _gather(buf: bytes, walk: _Walk) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +105,7 @@ def _gather(buf: bytes, walk: _Walk) -> tuple[np.ndarray, np.ndarray]:
     Entries are contiguous, so entry i ends where entry i + 1 starts; the
     headers (9 bytes, 10 for magic 1) are masked out of the consumed bytes by numpy.
     """
-    starts = np.array(walk.positions, dtype=np.int64)
+    starts = np.frombuffer(walk.positions, dtype=np.int64)
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
     ends[-1] = walk.consumed
@@ -149,10 +134,14 @@ def scan_fetch(buf: bytes, offset: int, end: int, max_decompressed_bytes: int) -
     if walk is None or not walk.positions:
         return None
     positions = walk.positions
-    wrappers = [] if walk.plain else [p for p in positions if buf[p + 4] == _MAGIC_ATTRIBUTES and buf[p + 5]]
-    if not wrappers:
+    if not walk.wrappers and KERNEL == "compiled":  # the payloads copied out in C, with their value offsets
+        data, gathered = gather(buf, positions, walk.consumed)
+        value_offsets = np.frombuffer(gathered, dtype=np.int32)
+        row_offsets = np.frombuffer(positions, dtype=np.int64) + offset
+        lengths = None
+    elif not walk.wrappers:
         data, lengths = _gather(buf, walk)
-        row_offsets = np.array(positions, dtype=np.int64) + offset
+        row_offsets = np.frombuffer(positions, dtype=np.int64) + offset
     else:
         pieces = _open_wrappers(buf, walk, offset, max_decompressed_bytes)
         if pieces is None:
@@ -160,8 +149,9 @@ def scan_fetch(buf: bytes, offset: int, end: int, max_decompressed_bytes: int) -
         row_offsets = np.concatenate([p[0] for p in pieces])
         lengths = np.concatenate([p[1] for p in pieces])
         data = np.concatenate([p[2] for p in pieces])
-    value_offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=value_offsets[1:])
+    if lengths is not None:
+        value_offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=value_offsets[1:])
     next_offset = offset + walk.consumed
     if next_offset > end:  # the last message read starts before the end and runs past it (a mis-set end)
         next_offset = end
@@ -175,12 +165,12 @@ def _open_wrappers(buf: bytes, walk: _Walk, offset: int, max_decompressed_bytes:
     None when a wrapper does not open or its inner set is not whole, valid, uncompressed messages.
     """
     pieces = []
-    ends = walk.positions[1:] + [walk.consumed]
+    ends = walk.positions[1:] + array("q", [walk.consumed])
     for pos, end in zip(walk.positions, ends):
         sub = buf[pos:end]
         codec = sub[5] if sub[4] == _MAGIC_ATTRIBUTES else CODEC_NONE
         if codec == CODEC_NONE:
-            data, lengths = _gather(sub, _Walk([0], sub[4] == _MAGIC_PLAIN, len(sub)))
+            data, lengths = _gather(sub, _Walk(array("q", [0]), sub[4] == _MAGIC_PLAIN, len(sub)))
             pieces.append((np.array([offset + pos], dtype=np.int64), lengths, data))
             continue
         try:
@@ -191,8 +181,7 @@ def _open_wrappers(buf: bytes, walk: _Walk, offset: int, max_decompressed_bytes:
         inner_walk = _walk(inner, len(inner))
         if inner_walk is None or not inner_walk.positions or inner_walk.consumed != len(inner):
             return None
-        if not inner_walk.plain and any(inner[p + 4] == _MAGIC_ATTRIBUTES and inner[p + 5] != CODEC_NONE
-                                        for p in inner_walk.positions):
+        if inner_walk.wrappers:
             return None  # nesting is refused
         data, lengths = _gather(inner, inner_walk)
         pieces.append((np.full(len(inner_walk.positions), offset + pos, dtype=np.int64), lengths, data))

@@ -29,6 +29,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from twlog.storage.entry import MIN_MESSAGE_BYTES
+from twlog.storage.kernel import whole_end
 from twlog.storage.validation import scan
 
 #: About how far apart index entries are.
@@ -133,7 +134,7 @@ def find_boundary(pread, index: PositionIndex, position: int, limit: int, max_en
     C{limit} (the visible end of the segment's data) when there is none: no
     such message within L{_SEARCH_BYTES} of C{position}, or a length field
     that is not sane on the way (the position cannot be placed).  Hops from
-    the nearest index entry at or before C{position} over length fields;
+    the nearest index entry at or before C{position} over length fields (in the kernel);
     messages that fail their CRC are hopped over as well (a reader starting
     at the answer is never refused).
     """
@@ -145,6 +146,11 @@ def find_boundary(pread, index: PositionIndex, position: int, limit: int, max_en
     while pos < limit and pos - position < _SEARCH_BYTES:
         if pos + 4 > buf_start + len(buf):
             buf_start, buf = pos, pread(pos, min(limit - pos, max(position - pos, 0) + 65536))
+        if pos < position:  # hop the whole, sane entries before the position in the kernel (length fields only)
+            hopped = buf_start + whole_end(buf, pos - buf_start, min(position, limit) - buf_start, max_entry_bytes)
+            if hopped > pos:
+                pos = hopped
+                continue
         length = _LENGTH.unpack_from(buf, pos - buf_start)[0] if pos + 4 <= buf_start + len(buf) else -1
         if length < MIN_MESSAGE_BYTES or length > max_entry_bytes or pos + 4 + length > limit:
             return limit

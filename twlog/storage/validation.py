@@ -12,7 +12,6 @@ speed.  Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
 
 from twlog.errors import InvalidMessage, MessageSizeTooLarge
@@ -36,10 +35,15 @@ from twlog.storage.entry import (
     MIN_MESSAGE_BYTES,
     entry_problem,
 )
+from twlog.storage.kernel import MAGIC1, WRAPPERS, walk
 
 __all__ = [
     "ScanResult", "check_entries", "check_wrapper", "check_wrapper_at", "open_wrapper", "scan", "validate_message_set",
 ]
+
+
+#: The kernel walk of L{scan}: every kind of message, compressed wrappers taken whole.
+_SET = MAGIC1 | WRAPPERS
 
 
 class ScanResult(NamedTuple):
@@ -69,38 +73,17 @@ def scan(
     not opened: their positions are appended to C{wrappers} when given, for
     L{validate_message_set} to open.  Problems name byte positions counted from
     C{origin} (the position of C{buf} in a larger file).  No per-message object
-    is built: the loop is the broker's hottest, so the common case (magic 0, all
-    well) takes one C{unpack_from} and one CRC, and only a failure pays for a
-    diagnosis.
+    is built: the loop is the broker's hottest, so it is the kernel's
+    (L{twlog.storage.kernel.walk}, compiled when built), and only a failure pays
+    for a diagnosis, in Python.
     """
     n = len(buf)
-    unpack0 = HEADER0.unpack_from
-    check = crc32
-    pos = 0
-    count = 0
-    try:
-        while pos < n:
-            size, magic, crc = unpack0(buf, pos)  # struct.error: fewer than 9 bytes left
-            end = pos + 4 + size
-            if size < MIN_MESSAGE_BYTES or size > max_message_bytes or end > n:
-                return _diagnose(buf, pos, count, max_message_bytes, origin)
-            if magic == MAGIC_PLAIN:
-                if check(buf[pos + 9 : end]) != crc:
-                    return _diagnose(buf, pos, count, max_message_bytes, origin)
-            elif (
-                magic != MAGIC_ATTRIBUTES
-                or size < 6
-                or buf[pos + 5] not in KNOWN_CODECS
-                or check(buf[pos + 10 : end]) != LENGTH.unpack_from(buf, pos + 6)[0] & 0xFFFFFFFF
-            ):
-                return _diagnose(buf, pos, count, max_message_bytes, origin)
-            elif buf[pos + 5] and wrappers is not None:
-                wrappers.append(pos)
-            pos = end
-            count += 1
-    except struct.error:
-        return _diagnose(buf, pos, count, max_message_bytes, origin)
-    return ScanResult(pos, count, None)
+    pos, positions, _, found = walk(buf, 0, -1, max_message_bytes, _SET)
+    if wrappers is not None:
+        wrappers.extend(found)
+    if pos < n:
+        return _diagnose(buf, pos, len(positions) - 1, max_message_bytes, origin)
+    return ScanResult(pos, len(positions) - 1, None)
 
 
 def _diagnose(
@@ -196,26 +179,12 @@ def check_wrapper_at(buf: bytes | bytearray | memoryview, pos: int, size: int, m
 
 
 def _plain_prefix(buf: bytes | bytearray) -> tuple[int, int]:
-    """The end of the run of whole, CRC-valid magic-0 messages at the start of C{buf}, and how many.
+    """The end of the run of whole, CRC-valid uncompressed messages at the start of C{buf}, and how many.
 
-    The inner set of a compressed wrapper as 0.7 producers write it; the
-    loop of L{scan} without its other cases (about 15% less per message).
+    The inner set of a compressed wrapper: the kernel's walk without wrappers.
     """
-    n = len(buf)
-    unpack0 = HEADER0.unpack_from
-    check = crc32
-    pos = count = 0
-    try:
-        while pos < n:
-            size, magic, crc = unpack0(buf, pos)
-            end = pos + 4 + size
-            if magic or end > n or size < MIN_MESSAGE_BYTES or check(buf[pos + 9 : end]) != crc:
-                break
-            pos = end
-            count += 1
-    except struct.error:
-        pass
-    return pos, count
+    pos, positions, _, _ = walk(buf, 0, -1, 0x7FFFFFFF, MAGIC1)
+    return pos, len(positions) - 1
 
 
 def check_wrapper(codec: int, payload: bytes | memoryview, max_decompressed_bytes: int) -> int:

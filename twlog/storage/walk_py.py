@@ -1,0 +1,135 @@
+# -*- test-case-name: tests.storage.test_kernel -*-
+"""The message walk in pure Python: the fallback of the compiled kernel (L{twlog.storage.kernel}).
+
+L{walk} takes the whole, valid entries of a message set from a position and
+says where it stopped, without judging what stopped it (a partial or short
+entry, a bad CRC, an unknown magic or attributes, an entry it was told not to
+take): the callers diagnose that one entry.  L{twlog.storage._kernel} is the
+same in Cython; both give identical results (tests.storage.test_kernel).
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+
+from twlog.storage.crc import crc32
+
+__all__ = ["MAGIC1", "UNIFORM", "WRAPPERS", "crc32", "gather", "walk", "whole_end"]
+
+#: Take magic-1 messages without a codec (10-byte headers), not only magic-0 ones (9 bytes).
+MAGIC1 = 1
+#: Take compressed wrappers (magic 1, codec gzip or snappy) as one entry each (CRC checked, not opened).
+WRAPPERS = 2
+#: Stop where the header width (9 or 10 bytes) changes: every entry taken has the first one's width.
+UNIFORM = 4
+
+_HEADER0 = struct.Struct(">iBI")
+_UINT32 = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
+
+
+def walk(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF,
+         flags: int = 0) -> tuple[int, array, int, array]:
+    """The whole, valid entries of C{buf} that start at C{pos} and on, before C{limit} (-1: the end).
+
+    An entry is taken when its size is at least 5 and at most C{max_message_bytes}, it ends inside
+    C{buf}, it is magic 0, or magic 1 as C{flags} allow (L{MAGIC1}, L{WRAPPERS}; attributes 0-2), and
+    its CRC matches.
+
+    @return: C{(stop, positions, width, wrappers)}: the position of the first entry not taken (or
+        where the walk reached C{limit} or the end); each taken entry's position, then C{stop}
+        (C{array('q')}); the header width shared by the taken entries (9 or 10; 0 when mixed or
+        none); the positions of the compressed wrappers taken (C{array('q')}).
+    """
+    n = len(buf)
+    if limit < 0 or limit > n:
+        limit = n
+    stop = min(limit, n - 8)  # an entry to take starts before the limit and has its 9-byte header
+    unpack = _HEADER0.unpack_from
+    check = crc32
+    positions = array("q")
+    wrappers = array("q")
+    add = positions.append
+    maximum = max_message_bytes
+    magic1 = flags & MAGIC1
+    wrapped = flags & WRAPPERS
+    uniform = flags & UNIFORM
+    seen0 = seen1 = False
+    while True:
+        if not (uniform and seen1):  # the common case, magic 0, in its own tight loop
+            had = len(positions)
+            while pos < stop:
+                size, magic, crc = unpack(buf, pos)
+                end = pos + 4 + size
+                if magic or end > n or size < 5 or size > maximum or check(buf[pos + 9 : end]) != crc:
+                    break
+                add(pos)
+                pos = end
+            if len(positions) > had:
+                seen0 = True
+        if pos >= stop:
+            break
+        size, magic, crc = unpack(buf, pos)
+        end = pos + 4 + size
+        if magic != 1 or size < 6 or size > maximum or end > n or (uniform and seen0):
+            break  # a magic-0 entry here failed the tight loop (or follows magic-1 ones in a uniform walk)
+        attributes = buf[pos + 5]
+        if attributes > 2 or (attributes == 0 and not magic1) or (attributes and not wrapped):
+            break
+        if check(buf[pos + 10 : end]) != _UINT32.unpack_from(buf, pos + 6)[0]:
+            break
+        if attributes:
+            wrappers.append(pos)
+        seen1 = True
+        add(pos)
+        pos = end
+    add(pos)
+    return pos, positions, (9 if not seen1 else 10 if not seen0 else 0) if seen0 or seen1 else 0, wrappers
+
+
+def whole_end(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF) -> int:
+    """The position after the last whole entry of C{buf} from C{pos} that starts before C{limit} (-1: the end),
+    reading length fields only (no CRC, no magic); it stops early at a length field that is not sane (below
+    5, above C{max_message_bytes}, or past the end of C{buf})."""
+    n = len(buf)
+    if limit < 0 or limit > n:
+        limit = n
+    unpack = _INT32.unpack_from
+    while pos < limit and n - pos >= 4:
+        size = unpack(buf, pos)[0]
+        end = pos + 4 + size
+        if size < 5 or size > max_message_bytes or end > n:
+            break
+        pos = end
+    return pos
+
+
+def gather(buf, positions: array, end: int) -> tuple[bytes, array]:
+    """The payloads of the contiguous entries that start at C{positions} (the last one ending at C{end}) laid
+    end to end, and their C{n + 1} value offsets (C{array('i')}): Arrow's binary layout.
+
+    Entry C{i}'s payload follows its 9-byte header (10 bytes for magic 1).  The entries are taken as
+    L{walk} found them (whole): only their bounds are checked.
+
+    @raise ValueError: an entry is not inside the buffer, or the payloads exceed 2 GiB.
+    """
+    view = memoryview(buf)
+    offsets = array("i", [0])
+    parts = []
+    total = 0
+    count = len(positions)
+    if count and (positions[0] < 0 or end > len(view)):
+        raise ValueError("the entries are not inside the buffer")
+    for i in range(count):
+        at = positions[i]
+        stop = positions[i + 1] if i + 1 < count else end
+        start = at + (10 if view[at + 4] == 1 else 9)
+        if start > stop:
+            raise ValueError(f"entry {i} at byte {at} is not whole")
+        parts.append(view[start:stop])
+        total += stop - start
+        if total > 0x7FFFFFFF:
+            raise ValueError("the payloads exceed 2 GiB")
+        offsets.append(total)
+    return b"".join(parts), offsets
