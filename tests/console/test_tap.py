@@ -43,7 +43,8 @@ class OptionsTests(SynchronousTestCase):
     def test_usage_errors(self) -> None:
         for argv, why in [([], "give --zookeeper"),
                           (["-z", "zk:1", "--port", "http"], "--port must be a whole number"),
-                          (["-z", "zk:1", "--sample-interval", "0"], "--sample-interval must be from 1 to 3600"),
+                          (["-z", "zk:1", "--sample-interval", "0"],
+                           "--sample-interval must be a number of seconds from 1 to 3600"),
                           (["-z", "zk:1", "--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
                           (["-z", "zk:1", "--super-users", "User:a"], "--super-users needs --login"),
                           (["-z", "zk:1", "--login", "--super-users", "alice"], "User:NAME"),

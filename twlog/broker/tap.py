@@ -17,46 +17,15 @@ from twlog.coord.zkauth import read_credentials_file
 from twlog.errors import TwlogError
 from twlog.security.acls import AclError, parse_super_users
 from twlog.storage.manager import validate_topic
+from twlog.usage_values import seconds, whole_number
 
 __all__ = ["BrokerService", "Options", "makeService", "parse_topic_partitions"]
-
-
-def _int(name: str, minimum: int | None = None):
-    def parse(text: str) -> int:
-        try:
-            value = int(str(text).replace("_", ""))
-        except ValueError:
-            raise usage.UsageError(f"--{name} must be a whole number, not {text!r}") from None
-        if minimum is not None and value < minimum:
-            raise usage.UsageError(f"--{name} must be at least {minimum}")
-        return value
-
-    return parse
-
-
-def _seconds(name: str, *, positive: bool = False, most: float = float("inf")):
-    """A parser of C{--name}: a number of seconds, 0 or more (above 0 with C{positive}), at most C{most}."""
-    def parse(text: str) -> float:
-        try:
-            value = float(str(text).replace("_", ""))
-        except ValueError:
-            value = -1.0
-        least_ok = value > 0 if positive else value >= 0
-        if not least_ok or not value <= most or value == float("inf"):
-            if most != float("inf"):
-                allowed = f"from {'above ' if positive else ''}0 to {most:g}"
-            else:
-                allowed = "above 0" if positive else "0 or more"
-            raise usage.UsageError(f"--{name} must be a number of seconds {allowed}, not {text!r}")
-        return value
-
-    return parse
 
 
 def _per_ip_cap(text: str) -> int | None:
     if str(text).strip().lower() in ("none", "off"):
         return None
-    return _int("max-connections-per-ip", 1)(text)
+    return whole_number("max-connections-per-ip", 1)(text)
 
 
 def _gap_ms(text: str) -> float:
@@ -94,7 +63,7 @@ def parse_topic_partitions(text: str) -> dict[str, int]:
             validate_topic(topic)
         except TwlogError as e:
             raise usage.UsageError(f"--topic-partitions: {e}") from None
-        result[topic] = _int("topic-partitions", 1)(count)
+        result[topic] = whole_number("topic-partitions", 1)(count)
     return result
 
 
@@ -126,11 +95,12 @@ class Options(usage.Options):
          "allows is refused. Needs --zookeeper."],
     ]
     optParameters = [
-        ["port", "p", 9092, "TCP port to listen on (0: any free port).", _int("port", 0)],
+        ["port", "p", 9092, "TCP port to listen on (0: any free port).", whole_number("port", 0)],
         ["interface", None, "127.0.0.1", "Interface to listen on; 0.0.0.0 for every IPv4 interface."],
         ["tls-port", None, None,
          "Also listen for TLS connections on this port, on the same interface (0: any free port); the same "
-         "protocol, the same partitions (docs/security.md). Needs --tls-cert and --tls-key.", _int("tls-port", 0)],
+         "protocol, the same partitions (docs/security.md). Needs --tls-cert and --tls-key.",
+         whole_number("tls-port", 0)],
         ["tls-cert", None, None, "PEM file of this broker's certificate (then its chain, if any), for --tls-port."],
         ["tls-key", None, None, "PEM file of the private key of --tls-cert."],
         ["tls-client-ca", None, None,
@@ -147,15 +117,15 @@ class Options(usage.Options):
         ["host", None, None, "Host name clients should use to reach this broker (default: the interface)."],
         ["advertised-port", None, None,
          "Port clients and followers should use to reach this broker, when a proxy or NAT in front of it listens "
-         "elsewhere (default: --port).", _int("advertised-port", 1)],
+         "elsewhere (default: --port).", whole_number("advertised-port", 1)],
         ["log-dir", "d", "twlog-data", "Directory for the partition logs (created if missing)."],
-        ["broker-id", "b", 0, "This broker's id, unique in its cluster.", _int("broker-id", 0)],
-        ["num-partitions", "n", 1, "Partitions of a new topic on this broker.", _int("num-partitions", 1)],
+        ["broker-id", "b", 0, "This broker's id, unique in its cluster.", whole_number("broker-id", 0)],
+        ["num-partitions", "n", 1, "Partitions of a new topic on this broker.", whole_number("num-partitions", 1)],
         ["topic-partitions", None, "", "Per-topic partition counts, e.g. clicks:8,views:4.", parse_topic_partitions],
-        ["segment-bytes", None, 1024**3, "Roll a segment file at this size.", _int("segment-bytes", 1024)],
-        ["flush-messages", None, 10_000, "fsync after this many messages...", _int("flush-messages", 1)],
+        ["segment-bytes", None, 1024**3, "Roll a segment file at this size.", whole_number("segment-bytes", 1024)],
+        ["flush-messages", None, 10_000, "fsync after this many messages...", whole_number("flush-messages", 1)],
         ["flush-interval-ms", None, 1000, "...or this long after the first unflushed one.",
-         _int("flush-interval-ms", 0)],
+         whole_number("flush-interval-ms", 0)],
         ["flush-policy", None, "group",
          "group: fsync again as soon as the last fsync returns while data waits (visible within about one fsync; "
          "the two settings above stay upper bounds); timer: wait for them (the paper's policy).", _flush_policy],
@@ -165,50 +135,51 @@ class Options(usage.Options):
         ["storage-retry-s", None, 10.0,
          "After a write or a segment roll fails (disk full, no inodes, quota, read-only), refuse the partition's "
          "writes for this many seconds, then try the disk again (a failed fsync needs a restart).",
-         _seconds("storage-retry-s", most=86_400)],
+         seconds("storage-retry-s", most=86_400)],
         ["retention-hours", None, 168, "Delete segments last modified longer ago than this.",
-         _int("retention-hours", 0)],
+         whole_number("retention-hours", 0)],
         ["retention-bytes", None, -1, "Delete the oldest segments while a partition is larger (-1: no cap).",
-         _int("retention-bytes", -1)],
+         whole_number("retention-bytes", -1)],
         ["retention-check-interval-ms", None, 300_000, "How often retention runs.",
-         _int("retention-check-interval-ms", 1)],
-        ["max-message-bytes", None, 1_000_000, "Largest message accepted.", _int("max-message-bytes", 9)],
+         whole_number("retention-check-interval-ms", 1)],
+        ["max-message-bytes", None, 1_000_000, "Largest message accepted.", whole_number("max-message-bytes", 9)],
         ["max-decompressed-bytes", None, None,
          "Most a compressed message may decompress to when validated on append (default: 10x --max-message-bytes).",
-         _int("max-decompressed-bytes", 9)],
+         whole_number("max-decompressed-bytes", 9)],
         ["max-request-bytes", None, 100 * 1024 * 1024, "Largest request frame accepted.",
-         _int("max-request-bytes", 1024)],
+         whole_number("max-request-bytes", 1024)],
         ["max-buffered-request-bytes", None, 256 * 1024 * 1024,
          "Bytes of requests all connections together may buffer (at least --max-request-bytes); past it, the "
          "connections with the largest frames still to come stop reading until space frees.",
-         _int("max-buffered-request-bytes", 1024)],
+         whole_number("max-buffered-request-bytes", 1024)],
         ["request-timeout-s", None, 30.0,
          "A request frame must arrive whole within this many seconds of its first byte (counted while the broker "
          "reads the connection), or the connection is closed and the bytes it buffered are freed.",
-         _seconds("request-timeout-s", positive=True)],
+         seconds("request-timeout-s", above=True)],
         ["max-inflight-per-connection", None, 64,
          "Requests awaiting their answer on one connection past which the broker stops reading from it, until "
-         "half of them are answered.", _int("max-inflight-per-connection", 1)],
+         "half of them are answered.", whole_number("max-inflight-per-connection", 1)],
         ["max-connections", None, None,
          "Client connections the broker holds (default: the open-files limit, raised to its hard limit at start, "
          "less a reserve for segment files); past it, a new one replaces the longest-idle connection, or is "
-         "refused with TooManyConnections (19, retriable).", _int("max-connections", 1)],
+         "refused with TooManyConnections (19, retriable).", whole_number("max-connections", 1)],
         ["max-connections-per-ip", None, 1024,
          "Client connections one address may hold (\"none\": no cap but --max-connections); past it, a new one "
          "from that address replaces its longest-idle connection, or is refused with TooManyConnectionsFromAddress "
          "(20, retriable).", _per_ip_cap],
         ["idle-timeout-s", None, 600.0,
          "Close a connection that has sent no whole request for this many seconds (0: never).",
-         _seconds("idle-timeout-s")],
+         seconds("idle-timeout-s")],
         ["reap-idle-s", None, 10.0,
          "At a connection cap, a new connection replaces the longest-idle one if it has sent no whole request, "
-         "and has none in progress, for this many seconds; else the new one is refused.", _seconds("reap-idle-s")],
+         "and has none in progress, for this many seconds; else the new one is refused.", seconds("reap-idle-s")],
         ["listen-backlog", None, 1024,
          "Backlog of the listening socket: connections the kernel completes before the broker accepts them "
-         "(the kernel caps it at net.core.somaxconn).", _int("listen-backlog", 1)],
+         "(the kernel caps it at net.core.somaxconn).", whole_number("listen-backlog", 1)],
         ["replica-lag-time-ms", None, 10_000,
          "A follower not caught up with its leader for this many milliseconds leaves the partition's in-sync "
-         "replicas (ISR); it rejoins once it holds every acknowledged message.", _int("replica-lag-time-ms", 1)],
+         "replicas (ISR); it rejoins once it holds every acknowledged message.",
+         whole_number("replica-lag-time-ms", 1)],
         ["zookeeper", "z", None,
          "ZooKeeper connect string host:port[,host:port...][/chroot]: register this broker (its --broker-id, "
          "address and topics) for producers and consumers to find (default: run standalone)."],
@@ -218,10 +189,10 @@ class Options(usage.Options):
          "identity may write (docs/security.md, ZooKeeper)."],
         ["zookeeper-session-timeout-s", None, 6.0,
          "How long ZooKeeper keeps this broker's session once it stops hearing from it: a killed broker's "
-         "leaderships move after about this long.", _seconds("zookeeper-session-timeout-s", positive=True)],
+         "leaderships move after about this long.", seconds("zookeeper-session-timeout-s", above=True)],
         ["metrics-port", None, None,
          "Serve Prometheus metrics over HTTP at http://INTERFACE:PORT/metrics (0: any free port, printed in the "
-         "log; default: no metrics).", _int("metrics-port", 0)],
+         "log; default: no metrics).", whole_number("metrics-port", 0)],
         ["metrics-interface", None, "127.0.0.1",
          "Interface the metrics server listens on; 0.0.0.0 for every IPv4 interface."],
         ["metrics-tls-cert", None, None,
@@ -232,20 +203,20 @@ class Options(usage.Options):
          "Require a scraper's client certificate signed by a CA of this PEM file (mutual TLS).", None],
         ["min-insync-replicas", None, 1,
          "In-sync replicas an ack=all produce needs, for a replicated topic created without its own "
-         "--min-insync-replicas.", _int("min-insync-replicas", 1)],
+         "--min-insync-replicas.", whole_number("min-insync-replicas", 1)],
         ["preferred-leader-delay-s", None, 30.0,
          "A returned broker that is a partition's preferred replica (its first) leads it again once it has been in "
-         "the ISR this long.", _seconds("preferred-leader-delay-s")],
+         "the ISR this long.", seconds("preferred-leader-delay-s")],
         ["default-replication-factor", None, 1,
          "With --zookeeper: a topic first written to is created replicated on this many brokers, with "
          "--num-partitions partitions per live broker in all (1: an unreplicated 0.7 topic).",
-         _int("default-replication-factor", 1)],
+         whole_number("default-replication-factor", 1)],
         ["super-users", None, None,
          "With --acls: principals allowed everything whatever the ACLs say, separated by ';' as Kafka's "
          "super.users (\"User:admin;User:CN=broker,O=x\").", _super_users],
         ["controlled-shutdown-timeout-s", None, 5.0,
          "On SIGTERM, a broker that is the controller first moves its leaderships to other in-sync replicas, "
-         "waiting at most this long.", _seconds("controlled-shutdown-timeout-s", positive=True)],
+         "waiting at most this long.", seconds("controlled-shutdown-timeout-s", above=True)],
     ]
 
     @override

@@ -16,10 +16,9 @@ import sys
 
 from twlog.cli.common import UsageError
 from twlog.cli.output import print_json
-from twlog.cli.zk_options import zookeeper_credentials
+from twlog.cli.zk_session import zookeeper_session
 from twlog.coord.acls import change_acls, read_acls, secure_group_nodes
-from twlog.coord.zk import IZooKeeper, ZooKeeper, ZooKeeperUnavailable
-from twlog.errors import TwlogError
+from twlog.coord.zk import IZooKeeper
 from twlog.security.acls import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -32,19 +31,6 @@ from twlog.security.acls import (
     parse_principal,
 )
 from twlog.security.acls import parse_operation as parse_acl_operation
-
-#: How long to wait for ZooKeeper.
-TIMEOUT_S = 5.0
-
-
-async def _session(reactor, args) -> ZooKeeper:
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
-                   credentials=zookeeper_credentials(args))
-    try:
-        await zk.start()
-    except ZooKeeperUnavailable as e:
-        raise TwlogError(str(e)) from None
-    return zk
 
 
 def parse_operation(text: str) -> Operation:
@@ -96,7 +82,7 @@ async def add(reactor, args) -> None:
     found, made = _bindings(args)
     if not made:
         raise UsageError("twlog acls add needs --allow-principal or --deny-principal")
-    zk = await _session(reactor, args)
+    zk = await zookeeper_session(reactor, args)
     try:
         for pattern in found:
             _print_acls("Adding ACLs for resource", pattern, made)
@@ -124,7 +110,7 @@ async def remove(reactor, args) -> None:
         if not confirm(f"Are you sure you want to remove {what} from resource {listed}?"):
             print("nothing removed")
             return
-    zk = await _session(reactor, args)
+    zk = await zookeeper_session(reactor, args)
     try:
         for pattern in found:
             if made:
@@ -166,7 +152,7 @@ async def list_acls(reactor, args) -> None:
     wanted += [ResourcePattern(ResourceType.GROUP, name) for name in groups]
     wanted += [ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME)] if cluster else []
     principals = set(map(parse_principal, getattr(args, "principal", [])))
-    zk = await _session(reactor, args)
+    zk = await zookeeper_session(reactor, args)
     try:
         stored = await read_acls(zk)
     finally:

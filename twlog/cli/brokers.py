@@ -13,25 +13,12 @@ part of their topics (its data is not touched).  A live broker is refused.
 from __future__ import annotations
 
 from twlog.cli.output import print_json, print_table
-from twlog.cli.zk_options import zookeeper_credentials
+from twlog.cli.zk_session import zookeeper_session
 from twlog.coord import paths
 from twlog.coord.layout import ClusterLayout
-from twlog.coord.zk import IZooKeeper, NoNodeError, ZooKeeper, ZooKeeperUnavailable
+from twlog.coord.zk import IZooKeeper, NoNodeError
 from twlog.errors import TwlogError
 from twlog.partition import address_text
-
-#: How long to wait for ZooKeeper.
-TIMEOUT_S = 5.0
-
-
-async def _session(reactor, args) -> ZooKeeper:
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
-                   credentials=zookeeper_credentials(args))
-    try:
-        await zk.start()
-    except ZooKeeperUnavailable as e:
-        raise TwlogError(str(e)) from None
-    return zk
 
 
 async def _children(zk: IZooKeeper, path: str) -> list[str]:
@@ -78,7 +65,7 @@ def _rows(layout: ClusterLayout) -> list[dict]:
 
 async def brokers(reactor, args) -> None:
     """Print every broker ZooKeeper knows: live ones with their address, down ones, and what each holds."""
-    zk = await _session(reactor, args)
+    zk = await zookeeper_session(reactor, args)
     try:
         rows = _rows(await _read(zk))
     finally:
@@ -97,7 +84,7 @@ async def brokers(reactor, args) -> None:
 
 async def forget(reactor, args) -> None:
     """Remove a down broker's records: its partitions are no longer part of their topics."""
-    zk = await _session(reactor, args)
+    zk = await zookeeper_session(reactor, args)
     try:
         if await zk.exists(paths.broker_id_path(args.broker_id)) is not None:
             raise TwlogError(f"broker {args.broker_id} is live (registered at {paths.broker_id_path(args.broker_id)}): "

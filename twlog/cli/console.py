@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from twlog.cli.foreground import run_listening
-from twlog.cli.parsing import parse_usage
+from twlog.cli.foreground import run_plugin
 from twlog.console.service import cannot_listen
 from twlog.console.tap import Options
 
@@ -22,17 +21,7 @@ class ConsoleOptions(Options):
     synopsis = "Usage: twlog console [options] --zookeeper HOST:PORT[/chroot]"
 
 
-def parse(argv: Sequence[str]) -> ConsoleOptions | int:
-    """The parsed options, or the exit status when there is nothing to run (--help: 0; a bad option: 2)."""
-    return parse_usage(ConsoleOptions(), "console", argv)
-
-
 def main(argv: Sequence[str], reactor=None) -> int:
     """Run the console until Ctrl-C or SIGTERM; return the exit status."""
-    options = parse(argv)
-    if isinstance(options, int):
-        return options
-    if reactor is None:
-        from twisted.internet import reactor
-    service = options.service(reactor)
-    return run_listening(reactor, service, "console", lambda error, text: cannot_listen(service, error, text))
+    return run_plugin(ConsoleOptions(), "console", argv,
+                      lambda options, service, error, text: cannot_listen(service, error, text), reactor)

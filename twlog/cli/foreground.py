@@ -9,7 +9,7 @@ the reactor stops and the command gets the one line saying why.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from twisted.application.service import IService
 from twisted.logger import (
@@ -21,6 +21,9 @@ from twisted.logger import (
     globalLogBeginner,
     textFileLogObserver,
 )
+from twisted.python import usage
+
+from twlog.cli.parsing import parse_usage
 
 #: Where Twisted's ClientService logs each reconnection attempt ("Scheduling retry N to connect ...").
 CLIENT_SERVICE_NAMESPACE = "twisted.application._client_service"
@@ -94,3 +97,20 @@ def run_listening(reactor, service, command: str, cannot_listen: Callable[[BaseE
         print(f"twlog {command}: {cannot_listen(refused[0] if refused else None, failure)}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_plugin(options: usage.Options, command: str, argv: Sequence[str],
+               cannot_listen: Callable[[usage.Options, object, BaseException | None, str], str], reactor=None) -> int:
+    """C{twlog COMMAND}: a twistd plugin's C{options} (one with a C{service(reactor)} method: the registry, the
+    console) parsed from C{argv}, and its service run in the foreground (L{run_listening}) until Ctrl-C or SIGTERM.
+
+    @param cannot_listen: C{(options, service, error, text)} to the one line saying why the service cannot listen.
+    @return: the exit status: 0 after C{--help} or a clean stop, 1 when it cannot start, 2 for a bad option.
+    """
+    parsed = parse_usage(options, command, argv)
+    if isinstance(parsed, int):
+        return parsed
+    if reactor is None:
+        from twisted.internet import reactor
+    service = parsed.service(reactor)
+    return run_listening(reactor, service, command, lambda error, text: cannot_listen(parsed, service, error, text))

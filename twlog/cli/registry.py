@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from twlog.cli.foreground import run_listening
-from twlog.cli.parsing import parse_usage
+from twlog.cli.foreground import run_plugin
 from twlog.schema_registry.service import listen_error
 from twlog.schema_registry.tap import Options
 
@@ -23,20 +22,10 @@ class RegistryOptions(Options):
     synopsis = "Usage: twlog registry [options] (--zookeeper HOST:PORT[/chroot] | --broker HOST:PORT[,...])"
 
 
-def parse(argv: Sequence[str]) -> RegistryOptions | int:
-    """The parsed options, or the exit status when there is nothing to run (--help: 0; a bad option: 2)."""
-    return parse_usage(RegistryOptions(), "registry", argv)
-
-
 def main(argv: Sequence[str], reactor=None) -> int:
     """Run the registry until Ctrl-C or SIGTERM; return the exit status."""
-    options = parse(argv)
-    if isinstance(options, int):
-        return options
-    if reactor is None:
-        from twisted.internet import reactor
-    service = options.service(reactor)
-    return run_listening(reactor, service, "registry", lambda error, text: cannot_listen(options, error, text))
+    return run_plugin(RegistryOptions(), "registry", argv,
+                      lambda options, service, error, text: cannot_listen(options, error, text), reactor)
 
 
 def cannot_listen(options: RegistryOptions, error: BaseException | None, text: str) -> str:

@@ -9,24 +9,16 @@ from __future__ import annotations
 
 from twlog.cli.output import print_json, print_table
 from twlog.cli.passwords import prompt_password, read_password_file
-from twlog.cli.zk_options import zookeeper_credentials
+from twlog.cli.zk_session import zookeeper_session
 from twlog.coord.users import UserStore, user_path
-from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
+from twlog.coord.zk import ZooKeeper
 from twlog.coord.zksecure import forget_user_digest, record_user_digest
 from twlog.errors import TwlogError
 from twlog.security.credentials import SCRAM_MECHANISMS, make_credential, validate_user_name
 
-#: How long to wait for ZooKeeper.
-TIMEOUT_S = 5.0
-
 
 async def _store(reactor, args) -> tuple[ZooKeeper, UserStore]:
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
-                   credentials=zookeeper_credentials(args))  # (a secured ZooKeeper: only the cluster reads them)
-    try:
-        await zk.start()
-    except ZooKeeperUnavailable as e:
-        raise TwlogError(str(e)) from None
+    zk = await zookeeper_session(reactor, args)  # (a secured ZooKeeper: only the cluster reads them)
     return zk, UserStore(zk)
 
 

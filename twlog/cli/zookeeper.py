@@ -12,25 +12,15 @@ opens every node again.
 from __future__ import annotations
 
 from twlog.cli.common import UsageError
-from twlog.cli.zk_options import zookeeper_credentials
-from twlog.coord.zk import ZooKeeper, ZooKeeperUnavailable
+from twlog.cli.zk_session import zookeeper_session
 from twlog.coord.zksecure import secure_tree
-from twlog.errors import TwlogError
-
-#: How long to wait for ZooKeeper.
-TIMEOUT_S = 5.0
 
 
 async def secure(reactor, args) -> None:
     if not args.zookeeper_credentials_file:
         raise UsageError("twlog zookeeper secure needs the cluster's --zookeeper-credentials-file (the identity "
                          "that will own the znodes)")
-    zk = ZooKeeper(args.zookeeper, reactor=reactor, connect_timeout_s=TIMEOUT_S,
-                   credentials=zookeeper_credentials(args))
-    try:
-        await zk.start()
-    except ZooKeeperUnavailable as e:
-        raise TwlogError(str(e)) from None
+    zk = await zookeeper_session(reactor, args)
     try:
         count = await secure_tree(zk, unsecure=args.unsecure)
     finally:

@@ -11,37 +11,13 @@ from twlog.console.service import ConsoleService
 from twlog.coord.zkauth import read_credentials_file
 from twlog.errors import TwlogError
 from twlog.schema_registry.service import RegistryTLS
+from twlog.usage_values import seconds, whole_number
 
 __all__ = ["DEFAULT_PORT", "Options", "makeService"]
 
 DEFAULT_PORT = 8080
 DEFAULT_SAMPLE_INTERVAL_S = 10.0
 
-
-def _int(name: str, low: int, high: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(str(text).replace("_", ""))
-        except ValueError:
-            raise usage.UsageError(f"--{name} must be a whole number, not {text!r}") from None
-        if not low <= value <= high:
-            raise usage.UsageError(f"--{name} must be from {low} to {high}, not {value}")
-        return value
-
-    return parse
-
-
-def _seconds(name: str, low: float, high: float):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise usage.UsageError(f"--{name} must be a number of seconds, not {text!r}") from None
-        if not low <= value <= high:
-            raise usage.UsageError(f"--{name} must be from {low:g} to {high:g} seconds, not {text}")
-        return value
-
-    return parse
 
 
 def parse_super_users(text: str) -> tuple[str, ...]:
@@ -71,15 +47,15 @@ class Options(usage.Options):
         ["zookeeper", "z", None, "ZooKeeper connect string of the twlog cluster (host:port[,...][/chroot])"],
         ["zookeeper-credentials-file", None, None, "the cluster's ZooKeeper credentials, one line user:password "
          "(or username= and password= lines; docs/security.md, ZooKeeper)"],
-        ["port", "p", DEFAULT_PORT, "HTTP port (0: any free port)", _int("port", 0, 65535)],
+        ["port", "p", DEFAULT_PORT, "HTTP port (0: any free port)", whole_number("port", 0, 65535)],
         ["interface", "i", "127.0.0.1", "interface to listen on (0.0.0.0: every interface)"],
         ["registry", None, None, "the schema registry's URL, for the schemas page and Avro in the message browser"],
         ["client-config", None, None, "Kafka client settings for talking to the brokers (security.protocol, ssl.*, "
          "sasl.*; as the other commands' --client-config)"],
         ["sample-interval", None, DEFAULT_SAMPLE_INTERVAL_S, "seconds between the samples the charts draw "
-         "(brokers' metrics, topic sizes, group lag)", _seconds("sample-interval", 1, 3600)],
+         "(brokers' metrics, topic sizes, group lag)", seconds("sample-interval", low=1, most=3600)],
         ["timeout", None, 5.0, "seconds the console waits for ZooKeeper or a broker before naming it unreachable",
-         _seconds("timeout", 0.1, 300)],
+         seconds("timeout", low=0.1, most=300)],
         ["super-users", None, None, "with --login: User:NAME[,User:NAME...] who may make changes whatever the ACLs"],
         ["tls-cert", None, None, "serve HTTPS with this PEM certificate (then its chain), with --tls-key"],
         ["tls-key", None, None, "the PEM private key of --tls-cert"],

@@ -12,34 +12,10 @@ from twlog.schema_registry.auth import DEFAULT_REALM
 from twlog.schema_registry.core import DEFAULT_REQUEST_TIMEOUT_S
 from twlog.schema_registry.service import DEFAULT_PORT, RegistryService, RegistryTLS
 from twlog.schema_registry.web import DEFAULT_MAX_BODY_BYTES
+from twlog.usage_values import seconds, whole_number
 
 __all__ = ["Options", "RegistryService", "makeService"]
 
-
-def _int(name: str, low: int, high: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(str(text).replace("_", ""))
-        except ValueError:
-            raise usage.UsageError(f"--{name} must be a whole number, not {text!r}") from None
-        if not low <= value <= high:
-            raise usage.UsageError(f"--{name} must be from {low} to {high}, not {value}")
-        return value
-
-    return parse
-
-
-def _seconds(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise usage.UsageError(f"--{name} must be a number of seconds, not {text!r}") from None
-        if not 0 < value <= 3600:
-            raise usage.UsageError(f"--{name} must be more than 0 and at most 3600 seconds, not {text}")
-        return value
-
-    return parse
 
 
 class Options(usage.Options):
@@ -55,13 +31,13 @@ class Options(usage.Options):
         ["broker", "b", None, "a broker of the twlog cluster, host:port[,...] (instead of --zookeeper)"],
         ["zookeeper-credentials-file", None, None, "with --zookeeper: the cluster's ZooKeeper credentials, one line "
          "user:password (or username= and password= lines; docs/security.md, ZooKeeper)"],
-        ["port", "p", DEFAULT_PORT, "HTTP port (0: any free port)", _int("port", 0, 65535)],
+        ["port", "p", DEFAULT_PORT, "HTTP port (0: any free port)", whole_number("port", 0, 65535)],
         ["interface", "i", "127.0.0.1", "interface to listen on"],
         ["max-body-bytes", None, DEFAULT_MAX_BODY_BYTES, "largest request body taken (larger: 413)",
-         _int("max-body-bytes", 1, 2**31 - 1)],
+         whole_number("max-body-bytes", 1, 2**31 - 1)],
         ["request-timeout", None, DEFAULT_REQUEST_TIMEOUT_S, "seconds a request waits for the twlog cluster (a write "
          "then fails with 500, 50002; reads are answered from memory while the cluster is down)",
-         _seconds("request-timeout")],
+         seconds("request-timeout", above=True, most=3600)],
         # HTTPS and basic auth (docs/registry.md, "Security"; the files are read at start)
         ["tls-cert", None, None, "serve HTTPS with this PEM certificate (then its chain), with --tls-key"],
         ["tls-key", None, None, "the PEM private key of --tls-cert"],
