@@ -23,7 +23,7 @@ from twlog.client.sasl import DEFAULT_MECHANISM, MECHANISMS, SASLSettings
 from twlog.client.tls import TLSSettings
 from twlog.errors import TwlogError
 
-__all__ = ["CLIENT_SETTINGS", "SECURITY_PROTOCOLS", "KafkaSecurity", "parse_security", "read_settings_file",
+__all__ = ["CLIENT_SETTINGS", "SECURITY_PROTOCOLS", "KafkaSecurity", "parse_security", "property_lines", "read_settings_file",
            "sasl_needs_tls", "security_settings", "tls_of"]
 
 #: The Kafka client settings twlog reads.
@@ -42,6 +42,22 @@ _JAAS = re.compile(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.
 _JAAS_OPTION = re.compile(r'\s*([\w.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))')
 
 
+def property_lines(path: str, option: str) -> list[tuple[int, str]]:
+    """The lines of the file C{path} that say something, stripped, with their numbers: blank lines and comments
+    (lines starting with C{#} or C{!}, as in Java properties files) are left out.
+
+    @param option: the option that named the file, for the error.
+    @raise TwlogError: it cannot be read as UTF-8 (one line naming the option and the file).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TwlogError(f"cannot read {option} {path}: {getattr(e, 'strerror', None) or e}") from None
+    stripped = ((number, line.strip()) for number, line in enumerate(lines, 1))
+    return [(number, line) for number, line in stripped if line and not line.startswith(("#", "!"))]
+
+
 def read_settings_file(path: str, option: str = "--client-config", also: tuple[str, ...] = ()) -> dict[str, str]:
     """The settings of the file C{path} of C{key=value} lines (Java properties' plain form): blank lines and
     lines starting with C{#} or C{!} are skipped.
@@ -51,16 +67,8 @@ def read_settings_file(path: str, option: str = "--client-config", also: tuple[s
     @raise TwlogError: it cannot be read, a line is not C{key=value}, or a key is unknown (one line naming the
         file, the line and what is accepted).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TwlogError(f"cannot read {option} {path}: {getattr(e, 'strerror', None) or e}") from None
     settings: dict[str, str] = {}
-    for number, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
+    for number, line in property_lines(path, option):
         key, sep, value = line.partition("=")
         key, value = key.strip(), value.strip()
         if not sep:

@@ -32,6 +32,7 @@ from twisted.web import resource
 from twisted.web.guard import BasicCredentialFactory, HTTPAuthSessionWrapper
 from zope.interface import implementer
 
+from twlog.client.kafka_settings import property_lines
 from twlog.errors import TwlogError
 
 __all__ = ["DEFAULT_REALM", "BasicAuth", "BasicAuthWrapper", "PasswordFileChecker", "RegistryRealm", "User",
@@ -80,16 +81,8 @@ def read_password_file(path: str) -> dict[str, User]:
     @raise TwlogError: the file cannot be read, or a line is not C{user: password[,role...]}, or its password is
         in a form not supported (one line naming the file and the line).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TwlogError(f"cannot read --basic-auth-file {path}: {getattr(e, 'strerror', None) or e}") from None
     users: dict[str, User] = {}
-    for number, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
+    for number, line in property_lines(path, "--basic-auth-file"):
         where = f"--basic-auth-file {path} line {number}"
         parts = _split(line)
         if parts is None or not parts[0] or not parts[1]:
