@@ -23,8 +23,8 @@ from twlog.client.sasl import DEFAULT_MECHANISM, MECHANISMS, SASLSettings
 from twlog.client.tls import TLSSettings
 from twlog.errors import TwlogError
 
-__all__ = ["CLIENT_SETTINGS", "SECURITY_PROTOCOLS", "KafkaSecurity", "parse_security", "property_lines", "read_settings_file",
-           "sasl_needs_tls", "security_settings", "tls_of"]
+__all__ = ["CLIENT_SETTINGS", "SECURITY_PROTOCOLS", "KafkaSecurity", "parse_security", "property_lines",
+           "read_settings_file", "sasl_needs_tls", "security_settings", "tls_of"]
 
 #: The Kafka client settings twlog reads.
 CLIENT_SETTINGS = ("security.protocol", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
