@@ -17,7 +17,8 @@ import os
 from twlog.storage import walk_py
 from twlog.storage.compression import KNOWN_CODECS
 
-__all__ = ["KERNEL", "MAGIC1", "UNIFORM", "WRAPPERS", "compiled", "gather", "pure", "walk", "whole_end"]
+__all__ = ["FRAME_FIELDS", "KERNEL", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "compiled", "gather", "join_sets", "pure",
+           "produce_frames", "walk", "whole_end"]
 
 if KNOWN_CODECS != {0, 1, 2}:  # pragma: no cover - both walks take attributes 0-2 as the known codecs
     raise ImportError(f"the message walk knows codecs 0-2, not {sorted(KNOWN_CODECS)}")
@@ -44,3 +45,10 @@ UNIFORM = walk_py.UNIFORM
 walk = _chosen.walk
 gather = _chosen.gather
 whole_end = _chosen.whole_end
+
+# -- produce frames (the broker's bulk produce path, twlog.protocol.runs) ----------------------------------------
+
+FRAME_FIELDS = walk_py.FRAME_FIELDS
+RUN_FIELDS = walk_py.RUN_FIELDS
+produce_frames = _chosen.produce_frames
+join_sets = _chosen.join_sets
