@@ -108,6 +108,12 @@ class Log(ReplicaLog):
         """The segments, oldest first (a copy)."""
         return self._segments.segments
 
+    @property
+    def room(self) -> int:
+        """Bytes an append may have and still go to the active segment without rolling it (L{append})."""
+        size = self._segments.active.size
+        return self._config.segment_bytes - size if size else self._config.segment_bytes
+
     def size_bytes(self) -> int:
         """Bytes on disk over all segments."""
         return self._segments.size_bytes()
