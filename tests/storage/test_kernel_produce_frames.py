@@ -6,7 +6,6 @@ what they take is what the codec decodes and the validation accepts.
 
 from __future__ import annotations
 
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SkipTest, SynchronousTestCase

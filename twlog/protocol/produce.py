@@ -154,15 +154,14 @@ class ProduceHandlers:
         per-frame path, which appends or refuses each as L{produce} does (anything but a plain append of a log
         that exists, this broker leads or does not replicate, and takes the append, is left to it).
         """
-        log = self._logs.get_log(topic, partition)
-        if log is None or log.pieces.busy:
+        waiting = self._logs.get_log(topic, partition)
+        if waiting is not None and waiting.pieces.busy:
             return 0
-        replicated = False
-        if self.replication is not None:
-            try:
-                replicated = self.replication.check_produce(topic, partition, 0)
-            except BrokerError:
-                return 0
+        try:
+            replicated = self.replication is not None and self.replication.check_produce(topic, partition, 0)
+            log = self._logs.get_or_create_log(topic, partition)
+        except Exception:  # (not led here, a wrong partition, ...: the per-frame path refuses each set)
+            return 0
         if not replicated and log.epochs.latest_epoch >= 0:
             return 0
         done, end = 0, first + count

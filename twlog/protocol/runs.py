@@ -32,17 +32,14 @@ appends in well under the round's 10 ms.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from twlog.protocol.codec import PRODUCE, VIEW_BYTES, ProduceRequest
-from twlog.protocol.framing import IN_PLACE_FRAME_BYTES
 from twlog.protocol.frames import FrameBuffer
+from twlog.protocol.framing import IN_PLACE_FRAME_BYTES
+from twlog.protocol.server import Broker
 from twlog.protocol.slicing import SLICED_FRAME_BYTES
 from twlog.storage.kernel import FRAME_FIELDS, RUN_FIELDS, produce_frames
-
-if TYPE_CHECKING:  # pragma: no cover
-    from twlog.protocol.connection import BrokerProtocol
-    from twlog.protocol.server import Broker
 
 __all__ = ["RUN_FRAMES_PER_TURN_FRAME", "ProduceRuns"]
 
@@ -54,9 +51,13 @@ _PRODUCE_TYPE = PRODUCE.to_bytes(2, "big")
 
 
 class ProduceRuns:
-    """A connection's bulk produce path (see the module): L{take} is its L{FrameReceiver.take_run}."""
+    """A connection's bulk produce path (see the module): L{take} is its L{FrameReceiver.take_run}.
 
-    def __init__(self, connection: BrokerProtocol, broker: Broker) -> None:
+    The connection is a L{twlog.protocol.connection.BrokerProtocol}: its turn's allowance (frames and bytes left)
+    is counted down here as its own L{BrokerProtocol.stringReceived} does.
+    """
+
+    def __init__(self, connection: Any, broker: Broker) -> None:
         self._connection = connection
         self._broker = broker
         log = broker.config.log

@@ -15,8 +15,8 @@ from array import array
 
 from twlog.storage.crc import crc32
 
-__all__ = ["FRAME_FIELDS", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "crc32", "gather", "join_sets", "produce_frames",
-           "walk", "whole_end"]
+__all__ = ["FRAME_FIELDS", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "crc32", "gather", "join_sets",
+           "produce_frames", "walk", "whole_end"]
 
 #: Take magic-1 messages without a codec (10-byte headers), not only magic-0 ones (9 bytes).
 MAGIC1 = 1
