@@ -8,7 +8,8 @@ reads length fields only; L{gather} lays the payloads of walked entries end to e
 layout); L{produce_frames} walks a buffer of PRODUCE frames and checks their sets (the broker's bulk produce
 path, L{twlog.protocol.runs}), and L{join_sets} lays their sets end to end.  Their callers
 (L{twlog.storage.batch}, L{twlog.storage.validation}, L{twlog.storage.index}, L{twlog.spark.arrow}) diagnose
-the entry a walk stopped at in Python, so every error is the one the Python code has always raised.  C{twlog --version} names the kernel in use (L{KERNEL}).
+the entry a walk stopped at in Python, so every error is the one the Python code has always raised.
+C{twlog --version} names the kernel in use (L{KERNEL}).
 """
 
 from __future__ import annotations
