@@ -142,7 +142,7 @@ class ProduceHandlers:
     def produce(self, request: ProduceRequest, peer: str = "?", kind: int = codec.PRODUCE) -> None:
         """PRODUCE: append, answer nothing; a rejected set is logged (the producer does not wait)."""
         outcome = self._try_append(request, 0, peer, kind)
-        if isinstance(outcome, Deferred):
+        if type(outcome) is not tuple and isinstance(outcome, Deferred):  # (Deferred's isinstance is an ABC's: slow)
             outcome.addErrback(lambda failure: self._log.failure("produce to {topic}-{partition} failed", failure,
                                                                  topic=request.topic, partition=request.partition))
 
@@ -202,7 +202,7 @@ class ProduceHandlers:
             outcome = self._append(produce, ack)
         except BrokerError as e:
             return self._refusal(kind, peer, produce, e)
-        if isinstance(outcome, Deferred):
+        if type(outcome) is not tuple and isinstance(outcome, Deferred):
             return outcome.addErrback(lambda failure: self._refusal(kind, peer, produce,
                                                                     failure.trap(BrokerError) and failure.value))
         return outcome
