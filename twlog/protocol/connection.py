@@ -39,6 +39,7 @@ from twlog.errors import (
     kafka07_code,
 )
 from twlog.protocol import codec
+from twlog.protocol.budget import READ_BYTES
 from twlog.protocol.deadline import FrameDeadline
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
 from twlog.protocol.handling import Peer
@@ -185,6 +186,7 @@ class BrokerProtocol(FrameReceiver):
         self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
         if hasattr(self.transport, "setTcpNoDelay"):  # responses are written whole: Nagle only delays their tails
             self.transport.setTcpNoDelay(True)
+            self.transport.bufferSize = READ_BYTES  # (its recv size: more produce frames per read, taken in bulk)
 
     @override
     def dataReceived(self, data: bytes) -> None:
