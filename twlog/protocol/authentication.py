@@ -101,8 +101,10 @@ class AuthenticatingProtocol(BrokerProtocol):
         self.authenticated = False
         self._session: SaslServerSession | None = None
         self._auth_deadline: IDelayedCall | None = None
+        self._take_run = self.take_run
         if authentication.require:
             self.MAX_LENGTH = min(self.MAX_LENGTH, PRE_AUTH_MAX_BYTES)
+            self.take_run = None  # every frame is one by one (stringReceived) until the client authenticates
 
     @override
     def connectionMade(self) -> None:
@@ -187,6 +189,7 @@ class AuthenticatingProtocol(BrokerProtocol):
     def _authenticated(self, mechanism: str) -> None:
         self.authenticated = True
         self.MAX_LENGTH = self._buffer.max_length = self._broker.config.max_request_bytes
+        self.take_run = self._take_run
         self.authentication.succeeded(mechanism)
         self._cancel_deadline()
 

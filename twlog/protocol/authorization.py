@@ -167,6 +167,13 @@ class RequestGuard:
             return lambda request, peer: self._drop(kind, refusal, connection)
         return lambda request, peer: _raise(refusal)
 
+    def allows_produce(self, topic: str, connection: Connection) -> bool:
+        """Whether the ACLs let C{connection} PRODUCE to C{topic}, counting nothing (the bulk path asks once per
+        run of frames, and hands a refused run to the per-frame path, which refuses and counts each frame)."""
+        _, operation, resource_types = REQUEST_ACLS[codec.PRODUCE]
+        return any(self._allowed(connection, operation, t, CLUSTER_NAME if t is _CLUSTER else topic)
+                   for t in resource_types) and (self._existing(topic) or self._may_create(connection, topic))
+
     def _allowed(self, connection: Connection, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         return self.acls.authorize(connection.principal, connection.host, operation, resource_type, name)
 

@@ -39,9 +39,11 @@ from twlog.errors import (
     kafka07_code,
 )
 from twlog.protocol import codec
+from twlog.protocol.budget import READ_BYTES
 from twlog.protocol.deadline import FrameDeadline
 from twlog.protocol.framing import IN_PLACE_FRAME_BYTES, FrameReceiver
 from twlog.protocol.handling import Peer
+from twlog.protocol.runs import ProduceRuns
 from twlog.protocol.sendfile import ResponseSender, can_sendfile
 from twlog.protocol.server import KAFKA07_REQUESTS, Broker, Response
 from twlog.protocol.slicing import PRODUCES, SLICED_FRAME_BYTES, SlicedCheck, check_produce
@@ -142,6 +144,7 @@ class BrokerProtocol(FrameReceiver):
         self._pumping = False  # _pump is running (a sender that finishes at once must not start another)
         self._max_inflight = broker.config.max_inflight_per_connection
         self._resume_at = self._max_inflight // 2
+        self.take_run = ProduceRuns(self, broker).take  # runs of produce frames, in bulk (twlog.protocol.runs)
         #: What is left of this connection's turn (L{twlog.protocol.turns}): frames, and bytes of them.
         self._turn_frames = 0
         self._turn_bytes = 0
@@ -167,10 +170,7 @@ class BrokerProtocol(FrameReceiver):
         """Where the connection is (L{BrokerProtocolState})."""
         return self._machine.state
 
-    @property
-    def writing(self) -> bool:
-        """Whether a response is being written now."""
-        return self._sender is not None
+    writing = property(lambda self: self._sender is not None, doc="Whether a response is being written now.")
 
     @property
     def in_progress(self) -> bool:
@@ -186,6 +186,7 @@ class BrokerProtocol(FrameReceiver):
         self._use_sendfile = self._broker.config.sendfile and can_sendfile(self.transport)
         if hasattr(self.transport, "setTcpNoDelay"):  # responses are written whole: Nagle only delays their tails
             self.transport.setTcpNoDelay(True)
+            self.transport.bufferSize = READ_BYTES  # (its recv size: more produce frames per read, taken in bulk)
 
     @override
     def dataReceived(self, data: bytes) -> None:

@@ -113,6 +113,22 @@ class FrameBuffer:
         self.frames_taken += 1
         return done
 
+    def head(self) -> tuple[bytes, int] | None:
+        """The first buffered read and where the next frame (its size prefix) starts in it, when no frame is being
+        assembled and something is buffered; else None.  With L{skip}, frames are taken where they lie."""
+        if self._length is not None or self._frame is not None or not self._chunks:
+            return None
+        return self._chunks[0], self._offset
+
+    def skip(self, n: int, frames: int) -> None:
+        """Consume the next C{n} bytes of L{head}'s read: C{frames} whole frames, size prefixes included."""
+        self._offset += n
+        self._pending -= n
+        self.frames_taken += frames
+        if self._offset >= len(self._chunks[0]):
+            self._chunks.popleft()
+            self._offset = 0
+
     def clear(self) -> None:
         """Drop everything buffered."""
         self._chunks.clear()

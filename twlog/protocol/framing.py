@@ -34,6 +34,7 @@ L{stringReceived} as a C{memoryview}.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from twisted.internet.protocol import Protocol
 
@@ -55,6 +56,9 @@ class FrameReceiver(Protocol, ABC):
     paused = False
     #: Frames at least this large are assembled in place and delivered as a C{memoryview} (None: never).
     IN_PLACE_BYTES: int | None = None
+    #: Takes whole frames from the head of the buffer at once (the broker's L{twlog.protocol.runs}), asked before
+    #: each frame would be delivered; it says whether it took any (False: the next frame is delivered as usual).
+    take_run: Callable[[FrameBuffer], bool] | None = None
 
     def __init__(self) -> None:
         self._buffer = FrameBuffer(self.MAX_LENGTH, self.IN_PLACE_BYTES)
@@ -73,7 +77,10 @@ class FrameReceiver(Protocol, ABC):
         self.buffer_changed()
 
     def _deliver(self) -> None:
+        take_run = self.take_run
         while not self.paused and not self._discarding and self.may_deliver():
+            if take_run is not None and take_run(self._buffer):
+                continue
             try:
                 frame = self._buffer.next_frame()
             except FrameTooLarge as e:
@@ -83,6 +90,11 @@ class FrameReceiver(Protocol, ABC):
             if frame is None:
                 return
             self.stringReceived(frame)
+
+    @property
+    def discarding(self) -> bool:
+        """Whether what arrives is dropped (L{discard_buffer}: the connection is being closed)."""
+        return self._discarding
 
     @property
     def frame_ready(self) -> bool:

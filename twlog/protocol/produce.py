@@ -27,6 +27,7 @@ did not end in time L{RequestTimedOut}.
 
 from __future__ import annotations
 
+from array import array
 from typing import Protocol
 
 import attrs
@@ -45,6 +46,7 @@ from twlog.protocol.codec import (
     ProduceResult,
 )
 from twlog.protocol.handling import ErrorCounts, Response
+from twlog.storage.kernel import FRAME_FIELDS, join_sets
 from twlog.storage.log import AppendResult
 from twlog.storage.manager import LogManager
 from twlog.storage.pieces import PIECED_SET_BYTES
@@ -140,9 +142,54 @@ class ProduceHandlers:
     def produce(self, request: ProduceRequest, peer: str = "?", kind: int = codec.PRODUCE) -> None:
         """PRODUCE: append, answer nothing; a rejected set is logged (the producer does not wait)."""
         outcome = self._try_append(request, 0, peer, kind)
-        if isinstance(outcome, Deferred):
+        if type(outcome) is not tuple and isinstance(outcome, Deferred):  # (Deferred's isinstance is an ABC's: slow)
             outcome.addErrback(lambda failure: self._log.failure("produce to {topic}-{partition} failed", failure,
                                                                  topic=request.topic, partition=request.partition))
+
+    def produce_run(self, topic: str, partition: int, chunk: bytes, fields: array, first: int, count: int,
+                    messages: int, set_bytes: int) -> int:
+        """Append the checked sets of C{count} PRODUCE frames from C{first} of C{fields} (L{produce_frames}, over
+        C{chunk}) to C{topic}-C{partition} as one set, or as few as the active segment's rolls allow: the bulk
+        path (L{twlog.protocol.runs}).  Return how many of the frames were appended: those after are for the
+        per-frame path, which appends or refuses each as L{produce} does (anything but a plain append of a log
+        that exists, this broker leads or does not replicate, and takes the append, is left to it).
+        """
+        waiting = self._logs.get_log(topic, partition)
+        if waiting is not None and waiting.pieces.busy:
+            return 0
+        try:
+            replicated = self.replication is not None and self.replication.check_produce(topic, partition, 0)
+            log = self._logs.get_or_create_log(topic, partition)
+        except Exception:  # (not led here, a wrong partition, ...: the per-frame path refuses each set)
+            return 0
+        if not replicated and log.epochs.latest_epoch >= 0:
+            return 0
+        done, end = 0, first + count
+        while first < end:
+            room = log.room
+            if set_bytes <= room:
+                last, size, taken = end, set_bytes, messages
+            else:  # the sets that fit before the roll (at least one: its append rolls the segment)
+                last, size, taken = first, 0, 0
+                while last < end:
+                    at = last * FRAME_FIELDS
+                    grown = size + fields[at + 6] - fields[at + 5]
+                    if grown > room and last > first:
+                        break
+                    last, size, taken = last + 1, grown, taken + fields[at + 7]
+            try:
+                appended = log.append(join_sets(chunk, fields, first, last), taken)
+            except Exception:  # the per-frame path meets it again, and says it as it always has
+                return done
+            self.messages_in[topic] = self.messages_in.get(topic, 0) + appended.count
+            self.bytes_in[topic] = self.bytes_in.get(topic, 0) + appended.next_offset - appended.offset
+            if replicated:
+                self.replication.appended(topic, partition)
+            done += last - first
+            set_bytes -= size
+            messages -= taken
+            first = last
+        return done
 
     def multiproduce(self, request: MultiProduceRequest, peer: str = "?") -> None:
         """MULTIPRODUCE: each set as a PRODUCE."""
@@ -155,7 +202,7 @@ class ProduceHandlers:
             outcome = self._append(produce, ack)
         except BrokerError as e:
             return self._refusal(kind, peer, produce, e)
-        if isinstance(outcome, Deferred):
+        if type(outcome) is not tuple and isinstance(outcome, Deferred):
             return outcome.addErrback(lambda failure: self._refusal(kind, peer, produce,
                                                                     failure.trap(BrokerError) and failure.value))
         return outcome

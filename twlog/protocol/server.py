@@ -62,7 +62,8 @@ class Broker:
         #: Error codes answered (or, for a fire-and-forget produce, meant), by (request type, code): for metrics.
         self.error_counts = errors.counts
         self.count_error = errors.count
-        self._producing = producing = ProduceHandlers(logs, clock, errors)
+        #: The produce handlers (the bulk path of L{twlog.protocol.runs} appends runs of sets through them).
+        self.producing = self._producing = producing = ProduceHandlers(logs, clock, errors)
         self.messages_in, self.bytes_in = producing.messages_in, producing.bytes_in
         self._fetching = fetching = FetchHandlers(logs, config, clock, errors)
         self._metadata = metadata = MetadataHandlers(logs, config, clock, errors)

@@ -11,8 +11,8 @@ into C{array('q')}s.
 from cpython cimport array
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
-from libc.string cimport memcpy
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memcmp, memcpy
 
 import array as _array
 
@@ -174,3 +174,138 @@ def gather(buf, positions, Py_ssize_t end):
     finally:
         PyBuffer_Release(&view)
     return data, offsets
+
+
+# -- produce frames (the broker's bulk produce path, twlog.protocol.runs) ----------------------------------------
+
+#: Fields per frame in L{produce_frames}' C{fields} and per run in its C{runs} (as walk_py's).
+FRAME_FIELDS = 8
+RUN_FIELDS = 4
+
+
+cdef inline int _set_count(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, long long max_message_bytes) noexcept nogil:
+    """How many whole, valid, uncompressed entries fill C{b[pos:end]} exactly; -1 if they do not."""
+    cdef long long size
+    cdef int count = 0, w
+    cdef uint32_t crc
+    while pos < end:
+        if end - pos < 9:
+            return -1
+        size = <int32_t>_u32(b + pos)
+        if size < 5 or size > max_message_bytes or size > end - pos - 4:
+            return -1
+        if b[pos + 4] == 0:
+            w = 9
+            crc = _u32(b + pos + 5)
+        elif b[pos + 4] == 1 and size >= 6 and b[pos + 5] == 0:
+            w = 10
+            crc = _u32(b + pos + 6)
+        else:
+            return -1
+        if twlog_crc32(b + pos + w, <size_t>(size + 4 - w)) != crc:
+            return -1
+        count += 1
+        pos += 4 + size
+    return count
+
+
+def produce_frames(buf, Py_ssize_t pos, Py_ssize_t limit, long long max_frame_bytes, Py_ssize_t max_frames,
+                   long long max_bytes, long long max_set_bytes, long long max_message_bytes):
+    """The whole, well-formed PRODUCE frames with valid uncompressed sets from C{pos}, grouped in runs for one
+    partition; see L{twlog.storage.walk_py.produce_frames}."""
+    cdef Py_buffer view
+    cdef const uint8_t *b
+    cdef Py_ssize_t n, nf = 0, nr = 0, nfields = 0, run_first = 0, body, tstart, sstart, send
+    cdef long long size, tlen, ssize, total = 0, run_messages = 0, run_bytes = 0
+    cdef long long prev_tstart = -1, prev_tlen = -1
+    cdef int32_t partition, prev_partition = 0
+    cdef int count
+    cdef array.array fields, runs
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <const uint8_t *>view.buf
+        n = view.len
+        if limit < 0 or limit > n:
+            limit = n
+        fields = array.clone(_Q, 64, False)
+        runs = array.clone(_Q, 16, False)
+        while nf < max_frames and total < max_bytes and limit - pos >= 4:
+            size = <long long>_u32(b + pos)
+            body = pos + 4
+            if size > max_frame_bytes or size > limit - body or size < 12:
+                break
+            if b[body] != 0 or b[body + 1] != 0:
+                break
+            tlen = <int16_t>((b[body + 2] << 8) | b[body + 3])
+            tstart = body + 4
+            if tlen < 0 or tlen + 12 > size:
+                break
+            partition = <int32_t>_u32(b + tstart + tlen)
+            ssize = <int32_t>_u32(b + tstart + tlen + 4)
+            sstart = tstart + tlen + 8
+            send = sstart + ssize
+            if ssize < 0 or ssize > max_set_bytes or send != body + size:
+                break
+            count = _set_count(b, sstart, send, max_message_bytes)
+            if count < 0:
+                break
+            if nf and (partition != prev_partition or tlen != prev_tlen
+                       or memcmp(b + tstart, b + prev_tstart, <size_t>tlen) != 0):
+                _push(runs, &nr, run_first)
+                _push(runs, &nr, nf - run_first)
+                _push(runs, &nr, run_messages)
+                _push(runs, &nr, run_bytes)
+                run_first, run_messages, run_bytes = nf, 0, 0
+            prev_partition, prev_tlen, prev_tstart = partition, tlen, tstart
+            _push(fields, &nfields, pos)
+            _push(fields, &nfields, body + size)
+            _push(fields, &nfields, tstart)
+            _push(fields, &nfields, tlen)
+            _push(fields, &nfields, partition)
+            _push(fields, &nfields, sstart)
+            _push(fields, &nfields, send)
+            _push(fields, &nfields, count)
+            nf += 1
+            run_messages += count
+            run_bytes += ssize
+            total += size
+            pos = body + size
+        if nf:
+            _push(runs, &nr, run_first)
+            _push(runs, &nr, nf - run_first)
+            _push(runs, &nr, run_messages)
+            _push(runs, &nr, run_bytes)
+    finally:
+        PyBuffer_Release(&view)
+    array.resize(fields, nf * FRAME_FIELDS)
+    array.resize(runs, nr)
+    return pos, fields, runs
+
+
+def join_sets(buf, fields, Py_ssize_t first, Py_ssize_t last):
+    """The message sets of frames C{first} to C{last - 1} of L{produce_frames}' C{fields}, end to end; see
+    L{twlog.storage.walk_py.join_sets}."""
+    cdef Py_buffer view
+    cdef array.array f = fields
+    cdef const int64_t *p = <const int64_t *>f.data.as_longlongs
+    cdef Py_ssize_t i, total = 0, at = 0, start, stop
+    cdef bytes data
+    cdef char *dst
+    if first < 0 or last < first or last * FRAME_FIELDS > len(f):
+        raise ValueError("the frames are not in the fields")
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        for i in range(first, last):
+            start, stop = p[i * FRAME_FIELDS + 5], p[i * FRAME_FIELDS + 6]
+            if start < 0 or stop < start or stop > view.len:
+                raise ValueError(f"frame {i}'s set is not inside the buffer")
+            total += stop - start
+        data = PyBytes_FromStringAndSize(NULL, total)
+        dst = PyBytes_AS_STRING(data)
+        for i in range(first, last):
+            start, stop = p[i * FRAME_FIELDS + 5], p[i * FRAME_FIELDS + 6]
+            memcpy(dst + at, <const char *>view.buf + start, <size_t>(stop - start))
+            at += stop - start
+    finally:
+        PyBuffer_Release(&view)
+    return data

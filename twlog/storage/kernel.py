@@ -5,9 +5,11 @@ pure-Python fallback (L{twlog.storage.walk_py}); C{TWLOG_PURE_PYTHON=1} forces t
 Both have the same functions and results (docs/performance.md, "The compiled kernel"):
 L{walk} takes the whole, valid entries of a message set and says where it stopped; L{whole_end}
 reads length fields only; L{gather} lays the payloads of walked entries end to end (Arrow's
-layout).  Their callers (L{twlog.storage.batch}, L{twlog.storage.validation}, L{twlog.storage.index},
-L{twlog.spark.arrow}) diagnose the entry a walk stopped at in Python, so every error is the one
-the Python code has always raised.  C{twlog --version} names the kernel in use (L{KERNEL}).
+layout); L{produce_frames} walks a buffer of PRODUCE frames and checks their sets (the broker's bulk produce
+path, L{twlog.protocol.runs}), and L{join_sets} lays their sets end to end.  Their callers
+(L{twlog.storage.batch}, L{twlog.storage.validation}, L{twlog.storage.index}, L{twlog.spark.arrow}) diagnose
+the entry a walk stopped at in Python, so every error is the one the Python code has always raised.
+C{twlog --version} names the kernel in use (L{KERNEL}).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import os
 from twlog.storage import walk_py
 from twlog.storage.compression import KNOWN_CODECS
 
-__all__ = ["KERNEL", "MAGIC1", "UNIFORM", "WRAPPERS", "compiled", "gather", "pure", "walk", "whole_end"]
+__all__ = ["FRAME_FIELDS", "KERNEL", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "compiled", "gather", "join_sets",
+           "produce_frames", "pure", "walk", "whole_end"]
 
 if KNOWN_CODECS != {0, 1, 2}:  # pragma: no cover - both walks take attributes 0-2 as the known codecs
     raise ImportError(f"the message walk knows codecs 0-2, not {sorted(KNOWN_CODECS)}")
@@ -44,3 +47,10 @@ UNIFORM = walk_py.UNIFORM
 walk = _chosen.walk
 gather = _chosen.gather
 whole_end = _chosen.whole_end
+
+# -- produce frames (the broker's bulk produce path, twlog.protocol.runs) ----------------------------------------
+
+FRAME_FIELDS = walk_py.FRAME_FIELDS
+RUN_FIELDS = walk_py.RUN_FIELDS
+produce_frames = _chosen.produce_frames
+join_sets = _chosen.join_sets

@@ -40,9 +40,7 @@ __all__ = ["EARLIEST_TIME", "LATEST_TIME", "AppendResult", "Log", "ThreadRunner"
 
 class Log(ReplicaLog):
     """The append-only log of one partition: C{<log_dir>/<topic>-<partition>/}; a replica's methods are L{ReplicaLog}'s.
-
-    Readers see up to L{visible_end}; L{end_offset} is where the next append lands.  Create one with L{Log.open}.
-    """
+    Readers see up to L{visible_end}; L{end_offset} is where the next append lands.  Create one with L{Log.open}."""
 
     _log = Logger()
 
@@ -107,6 +105,9 @@ class Log(ReplicaLog):
     def segments(self) -> list[Segment]:
         """The segments, oldest first (a copy)."""
         return self._segments.segments
+
+    #: Bytes an append may have and still go to the active segment without rolling it (L{append}).
+    room = property(lambda self: self._config.segment_bytes - self._segments.active.size)
 
     def size_bytes(self) -> int:
         """Bytes on disk over all segments."""

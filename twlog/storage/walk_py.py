@@ -15,7 +15,8 @@ from array import array
 
 from twlog.storage.crc import crc32
 
-__all__ = ["MAGIC1", "UNIFORM", "WRAPPERS", "crc32", "gather", "walk", "whole_end"]
+__all__ = ["FRAME_FIELDS", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "crc32", "gather", "join_sets",
+           "produce_frames", "walk", "whole_end"]
 
 #: Take magic-1 messages without a codec (10-byte headers), not only magic-0 ones (9 bytes).
 MAGIC1 = 1
@@ -133,3 +134,113 @@ def gather(buf, positions: array, end: int) -> tuple[bytes, array]:
             raise ValueError("the payloads exceed 2 GiB")
         offsets.append(total)
     return b"".join(parts), offsets
+
+
+# -- produce frames (the broker's bulk produce path, twlog.protocol.runs) ----------------------------------------
+
+#: Fields per frame in L{produce_frames}' C{fields}: the frame's position (its size prefix), its end, its topic's
+#: start and length, its partition, its set's start and end, and the set's message count ...
+FRAME_FIELDS = 8
+#: ... and per run in its C{runs}: the run's first frame, its frame count, its messages and its set bytes.
+RUN_FIELDS = 4
+
+_FRAME_HEAD = struct.Struct(">Ihh")  # size, request type, topic length
+_PRODUCE_TAIL = struct.Struct(">ii")  # partition, set size
+
+
+def _set_count(buf, pos: int, end: int, max_message_bytes: int) -> int:
+    """How many whole, valid, uncompressed entries fill C{buf[pos:end]} exactly; -1 if they do not."""
+    count = 0
+    while pos < end:
+        if end - pos < 9:
+            return -1
+        size, magic, crc = _HEADER0.unpack_from(buf, pos)
+        stop = pos + 4 + size
+        if size < 5 or size > max_message_bytes or stop > end:
+            return -1
+        if magic == 0:
+            body = pos + 9
+        elif magic == 1 and size >= 6 and buf[pos + 5] == 0:
+            body, crc = pos + 10, _UINT32.unpack_from(buf, pos + 6)[0]
+        else:
+            return -1
+        if crc32(buf[body:stop]) != crc:
+            return -1
+        count += 1
+        pos = stop
+    return count
+
+
+def produce_frames(buf, pos: int, limit: int, max_frame_bytes: int, max_frames: int, max_bytes: int,
+                   max_set_bytes: int, max_message_bytes: int) -> tuple[int, array, array]:
+    """The whole PRODUCE frames (C{[uint32 size][int16 0][int16 n][topic][int32 partition][int32 s][set]}, nothing
+    after the set) of C{buf} from C{pos} up to C{limit} (-1: the end), grouped in runs of consecutive frames for
+    one topic (the same bytes) and partition.
+
+    A frame is taken when it is whole before C{limit}, at most C{max_frame_bytes} (without its prefix), a
+    PRODUCE of exactly that layout, and its set is at most C{max_set_bytes} of whole, CRC-valid, uncompressed
+    entries (magic 0, or magic 1 with no codec) of at most C{max_message_bytes}; at most C{max_frames} frames are
+    taken, and none once C{max_bytes} of frames are.  The first frame not taken is not judged: the caller
+    handles it as it handles any frame.
+
+    @return: C{(stop, fields, runs)}: the position of the first frame not taken; L{FRAME_FIELDS} per frame and
+        L{RUN_FIELDS} per run (C{array('q')}s).
+    """
+    n = len(buf)
+    if limit < 0 or limit > n:
+        limit = n
+    fields = array("q")
+    runs = array("q")
+    nf = run_first = run_messages = run_bytes = total = 0
+    previous = None
+    while nf < max_frames and total < max_bytes and limit - pos >= 4:
+        body = pos + 4
+        if limit - pos >= 8:
+            size, kind, tlen = _FRAME_HEAD.unpack_from(buf, pos)
+        else:
+            size, kind, tlen = _UINT32.unpack_from(buf, pos)[0], -1, -1
+        if size > max_frame_bytes or size > limit - body or size < 12 or kind != 0:
+            break
+        tstart = body + 4
+        if tlen < 0 or tlen + 12 > size:
+            break
+        partition, ssize = _PRODUCE_TAIL.unpack_from(buf, tstart + tlen)
+        sstart = tstart + tlen + 8
+        send = sstart + ssize
+        if ssize < 0 or ssize > max_set_bytes or send != body + size:
+            break
+        count = _set_count(buf, sstart, send, max_message_bytes)
+        if count < 0:
+            break
+        key = (bytes(buf[tstart : tstart + tlen]), partition)
+        if nf and key != previous:
+            runs.extend((run_first, nf - run_first, run_messages, run_bytes))
+            run_first = run_messages = run_bytes = 0
+            run_first = nf
+        previous = key
+        fields.extend((pos, body + size, tstart, tlen, partition, sstart, send, count))
+        nf += 1
+        run_messages += count
+        run_bytes += ssize
+        total += size
+        pos = body + size
+    if nf:
+        runs.extend((run_first, nf - run_first, run_messages, run_bytes))
+    return pos, fields, runs
+
+
+def join_sets(buf, fields: array, first: int, last: int) -> bytes:
+    """The message sets of frames C{first} to C{last - 1} of L{produce_frames}' C{fields}, end to end.
+
+    @raise ValueError: a frame is not in C{fields}, or its set not inside C{buf}.
+    """
+    if first < 0 or last < first or last * FRAME_FIELDS > len(fields):
+        raise ValueError("the frames are not in the fields")
+    view = memoryview(buf)
+    parts = []
+    for i in range(first, last):
+        start, stop = fields[i * FRAME_FIELDS + 5], fields[i * FRAME_FIELDS + 6]
+        if start < 0 or stop < start or stop > len(view):
+            raise ValueError(f"frame {i}'s set is not inside the buffer")
+        parts.append(view[start:stop])
+    return b"".join(parts)
