@@ -4,7 +4,8 @@ pure-Python fallback (L{twlog.storage.walk_py}); C{TWLOG_PURE_PYTHON=1} forces t
 
 Both have the same functions and results (docs/performance.md, "The compiled kernel"):
 L{walk} takes the whole, valid entries of a message set and says where it stopped; L{whole_end}
-reads length fields only; L{gather} lays the payloads of walked entries end to end (Arrow's
+reads length fields only, and L{index_walk} notes a message start every few KB on the way (the position
+index); L{gather} lays the payloads of walked entries end to end (Arrow's
 layout).  Their callers (L{twlog.storage.batch}, L{twlog.storage.validation}, L{twlog.storage.index},
 L{twlog.spark.arrow}) diagnose the entry a walk stopped at in Python, so every error is the one
 the Python code has always raised.  C{twlog --version} names the kernel in use (L{KERNEL}).
@@ -17,7 +18,7 @@ import os
 from twlog.storage import walk_py
 from twlog.storage.compression import KNOWN_CODECS
 
-__all__ = ["KERNEL", "MAGIC1", "UNIFORM", "WRAPPERS", "compiled", "gather", "pure", "walk", "whole_end"]
+__all__ = ["KERNEL", "MAGIC1", "UNIFORM", "WRAPPERS", "compiled", "gather", "index_walk", "pure", "walk", "whole_end"]
 
 if KNOWN_CODECS != {0, 1, 2}:  # pragma: no cover - both walks take attributes 0-2 as the known codecs
     raise ImportError(f"the message walk knows codecs 0-2, not {sorted(KNOWN_CODECS)}")
@@ -44,3 +45,6 @@ UNIFORM = walk_py.UNIFORM
 walk = _chosen.walk
 gather = _chosen.gather
 whole_end = _chosen.whole_end
+
+# -- The index walk (twlog.storage.index, twlog.storage.recovery) --
+index_walk = _chosen.index_walk

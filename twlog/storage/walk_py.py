@@ -15,7 +15,7 @@ from array import array
 
 from twlog.storage.crc import crc32
 
-__all__ = ["MAGIC1", "UNIFORM", "WRAPPERS", "crc32", "gather", "walk", "whole_end"]
+__all__ = ["MAGIC1", "UNIFORM", "WRAPPERS", "crc32", "gather", "index_walk", "walk", "whole_end"]
 
 #: Take magic-1 messages without a codec (10-byte headers), not only magic-0 ones (9 bytes).
 MAGIC1 = 1
@@ -133,3 +133,36 @@ def gather(buf, positions: array, end: int) -> tuple[bytes, array]:
             raise ValueError("the payloads exceed 2 GiB")
         offsets.append(total)
     return b"".join(parts), offsets
+
+
+# -- The index walk (the position index's pass over length fields: twlog.storage.index, recovery) --------------
+
+def index_walk(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF, base: int = 0,
+               due: int = 0, interval: int = 4096) -> tuple[int, array, int]:
+    """Walk the length fields of C{buf} from C{pos} (no CRC, no magic) over the entries that start before C{limit}
+    (-1: the end) and have their 4-byte length field in C{buf}, noting an entry's start every C{interval} bytes
+    or more: the position index's pass (L{twlog.storage.index}).
+
+    An entry's start is noted (as C{base} plus its position, C{base} being C{buf}'s position in the file) when
+    that is at or past C{due}, which then moves to it plus C{interval}.  An entry may run past the end of C{buf}:
+    the walk hops over it by its length field.  It stops at a length field that is not sane (below 5 or above
+    C{max_message_bytes}), leaving C{stop} at that entry.
+
+    @return: C{(stop, positions, due)}: where the walk stopped (at or past C{limit}, in the last 3 bytes of
+        C{buf}, or at the entry whose length is not sane), the noted positions (C{array('q')}), and the next due.
+    """
+    n = len(buf)
+    if limit < 0 or limit > n:
+        limit = n
+    positions = array("q")
+    add = positions.append
+    unpack = _INT32.unpack_from
+    while pos < limit and n - pos >= 4:
+        size = unpack(buf, pos)[0]
+        if size < 5 or size > max_message_bytes:
+            break
+        if base + pos >= due:
+            add(base + pos)
+            due = base + pos + interval
+        pos += 4 + size
+    return pos, positions, due
