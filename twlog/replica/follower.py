@@ -39,7 +39,6 @@ from twlog.protocol.replication_codec import (
     ReplicaFetchRequest,
 )
 from twlog.storage.log import Log
-from twlog.storage.validation import scan
 
 __all__ = ["Follower"]
 
@@ -194,9 +193,9 @@ class Follower:
             raise _Restart()
         if part.error:
             raise error_for(part.error, f"{self}: REPLICA_FETCH from {offset}")
-        whole = scan(part.messages).valid_bytes  # the region may end in a partial message
+        whole, count = self.log.whole_replica(part.messages)  # the region may end in a partial message
         if whole:
-            self.log.append_replica(part.messages[:whole], offset, leader_segment_base=part.segment_base)
+            self.log.append_replica(part.messages[:whole], offset, leader_segment_base=part.segment_base, count=count)
             self._record_epoch()
         self.log.high_watermark = max(min(part.high_watermark, self.log.end_offset),
                                       self.log.high_watermark or 0)

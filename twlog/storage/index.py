@@ -29,7 +29,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from twlog.storage.entry import MIN_MESSAGE_BYTES
-from twlog.storage.kernel import whole_end
+from twlog.storage.kernel import index_walk, whole_end
 from twlog.storage.validation import scan
 
 #: About how far apart index entries are.
@@ -71,19 +71,13 @@ class PositionIndex:
         if position >= self._next_due:
             self.positions.append(position)
             self._next_due = position + INDEX_INTERVAL_BYTES
-        n = len(data)
-        if n <= WALK_SET_BYTES:
+        if len(data) <= WALK_SET_BYTES:
             return
-        pos = 0
-        while True:  # hop over length fields (the kernel's whole_end) to the first message at or past each due mark
-            due = self._next_due - position
-            if due >= n:
-                return
-            pos = whole_end(data, pos, due)
-            if pos < due:  # the end, or not a message set (only tests append such bytes)
-                return
-            self.positions.append(position + pos)
-            self._next_due = position + pos + INDEX_INTERVAL_BYTES
+        # The set is validated: the kernel's walk over its length fields stops only at its end (or at bytes that
+        # are not a message set, which only tests append).
+        _, found, self._next_due = index_walk(data, 0, -1, 0x7FFFFFFF, position, self._next_due,
+                                              INDEX_INTERVAL_BYTES)
+        self.positions.extend(found)
 
     def truncate(self, size: int) -> None:
         """Forget positions at or past C{size} (the file was cut there)."""
@@ -101,27 +95,21 @@ class PositionIndex:
 def index_positions(pread, size: int, max_entry_bytes: int) -> array:
     """Message starts in the first C{size} bytes of a segment, about one per L{INDEX_INTERVAL_BYTES}.
 
-    One pass over the length fields (C{pread(position, length)} reads the
-    file), no CRC: the bytes were validated when appended, or by recovery.
+    One pass over the length fields in the kernel (L{twlog.storage.kernel.index_walk};
+    C{pread(position, length)} reads the file), no CRC: the bytes were validated when appended, or by recovery.
     Stops at a length field that is not sane (a damaged older segment): the
     index then ends there, and lookups past it find no boundary.
     """
     positions = array("q")
     due = 0
     base = 0
-    unpack = _LENGTH.unpack_from
     while base < size:
         chunk = pread(base, min(_CHUNK_BYTES, size - base))
         n = len(chunk)
-        pos = 0
-        while pos + 4 <= n:
-            length = unpack(chunk, pos)[0]
-            if length < MIN_MESSAGE_BYTES or length > max_entry_bytes:
-                return positions
-            if base + pos >= due:
-                positions.append(base + pos)
-                due = base + pos + INDEX_INTERVAL_BYTES
-            pos += 4 + length
+        pos, found, due = index_walk(chunk, 0, n, max_entry_bytes, base, due, INDEX_INTERVAL_BYTES)
+        positions.extend(found)
+        if pos + 4 <= n:  # stopped at a length field that is not sane
+            return positions
         if pos == 0 or not n:
             break
         base += pos

@@ -4,12 +4,12 @@ pure-Python fallback (L{twlog.storage.walk_py}); C{TWLOG_PURE_PYTHON=1} forces t
 
 Both have the same functions and results (docs/performance.md, "The compiled kernel"):
 L{walk} takes the whole, valid entries of a message set and says where it stopped; L{whole_end}
-reads length fields only; L{gather} lays the payloads of walked entries end to end (Arrow's
-layout); L{produce_frames} walks a buffer of PRODUCE frames and checks their sets (the broker's bulk produce
-path, L{twlog.protocol.runs}), and L{join_sets} lays their sets end to end.  Their callers
-(L{twlog.storage.batch}, L{twlog.storage.validation}, L{twlog.storage.index}, L{twlog.spark.arrow}) diagnose
-the entry a walk stopped at in Python, so every error is the one the Python code has always raised.
-C{twlog --version} names the kernel in use (L{KERNEL}).
+reads length fields only, and L{index_walk} notes a message start every few KB on the way (the position
+index); L{gather} lays the payloads of walked entries end to end (Arrow's layout); L{produce_frames} walks a
+buffer of PRODUCE frames and checks their sets (the broker's bulk produce path, L{twlog.protocol.runs}), and
+L{join_sets} lays their sets end to end.  Their callers (L{twlog.storage.batch}, L{twlog.storage.validation},
+L{twlog.storage.index}, L{twlog.spark.arrow}) diagnose the entry a walk stopped at in Python, so every error is
+the one the Python code has always raised.  C{twlog --version} names the kernel in use (L{KERNEL}).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import os
 from twlog.storage import walk_py
 from twlog.storage.compression import KNOWN_CODECS
 
-__all__ = ["FRAME_FIELDS", "KERNEL", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "compiled", "gather", "join_sets",
-           "produce_frames", "pure", "walk", "whole_end"]
+__all__ = ["FRAME_FIELDS", "KERNEL", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "compiled", "gather",
+           "index_walk", "join_sets", "produce_frames", "pure", "walk", "whole_end"]
 
 if KNOWN_CODECS != {0, 1, 2}:  # pragma: no cover - both walks take attributes 0-2 as the known codecs
     raise ImportError(f"the message walk knows codecs 0-2, not {sorted(KNOWN_CODECS)}")
@@ -54,3 +54,6 @@ FRAME_FIELDS = walk_py.FRAME_FIELDS
 RUN_FIELDS = walk_py.RUN_FIELDS
 produce_frames = _chosen.produce_frames
 join_sets = _chosen.join_sets
+
+# -- The index walk (twlog.storage.index, twlog.storage.recovery) --
+index_walk = _chosen.index_walk

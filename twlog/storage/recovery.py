@@ -7,14 +7,17 @@ in chunks of L{RECOVERY_CHUNK_BYTES} and truncates it at the first such entry,
 so that every byte a reader can reach is a valid message again.
 
 The scanned segment's position index (L{twlog.storage.index}) is rebuilt at
-the same time, from the bytes that are kept.
+the same time, from the same chunks (the kernel's L{index_walk} over the
+entries each scan kept), so the segment is read once.
 """
 
 from __future__ import annotations
 
+from array import array
 from typing import NamedTuple
 
-from twlog.storage.index import index_positions
+from twlog.storage.index import INDEX_INTERVAL_BYTES
+from twlog.storage.kernel import index_walk
 from twlog.storage.segment import Segment
 from twlog.storage.validation import scan
 
@@ -42,11 +45,15 @@ def recover_segment(segment: Segment, max_entry_bytes: int) -> Truncation | None
     pending = b""
     read_pos = 0
     problem = None
+    positions = array("q")
+    due = 0
     while valid < file_size:
         chunk = segment.pread(read_pos, RECOVERY_CHUNK_BYTES) if read_pos < file_size else b""
         read_pos += len(chunk)
         buf = pending + chunk if pending else chunk
         result = scan(buf, max_entry_bytes, origin=valid)
+        _, found, due = index_walk(buf, 0, result.valid_bytes, max_entry_bytes, valid, due, INDEX_INTERVAL_BYTES)
+        positions.extend(found)
         valid += result.valid_bytes
         if result.problem is None:
             pending = b""
@@ -64,5 +71,5 @@ def recover_segment(segment: Segment, max_entry_bytes: int) -> Truncation | None
             problem = "partial message at the end of the file"
         segment.truncate(valid)
         truncation = Truncation(segment.path, segment.base_offset + valid, file_size - valid, problem)
-    segment.index.load(index_positions(segment.pread, segment.size, max_entry_bytes))
+    segment.index.load(positions)
     return truncation

@@ -16,6 +16,7 @@ replication needs of one partition's storage:
     as a follower does when its end is below its leader's log start (the
     leader's retention deleted what it lacks): Kafka's C{truncateFullyAndStartAt}.
   - L{ReplicaLog.read_replica}: a leader's read for its followers, up to its written end.
+  - L{ReplicaLog.whole_replica}: the whole entries a leader's bytes start with, checked once, for:
   - L{ReplicaLog.append_replica}: append bytes the leader already validated, at
     exactly the leader's offset of them (L{OffsetMismatch} otherwise), checking
     only that they are whole entries with good CRCs, in segments that start
@@ -46,6 +47,7 @@ from twlog.storage.entry import MIN_MESSAGE_BYTES
 from twlog.storage.epochs import LeaderEpochCache
 from twlog.storage.failures import describe
 from twlog.storage.flush import Flusher, ThreadRunner
+from twlog.storage.kernel import whole_end
 from twlog.storage.log_reader import LogReader
 from twlog.storage.pieces import PiecedWrites
 from twlog.storage.segment import FileRegion, Segment
@@ -81,13 +83,7 @@ def on_boundary(segment: Segment, position: int, max_entry_bytes: int) -> bool:
     start = segment.index.floor(position)
     if position - start <= WALK_LIMIT_BYTES:
         buf = segment.peek(start, position - start + 4)
-        pos = 0
-        while pos < position - start:
-            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
-            if size < MIN_MESSAGE_BYTES or size > max_entry_bytes:
-                return False
-            pos += 4 + size
-        return pos == position - start
+        return whole_end(buf, 0, position - start, max_entry_bytes) == position - start  # the kernel's walk
     head = segment.peek(position, 4)
     size = int.from_bytes(head, "big", signed=True) if len(head) == 4 else -1
     if size < MIN_MESSAGE_BYTES or size > max_entry_bytes:
@@ -186,6 +182,17 @@ class ReplicaLog:
         if offset < self.end_offset:
             self.write_out()
         return self._reader.read(offset, max_bytes, end=self.end_offset)
+
+    def whole_replica(self, message_set: bytes | bytearray | memoryview) -> tuple[int, int | None]:
+        """The whole, valid entries at the start of bytes a leader sent (its read may end in a partial entry):
+        their length and count, for L{append_replica}, so that the follower walks and checks them once (in the
+        kernel).  The count is None when one of them is larger than this log's C{segment_bytes}: then the
+        length covers it, for L{append_replica} to refuse the set as it always has.
+        """
+        result = scan(message_set, self._config.segment_bytes)
+        if result.oversize:
+            return scan(message_set).valid_bytes, None
+        return result.valid_bytes, result.count
 
     def append_replica(
         self, message_set: bytes | bytearray | memoryview, expected_offset: int, *, leader_segment_base: int,
