@@ -221,17 +221,6 @@ def produce_frames(buf, Py_ssize_t pos, Py_ssize_t limit, long long max_frame_by
     cdef int32_t partition, prev_partition = 0
     cdef int count
     cdef array.array fields, runs
-# -- The index walk (the position index's pass over length fields: twlog.storage.index, recovery) --------------
-
-def index_walk(buf, Py_ssize_t pos=0, Py_ssize_t limit=-1, long long max_message_bytes=0x7FFFFFFF,
-               long long base=0, long long due=0, long long interval=4096):
-    """Walk the length fields from C{pos}, noting an entry's start every C{interval} bytes or more; see
-    L{twlog.storage.walk_py.index_walk}."""
-    cdef Py_buffer view
-    cdef const uint8_t *b
-    cdef Py_ssize_t n, count = 0
-    cdef long long size
-    cdef array.array positions = array.clone(_Q, 64, False)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         b = <const uint8_t *>view.buf
@@ -320,6 +309,25 @@ def join_sets(buf, fields, Py_ssize_t first, Py_ssize_t last):
     finally:
         PyBuffer_Release(&view)
     return data
+
+
+# -- The index walk (the position index's pass over length fields: twlog.storage.index, recovery) --------------
+
+def index_walk(buf, Py_ssize_t pos=0, Py_ssize_t limit=-1, long long max_message_bytes=0x7FFFFFFF,
+               long long base=0, long long due=0, long long interval=4096):
+    """Walk the length fields from C{pos}, noting an entry's start every C{interval} bytes or more; see
+    L{twlog.storage.walk_py.index_walk}."""
+    cdef Py_buffer view
+    cdef const uint8_t *b
+    cdef Py_ssize_t n, count = 0
+    cdef long long size
+    cdef array.array positions = array.clone(_Q, 64, False)
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <const uint8_t *>view.buf
+        n = view.len
+        if limit < 0 or limit > n:
+            limit = n
         while pos < limit and n - pos >= 4:
             size = <int32_t>_u32(b + pos)
             if size < 5 or size > max_message_bytes:

@@ -185,21 +185,6 @@ def produce_frames(buf, pos: int, limit: int, max_frame_bytes: int, max_frames: 
 
     @return: C{(stop, fields, runs)}: the position of the first frame not taken; L{FRAME_FIELDS} per frame and
         L{RUN_FIELDS} per run (C{array('q')}s).
-# -- The index walk (the position index's pass over length fields: twlog.storage.index, recovery) --------------
-
-def index_walk(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF, base: int = 0,
-               due: int = 0, interval: int = 4096) -> tuple[int, array, int]:
-    """Walk the length fields of C{buf} from C{pos} (no CRC, no magic) over the entries that start before C{limit}
-    (-1: the end) and have their 4-byte length field in C{buf}, noting an entry's start every C{interval} bytes
-    or more: the position index's pass (L{twlog.storage.index}).
-
-    An entry's start is noted (as C{base} plus its position, C{base} being C{buf}'s position in the file) when
-    that is at or past C{due}, which then moves to it plus C{interval}.  An entry may run past the end of C{buf}:
-    the walk hops over it by its length field.  It stops at a length field that is not sane (below 5 or above
-    C{max_message_bytes}), leaving C{stop} at that entry.
-
-    @return: C{(stop, positions, due)}: where the walk stopped (at or past C{limit}, in the last 3 bytes of
-        C{buf}, or at the entry whose length is not sane), the noted positions (C{array('q')}), and the next due.
     """
     n = len(buf)
     if limit < 0 or limit > n:
@@ -259,6 +244,27 @@ def join_sets(buf, fields: array, first: int, last: int) -> bytes:
             raise ValueError(f"frame {i}'s set is not inside the buffer")
         parts.append(view[start:stop])
     return b"".join(parts)
+
+
+# -- The index walk (the position index's pass over length fields: twlog.storage.index, recovery) --------------
+
+def index_walk(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7FFFFFFF, base: int = 0,
+               due: int = 0, interval: int = 4096) -> tuple[int, array, int]:
+    """Walk the length fields of C{buf} from C{pos} (no CRC, no magic) over the entries that start before C{limit}
+    (-1: the end) and have their 4-byte length field in C{buf}, noting an entry's start every C{interval} bytes
+    or more: the position index's pass (L{twlog.storage.index}).
+
+    An entry's start is noted (as C{base} plus its position, C{base} being C{buf}'s position in the file) when
+    that is at or past C{due}, which then moves to it plus C{interval}.  An entry may run past the end of C{buf}:
+    the walk hops over it by its length field.  It stops at a length field that is not sane (below 5 or above
+    C{max_message_bytes}), leaving C{stop} at that entry.
+
+    @return: C{(stop, positions, due)}: where the walk stopped (at or past C{limit}, in the last 3 bytes of
+        C{buf}, or at the entry whose length is not sane), the noted positions (C{array('q')}), and the next due.
+    """
+    n = len(buf)
+    if limit < 0 or limit > n:
+        limit = n
     positions = array("q")
     add = positions.append
     unpack = _INT32.unpack_from
