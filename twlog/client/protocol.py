@@ -30,6 +30,7 @@ from zope.interface import implementer
 
 from twlog.client.options import DEFAULT_MAX_RESPONSE_BYTES
 from twlog.client.tls import describe_tls_failure
+from twlog.client.writes import DIRECT_SEND_BYTES, FrameWriter
 from twlog.errors import (
     CONNECTION_REFUSALS,
     BrokerTimeout,
@@ -42,11 +43,10 @@ from twlog.errors import (
 from twlog.protocol import codec
 from twlog.protocol.codec import Request, describe_request
 from twlog.protocol.framing import PREFIX_BYTES, FrameReceiver
-from twlog.protocol.sendfile import buffered_bytes, can_sendfile
+from twlog.protocol.sendfile import can_sendfile
 from twlog.statemachine import StateMachine
 
-#: Frames up to this size may be written straight to the socket (L{ClientProtocol.sendString}).
-DIRECT_SEND_BYTES = 64 * 1024
+__all__ = ["DIRECT_SEND_BYTES", "ClientProtocol", "ClientProtocolState"]
 
 
 class ClientProtocolState(enum.Enum):
@@ -143,11 +143,14 @@ class ClientProtocol(FrameReceiver):
         self.peer = peer
         self._clock = clock
         self._waiting: deque[_Waiter] = deque()
-        #: Frames held while the transport is paused, with the Deferred of a fire-and-forget send.
+        #: Frames (with their size prefix) held while the transport is paused, with the Deferred of a
+        #: fire-and-forget send.
         self._held: deque[tuple[bytes, Deferred[None] | None]] = deque()
         self._machine = StateMachine(f"connection to broker {peer}", _C.CONNECTING, CLIENT_MOVES)
-        #: Whether small frames may go straight to the socket (a plain TCP transport; see sendString).
-        self._direct = False
+        #: Writes the frames, gathering the fire-and-forget ones (L{FrameWriter}).
+        self._writer = FrameWriter(clock)
+        #: Whether a write goes out now (CONNECTED, nothing held): the fast path's test (L{send_frame}).
+        self.writable = False
         #: Whether any answer came (a plaintext connection closed before one may have met a TLS port), and whether
         #: this protocol is its transport's producer (from connectionMade to prepare_close).
         self._answered = self._registered = False
@@ -176,6 +179,10 @@ class ClientProtocol(FrameReceiver):
         """
         return self.state is _C.PAUSED
 
+    def _move(self, target: ClientProtocolState) -> None:
+        self._machine.move(target)
+        self.writable = target is _C.CONNECTED and not self._held
+
     def pending(self) -> int:
         """How many requests wait for a response."""
         return len(self._waiting)
@@ -197,11 +204,12 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def connectionMade(self) -> None:
-        self._machine.move(_C.CONNECTED)
+        self._move(_C.CONNECTED)
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
-        # A plain TCP connection: see sendString.
-        self._direct = can_sendfile(self.transport) if self._direct_choice is None else self._direct_choice
+        # A plain TCP connection: see FrameWriter.
+        self._writer.transport = self.transport
+        self._writer.direct = can_sendfile(self.transport) if self._direct_choice is None else self._direct_choice
         self.transport.registerProducer(self, True)
         self._registered = True
 
@@ -227,22 +235,9 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def sendString(self, frame: bytes) -> None:
-        """Write C{frame} with its size prefix: a small frame (a fetch, OFFSETS...) goes straight to the socket
-        when nothing waits in the transport's buffer (a plain TCP connection), so a request asked for inside
-        a callback (a pipelined fetch) leaves now, not after the callback's work; whatever the socket does
-        not take, and large frames (produces, whose flow control is the transport's buffer), go through the
-        transport."""
-        data = len(frame).to_bytes(PREFIX_BYTES, "big") + frame
-        transport = self.transport
-        if self._direct and len(data) <= DIRECT_SEND_BYTES and not buffered_bytes(transport):
-            try:
-                sent = transport.getHandle().send(data)
-            except OSError:  # EAGAIN, or a broken connection the transport will notice
-                sent = 0
-            if sent == len(data):
-                return
-            data = data[sent:]
-        transport.write(data)
+        """Write C{frame} with its size prefix now, after the fire-and-forget frames gathered before it
+        (L{FrameWriter.write}: straight to the socket when it can)."""
+        self._writer.write(len(frame).to_bytes(PREFIX_BYTES, "big") + frame)
 
     @override
     def lengthLimitExceeded(self, length: int) -> None:
@@ -259,7 +254,8 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def connectionLost(self, reason: Failure = None) -> None:
-        self._machine.move(_C.LOST)
+        self._move(_C.LOST)
+        self._writer.drop()
         if self._error is None:
             why = lost_reason(reason) + tls_hint(self.peer, self.transport, self._answered or not self._waiting)
             self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
@@ -272,17 +268,21 @@ class ClientProtocol(FrameReceiver):
     @override
     def pauseProducing(self) -> None:
         if self.state is _C.CONNECTED:
-            self._machine.move(_C.PAUSED)
+            self._move(_C.PAUSED)
 
     @override
     def resumeProducing(self) -> None:
         if self.state is _C.PAUSED:
-            self._machine.move(_C.CONNECTED)
+            self._move(_C.CONNECTED)
+        writer = self._writer
         while self._held and self.state is _C.CONNECTED:
-            frame, d = self._held.popleft()
-            self.sendString(frame)
+            data, d = self._held.popleft()
+            writer.gather(data)  # (a full gather is written at once, and may pause us again)
             if d is not None:
+                self.writable = self.state is _C.CONNECTED and not self._held  # (what d's callbacks send)
                 d.callback(None)
+        self.writable = self.state is _C.CONNECTED and not self._held
+        writer.flush()
 
     @override
     def stopProducing(self) -> None:
@@ -328,14 +328,21 @@ class ClientProtocol(FrameReceiver):
         """
         if codec.expects_response(request):
             raise ValueError(f"{describe_request(request)} gets a response: use request()")
+        frame = codec.encode_request(request)
+        return self.send_frame(len(frame).to_bytes(PREFIX_BYTES, "big") + frame)
+
+    def send_frame(self, data: bytes) -> Deferred[None]:
+        """L{send} of a request already framed, size prefix included (L{twlog.storage.kernel.produce_frame}):
+        gathered with the other fire-and-forget frames and written in one call per reactor turn or per 64 KiB
+        (L{FrameWriter}); the Deferred fires once it is handed over, or stays unfired while the transport is
+        paused (the frame is held, in order)."""
+        if self.writable:
+            self._writer.gather(data)
+            return succeed(None)
         if not self.usable:
             return fail(self._unusable())
-        frame = codec.encode_request(request)
-        if self.state is _C.CONNECTED and not self._held:
-            self.sendString(frame)
-            return succeed(None)
         d: Deferred[None] = Deferred(canceller=self._unhold)
-        self._held.append((frame, d))
+        self._held.append((data, d))
         return d
 
     def prepare_close(self, error: TwlogError) -> None:
@@ -347,10 +354,12 @@ class ClientProtocol(FrameReceiver):
         would get no answer: a closing transport stops reading.
         """
         held, self._held = self._held, deque()
-        for frame, d in held:
-            self.sendString(frame)
+        for data, d in held:
+            self._writer.gather(data)
             if d is not None:
                 d.callback(None)
+        if self.state is not _C.LOST:
+            self._writer.flush()
         self._break(error)
         self._fail_all(error)
         if self.state is _C.BROKEN and self._registered:
@@ -370,13 +379,14 @@ class ClientProtocol(FrameReceiver):
 
     def _write(self, frame: bytes, d: Deferred[None] | None) -> None:
         if self.state is _C.PAUSED or self._held:
-            self._held.append((frame, d))
+            self._held.append((len(frame).to_bytes(PREFIX_BYTES, "big") + frame, d))
         else:
             self.sendString(frame)
 
     def _unhold(self, d: Deferred[None]) -> None:
         """A held send was cancelled: it was never written, so it can simply be forgotten."""
         self._held = deque(item for item in self._held if item[1] is not d)
+        self.writable = self.state is _C.CONNECTED and not self._held
 
     def _cancelled(self, d: Deferred[bytes]) -> None:
         """A waiting request was cancelled (or timed out): its response would go to the next one, so abort."""
@@ -393,13 +403,14 @@ class ClientProtocol(FrameReceiver):
         @raise IllegalTransition: not connected yet.
         """
         if self.state not in (_C.BROKEN, _C.LOST):
-            self._machine.move(_C.BROKEN)
+            self._move(_C.BROKEN)
             self._error = error
 
     def _abort(self, error: TwlogError) -> None:
         self._break(error)
         self._fail_all(error)
         if self.state is _C.BROKEN:
+            self._writer.drop()
             self.transport.abortConnection()
 
     def _fail_all(self, error: TwlogError) -> None:

@@ -17,7 +17,8 @@ import os
 from twlog.storage import walk_py
 from twlog.storage.compression import KNOWN_CODECS
 
-__all__ = ["KERNEL", "MAGIC1", "UNIFORM", "WRAPPERS", "compiled", "gather", "pure", "walk", "whole_end"]
+__all__ = ["KERNEL", "MAGIC1", "UNIFORM", "WRAPPERS", "compiled", "encode_set", "gather", "produce_frame", "pure",
+           "walk", "whole_end"]
 
 if KNOWN_CODECS != {0, 1, 2}:  # pragma: no cover - both walks take attributes 0-2 as the known codecs
     raise ImportError(f"the message walk knows codecs 0-2, not {sorted(KNOWN_CODECS)}")
@@ -44,3 +45,8 @@ UNIFORM = walk_py.UNIFORM
 walk = _chosen.walk
 gather = _chosen.gather
 whole_end = _chosen.whole_end
+
+# -- Encoding (the producer's side) ---------------------------------------------------------------------------------
+#: The message set of payloads (magic 0, no codec), and a PRODUCE frame with its size prefix, in one buffer.
+encode_set = _chosen.encode_set
+produce_frame = _chosen.produce_frame
