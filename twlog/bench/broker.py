@@ -224,7 +224,8 @@ async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[i
     progress.step(f"consuming {topic}", total=reads, unit="reads")
     try:
         for fetch_bytes in fetch_sizes:
-            consumers = {mode: SimpleConsumer("127.0.0.1", b.port, reactor=reactor, max_bytes=fetch_bytes)
+            consumers = {mode: SimpleConsumer("127.0.0.1", b.port, reactor=reactor, max_bytes=fetch_bytes,
+                                             batch_max_bytes=fetch_bytes)
                          for mode, b in brokers.items()}
             try:
                 (end,) = await consumers[True].offsets(topic, 0)
