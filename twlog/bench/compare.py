@@ -310,7 +310,7 @@ class Comparison:
             send = producer.send
             every = max(1, 1000 // batch)
             for i in range(sends):
-                await send(topic, sets[i % len(sets)], partition=0)
+                await send(topic, sets[i % len(sets)], partition_index=0)
                 if i % every == every - 1:
                     trace.mark((i + 1) * batch)
                     deadline.check((i + 1) * batch, count)

@@ -166,5 +166,18 @@ def produce_frame(head, payloads) -> bytes:
 
     @raise TypeError: a payload is not bytes, bytearray or memoryview.
     """
-    messages = encode_set(payloads)
-    return b"".join((_SIZE.pack(len(head) + 4 + len(messages)), head, _SIZE.pack(len(messages)), messages))
+    pack = _HEADER0.pack
+    check = crc32
+    parts: list = [b"", head, b""]
+    append = parts.append
+    total = 0
+    for payload in payloads:
+        if not isinstance(payload, _BYTES):
+            raise TypeError(f"messages must be bytes, not {type(payload).__name__}; encode text first")
+        size = len(payload)
+        append(pack(size + 5, 0, check(payload)))
+        append(payload)
+        total += size + 9
+    parts[0] = _SIZE.pack(len(head) + 4 + total)
+    parts[2] = _SIZE.pack(total)
+    return b"".join(parts)
