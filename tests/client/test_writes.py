@@ -22,7 +22,7 @@ class CountingTransport(StringTransport):
 def writer() -> tuple[FrameWriter, CountingTransport, Clock]:
     clock = Clock()
     w = FrameWriter(clock)
-    w.transport = CountingTransport()
+    w.attach(CountingTransport())
     return w, w.transport, clock
 
 

@@ -43,7 +43,6 @@ from twlog.errors import (
 from twlog.protocol import codec
 from twlog.protocol.codec import Request, describe_request
 from twlog.protocol.framing import PREFIX_BYTES, FrameReceiver
-from twlog.protocol.sendfile import can_sendfile
 from twlog.statemachine import StateMachine
 
 __all__ = ["DIRECT_SEND_BYTES", "ClientProtocol", "ClientProtocolState"]
@@ -134,21 +133,18 @@ class ClientProtocol(FrameReceiver):
         peer: str = "?",
         direct: bool | None = None,
     ) -> None:
-        """@param direct: whether requests may go straight to the socket (None: where the transport is plain
-            TCP, L{can_sendfile}; tests of a fake transport say so)."""
+        """@param direct: whether requests may go straight to the socket (L{FrameWriter}; None: if plain TCP)."""
         super().__init__()
-        self._direct_choice = direct
         self.MAX_LENGTH = max_response_bytes
         self.timeout_s = timeout_s
         self.peer = peer
         self._clock = clock
         self._waiting: deque[_Waiter] = deque()
-        #: Frames (with their size prefix) held while the transport is paused, with the Deferred of a
-        #: fire-and-forget send.
+        #: Frames (size prefix included) held while writes are paused, with a fire-and-forget send's Deferred.
         self._held: deque[tuple[bytes, Deferred[None] | None]] = deque()
         self._machine = StateMachine(f"connection to broker {peer}", _C.CONNECTING, CLIENT_MOVES)
         #: Writes the frames, gathering the fire-and-forget ones (L{FrameWriter}).
-        self._writer = FrameWriter(clock)
+        self._writer = FrameWriter(clock, direct)
         #: Whether a write goes out now (CONNECTED, nothing held): the fast path's test (L{send_frame}).
         self.writable = False
         #: Whether any answer came (a plaintext connection closed before one may have met a TLS port), and whether
@@ -172,11 +168,8 @@ class ClientProtocol(FrameReceiver):
 
     @property
     def writes_paused(self) -> bool:
-        """Whether the transport asked us to stop writing (its buffer is full).
-
-        (Not L{FrameReceiver.paused}, which holds back the delivery of responses: a connection whose
-        writes are paused still takes the responses that arrive.)
-        """
+        """Whether the transport asked us to stop writing (its buffer is full); responses are still taken
+        (unlike L{FrameReceiver.paused}, which holds back their delivery)."""
         return self.state is _C.PAUSED
 
     def _move(self, target: ClientProtocolState) -> None:
@@ -207,9 +200,7 @@ class ClientProtocol(FrameReceiver):
         self._move(_C.CONNECTED)
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
-        # A plain TCP connection: see FrameWriter.
-        self._writer.transport = self.transport
-        self._writer.direct = can_sendfile(self.transport) if self._direct_choice is None else self._direct_choice
+        self._writer.attach(self.transport)
         self.transport.registerProducer(self, True)
         self._registered = True
 
@@ -235,8 +226,7 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def sendString(self, frame: bytes) -> None:
-        """Write C{frame} with its size prefix now, after the fire-and-forget frames gathered before it
-        (L{FrameWriter.write}: straight to the socket when it can)."""
+        """Write C{frame} with its size prefix now, after the gathered frames (L{FrameWriter.write})."""
         self._writer.write(len(frame).to_bytes(PREFIX_BYTES, "big") + frame)
 
     @override
@@ -279,7 +269,7 @@ class ClientProtocol(FrameReceiver):
             data, d = self._held.popleft()
             writer.gather(data)  # (a full gather is written at once, and may pause us again)
             if d is not None:
-                self.writable = self.state is _C.CONNECTED and not self._held  # (what d's callbacks send)
+                self.writable = self.state is _C.CONNECTED and not self._held  # (before d's callbacks send)
                 d.callback(None)
         self.writable = self.state is _C.CONNECTED and not self._held
         writer.flush()
@@ -332,10 +322,8 @@ class ClientProtocol(FrameReceiver):
         return self.send_frame(len(frame).to_bytes(PREFIX_BYTES, "big") + frame)
 
     def send_frame(self, data: bytes) -> Deferred[None]:
-        """L{send} of a request already framed, size prefix included (L{twlog.storage.kernel.produce_frame}):
-        gathered with the other fire-and-forget frames and written in one call per reactor turn or per 64 KiB
-        (L{FrameWriter}); the Deferred fires once it is handed over, or stays unfired while the transport is
-        paused (the frame is held, in order)."""
+        """L{send} of a frame with its size prefix (L{twlog.storage.kernel.produce_frame}), gathered with the
+        other fire-and-forget frames (L{FrameWriter}); held, its Deferred unfired, while writes are paused."""
         if self.writable:
             self._writer.gather(data)
             return succeed(None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from twlog.protocol.sendfile import buffered_bytes
+from twlog.protocol.sendfile import buffered_bytes, can_sendfile
 
 #: Frames up to this size may be written straight to the socket.
 DIRECT_SEND_BYTES = 64 * 1024
@@ -31,16 +31,24 @@ class FrameWriter:
     """Writes one connection's frames (each with its size prefix) to its transport, gathering the small
     no-response ones."""
 
-    __slots__ = ("_call", "_clock", "_gathered", "_parts", "direct", "transport")
+    __slots__ = ("_call", "_choice", "_clock", "_gathered", "_parts", "direct", "transport")
 
-    def __init__(self, clock: IReactorTime) -> None:
+    def __init__(self, clock: IReactorTime, direct: bool | None = None) -> None:
+        """@param direct: whether writes may go straight to the socket (None: where the transport is plain
+            TCP, L{can_sendfile}; tests of a fake transport say so)."""
         self._clock = clock
+        self._choice = direct
         self.transport = None
-        #: Whether writes may go straight to the socket (a plain TCP transport).
+        #: Whether writes may go straight to the socket (a plain TCP transport), once attached.
         self.direct = False
         self._parts: list[bytes] = []
         self._gathered = 0
         self._call: IDelayedCall | None = None
+
+    def attach(self, transport) -> None:
+        """Write to C{transport} (the connection is made)."""
+        self.transport = transport
+        self.direct = can_sendfile(transport) if self._choice is None else self._choice
 
     @property
     def gathered(self) -> int:
