@@ -155,6 +155,13 @@ class FastPathTests(SynchronousTestCase):
         self.assertEqual([payloads_of(r) for r in connection.written()], [[b"last"]])
         self.failureResultOf(producer.send("t", b"late", partition_index=0), ClientClosed)
 
+    def test_flush_writes_what_was_gathered(self) -> None:
+        """flush() hands the gathered frames to the transport at once, not at the next reactor turn."""
+        producer, connection, _ = make()
+        producer.send("t", b"gathered", partition_index=0)
+        self.successResultOf(producer.flush())
+        self.assertEqual([payloads_of(r) for r in connection.written()], [[b"gathered"]])
+
     def test_keys_and_random(self) -> None:
         """Keyed and random batches take the hot path too, each routed afresh."""
         producer, connection, clock = make()

@@ -144,7 +144,7 @@ class ClientProtocol(FrameReceiver):
         self._held: deque[tuple[bytes, Deferred[None] | None]] = deque()
         self._machine = StateMachine(f"connection to broker {peer}", _C.CONNECTING, CLIENT_MOVES)
         #: Writes the frames, gathering the fire-and-forget ones (L{FrameWriter}).
-        self._writer = FrameWriter(clock, direct)
+        self.writer = FrameWriter(clock, direct)
         #: Whether a write goes out now (CONNECTED, nothing held): the fast path's test (L{send_frame}).
         self.writable = False
         #: Whether any answer came (a plaintext connection closed before one may have met a TLS port), and whether
@@ -200,7 +200,7 @@ class ClientProtocol(FrameReceiver):
         self._move(_C.CONNECTED)
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
-        self._writer.attach(self.transport)
+        self.writer.attach(self.transport)
         self.transport.registerProducer(self, True)
         self._registered = True
 
@@ -227,7 +227,7 @@ class ClientProtocol(FrameReceiver):
     @override
     def sendString(self, frame: bytes) -> None:
         """Write C{frame} with its size prefix now, after the gathered frames (L{FrameWriter.write})."""
-        self._writer.write(len(frame).to_bytes(PREFIX_BYTES, "big") + frame)
+        self.writer.write(len(frame).to_bytes(PREFIX_BYTES, "big") + frame)
 
     @override
     def lengthLimitExceeded(self, length: int) -> None:
@@ -245,7 +245,7 @@ class ClientProtocol(FrameReceiver):
     @override
     def connectionLost(self, reason: Failure = None) -> None:
         self._move(_C.LOST)
-        self._writer.drop()
+        self.writer.drop()
         if self._error is None:
             why = lost_reason(reason) + tls_hint(self.peer, self.transport, self._answered or not self._waiting)
             self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
@@ -264,7 +264,7 @@ class ClientProtocol(FrameReceiver):
     def resumeProducing(self) -> None:
         if self.state is _C.PAUSED:
             self._move(_C.CONNECTED)
-        writer = self._writer
+        writer = self.writer
         while self._held and self.state is _C.CONNECTED:
             data, d = self._held.popleft()
             writer.gather(data)  # (a full gather is written at once, and may pause us again)
@@ -325,7 +325,7 @@ class ClientProtocol(FrameReceiver):
         """L{send} of a frame with its size prefix (L{twlog.storage.kernel.produce_frame}), gathered with the
         other fire-and-forget frames (L{FrameWriter}); held, its Deferred unfired, while writes are paused."""
         if self.writable:
-            self._writer.gather(data)
+            self.writer.gather(data)
             return succeed(None)
         if not self.usable:
             return fail(self._unusable())
@@ -343,11 +343,11 @@ class ClientProtocol(FrameReceiver):
         """
         held, self._held = self._held, deque()
         for data, d in held:
-            self._writer.gather(data)
+            self.writer.gather(data)
             if d is not None:
                 d.callback(None)
         if self.state is not _C.LOST:
-            self._writer.flush()
+            self.writer.flush()
         self._break(error)
         self._fail_all(error)
         if self.state is _C.BROKEN and self._registered:
@@ -398,7 +398,7 @@ class ClientProtocol(FrameReceiver):
         self._break(error)
         self._fail_all(error)
         if self.state is _C.BROKEN:
-            self._writer.drop()
+            self.writer.drop()
             self.transport.abortConnection()
 
     def _fail_all(self, error: TwlogError) -> None:

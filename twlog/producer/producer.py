@@ -342,6 +342,7 @@ class Producer:
         batcher.add(target, payloads)
 
     async def _flush(self) -> None:
+        self._pool.write_gathered()  # (the fire-and-forget frames sent at once: handed to the transports now)
         while True:
             if self._batcher is not None:
                 self._batcher.send_all()
