@@ -172,7 +172,7 @@ class Producer:
         self.serializer = serializer
         #: The hot path of fire-and-forget sends (L{FireAndForget}), and whether send() may try it first.
         self._fast = FireAndForget(self._router, self._pool)
-        self._fast_ok = self._batcher is None and self._ack == ACK_NONE and self.codec == CODEC_NONE and not self._audit
+        self._fast_ok = self._batcher is None and self._ack == ACK_NONE and not self._audit
 
     # -- public API ------------------------------------------------------------
 
@@ -222,7 +222,8 @@ class Producer:
         @raise BrokerError: the broker rejected the batch (acknowledged modes).
         @raise PartitionsOffline: the partition the index or key picks is on a broker that is down.
         """
-        if self._fast_ok and partition is None and self.serializer is None and not self._closed:
+        if (self._fast_ok and partition is None and self.codec == CODEC_NONE and self.serializer is None
+                and not self._closed):
             sent = self._fast.send(topic, messages, key.encode("utf-8") if isinstance(key, str) else key,
                                    partition_index)
             if sent is not None:
