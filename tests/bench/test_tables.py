@@ -86,10 +86,15 @@ class EveryTableTests(TableRules, SynchronousTestCase):
         self.assertIn("overhead (B/msg)", text)
 
     def test_broker(self) -> None:
-        rows = [BrokerRow("produce, batch 1, fire-and-forget", 2000, 0.01, 400_000, 0.03),
-                BrokerRow("produce, batch 50, fire-and-forget", 2000, 0.01, 400_000, 0.0)]
-        text = self.assertWellFormed(format_broker_table(rows, 200, 7), 2)
+        rows = [BrokerRow("produce, batch 1, fire-and-forget", 2000, 0.01, 400_000, 0.03, 0.006),
+                BrokerRow("produce, batch 50, fire-and-forget", 2000, 0.01, 400_000, 0.0, 0.0004),
+                BrokerRow("consume", 2000, 0.01, 400_000, 0.03)]
+        table = format_broker_table(rows, 200, 7)
+        text = self.assertWellFormed(table, 3)
         self.assertIn("[1] under one clock tick", text)
+        self.assertEqual([row[-2:] for row in table.rows[:2]], [["0.01", "3.00"], ["0.00", "0.20"]])
+        self.assertEqual(table.rows[2][-2:], ["n/a [2]", "n/a [2]"])  # client CPU measured for produce rows only
+        self.assertIn("[2] not measured", text)
 
     def test_consumption(self) -> None:
         """The consumption table (the issue: its header ran its columns together)."""

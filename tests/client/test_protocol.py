@@ -14,6 +14,7 @@ from tests.client.support import FakeEndpoint, framed, written_requests
 from twlog.client.connection import BrokerConnection, client_endpoint
 from twlog.client.options import default_retry_policy
 from twlog.client.protocol import CLIENT_MOVES, ClientProtocol, ClientProtocolState
+from twlog.client.writes import GATHER_BYTES
 from twlog.errors import (
     NO_ERROR,
     BrokerTimeout,
@@ -224,10 +225,13 @@ class ClientProtocolTests(SynchronousTestCase):
         self.successResultOf(answered)
 
     def test_resume_stops_when_paused_again(self) -> None:
-        """Resuming writes held frames only until the transport pauses again, so memory stays bounded."""
-        protocol, transport, _ = connected(transport=PausingTransport())
-        self.successResultOf(protocol.send(PRODUCE))  # this write fills the buffer
-        held = [protocol.send(ProduceRequest("t", i, b"")) for i in range(3)]
+        """Resuming writes held frames only until the transport pauses again (each 64 KiB gathered is written at
+        once), so memory stays bounded."""
+        protocol, transport, clock = connected(transport=PausingTransport())
+        self.successResultOf(protocol.send(PRODUCE))
+        clock.advance(0)  # the gathered frame is written at the next turn: it fills the buffer
+        big = b"m" * GATHER_BYTES
+        held = [protocol.send(ProduceRequest("t", i, big)) for i in range(3)]
         self.assertTrue(protocol.writes_paused)
         protocol.resumeProducing()
         self.successResultOf(held[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.client.test_consumer import make_consumer, wait_frame
+from twlog.consumer.batches import BATCH_MAX_BYTES
 from twlog.errors import FetchSizeTooSmall, InvalidMessage
 from twlog.protocol.codec import FetchRequest, WaitFetchRequest
 from twlog.storage.batch import MessageBatch
@@ -67,7 +68,7 @@ class FetchBatchTests(SynchronousTestCase):
 
 class BatchReaderTests(SynchronousTestCase):
     def reader(self, **options):
-        consumer, connections, _ = make_consumer(max_bytes=options.pop("max_bytes", 60))
+        consumer, connections, _ = make_consumer(batch_max_bytes=options.pop("max_bytes", 60))
         reader = consumer.batches("t", 0, 0, **options)
         return consumer, reader, connections[1]
 
@@ -167,3 +168,25 @@ class BatchReaderTests(SynchronousTestCase):
         self.failureResultOf(waiting, StopAsyncIteration)
         self.failureResultOf(reader.__anext__(), StopAsyncIteration)
         self.successResultOf(consumer.close())
+
+
+class DefaultFetchSizeTests(SynchronousTestCase):
+    def test_batch_readers_fetch_one_mib(self) -> None:
+        """fetch_batch and batches fetch 1 MiB by default; the per-message fetch keeps max_bytes (300 KiB); each
+        can be given its size, the paper's 200 KB included, and the responses may be that large."""
+        consumer, connections, _ = make_consumer()
+        self.assertEqual((consumer.max_bytes, consumer.batch_max_bytes), (300 * 1024, BATCH_MAX_BYTES))
+        self.assertEqual(BATCH_MAX_BYTES, 1024 * 1024)
+        self.assertGreaterEqual(consumer.options.max_response_bytes, 2 * BATCH_MAX_BYTES)
+        consumer.fetch_batch("t", 0, 0)
+        consumer.fetch("t", 0, 0)
+        consumer.fetch_batch("t", 0, 0, 200 * 1024)
+        reader = consumer.batches("t", 0, 0)
+        reader.__anext__()
+        sizes = [r.fetches[0].max_bytes for c in connections for r in c.requests if isinstance(r, WaitFetchRequest)]
+        self.assertEqual(sizes, [BATCH_MAX_BYTES, 300 * 1024, 200 * 1024, BATCH_MAX_BYTES])
+
+        consumer, connections, _ = make_consumer(max_bytes=200 * 1024, batch_max_bytes=200 * 1024)
+        consumer.fetch_batch("t", 0, 0)
+        self.assertEqual(connections[0].requests[-1].fetches[0].max_bytes, 200 * 1024)
+        self.assertRaises(ValueError, make_consumer, batch_max_bytes=0)

@@ -328,3 +328,45 @@ class CallerTests(SynchronousTestCase):
             found[k] = [find_boundary(pread, index, p, len(log), 10**6) for p in range(0, len(log), 7)]
         self.assertEqual(found[compiled()], found[kernel.pure])
         self.assertIn(len(plain_set()), found[kernel.pure])  # an answer after the indexed part, not only the end
+
+
+# -- Encoding (the producer's side): encode_set and produce_frame ------------------------------------------------
+
+HEAD = b"\x00\x00\x00\x05topic\x00\x00\x00\x03"
+
+
+class EncodeTests(SynchronousTestCase):
+    """Both kernels encode message sets and PRODUCE frames alike, as the Python encoder does."""
+
+    def test_same_as_encode_message_set(self) -> None:
+        """encode_set is encode_message_set without a codec; produce_frame frames it with its sizes."""
+        for k in (kernel.pure, compiled()):
+            for payloads in ([], [b""], PAYLOADS, [bytearray(b"ba"), memoryview(b"xmv")[1:]]):
+                expected = encode_message_set([bytes(p) for p in payloads])
+                self.assertEqual(k.encode_set(payloads), expected)
+                self.assertEqual(k.encode_set(tuple(payloads)), expected)
+                frame = k.produce_frame(HEAD, payloads)
+                self.assertEqual(frame, struct.pack(">I", len(HEAD) + 4 + len(expected)) + HEAD
+                                 + struct.pack(">I", len(expected)) + expected)
+
+    def test_not_bytes(self) -> None:
+        """Anything but bytes, bytearray or memoryview is a TypeError naming its type, from either kernel."""
+        for k in (kernel.pure, compiled()):
+            for bad in ("text", 5, None, [b"x"]):
+                for call in (lambda: k.encode_set([b"ok", bad]), lambda: k.produce_frame(HEAD, [bad])):
+                    with self.assertRaises(TypeError) as raised:
+                        call()
+                    self.assertEqual(str(raised.exception),
+                                     f"messages must be bytes, not {type(bad).__name__}; encode text first")
+
+    @given(st.lists(st.binary(max_size=400), max_size=60), st.binary(max_size=40))
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    def test_random(self, payloads: list[bytes], head: bytes) -> None:
+        """On random payloads both kernels give the same bytes, which the walk reads back whole."""
+        c = compiled()
+        self.assertEqual(c.encode_set(payloads), kernel.pure.encode_set(payloads))
+        frame = c.produce_frame(head, payloads)
+        self.assertEqual(frame, kernel.pure.produce_frame(head, payloads))
+        messages = frame[8 + len(head):]
+        stop, positions, _, _ = c.walk(messages)
+        self.assertEqual((stop, len(positions) - 1), (len(messages), len(payloads)))

@@ -30,10 +30,9 @@ import attrs
 from twisted.internet.task import deferLater
 
 from twlog.bench.common import MB, BenchProgress, BenchTable, Column, payloads, react_with_progress, stop_process
-from twlog.client.connection import BrokerConnection
 from twlog.client.options import ClientOptions
 from twlog.consumer.simple import SimpleConsumer
-from twlog.protocol.codec import ProduceRequest
+from twlog.producer.producer import Producer
 from twlog.storage.batch import decode_batch
 from twlog.storage.message import CODEC_NAMES, encode_message_set, scan_messages
 
@@ -106,6 +105,8 @@ class BrokerRow:
     seconds: float
     payload_bytes: int
     broker_cpu_s: float
+    #: The CPU time this (the client's) process spent sending, when measured (the produce rows).
+    client_cpu_s: float | None = None
 
     @property
     def msg_s(self) -> float:
@@ -144,30 +145,32 @@ async def _broker_benchmark(reactor, broker: BrokerProcess, messages: int, size:
             # Where the log ends once every set is in: each set's size as the producer encodes it.
             set_bytes = [len(encode_message_set(s, CODEC_NAMES[codec])) for s in sets]
             end = sum(set_bytes) * (count // distinct) + sum(set_bytes[: count % distinct])
-            # The producer's hot path (encode and compress each set, write it fire-and-forget) on one
-            # connection, without its routing: PRODUCE (a 0.7 type) works with any version of the broker.
-            connection = BrokerConnection("127.0.0.1", port, reactor=reactor, options=options)
-            protocol = await connection.connected()
-            number = CODEC_NAMES[codec]
+            # The public producer's fire-and-forget sends (twlog.producer.fast), each batch to partition 0 by index;
+            # PRODUCE (a 0.7 type) works with any version of the broker.
+            producer = Producer([("127.0.0.1", port)], reactor=reactor, ack="none", codec=codec, options=options)
+            await producer.partitions(topic)
             if progress is not None:
                 progress.step(f"producing in batches of {batch}{'' if codec == 'none' else ', ' + codec}",
                               total=count * batch, unit="msg")
             cpu = broker.cpu_seconds()
             started = time.perf_counter()
-            send = protocol.send
+            client_cpu = time.process_time()
+            send = producer.send
             every = max(1, 1000 // batch)
             for i in range(count):
-                await send(ProduceRequest(topic, 0, encode_message_set(sets[i % distinct], number)))
+                await send(topic, sets[i % distinct], partition_index=0)
                 if progress is not None and i % every == every - 1:
                     progress.update((i + 1) * batch)
+            await producer.flush()
+            client_cpu = time.process_time() - client_cpu
             if progress is not None:
                 progress.update(count * batch, description=f"batch {batch}: waiting for the broker to flush")
             await _wait_for_end(reactor, consumer, topic, end)
             elapsed = time.perf_counter() - started
             how = "fire-and-forget" if codec == "none" else codec
             rows.append(BrokerRow(f"produce, batch {batch}, {how}", count * batch, elapsed,
-                                  count * batch * size, broker.cpu_seconds() - cpu))
-            await connection.close()
+                                  count * batch * size, broker.cpu_seconds() - cpu, client_cpu))
+            await producer.close()
     finally:
         await consumer.close()
     return rows
@@ -221,7 +224,8 @@ async def _consume_sweep(reactor, root: str, topic: str, fetch_sizes: Sequence[i
     progress.step(f"consuming {topic}", total=reads, unit="reads")
     try:
         for fetch_bytes in fetch_sizes:
-            consumers = {mode: SimpleConsumer("127.0.0.1", b.port, reactor=reactor, max_bytes=fetch_bytes)
+            consumers = {mode: SimpleConsumer("127.0.0.1", b.port, reactor=reactor, max_bytes=fetch_bytes,
+                                             batch_max_bytes=fetch_bytes)
                          for mode, b in brokers.items()}
             try:
                 (end,) = await consumers[True].offsets(topic, 0)
@@ -309,13 +313,17 @@ def format_broker_table(rows: Sequence[BrokerRow], size: int, pid: int) -> Bench
     table = BenchTable(
         f"twlog broker benchmark: one client process, broker process {pid}, loopback TCP, {size}-byte messages",
         [Column.label("test"), Column("messages", "msg"), Column("throughput", "msg/s"),
-         Column("throughput", "MB/s"), Column("broker CPU", "s"), Column("broker CPU", "s/GB")])
+         Column("throughput", "MB/s"), Column("broker CPU", "s"), Column("broker CPU", "s/GB"),
+         Column("client CPU", "s"), Column("client CPU", "µs/msg")])
     for r in rows:
         per_gb = r.broker_cpu_s / (r.messages * (size + 9) / 1e9)
+        client = ((f"{r.client_cpu_s:.2f}", f"{r.client_cpu_s / r.messages * 1e6:.2f}") if r.client_cpu_s is not None
+                  else (table.missing("not measured"),) * 2)
         table.add_row(r.test, f"{r.messages:,}", f"{r.msg_s:,.0f}", f"{r.mb_s:,.1f}", f"{r.broker_cpu_s:.2f}",
-                      _cpu_per_gb(table, per_gb))
+                      _cpu_per_gb(table, per_gb), *client)
     table.note("(MB/s counts payload bytes, MB = 10^6 bytes; CPU s/GB counts log bytes, 9 bytes of overhead "
-               "included; with --codec, each batch is one compressed wrapper, which the broker opens to validate)")
+               "included; with --codec, each batch is one compressed wrapper, which the broker opens to validate; "
+               "client CPU: this process's CPU time sending through the public Producer, ack=\"none\")")
     return table
 
 

@@ -103,7 +103,8 @@ APIS = ("batch", "batch, pipelined")
 
 async def _consume(reactor, port: int, options: ClientOptions, topic: str, fetch_bytes: int, size: int,
                    broker: BrokerProcess, api: str) -> BrokerRow:
-    consumer = SimpleConsumer("127.0.0.1", port, reactor=reactor, options=options, max_bytes=fetch_bytes)
+    consumer = SimpleConsumer("127.0.0.1", port, reactor=reactor, options=options, max_bytes=fetch_bytes,
+                              batch_max_bytes=fetch_bytes)
     try:
         (end,) = await consumer.offsets(topic, 0)
         cpu = broker.cpu_seconds()

@@ -253,7 +253,8 @@ class Comparison:
 
     async def run(self, reactor, broker: BrokerProcess) -> list[Result]:
         self.data = payloads(min(self.messages, 50_000) // 50 * 50 or 50, self.size)
-        consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=self.fetch_bytes)
+        consumer = SimpleConsumer("127.0.0.1", broker.port, reactor=reactor, max_bytes=self.fetch_bytes,
+                                  batch_max_bytes=self.fetch_bytes)  # (the paper's 200 KB, for its comparison)
         reactor.addSystemEventTrigger("before", "shutdown", self.cancel)
         try:
             for index in range(self.rounds):
@@ -309,7 +310,7 @@ class Comparison:
             send = producer.send
             every = max(1, 1000 // batch)
             for i in range(sends):
-                await send(topic, sets[i % len(sets)], partition=0)
+                await send(topic, sets[i % len(sets)], partition_index=0)
                 if i % every == every - 1:
                     trace.mark((i + 1) * batch)
                     deadline.check((i + 1) * batch, count)

@@ -216,7 +216,7 @@ class BrokerConnection:
         """The connected protocol if it can take a write right now (connected, not paused, nobody
         queued ahead), else None: the fast path of fire-and-forget sends."""
         current = self.current
-        if self._closed or self._connecting or current is None or not current.usable or current.writes_paused:
+        if current is None or not current.writable or self._closed or self._connecting:
             return None
         if self.options.sasl is not None and not self._authentication.done(current):
             return None

@@ -65,6 +65,14 @@ class ConnectionPool:
                 connection = self._by_id[broker_id] = self._factory(host, port)
                 self._log.info("broker {id} at {address} joined", id=broker_id, address=connection.address)
 
+    def write_gathered(self) -> None:
+        """Hand the fire-and-forget frames each connection has gathered to its transport now
+        (L{twlog.client.writes.FrameWriter}), not at the next reactor turn."""
+        for connection in {id(c): c for c in [*self.static, *self._by_id.values()]}.values():
+            protocol = connection.ready()
+            if protocol is not None:
+                protocol.writer.flush()
+
     def close(self) -> Deferred[None]:
         """Close every connection (and wait for those being retired)."""
         connections = {id(c): c for c in [*self.static, *self._by_id.values()]}.values()

@@ -30,6 +30,7 @@ from zope.interface import implementer
 
 from twlog.client.options import DEFAULT_MAX_RESPONSE_BYTES
 from twlog.client.tls import describe_tls_failure
+from twlog.client.writes import DIRECT_SEND_BYTES, FrameWriter
 from twlog.errors import (
     CONNECTION_REFUSALS,
     BrokerTimeout,
@@ -42,11 +43,9 @@ from twlog.errors import (
 from twlog.protocol import codec
 from twlog.protocol.codec import Request, describe_request
 from twlog.protocol.framing import PREFIX_BYTES, FrameReceiver
-from twlog.protocol.sendfile import buffered_bytes, can_sendfile
 from twlog.statemachine import StateMachine
 
-#: Frames up to this size may be written straight to the socket (L{ClientProtocol.sendString}).
-DIRECT_SEND_BYTES = 64 * 1024
+__all__ = ["DIRECT_SEND_BYTES", "ClientProtocol", "ClientProtocolState"]
 
 
 class ClientProtocolState(enum.Enum):
@@ -134,20 +133,20 @@ class ClientProtocol(FrameReceiver):
         peer: str = "?",
         direct: bool | None = None,
     ) -> None:
-        """@param direct: whether requests may go straight to the socket (None: where the transport is plain
-            TCP, L{can_sendfile}; tests of a fake transport say so)."""
+        """@param direct: whether requests may go straight to the socket (L{FrameWriter}; None: if plain TCP)."""
         super().__init__()
-        self._direct_choice = direct
         self.MAX_LENGTH = max_response_bytes
         self.timeout_s = timeout_s
         self.peer = peer
         self._clock = clock
         self._waiting: deque[_Waiter] = deque()
-        #: Frames held while the transport is paused, with the Deferred of a fire-and-forget send.
+        #: Frames (size prefix included) held while writes are paused, with a fire-and-forget send's Deferred.
         self._held: deque[tuple[bytes, Deferred[None] | None]] = deque()
         self._machine = StateMachine(f"connection to broker {peer}", _C.CONNECTING, CLIENT_MOVES)
-        #: Whether small frames may go straight to the socket (a plain TCP transport; see sendString).
-        self._direct = False
+        #: Writes the frames, gathering the fire-and-forget ones (L{FrameWriter}).
+        self.writer = FrameWriter(clock, direct)
+        #: Whether a write goes out now (CONNECTED, nothing held): the fast path's test (L{send_frame}).
+        self.writable = False
         #: Whether any answer came (a plaintext connection closed before one may have met a TLS port), and whether
         #: this protocol is its transport's producer (from connectionMade to prepare_close).
         self._answered = self._registered = False
@@ -169,12 +168,13 @@ class ClientProtocol(FrameReceiver):
 
     @property
     def writes_paused(self) -> bool:
-        """Whether the transport asked us to stop writing (its buffer is full).
-
-        (Not L{FrameReceiver.paused}, which holds back the delivery of responses: a connection whose
-        writes are paused still takes the responses that arrive.)
-        """
+        """Whether the transport asked us to stop writing (its buffer is full); responses are still taken
+        (unlike L{FrameReceiver.paused}, which holds back their delivery)."""
         return self.state is _C.PAUSED
+
+    def _move(self, target: ClientProtocolState) -> None:
+        self._machine.move(target)
+        self.writable = target is _C.CONNECTED and not self._held
 
     def pending(self) -> int:
         """How many requests wait for a response."""
@@ -197,11 +197,10 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def connectionMade(self) -> None:
-        self._machine.move(_C.CONNECTED)
+        self._move(_C.CONNECTED)
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
-        # A plain TCP connection: see sendString.
-        self._direct = can_sendfile(self.transport) if self._direct_choice is None else self._direct_choice
+        self.writer.attach(self.transport)
         self.transport.registerProducer(self, True)
         self._registered = True
 
@@ -227,22 +226,8 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def sendString(self, frame: bytes) -> None:
-        """Write C{frame} with its size prefix: a small frame (a fetch, OFFSETS...) goes straight to the socket
-        when nothing waits in the transport's buffer (a plain TCP connection), so a request asked for inside
-        a callback (a pipelined fetch) leaves now, not after the callback's work; whatever the socket does
-        not take, and large frames (produces, whose flow control is the transport's buffer), go through the
-        transport."""
-        data = len(frame).to_bytes(PREFIX_BYTES, "big") + frame
-        transport = self.transport
-        if self._direct and len(data) <= DIRECT_SEND_BYTES and not buffered_bytes(transport):
-            try:
-                sent = transport.getHandle().send(data)
-            except OSError:  # EAGAIN, or a broken connection the transport will notice
-                sent = 0
-            if sent == len(data):
-                return
-            data = data[sent:]
-        transport.write(data)
+        """Write C{frame} with its size prefix now, after the gathered frames (L{FrameWriter.write})."""
+        self.writer.write(len(frame).to_bytes(PREFIX_BYTES, "big") + frame)
 
     @override
     def lengthLimitExceeded(self, length: int) -> None:
@@ -259,7 +244,8 @@ class ClientProtocol(FrameReceiver):
 
     @override
     def connectionLost(self, reason: Failure = None) -> None:
-        self._machine.move(_C.LOST)
+        self._move(_C.LOST)
+        self.writer.drop()
         if self._error is None:
             why = lost_reason(reason) + tls_hint(self.peer, self.transport, self._answered or not self._waiting)
             self._error = ConnectionLost(f"connection to broker {self.peer} lost: {why}")
@@ -272,17 +258,21 @@ class ClientProtocol(FrameReceiver):
     @override
     def pauseProducing(self) -> None:
         if self.state is _C.CONNECTED:
-            self._machine.move(_C.PAUSED)
+            self._move(_C.PAUSED)
 
     @override
     def resumeProducing(self) -> None:
         if self.state is _C.PAUSED:
-            self._machine.move(_C.CONNECTED)
+            self._move(_C.CONNECTED)
+        writer = self.writer
         while self._held and self.state is _C.CONNECTED:
-            frame, d = self._held.popleft()
-            self.sendString(frame)
+            data, d = self._held.popleft()
+            writer.gather(data)  # (a full gather is written at once, and may pause us again)
             if d is not None:
+                self.writable = self.state is _C.CONNECTED and not self._held  # (before d's callbacks send)
                 d.callback(None)
+        self.writable = self.state is _C.CONNECTED and not self._held
+        writer.flush()
 
     @override
     def stopProducing(self) -> None:
@@ -328,14 +318,19 @@ class ClientProtocol(FrameReceiver):
         """
         if codec.expects_response(request):
             raise ValueError(f"{describe_request(request)} gets a response: use request()")
+        frame = codec.encode_request(request)
+        return self.send_frame(len(frame).to_bytes(PREFIX_BYTES, "big") + frame)
+
+    def send_frame(self, data: bytes) -> Deferred[None]:
+        """L{send} of a frame with its size prefix (L{twlog.storage.kernel.produce_frame}), gathered with the
+        other fire-and-forget frames (L{FrameWriter}); held, its Deferred unfired, while writes are paused."""
+        if self.writable:
+            self.writer.gather(data)
+            return succeed(None)
         if not self.usable:
             return fail(self._unusable())
-        frame = codec.encode_request(request)
-        if self.state is _C.CONNECTED and not self._held:
-            self.sendString(frame)
-            return succeed(None)
         d: Deferred[None] = Deferred(canceller=self._unhold)
-        self._held.append((frame, d))
+        self._held.append((data, d))
         return d
 
     def prepare_close(self, error: TwlogError) -> None:
@@ -347,10 +342,12 @@ class ClientProtocol(FrameReceiver):
         would get no answer: a closing transport stops reading.
         """
         held, self._held = self._held, deque()
-        for frame, d in held:
-            self.sendString(frame)
+        for data, d in held:
+            self.writer.gather(data)
             if d is not None:
                 d.callback(None)
+        if self.state is not _C.LOST:
+            self.writer.flush()
         self._break(error)
         self._fail_all(error)
         if self.state is _C.BROKEN and self._registered:
@@ -370,13 +367,14 @@ class ClientProtocol(FrameReceiver):
 
     def _write(self, frame: bytes, d: Deferred[None] | None) -> None:
         if self.state is _C.PAUSED or self._held:
-            self._held.append((frame, d))
+            self._held.append((len(frame).to_bytes(PREFIX_BYTES, "big") + frame, d))
         else:
             self.sendString(frame)
 
     def _unhold(self, d: Deferred[None]) -> None:
         """A held send was cancelled: it was never written, so it can simply be forgotten."""
         self._held = deque(item for item in self._held if item[1] is not d)
+        self.writable = self.state is _C.CONNECTED and not self._held
 
     def _cancelled(self, d: Deferred[bytes]) -> None:
         """A waiting request was cancelled (or timed out): its response would go to the next one, so abort."""
@@ -393,13 +391,14 @@ class ClientProtocol(FrameReceiver):
         @raise IllegalTransition: not connected yet.
         """
         if self.state not in (_C.BROKEN, _C.LOST):
-            self._machine.move(_C.BROKEN)
+            self._move(_C.BROKEN)
             self._error = error
 
     def _abort(self, error: TwlogError) -> None:
         self._break(error)
         self._fail_all(error)
         if self.state is _C.BROKEN:
+            self.writer.drop()
             self.transport.abortConnection()
 
     def _fail_all(self, error: TwlogError) -> None:

@@ -33,7 +33,11 @@ from twisted.internet.defer import Deferred
 from twlog.client.reader import PartitionReader, decode_fetched_batch, too_small
 from twlog.storage.batch import MessageBatch
 
-__all__ = ["BatchReader", "decode_fetched_batch", "too_small"]
+__all__ = ["BATCH_MAX_BYTES", "BatchReader", "decode_fetched_batch", "too_small"]
+
+#: The batch readers' default fetch size: 1 MiB, where a sendfile broker is fastest (docs/performance.md); the
+#: per-message API keeps its smaller default, and the paper's 200 KB stays available (C{max_bytes=}).
+BATCH_MAX_BYTES = 1024 * 1024
 
 
 class BatchReader:

@@ -20,7 +20,8 @@ from twlog.errors import (
 )
 from twlog.partition import TopicPartition
 from twlog.protocol.codec import ACK_NONE, AckProduceRequest, AckProduceResponse, ProduceRequest, ProduceResult
-from twlog.storage.message import encode_message_set
+from twlog.storage.kernel import encode_set
+from twlog.storage.message import CODEC_NONE, encode_message_set
 
 __all__ = ["deliver", "deliver_sets"]
 
@@ -77,8 +78,9 @@ async def deliver_sets(producer, target: TopicPartition, sets: list[list[bytes]]
     if connection is None:
         producer._router.forget(topic)
         raise ConnectionFailed(f"broker {producer._router.leader(target)} left the cluster: cannot write {target}")
-    produces = tuple(ProduceRequest(topic, target.number, encode_message_set(payloads, producer.codec))
-                     for payloads in sets)
+    codec = producer.codec
+    produces = tuple(ProduceRequest(topic, target.number, encode_set(payloads) if codec == CODEC_NONE
+                                    else encode_message_set(payloads, codec)) for payloads in sets)
     attempt, uncertain = 0, None  # uncertain: why an earlier attempt may have stored the batch
     while True:
         try:

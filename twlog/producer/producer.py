@@ -36,22 +36,21 @@ from twlog.errors import (
     ConnectionLost,
     LeaderNotAvailable,
     NotLeader,
-    PartitionsOffline,
 )
 from twlog.partition import TopicPartition
 from twlog.producer.batcher import Batcher, check_settings
 from twlog.producer.delivery import deliver, deliver_sets
 from twlog.producer.failover import PartitionQueue, deliver_following, wait_created
+from twlog.producer.fast import FireAndForget
 from twlog.producer.router import Partitioner, Router, hash_partitioner
 from twlog.protocol.codec import (
     ACK_ALL,
     ACK_APPENDED,
     ACK_FLUSHED,
     ACK_NONE,
-    ProduceRequest,
     ProduceResult,
 )
-from twlog.storage.message import CODEC_NAMES, CODEC_NONE, encode_message_set
+from twlog.storage.message import CODEC_NAMES, CODEC_NONE
 
 ACK_MODES = {"none": ACK_NONE, "appended": ACK_APPENDED, "flushed": ACK_FLUSHED, "all": ACK_ALL}
 
@@ -171,6 +170,9 @@ class Producer:
         self._closed = False
         self._audit = audit_trail(audit, reactor, self._publish_audit)
         self.serializer = serializer
+        #: The hot path of fire-and-forget sends (L{FireAndForget}), and whether send() may try it first.
+        self._fast = FireAndForget(self._router, self._pool)
+        self._fast_ok = self._batcher is None and self._ack == ACK_NONE and not self._audit
 
     # -- public API ------------------------------------------------------------
 
@@ -220,6 +222,12 @@ class Producer:
         @raise BrokerError: the broker rejected the batch (acknowledged modes).
         @raise PartitionsOffline: the partition the index or key picks is on a broker that is down.
         """
+        if (self._fast_ok and partition is None and self.codec == CODEC_NONE and self.serializer is None
+                and not self._closed):
+            sent = self._fast.send(topic, messages, key.encode("utf-8") if isinstance(key, str) else key,
+                                   partition_index)
+            if sent is not None:
+                return sent
         partition = renamed("partition", "partition_index", partition, partition_index)
         if self.serializer is not None and topic != AUDIT_TOPIC and not isinstance(messages, _Serialized):
             return self._track(serialize_batch(self.serializer, topic, messages).addCallback(
@@ -236,7 +244,7 @@ class Producer:
             payloads = self._audit.stamp(topic, payloads)
         if self._batcher is None:
             if self._ack == ACK_NONE:
-                sent = self._send_at_once(topic, payloads, key, partition)
+                sent = self._fast.send(topic, payloads, key, partition, self.codec)
                 if sent is not None:
                     return sent
             return self._track(Deferred.fromCoroutine(self._send_now(topic, payloads, key, partition)))
@@ -264,26 +272,6 @@ class Producer:
         return Deferred.fromCoroutine(self._close())
 
     # -- delivery ------------------------------------------------------------------
-
-    def _send_at_once(
-        self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None
-    ) -> Deferred[None] | None:
-        """Fire-and-forget without a coroutine, when the partitions are known and the connection can
-        take the write now (the common case, and the hot path of a log producer); else None."""
-        partitions = self._router.known(topic)
-        if partitions is None:
-            return None
-        try:
-            target = self._router.choose(topic, partitions, key, index)
-        except (ValueError, PartitionsOffline) as e:
-            return fail(e)
-        if target.fixed_leader is None:
-            return None  # a replicated partition: in its turn, following its leader (twlog.producer.failover)
-        connection = self._pool.get(self._router.leader(target))
-        protocol = connection.ready() if connection is not None else None
-        if protocol is None:
-            return None
-        return protocol.send(ProduceRequest(topic, target.number, encode_message_set(payloads, self.codec)))
 
     async def _send_now(
         self, topic: str, payloads: list[bytes], key: bytes | None, index: int | None
@@ -355,6 +343,7 @@ class Producer:
         batcher.add(target, payloads)
 
     async def _flush(self) -> None:
+        self._pool.write_gathered()  # (the fire-and-forget frames sent at once: handed to the transports now)
         while True:
             if self._batcher is not None:
                 self._batcher.send_all()

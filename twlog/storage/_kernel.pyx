@@ -11,8 +11,15 @@ into C{array('q')}s.
 from cpython cimport array
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_Check
+from cpython.bytes cimport PyBytes_Check
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcmp, memcpy
+
+
+cdef extern from "Python.h":
+    bint PyMemoryView_Check(object o)
 
 import array as _array
 
@@ -340,3 +347,77 @@ def index_walk(buf, Py_ssize_t pos=0, Py_ssize_t limit=-1, long long max_message
         PyBuffer_Release(&view)
     array.resize(positions, count)
     return pos, positions, due
+
+
+# -- Encoding (the producer's side): message sets and PRODUCE frames ----------------------------------------------
+
+cdef inline void _put32(uint8_t *p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+
+cdef bytes _encode(head, payloads, bint framed):
+    """C{[size][head][set size]}(framed) and the magic-0 message set of C{payloads}, in one allocation."""
+    cdef list items = payloads if type(payloads) is list else list(payloads)
+    cdef Py_ssize_t count = len(items), i, total = 0, head_len = 0, lead, at
+    cdef Py_buffer view
+    cdef Py_buffer *views
+    cdef bytes out
+    cdef uint8_t *dst
+    cdef Py_ssize_t got = 0
+    cdef Py_buffer head_view
+    if framed:
+        PyObject_GetBuffer(head, &head_view, PyBUF_SIMPLE)
+        head_len = head_view.len
+    views = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * (count if count else 1))
+    if views == NULL:
+        if framed:
+            PyBuffer_Release(&head_view)
+        raise MemoryError()
+    try:
+        for i in range(count):
+            item = items[i]
+            if not (PyBytes_Check(item) or PyByteArray_Check(item) or PyMemoryView_Check(item)):
+                raise TypeError(f"messages must be bytes, not {type(item).__name__}; encode text first")
+            PyObject_GetBuffer(item, &views[i], PyBUF_SIMPLE)
+            got += 1
+            if views[i].len > 0x7FFFFFFF - 5:
+                raise ValueError(f"message {i} is {views[i].len} bytes: over the 2 GiB of a message's size field")
+            total += 9 + views[i].len
+        lead = 8 + head_len if framed else 0
+        if total + lead > 0x7FFFFFFF:
+            raise ValueError(f"the message set is {total} bytes: over 2 GiB")
+        out = PyBytes_FromStringAndSize(NULL, total + lead)
+        dst = <uint8_t *>PyBytes_AS_STRING(out)
+        if framed:
+            _put32(dst, <uint32_t>(total + head_len + 4))
+            memcpy(dst + 4, head_view.buf, <size_t>head_len)
+            _put32(dst + 4 + head_len, <uint32_t>total)
+        at = lead
+        for i in range(count):
+            _put32(dst + at, <uint32_t>(views[i].len + 5))
+            dst[at + 4] = 0
+            _put32(dst + at + 5, twlog_crc32(<const uint8_t *>views[i].buf, <size_t>views[i].len))
+            memcpy(dst + at + 9, views[i].buf, <size_t>views[i].len)
+            at += 9 + views[i].len
+    finally:
+        for i in range(got):
+            PyBuffer_Release(&views[i])
+        PyMem_Free(views)
+        if framed:
+            PyBuffer_Release(&head_view)
+    return out
+
+
+def encode_set(payloads):
+    """The message set of C{payloads} (bytes, bytearray or memoryview values), magic 0 without a codec; see
+    L{twlog.storage.walk_py.encode_set}."""
+    return _encode(None, payloads, False)
+
+
+def produce_frame(head, payloads):
+    """A request frame with its size prefix: C{head}, then the message set of C{payloads} with its size; see
+    L{twlog.storage.walk_py.produce_frame}."""
+    return _encode(head, payloads, True)

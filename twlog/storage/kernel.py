@@ -7,7 +7,8 @@ L{walk} takes the whole, valid entries of a message set and says where it stoppe
 reads length fields only, and L{index_walk} notes a message start every few KB on the way (the position
 index); L{gather} lays the payloads of walked entries end to end (Arrow's layout); L{produce_frames} walks a
 buffer of PRODUCE frames and checks their sets (the broker's bulk produce path, L{twlog.protocol.runs}), and
-L{join_sets} lays their sets end to end.  Their callers (L{twlog.storage.batch}, L{twlog.storage.validation},
+L{join_sets} lays their sets end to end; L{encode_set} and L{produce_frame} build a message set and a
+PRODUCE frame (the producer's side).  Their callers (L{twlog.storage.batch}, L{twlog.storage.validation},
 L{twlog.storage.index}, L{twlog.spark.arrow}) diagnose the entry a walk stopped at in Python, so every error is
 the one the Python code has always raised.  C{twlog --version} names the kernel in use (L{KERNEL}).
 """
@@ -19,8 +20,8 @@ import os
 from twlog.storage import walk_py
 from twlog.storage.compression import KNOWN_CODECS
 
-__all__ = ["FRAME_FIELDS", "KERNEL", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "compiled", "gather",
-           "index_walk", "join_sets", "produce_frames", "pure", "walk", "whole_end"]
+__all__ = ["FRAME_FIELDS", "KERNEL", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "compiled", "encode_set",
+           "gather", "index_walk", "join_sets", "produce_frame", "produce_frames", "pure", "walk", "whole_end"]
 
 if KNOWN_CODECS != {0, 1, 2}:  # pragma: no cover - both walks take attributes 0-2 as the known codecs
     raise ImportError(f"the message walk knows codecs 0-2, not {sorted(KNOWN_CODECS)}")
@@ -57,3 +58,8 @@ join_sets = _chosen.join_sets
 
 # -- The index walk (twlog.storage.index, twlog.storage.recovery) --
 index_walk = _chosen.index_walk
+
+# -- Encoding (the producer's side) ---------------------------------------------------------------------------------
+#: The message set of payloads (magic 0, no codec), and a PRODUCE frame with its size prefix, in one buffer.
+encode_set = _chosen.encode_set
+produce_frame = _chosen.produce_frame

@@ -15,8 +15,8 @@ from array import array
 
 from twlog.storage.crc import crc32
 
-__all__ = ["FRAME_FIELDS", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "crc32", "gather", "index_walk",
-           "join_sets", "produce_frames", "walk", "whole_end"]
+__all__ = ["FRAME_FIELDS", "MAGIC1", "RUN_FIELDS", "UNIFORM", "WRAPPERS", "crc32", "encode_set", "gather",
+           "index_walk", "join_sets", "produce_frame", "produce_frames", "walk", "whole_end"]
 
 #: Take magic-1 messages without a codec (10-byte headers), not only magic-0 ones (9 bytes).
 MAGIC1 = 1
@@ -277,3 +277,51 @@ def index_walk(buf, pos: int = 0, limit: int = -1, max_message_bytes: int = 0x7F
             due = base + pos + interval
         pos += 4 + size
     return pos, positions, due
+
+
+# -- Encoding (the producer's side): message sets and PRODUCE frames ----------------------------------------------
+
+_SIZE = struct.Struct(">I")
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def encode_set(payloads) -> bytes:
+    """The message set of C{payloads} (bytes, bytearray or memoryview values): each a magic-0 message (size,
+    magic, CRC, payload), no codec; the same bytes as L{twlog.storage.message.encode_message_set} without one.
+
+    @raise TypeError: a payload is of another type.
+    """
+    pack = _HEADER0.pack
+    check = crc32
+    parts: list = []
+    append = parts.append
+    for payload in payloads:
+        if not isinstance(payload, _BYTES):
+            raise TypeError(f"messages must be bytes, not {type(payload).__name__}; encode text first")
+        append(pack(len(payload) + 5, 0, check(payload)))
+        append(payload)
+    return b"".join(parts)
+
+
+def produce_frame(head, payloads) -> bytes:
+    """A request frame with its 4-byte size prefix: C{head} (the frame's bytes before the message set: a
+    PRODUCE's type, topic and partition), the set's 4-byte size, then the message set of C{payloads}
+    (L{encode_set}), in one buffer.
+
+    @raise TypeError: a payload is not bytes, bytearray or memoryview.
+    """
+    pack = _HEADER0.pack
+    check = crc32
+    parts: list = [b"", head, b""]
+    append = parts.append
+    total = 0
+    for payload in payloads:
+        if not isinstance(payload, _BYTES):
+            raise TypeError(f"messages must be bytes, not {type(payload).__name__}; encode text first")
+        size = len(payload)
+        append(pack(size + 5, 0, check(payload)))
+        append(payload)
+        total += size + 9
+    parts[0] = _SIZE.pack(len(head) + 4 + total)
+    parts[2] = _SIZE.pack(total)
+    return b"".join(parts)
