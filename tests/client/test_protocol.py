@@ -13,7 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.client.support import FakeEndpoint, framed, written_requests
 from twlog.client.connection import BrokerConnection, client_endpoint
 from twlog.client.options import default_retry_policy
-from twlog.client.protocol import CLIENT_MOVES, ClientProtocol, ClientProtocolState
+from twlog.client.protocol import CLIENT_MOVES, READ_BYTES, ClientProtocol, ClientProtocolState
 from twlog.client.writes import GATHER_BYTES
 from twlog.errors import (
     NO_ERROR,
@@ -576,3 +576,20 @@ class DirectSendTests(SynchronousTestCase):
         protocol, _, _ = connected(transport=transport)
         protocol.request(OFFSETS)
         self.assertEqual((transport.direct, transport.value()), ([], framed(codec.encode_request(OFFSETS))))
+
+
+class ReadSizeTests(SynchronousTestCase):
+    """A connection reads up to L{READ_BYTES} at a time: a 1 MiB fetch answer in a few reads, not Twisted's 16."""
+
+    def test_a_tcp_transport_reads_a_mebibyte(self) -> None:
+        transport = StringTransport()
+        transport.bufferSize = 65536  # as twisted.internet.tcp.Connection's
+        protocol, _, _ = connected(transport=transport)
+        self.assertEqual(transport.bufferSize, READ_BYTES)
+        self.assertGreaterEqual(READ_BYTES, 1024 * 1024)
+        self.assertTrue(protocol.usable)
+
+    def test_a_transport_without_a_read_size_is_left_alone(self) -> None:
+        transport = StringTransport()
+        connected(transport=transport)
+        self.assertFalse(hasattr(transport, "bufferSize"))

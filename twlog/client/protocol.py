@@ -80,6 +80,10 @@ CLIENT_MOVES: dict[ClientProtocolState, set[ClientProtocolState]] = {
 }
 
 
+#: The most one read of a response takes (Twisted's default is 64 KiB): fetch answers are up to a few MiB.
+READ_BYTES = 1024 * 1024
+
+
 class _Waiter:
     """One request waiting for its response."""
 
@@ -200,6 +204,8 @@ class ClientProtocol(FrameReceiver):
         self._move(_C.CONNECTED)
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
+        if hasattr(self.transport, "bufferSize"):  # its recv size: a 1 MiB fetch answer in a few reads, not 16
+            self.transport.bufferSize = READ_BYTES
         self.writer.attach(self.transport)
         self.transport.registerProducer(self, True)
         self._registered = True
