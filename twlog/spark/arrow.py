@@ -120,7 +120,7 @@ def _gather(buf: bytes, walk: _Walk) -> tuple[np.ndarray, np.ndarray]:
     return raw[keep], lengths
 
 
-def scan_fetch(buf: bytes, offset: int, end: int, max_decompressed_bytes: int) -> Rows | None:
+def scan_fetch(buf: bytes | memoryview, offset: int, end: int, max_decompressed_bytes: int) -> Rows | None:
     """The rows of the fetched C{buf} (log bytes from C{offset}) before offset C{end}; None to decode it slowly.
 
     None when C{buf} holds a bad message (size, magic, attributes, CRC; a
@@ -128,8 +128,6 @@ def scan_fetch(buf: bytes, offset: int, end: int, max_decompressed_bytes: int) -
     one whole message: the per-message decoder then says exactly what and
     where, as the source's semantics require.
     """
-    if not isinstance(buf, bytes):
-        buf = bytes(buf)
     walk = _walk(buf, min(len(buf), end - offset))
     if walk is None or not walk.positions:
         return None

@@ -107,6 +107,7 @@ from twlog.errors import (
 )
 from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
 from twlog.spark.avro import avro_batches, avro_schema, with_values
+from twlog.spark.fetch import FetchConnection
 from twlog.spark.envelope import envelope_schema, open_batches
 from twlog.spark.options import (
     DEFAULT_FETCH_SIZE,
@@ -213,7 +214,7 @@ def read_range(part: TwlogPartition) -> Iterator:
                              max_decompressed_bytes=part.options.max_decompressed_bytes,
                              on_skip=lambda error: _log_skip(part, error), **follow)
     with LeaderConnection(tp, brokers=part.brokers, zookeeper=part.zookeeper, options=part.options,
-                          wait_s=LEADER_WAIT_S if replicated else 0.0) as leader:
+                          wait_s=LEADER_WAIT_S if replicated else 0.0, connect=FetchConnection) as leader:
         while not reader.done:
             rows = _read_fetch(leader, part, reader)
             if len(rows.offsets):
@@ -239,7 +240,8 @@ def _decoder(part: TwlogPartition):
         if not data:
             raise _LogEnded()
         rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes)
-        return rows if rows is not None else _rows(part, reader.decode_messages(data, offset))
+        # (data may be a view of the connection's buffer, reused by the next fetch: the slow path gets a copy)
+        return rows if rows is not None else _rows(part, reader.decode_messages(bytes(data), offset))
 
     return decode
 
