@@ -107,8 +107,8 @@ from twlog.errors import (
 )
 from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
 from twlog.spark.avro import avro_batches, avro_schema, with_values
-from twlog.spark.fetch import FetchConnection
 from twlog.spark.envelope import envelope_schema, open_batches
+from twlog.spark.fetch import FetchConnection
 from twlog.spark.options import (
     DEFAULT_FETCH_SIZE,
     LEADER_RETRIES,
@@ -120,6 +120,7 @@ from twlog.spark.options import (
 )
 from twlog.spark.split import split_ranges
 from twlog.spark.workers import WorkersCannotImportTwlog, check_workers_python
+from twlog.storage.kernel import whole_end
 from twlog.storage.message import CorruptMessage, iter_messages
 
 _logger = logging.getLogger(__name__)
@@ -209,12 +210,12 @@ def read_range(part: TwlogPartition) -> Iterator:
     # controller moves it (the brokers' session timeout): the read waits for that, as the driver does.
     replicated = tp.tp.fixed_leader is None
     follow = {"refresh_on": (*REFRESH_ON, ConnectionFailed), "max_refreshes": LEADER_RETRIES} if replicated else {}
-    reader = PartitionReader(tp.tp, part.start, max_bytes=part.fetch_size, end=part.end, label=tp.name,
-                             on_corrupt="fail" if part.fail_on_data_loss else "skip", decode=_decoder(part),
-                             max_decompressed_bytes=part.options.max_decompressed_bytes,
-                             on_skip=lambda error: _log_skip(part, error), **follow)
     with LeaderConnection(tp, brokers=part.brokers, zookeeper=part.zookeeper, options=part.options,
                           wait_s=LEADER_WAIT_S if replicated else 0.0, connect=FetchConnection) as leader:
+        reader = PartitionReader(tp.tp, part.start, max_bytes=part.fetch_size, end=part.end, label=tp.name,
+                                 on_corrupt="fail" if part.fail_on_data_loss else "skip", decode=_decoder(part, leader),
+                                 max_decompressed_bytes=part.options.max_decompressed_bytes,
+                                 on_skip=lambda error: _log_skip(part, error), **follow)
         while not reader.done:
             rows = _read_fetch(leader, part, reader)
             if len(rows.offsets):
@@ -232,13 +233,21 @@ class _LogEnded(Exception):
     """A fetch before the range's end found no bytes."""
 
 
-def _decoder(part: TwlogPartition):
+def _decoder(part: TwlogPartition, leader: LeaderConnection):
     """The reader's decode for C{part}: Arrow columns straight from the bytes, or (a fetch holding a corrupt or
-    compressed message) the reader's messages, before C{part.end}."""
+    compressed message) the reader's messages, before C{part.end}.
+
+    Before it walks the bytes, it sends the fetch that follows them (where their last whole message ends, read
+    from the length fields alone) ahead on C{leader}'s connection, so the broker sends it meanwhile; when the
+    walk ends elsewhere (a corrupt message), that answer is dropped (L{FetchConnection.send_ahead}).
+    """
 
     def decode(reader: PartitionReader, data: bytes, offset: int) -> Rows:
         if not data:
             raise _LogEnded()
+        following = offset + whole_end(data, 0, part.end - offset)
+        if offset < following < part.end and isinstance(leader.connection, FetchConnection):
+            leader.connection.send_ahead(reader.fetch_at(following).part(reader.tp))
         rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes)
         # (data may be a view of the connection's buffer, reused by the next fetch: the slow path gets a copy)
         return rows if rows is not None else _rows(part, reader.decode_messages(bytes(data), offset))
