@@ -11,7 +11,7 @@ from twlog.errors import NO_ERROR, ConnectionFailed, InvalidMessage, NotLeader, 
 from twlog.partition import TopicPartition
 from twlog.protocol import codec
 from twlog.protocol.frames import frame
-from twlog.spark import source
+from twlog.spark import arrow, source
 from twlog.spark.fetch import FetchConnection
 from twlog.storage.message import encode_message, encode_message_set
 
@@ -147,14 +147,15 @@ class ReadRangeTests(SynchronousTestCase):
                 super().__init__(host, port, options, connect=connect)
 
         self.patch(source, "FetchConnection", Connection)
-        scan = source.scan_fetch
-        self.sent_when_walked: list[int] = []  # per walk: the fetches sent by then
+        gather = arrow.gather
+        self.sent_when_gathered: list[int] = []  # per fetch walked: the fetches sent by the time it is gathered
 
-        def scan_fetch(*args):
-            self.sent_when_walked.append(len(sockets[0].requests))
-            return scan(*args)
+        def gathering(*args):
+            self.sent_when_gathered.append(len(sockets[0].requests))
+            return gather(*args)
 
-        self.patch(source, "scan_fetch", scan_fetch)
+        self.patch(arrow, "gather", gathering)
+        self.patch(arrow, "KERNEL", "compiled")  # (the pure kernel's gather is the same function)
         tp = PartitionLocation(TopicPartition("t", "0-0"), 0, "h", 1)
         part = source.TwlogPartition(tp, 0, end, fetch_size, ClientOptions(), fail_on_data_loss)
         batches = list(source.read_range(part))
@@ -171,11 +172,11 @@ class ReadRangeTests(SynchronousTestCase):
         self.assertEqual(requested[0], 0)
         self.assertEqual(len(requested), len(set(requested)))  # nothing fetched twice
         self.assertTrue(set(requested) <= set(starts))
-        walks = len(self.sent_when_walked)
+        walks = len(self.sent_when_gathered)
         self.assertEqual((walks, len(requested)), (len(requested), len(requested)))
         self.assertGreater(walks, 2)
-        # each walk but the last runs with the next fetch already sent
-        self.assertEqual(self.sent_when_walked, [*range(2, walks + 1), walks])
+        # each walk but the last has sent the next fetch before the payloads are gathered
+        self.assertEqual(self.sent_when_gathered, [*range(2, walks + 1), walks])
 
     def test_corrupt_message_drops_the_fetch_ahead(self) -> None:
         """A CRC-bad message (sane length) ends the walk before the fetch sent ahead: that answer is dropped, the

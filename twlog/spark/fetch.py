@@ -13,9 +13,10 @@ the message set reaches L{twlog.spark.arrow.scan_fetch} with no copy at all
 into the Arrow column, L{twlog.storage.kernel.gather}).
 
 It can also send a fetch ahead (L{FetchConnection.send_ahead}): the Spark
-reader sends the next fetch as soon as it has the last one's bytes, before it
-walks them, so the broker sends the next bytes (into the socket's buffer) while
-the worker checks CRCs, builds Arrow batches and hands them to Spark.  A fetch
+reader sends the next fetch as soon as its walk over the last one's bytes has
+found where their whole messages end, so the broker sends the next bytes (into
+the socket's buffer) while the worker gathers the payloads, builds Arrow
+batches and hands them to Spark.  A fetch
 sent ahead is answered by the next L{FetchConnection.fetch_part} of the same
 part; any other request first receives and drops its answer, so a reader that
 goes on elsewhere (a corrupt message skipped, a re-read, a refresh) reads what

@@ -120,7 +120,6 @@ from twlog.spark.options import (
 )
 from twlog.spark.split import split_ranges
 from twlog.spark.workers import WorkersCannotImportTwlog, check_workers_python
-from twlog.storage.kernel import whole_end
 from twlog.storage.message import CorruptMessage, iter_messages
 
 _logger = logging.getLogger(__name__)
@@ -237,18 +236,20 @@ def _decoder(part: TwlogPartition, leader: LeaderConnection):
     """The reader's decode for C{part}: Arrow columns straight from the bytes, or (a fetch holding a corrupt or
     compressed message) the reader's messages, before C{part.end}.
 
-    Before it walks the bytes, it sends the fetch that follows them (where their last whole message ends, read
-    from the length fields alone) ahead on C{leader}'s connection, so the broker sends it meanwhile; when the
-    walk ends elsewhere (a corrupt message), that answer is dropped (L{FetchConnection.send_ahead}).
+    As soon as the walk has found where the fetched whole messages end, the fetch from there is sent ahead
+    on C{leader}'s connection, so the broker sends it while the payloads are gathered into Arrow batches and
+    handed to Spark (L{FetchConnection.send_ahead}).
     """
 
     def decode(reader: PartitionReader, data: bytes, offset: int) -> Rows:
         if not data:
             raise _LogEnded()
-        following = offset + whole_end(data, 0, part.end - offset)
-        if offset < following < part.end and isinstance(leader.connection, FetchConnection):
-            leader.connection.send_ahead(reader.fetch_at(following).part(reader.tp))
-        rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes)
+
+        def ahead(following: int) -> None:
+            if following < part.end and isinstance(leader.connection, FetchConnection):
+                leader.connection.send_ahead(reader.fetch_at(following).part(reader.tp))
+
+        rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes, ahead)
         # (data may be a view of the connection's buffer, reused by the next fetch: the slow path gets a copy)
         return rows if rows is not None else _rows(part, reader.decode_messages(bytes(data), offset))
 
