@@ -65,9 +65,12 @@ Each Spark input partition is one topic partition's C{[start, end)} range, or,
 with C{minPartitions}, a piece of it (L{twlog.spark.split}: Spark's Kafka rule,
 with the cut points moved to message boundaries by the broker's BOUNDARIES
 request, so the rows are the same whatever C{minPartitions}).  Readers fetch
-C{fetchSize} bytes at a time and yield one Arrow record batch per fetch, built
-straight from the fetched bytes (L{twlog.spark.arrow}), so a range is never
-held whole in memory; every CRC is checked.
+C{fetchSize} bytes at a time and yield one Arrow record batch per fetch (in
+slices of L{BATCH_ROWS} rows), built straight from the fetched bytes
+(L{twlog.spark.arrow}), so a range is never held whole in memory; every CRC is
+checked.  Each fetch is received into one reused buffer, and the next one is
+sent as soon as the last one is walked (L{twlog.spark.fetch}): the broker sends
+it while the worker builds and hands on the Arrow batches.
 
 Streaming offsets are C{{"topic": {"<broker>-<partition>": offset}}} in Spark's
 checkpoint (C{{"topic": {"0": offset}}} for a replicated topic: they stay valid
