@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from array import array
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -120,19 +121,23 @@ def _gather(buf: bytes, walk: _Walk) -> tuple[np.ndarray, np.ndarray]:
     return raw[keep], lengths
 
 
-def scan_fetch(buf: bytes, offset: int, end: int, max_decompressed_bytes: int) -> Rows | None:
+def scan_fetch(buf: bytes | memoryview, offset: int, end: int, max_decompressed_bytes: int,
+               walked: Callable[[int], object] | None = None) -> Rows | None:
     """The rows of the fetched C{buf} (log bytes from C{offset}) before offset C{end}; None to decode it slowly.
 
     None when C{buf} holds a bad message (size, magic, attributes, CRC; a
     wrapper that does not open, or holds a bad or compressed message), or not
     one whole message: the per-message decoder then says exactly what and
     where, as the source's semantics require.
+
+    @param walked: called with the offset after the last whole, valid message as soon as the walk found it
+        (before the payloads are gathered), when there are rows to build: where the next fetch starts.
     """
-    if not isinstance(buf, bytes):
-        buf = bytes(buf)
     walk = _walk(buf, min(len(buf), end - offset))
     if walk is None or not walk.positions:
         return None
+    if walked is not None:
+        walked(offset + walk.consumed)
     positions = walk.positions
     if not walk.wrappers and KERNEL == "compiled":  # the payloads copied out in C, with their value offsets
         data, gathered = gather(buf, positions, walk.consumed)

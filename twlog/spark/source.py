@@ -65,9 +65,12 @@ Each Spark input partition is one topic partition's C{[start, end)} range, or,
 with C{minPartitions}, a piece of it (L{twlog.spark.split}: Spark's Kafka rule,
 with the cut points moved to message boundaries by the broker's BOUNDARIES
 request, so the rows are the same whatever C{minPartitions}).  Readers fetch
-C{fetchSize} bytes at a time and yield one Arrow record batch per fetch, built
-straight from the fetched bytes (L{twlog.spark.arrow}), so a range is never
-held whole in memory; every CRC is checked.
+C{fetchSize} bytes at a time and yield one Arrow record batch per fetch (in
+slices of L{BATCH_ROWS} rows), built straight from the fetched bytes
+(L{twlog.spark.arrow}), so a range is never held whole in memory; every CRC is
+checked.  Each fetch is received into one reused buffer, and the next one is
+sent as soon as the last one is walked (L{twlog.spark.fetch}): the broker sends
+it while the worker builds and hands on the Arrow batches.
 
 Streaming offsets are C{{"topic": {"<broker>-<partition>": offset}}} in Spark's
 checkpoint (C{{"topic": {"0": offset}}} for a replicated topic: they stay valid
@@ -108,6 +111,7 @@ from twlog.errors import (
 from twlog.spark.arrow import Rows, record_batch, rows_from_lists, scan_fetch
 from twlog.spark.avro import avro_batches, avro_schema, with_values
 from twlog.spark.envelope import envelope_schema, open_batches
+from twlog.spark.fetch import FetchConnection
 from twlog.spark.options import (
     DEFAULT_FETCH_SIZE,
     LEADER_RETRIES,
@@ -208,12 +212,12 @@ def read_range(part: TwlogPartition) -> Iterator:
     # controller moves it (the brokers' session timeout): the read waits for that, as the driver does.
     replicated = tp.tp.fixed_leader is None
     follow = {"refresh_on": (*REFRESH_ON, ConnectionFailed), "max_refreshes": LEADER_RETRIES} if replicated else {}
-    reader = PartitionReader(tp.tp, part.start, max_bytes=part.fetch_size, end=part.end, label=tp.name,
-                             on_corrupt="fail" if part.fail_on_data_loss else "skip", decode=_decoder(part),
-                             max_decompressed_bytes=part.options.max_decompressed_bytes,
-                             on_skip=lambda error: _log_skip(part, error), **follow)
     with LeaderConnection(tp, brokers=part.brokers, zookeeper=part.zookeeper, options=part.options,
-                          wait_s=LEADER_WAIT_S if replicated else 0.0) as leader:
+                          wait_s=LEADER_WAIT_S if replicated else 0.0, connect=FetchConnection) as leader:
+        reader = PartitionReader(tp.tp, part.start, max_bytes=part.fetch_size, end=part.end, label=tp.name,
+                                 on_corrupt="fail" if part.fail_on_data_loss else "skip", decode=_decoder(part, leader),
+                                 max_decompressed_bytes=part.options.max_decompressed_bytes,
+                                 on_skip=lambda error: _log_skip(part, error), **follow)
         while not reader.done:
             rows = _read_fetch(leader, part, reader)
             if len(rows.offsets):
@@ -231,15 +235,26 @@ class _LogEnded(Exception):
     """A fetch before the range's end found no bytes."""
 
 
-def _decoder(part: TwlogPartition):
+def _decoder(part: TwlogPartition, leader: LeaderConnection):
     """The reader's decode for C{part}: Arrow columns straight from the bytes, or (a fetch holding a corrupt or
-    compressed message) the reader's messages, before C{part.end}."""
+    compressed message) the reader's messages, before C{part.end}.
+
+    As soon as the walk has found where the fetched whole messages end, the fetch from there is sent ahead
+    on C{leader}'s connection, so the broker sends it while the payloads are gathered into Arrow batches and
+    handed to Spark (L{FetchConnection.send_ahead}).
+    """
 
     def decode(reader: PartitionReader, data: bytes, offset: int) -> Rows:
         if not data:
             raise _LogEnded()
-        rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes)
-        return rows if rows is not None else _rows(part, reader.decode_messages(data, offset))
+
+        def ahead(following: int) -> None:
+            if following < part.end and isinstance(leader.connection, FetchConnection):
+                leader.connection.send_ahead(reader.fetch_at(following).part(reader.tp))
+
+        rows = scan_fetch(data, offset, part.end, part.options.max_decompressed_bytes, ahead)
+        # (data may be a view of the connection's buffer, reused by the next fetch: the slow path gets a copy)
+        return rows if rows is not None else _rows(part, reader.decode_messages(bytes(data), offset))
 
     return decode
 
