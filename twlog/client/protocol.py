@@ -84,6 +84,12 @@ CLIENT_MOVES: dict[ClientProtocolState, set[ClientProtocolState]] = {
 READ_BYTES = 1024 * 1024
 
 
+def _read_more(transport) -> None:
+    """Have a TCP transport read up to L{READ_BYTES} at a time: a 1 MiB fetch answer in a few reads, not 17."""
+    if hasattr(transport, "bufferSize"):  # (Twisted's TCP connection's recv size; others have none)
+        transport.bufferSize = READ_BYTES
+
+
 class _Waiter:
     """One request waiting for its response."""
 
@@ -204,8 +210,7 @@ class ClientProtocol(FrameReceiver):
         self._move(_C.CONNECTED)
         if hasattr(self.transport, "setTcpNoDelay"):  # requests are small and whole: never hold one back
             self.transport.setTcpNoDelay(True)
-        if hasattr(self.transport, "bufferSize"):  # its recv size: a 1 MiB fetch answer in a few reads, not 16
-            self.transport.bufferSize = READ_BYTES
+        _read_more(self.transport)
         self.writer.attach(self.transport)
         self.transport.registerProducer(self, True)
         self._registered = True
