@@ -180,10 +180,17 @@ class SyncConnection:
         @raise BrokerError: the response's error code.
         @raise ProtocolViolation: the response is over C{max_response_bytes} or does not parse.
         """
+        return self._exchange(request, self._receive_frame)
+
+    def _exchange(self, request: Request, receive: Callable[[socket.socket], bytes | memoryview], *,
+                  sent: bool = False) -> Response:
+        """L{call}, the answer's frame taken by C{receive(sock)}; C{request} not sent again when C{sent} (it went
+        ahead: L{twlog.spark.fetch.FetchConnection}, which receives fetches into a reused buffer)."""
         try:
             sock = self._connect()
-            sock.sendall(frame(encode_request(request)))
-            answer = self._receive_frame(sock)
+            if not sent:
+                sock.sendall(frame(encode_request(request)))
+            answer = receive(sock)
             if len(answer) == 2 and int.from_bytes(answer, "big", signed=True) in CONNECTION_REFUSALS:
                 # Refused at a cap (docs/protocol.md, "Connection limits"): the broker closes the connection.
                 raise error_for(int.from_bytes(answer, "big", signed=True),

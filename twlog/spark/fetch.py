@@ -35,24 +35,17 @@ import struct
 import numpy as np
 
 from twlog.client.sync import SyncConnection
-from twlog.client.sync import _one_line as one_line  # (the same error messages as every other request's)
-from twlog.client.sync import _over as over
 from twlog.errors import (
-    CONNECTION_REFUSALS,
     BrokerError,
-    BrokerTimeout,
-    ConnectionFailed,
     ConnectionLost,
     ProtocolViolation,
     check,
-    error_for,
 )
 from twlog.protocol.codec import (
     FetchRequest,
     Request,
     Response,
     WaitFetchRequest,
-    decode_response,
     describe_request,
     encode_request,
 )
@@ -103,7 +96,7 @@ class FetchConnection(SyncConnection):
         if self._ahead != request:
             self._drop_ahead()
         sent, self._ahead = self._ahead is not None, None
-        parts = self._exchange(request, sent).parts
+        parts = self._exchange(request, self._receive_into, sent=sent).parts
         if len(parts) != 1:
             self.close()
             raise ProtocolViolation(f"broker {self.address} answered a one-part WAIT_FETCH with {len(parts)} parts")
@@ -118,35 +111,6 @@ class FetchConnection(SyncConnection):
             self._receive_into(self._connect())
         except (OSError, FrameTooLarge, BrokerError):
             self.close()
-
-    def _exchange(self, request: WaitFetchRequest, sent: bool) -> Response:
-        """L{SyncConnection.call} for a fetch (not sent again when C{sent}), its frame received into the buffer."""
-        try:
-            sock = self._connect()
-            if not sent:
-                sock.sendall(frame(encode_request(request)))
-            answer = self._receive_into(sock)
-            if len(answer) == 2 and int.from_bytes(answer, "big", signed=True) in CONNECTION_REFUSALS:
-                raise error_for(int.from_bytes(answer, "big", signed=True),
-                                f"broker {self.address} refused the connection")
-            response = decode_response(request, answer)
-        except FrameTooLarge as e:
-            self.close()
-            raise ProtocolViolation(
-                f"broker {self.address} sent a {e.length}-byte response, larger than max_response_bytes "
-                f"{self.options.max_response_bytes}; connection dropped"
-            ) from None
-        except TimeoutError:
-            self.close()
-            raise BrokerTimeout(f"no answer from broker {self.address} within {self.options.timeout_s:g} s") from None
-        except ConnectionFailed:
-            self.close()
-            raise
-        except OSError as e:
-            self.close()
-            raise ConnectionLost(f"connection to broker {self.address}{over(self.options)} failed: "
-                                 f"{one_line(e)}") from None
-        return check(response, f"broker {self.address} refused {describe_request(request)}")
 
     def _receive_into(self, sock: socket.socket) -> memoryview:
         """The next frame, received into the reused buffer."""
