@@ -18,6 +18,7 @@ from typing_extensions import override
 from twlog.blocking import BlockingConsumer, BlockingProducer
 from twlog.broker.service import BrokerService
 from twlog.client.connection import BrokerConnection
+from twlog.client.protocol import READ_BYTES
 from twlog.config import BrokerConfig, LogConfig
 from twlog.consumer import EARLIEST, LATEST, SimpleConsumer
 from twlog.errors import BrokerTimeout, ConnectionFailed, FetchSizeTooSmall, OffsetOutOfRange
@@ -286,8 +287,9 @@ class FailureTests(TestCase):
         """On a real socket, a full transport buffer holds fire-and-forget sends until it drains."""
         server = await Peer.listen(self)
         connection = BrokerConnection("127.0.0.1", server.port, reactor=reactor)
-        big = ProduceRequest("t", 0, encode_message_set([b"x" * 200_000]))
-        await connection.send(big)  # one write larger than the transport's buffer: it pauses us
+        # one write larger than the transport's buffer (its bufferSize: the client's READ_BYTES, 1 MiB) pauses us
+        big = ProduceRequest("t", 0, encode_message_set([b"x" * (READ_BYTES + 100_000)]))
+        await connection.send(big)
         self.assertTrue(connection.current.writes_paused)
         held = connection.send(big)
         self.assertFalse(held.called)
